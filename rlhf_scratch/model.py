@@ -1,0 +1,55 @@
+"""The policy: a HookedTransformer with a value head reading its final residual stream."""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+from transformer_lens import HookedTransformer
+from transformer_lens.hook_points import HookPoint
+
+
+class TransformerWithValueHead(nn.Module):
+    """A HookedTransformer plus a value head V(s_t), as in the blog.
+
+    The value head is an MLP, Linear(d_model, 4·d_model) → ReLU → Linear(4·d_model, 1), run as a
+    forward hook on `ln_final.hook_normalized` (the residual stream after the final LayerNorm,
+    the same vector the unembedding reads), so one forward pass gives both the logits and
+    V(s_t) for every position t.
+
+    `detach_value_head=True` (the blog's final code) stops value-loss gradients at the head, so
+    only the policy objective trains the trunk; `False` (ARENA) lets the value loss shape the
+    trunk as well, which shares features but lets the value loss fight the policy.
+    """
+
+    base: HookedTransformer
+    value_head: nn.Sequential
+
+    def __init__(self, base: HookedTransformer, detach_value_head: bool = True):
+        super().__init__()
+        self.base = base
+        self.detach_value_head = detach_value_head
+        d_model = base.cfg.d_model
+        self.value_head = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Linear(4 * d_model, 1)
+        )
+        self.value_head.to(base.cfg.device)
+        self._values: Tensor | None = None
+
+    def _store_values(self, resid: Float[Tensor, "batch seq d_model"], hook: HookPoint) -> None:
+        if self.detach_value_head:
+            resid = resid.detach()
+        self._values = self.value_head(resid).squeeze(-1)
+
+    def forward(
+        self, input_ids: Int[Tensor, "batch seq"]
+    ) -> tuple[Float[Tensor, "batch seq d_vocab"], Float[Tensor, "batch seq"]]:
+        """Return (logits, values) for every position of `input_ids`."""
+        logits = self.base.run_with_hooks(
+            input_ids,
+            return_type="logits",
+            fwd_hooks=[("ln_final.hook_normalized", self._store_values)],
+        )
+        values, self._values = self._values, None
+        assert values is not None
+        return logits, values

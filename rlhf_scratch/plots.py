@@ -1,0 +1,31 @@
+"""Figures of a training run (matplotlib, written as PNG)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def plot_training_curves(history: list[dict[str, float]], run_dir: str | Path, name: str = "curves.png") -> Path:
+    """Reward (mean ± std) and KL(π‖π_ref) per phase, side by side, saved in `run_dir`."""
+    phases = [m["phase"] for m in history]
+    mean = [m["rewards/mean"] for m in history]
+    std = [m["rewards/std"] for m in history]
+    fig, (ax_r, ax_kl) = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax_r.plot(phases, mean, color="tab:blue")
+    ax_r.fill_between(phases, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                      color="tab:blue", alpha=0.2)
+    ax_r.set(xlabel="phase", ylabel="reward", title="reward (mean ± std)")
+    ax_kl.plot(phases, [m["objective/kl"] for m in history], color="tab:red")
+    ax_kl.set(xlabel="phase", ylabel="nats / token", title="KL(π ‖ π_ref)")
+    for ax in (ax_r, ax_kl):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(run_dir) / name
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
