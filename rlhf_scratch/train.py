@@ -61,20 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     opts = vars(build_parser().parse_args(argv))
     preset = opts.pop("preset") or "tiny"
+    from rlhf_scratch.loading import HubUnreachableError
+    from rlhf_scratch.trainer import RLHFTrainer
+
     try:
         args = make_args(preset, **opts)
-        from rlhf_scratch.loading import HubUnreachableError
-        from rlhf_scratch.runs import RunFolderError
-        from rlhf_scratch.trainer import RLHFTrainer
 
-        try:
-            run_dir = RLHFTrainer(args).train()
-        except (HubUnreachableError, RunFolderError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    except ConfigError as e:
+        trainer = RLHFTrainer(args)  # loads the models: a bad name or an unreachable Hub fails here
+        run_dir = trainer.start_run()  # a run folder that would overwrite another fails here
+    except (ValueError, HubUnreachableError) as e:  # ConfigError, RunFolderError, no Hub: one line
         print(f"error: {e}", file=sys.stderr)
         return 2
+    trainer.train()
     print(f"done: {run_dir}")
     return 0
 

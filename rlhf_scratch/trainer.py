@@ -173,8 +173,8 @@ class RLHFTrainer:
                 "losses/value_loss": value_loss.item(),
                 "losses/entropy_bonus": entropy_bonus.item(),
                 "losses/kl_penalty": kl_penalty.item(),
-                "losses/clipfrac": calc_clip_fraction(logprobs, mb.logprobs, args.clip_coef).item(),
-                "losses/approx_kl": calc_approx_kl(logprobs, mb.logprobs).item(),
+                "losses/clipfrac": calc_clip_fraction(logprobs, mb.logprobs, args.clip_coef),
+                "losses/approx_kl": calc_approx_kl(logprobs, mb.logprobs),
             }
         return total, stats
 
@@ -193,12 +193,18 @@ class RLHFTrainer:
         return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
 
     # ------------------------------------------------------------------ the loop
+    def start_run(self) -> Path:
+        """Create the run folder (refusing to overwrite one) and start W&B if asked."""
+        if self.run_dir is None:
+            self.run_dir = new_run_dir(self.args)
+            self._init_wandb()
+            self._say(f"run folder: {self.run_dir}  (device {self.device}, prefix_len {self.prefix_len})")
+        return self.run_dir
+
     def train(self) -> Path:
         """Run every phase; write the run folder; return its path."""
         args = self.args
-        self.run_dir = new_run_dir(args)
-        self._init_wandb()
-        self._say(f"run folder: {self.run_dir}  (device {self.device}, prefix_len {self.prefix_len})")
+        self.start_run()
         bar = tqdm(range(args.total_phases), desc="phases", disable=self.quiet)
         for self.phase in bar:
             start = time.perf_counter()

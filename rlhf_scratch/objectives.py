@@ -1,0 +1,174 @@
+"""The PPO objective, one function per term, plus the diagnostics CleanRL logs.
+
+The learning phase MAXIMISES
+
+    objective = clipped_surrogate - value_fn_loss + entropy_bonus - kl_penalty
+
+so every term here is returned with its coefficient already applied and with the sign a
+reader expects (the two penalties are positive numbers the trainer subtracts).
+
+All terms work from log-probabilities computed with `log_softmax`, never `log(softmax)`:
+the latter underflows to log(0) = -inf for confident logits (try logits x 100), the former
+stays finite.
+
+Sequence layout: `[prefix (prefix_len tokens, incl. BOS) | generated (gen_len tokens)]`.
+Logits at position t predict token t+1, so the generated tokens are predicted by
+`logits[:, prefix_len-1 : -1]` ("the generated span").
+"""
+
+import math
+import warnings
+
+import torch
+from eindex import eindex
+from jaxtyping import Float, Int
+from torch import Tensor
+
+
+def get_log_probs(
+    logits: Float[Tensor, "batch seq_len d_vocab"],
+    tokens: Int[Tensor, "batch seq_len"],
+    prefix_len: int | None = None,
+) -> Float[Tensor, "batch gen_len"]:
+    """Log-probability the model gave to each token that actually came next.
+
+        out[b, t] = log pi(tokens[b, t+1] | tokens[b, :t+1]) = log_softmax(logits[b, t])[tokens[b, t+1]]
+
+    With `prefix_len`, only the generated tokens: t = prefix_len-1 ... seq_len-2, so
+    gen_len = seq_len - prefix_len. Without it, every next token: gen_len = seq_len - 1.
+    """
+    seq_len = tokens.shape[1]
+    if prefix_len is not None:
+        if not 1 <= prefix_len < seq_len:
+            raise ValueError(f"prefix_len must be in [1, seq_len) = [1, {seq_len}); got {prefix_len}")
+        logits, tokens = logits[:, prefix_len - 1 :], tokens[:, prefix_len - 1 :]
+    logprobs = logits.log_softmax(dim=-1)
+    # "b s [b s+1]": for each (b, s) < (batch, seq-1), pick d_vocab index tokens[b, s+1].
+    # eindex 0.1.2 indexes with a list of tensors, which torch >= 2.9 warns about (harmlessly).
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Using a non-tuple sequence", category=UserWarning)
+        return eindex(logprobs, tokens, "b s [b s+1]")
+
+
+def calc_kl_penalty(
+    logits: Float[Tensor, "batch gen_len d_vocab"],
+    ref_logits: Float[Tensor, "batch gen_len d_vocab"],
+    kl_coef: float,
+) -> Float[Tensor, ""]:
+    """KL penalty keeping the policy pi near the frozen reference pi_ref (the trainer subtracts it).
+
+        penalty = kl_coef * mean_{b,t} sum_v pi(v) * (log pi(v) - log pi_ref(v))
+
+    i.e. KL(pi || pi_ref) over the full vocabulary at each generated position. The direction
+    matters: KL(pi || pi_ref) punishes pi for putting mass where pi_ref has little (writing
+    text the reference model finds unlikely), which is what stops reward hacking.
+    `ref_logits` should come from the frozen model (no gradient needed through it).
+    """
+    logprobs = logits.log_softmax(dim=-1)
+    ref_logprobs = ref_logits.log_softmax(dim=-1)
+    kl = (logprobs.exp() * (logprobs - ref_logprobs)).sum(dim=-1)
+    return kl_coef * kl.mean()
+
+
+def calc_entropy_bonus(
+    logits: Float[Tensor, "batch gen_len d_vocab"],
+    ent_coef: float,
+) -> Float[Tensor, ""]:
+    """Entropy bonus encouraging exploration (the trainer adds it).
+
+        bonus = ent_coef * mean_{b,t} ( - sum_v pi(v) * log pi(v) )
+
+    Uniform logits over V tokens give the maximum, ent_coef * ln(V).
+    """
+    logprobs = logits.log_softmax(dim=-1)
+    entropy = -(logprobs.exp() * logprobs).sum(dim=-1)
+    return ent_coef * entropy.mean()
+
+
+def calc_value_fn_loss(
+    values: Float[Tensor, "minibatch gen_len"],
+    mb_returns: Float[Tensor, "minibatch gen_len"],
+    vf_coef: float,
+) -> Float[Tensor, ""]:
+    """Value-function loss: regress V(s_t) onto the returns (the trainer subtracts it).
+
+        loss = 1/2 * vf_coef * mean_{b,t} (V(s_t) - R_t)^2
+
+    The 1/2 is CleanRL's and ARENA's convention (gradient vf_coef * (V - R) / N).
+    """
+    return 0.5 * vf_coef * (values - mb_returns).pow(2).mean()
+
+
+def calc_clipped_sur_obj(
+    logprobs: Float[Tensor, "minibatch gen_len"],
+    mb_logprobs: Float[Tensor, "minibatch gen_len"],
+    mb_advantages: Float[Tensor, "minibatch gen_len"],
+    clip_coef: float,
+    eps: float = 1e-8,
+) -> Float[Tensor, ""]:
+    """PPO's clipped surrogate objective (MAXIMISED).
+
+        A_hat = (A - mean(A)) / (std(A) + eps)          advantages normalised per minibatch
+                                                        (std with Bessel's n-1, like torch/CleanRL)
+        r     = exp(log pi(a|s) - log pi_old(a|s))      probability ratio to the rollout policy
+        obj   = mean_{b,t} min( r * A_hat, clip(r, 1-clip_coef, 1+clip_coef) * A_hat )
+
+    The min makes the objective pessimistic: once the ratio has moved past 1+eps in the
+    direction the advantage pushes (r > 1+eps for A > 0, r < 1-eps for A < 0) the term is
+    constant and has no gradient; moving back is never clipped.
+    """
+    ratio = (logprobs - mb_logprobs).exp()
+    adv = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + eps)
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv
+    return torch.minimum(unclipped, clipped).mean()
+
+
+# --- diagnostics (log these, don't optimise them) ---------------------------------------------
+
+
+@torch.no_grad()
+def calc_clip_fraction(
+    logprobs: Float[Tensor, "minibatch gen_len"],
+    mb_logprobs: Float[Tensor, "minibatch gen_len"],
+    clip_coef: float,
+) -> float:
+    """Fraction of tokens whose ratio lies outside the clip range (CleanRL's losses/clipfrac).
+
+        clipfrac = mean_{b,t} [ |r - 1| > clip_coef ],   r = exp(logprobs - mb_logprobs)
+    """
+    ratio = (logprobs - mb_logprobs).exp()
+    return ((ratio - 1).abs() > clip_coef).float().mean().item()
+
+
+@torch.no_grad()
+def calc_approx_kl(
+    logprobs: Float[Tensor, "minibatch gen_len"],
+    mb_logprobs: Float[Tensor, "minibatch gen_len"],
+) -> float:
+    """Approximate KL(pi_old || pi) on the sampled tokens (CleanRL's losses/approx_kl).
+
+        approx_kl = mean_{b,t} ( (r - 1) - log r ),   log r = logprobs - mb_logprobs
+
+    Schulman's "k3" estimator: unbiased, and never negative since log r <= r - 1.
+    """
+    log_ratio = logprobs - mb_logprobs
+    return ((log_ratio.exp() - 1) - log_ratio).mean().item()
+
+
+@torch.no_grad()
+def explained_variance(
+    values: Float[Tensor, "*shape"],
+    returns: Float[Tensor, "*shape"],
+) -> float:
+    """How much of the returns' variance the value function explains (CleanRL's losses/explained_variance).
+
+        EV = 1 - Var[R - V] / Var[R]
+
+    1 = perfect, 0 = no better than predicting the mean, < 0 = worse. Like CleanRL, returns
+    NaN when Var[R] = 0 (nothing to explain; the ratio is undefined).
+    """
+    var_returns = returns.float().var(unbiased=False).item()
+    if var_returns == 0:
+        return math.nan
+    return 1.0 - (returns - values).float().var(unbiased=False).item() / var_returns

@@ -1,0 +1,65 @@
+"""The optimiser (two learning rates: trunk and value head) and the per-phase LR schedule."""
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from rlhf_scratch.config import RLHFArgs
+
+
+def get_optimizer(model: nn.Module, base_lr: float, head_lr: float) -> torch.optim.AdamW:
+    """AdamW with two parameter groups: `model.base` at base_lr, `model.value_head` at head_lr.
+
+    `maximize=True` because the trainer ascends the PPO objective
+    (clipped surrogate - value loss + entropy bonus - KL penalty). The freshly initialised
+    value head gets a much larger learning rate than the pretrained trunk.
+    """
+    base_params = list(model.base.parameters())
+    head_params = list(model.value_head.parameters())
+    grouped = {id(p) for p in base_params} | {id(p) for p in head_params}
+    stray = [name for name, p in model.named_parameters() if id(p) not in grouped]
+    if stray:
+        raise ValueError(f"get_optimizer: parameters outside model.base and model.value_head would not be trained: {stray}")
+    return torch.optim.AdamW(
+        [{"params": base_params, "lr": base_lr}, {"params": head_params, "lr": head_lr}],
+        maximize=True,
+    )
+
+
+def get_lr_scheduler(warmup_steps: int, total_steps: int, final_scale: float) -> Callable[[int], float]:
+    """The learning-rate multiplier for `torch.optim.lr_scheduler.LambdaLR`:
+
+        m(step) = step / warmup_steps                                              step < warmup_steps
+                = 1 - (1 - final_scale) * (step - warmup_steps) / (total_steps - warmup_steps)
+                                                                     warmup_steps <= step < total_steps
+                = final_scale                                                      step >= total_steps
+
+    i.e. linear warmup 0 -> 1, then linear decay 1 -> final_scale, reached at `total_steps` and
+    held after it. No division by zero: warmup_steps = 0 skips the warmup, and if
+    warmup_steps >= total_steps the warmup is cut short by the jump to final_scale.
+    """
+
+    def lr_lambda(step: int) -> float:
+        if step >= total_steps:
+            return final_scale
+        if step < warmup_steps:
+            return step / warmup_steps
+        return 1 - (1 - final_scale) * (step - warmup_steps) / (total_steps - warmup_steps)
+
+    return lr_lambda
+
+
+def get_optimizer_and_scheduler(
+    args: RLHFArgs, model: nn.Module
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW plus a LambdaLR stepped once per phase.
+
+    Phase p (0-based) trains at lr * m(p); call `scheduler.step()` once after each phase's
+    learning. The schedule ends at total_steps = total_phases - 1, so the last phase trains at
+    exactly final_scale (and the first, with warmup, at 0 - as in the blog and ARENA).
+    """
+    optimizer = get_optimizer(model, args.base_lr, args.head_lr)
+    lr_lambda = get_lr_scheduler(args.warmup_steps, args.total_phases - 1, args.final_scale)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lr_lambda)
+    return optimizer, scheduler

@@ -1,0 +1,71 @@
+"""Advantage estimates: the blog's one-step estimate by hand, GAE against a plain Python loop."""
+
+import pytest
+import torch
+
+from rlhf_scratch.advantages import compute_advantages, compute_gae_advantages
+
+# batch 2, seq_len 4, prefix_len 2 -> gen_len 2. The generated tokens 2 and 3 are chosen in
+# states s_1 and s_2; values[:, 0] (prefix state) and values[:, 3] (after the last token) are unused.
+VALUES = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.0, -1.0, 5.0, 2.0]])
+REWARDS = torch.tensor([10.0, -3.0])
+PREFIX_LEN = 2
+
+
+def test_one_step_advantages_by_hand():
+    # row 0: A_1 = V(s_2) - V(s_1) = 3 - 2 = 1;  A_2 = reward - V(s_2) = 10 - 3 = 7
+    # row 1: A_1 = 5 - (-1) = 6;                 A_2 = -3 - 5 = -8
+    expected = torch.tensor([[1.0, 7.0], [6.0, -8.0]])
+    out = compute_advantages(VALUES, REWARDS, PREFIX_LEN)
+    assert out.shape == (2, 2), "one advantage per generated token: gen_len = seq_len - prefix_len"
+    assert torch.equal(out, expected), (
+        f"got {out.tolist()}, expected {expected.tolist()}: A_t = V(s_t+1) - V(s_t), with the reward "
+        "in place of V after the last generated token"
+    )
+
+
+def test_one_step_ignores_prefix_state_and_final_value():
+    values = VALUES.clone()
+    values[:, 0] = 100.0  # V(s_0): no generated token is chosen in s_0 (prefix_len = 2)
+    values[:, -1] = -100.0  # the value after the last token: the reward replaces it
+    assert torch.equal(compute_advantages(values, REWARDS, PREFIX_LEN), compute_advantages(VALUES, REWARDS, PREFIX_LEN))
+
+
+def gae_reference(values: list[float], reward: float, prefix_len: int, gamma: float, lam: float) -> list[float]:
+    """GAE for one sample, written as the textbook double sum."""
+    v = values[prefix_len - 1 : -1]
+    n = len(v)
+    next_v = v[1:] + [0.0]
+    r = [0.0] * (n - 1) + [reward]
+    deltas = [r[t] + gamma * next_v[t] - v[t] for t in range(n)]
+    return [sum((gamma * lam) ** k * deltas[t + k] for k in range(n - t)) for t in range(n)]
+
+
+@pytest.mark.parametrize("gamma,lam", [(1.0, 0.95), (0.9, 0.5), (0.99, 1.0)])
+def test_gae_matches_python_loop(gamma, lam):
+    gen = torch.Generator().manual_seed(1)
+    values = torch.randn(3, 9, generator=gen, dtype=torch.float64)
+    rewards = torch.randn(3, generator=gen, dtype=torch.float64)
+    prefix_len = 3
+    out = compute_gae_advantages(values, rewards, prefix_len, gamma, lam)
+    for b in range(3):
+        expected = gae_reference(values[b].tolist(), rewards[b].item(), prefix_len, gamma, lam)
+        assert out[b].tolist() == pytest.approx(expected), f"sample {b} differs from the textbook GAE"
+
+
+def test_gae_lambda0_gamma1_is_one_step():
+    out = compute_gae_advantages(VALUES, REWARDS, PREFIX_LEN, gamma=1.0, gae_lambda=0.0)
+    assert torch.allclose(out, compute_advantages(VALUES, REWARDS, PREFIX_LEN)), (
+        "with gamma=1, lambda=0 GAE is the one-step estimate delta_t = V(s_t+1) - V(s_t) (reward at the end)"
+    )
+
+
+def test_gae_lambda1_gamma1_is_monte_carlo():
+    # the deltas telescope: A_t = reward - V(s_t); row 0: [10 - 2, 10 - 3], row 1: [-3 + 1, -3 - 5]
+    out = compute_gae_advantages(VALUES, REWARDS, PREFIX_LEN, gamma=1.0, gae_lambda=1.0)
+    assert torch.allclose(out, torch.tensor([[8.0, 7.0], [-2.0, -8.0]]))
+
+
+def test_bad_prefix_len():
+    with pytest.raises(ValueError, match="prefix_len"):
+        compute_advantages(VALUES, REWARDS, prefix_len=0)

@@ -1,0 +1,263 @@
+"""The PPO objective terms, each against numbers worked out by hand and an independent reference.
+
+Hand examples use logits [0, ln 2, ln 3], whose softmax is [1/6, 2/6, 3/6], and all-zero
+logits, whose softmax is uniform [1/3, 1/3, 1/3].
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlhf_scratch.objectives import (
+    calc_approx_kl,
+    calc_clip_fraction,
+    calc_clipped_sur_obj,
+    calc_entropy_bonus,
+    calc_kl_penalty,
+    calc_value_fn_loss,
+    explained_variance,
+    get_log_probs,
+)
+
+LN2, LN3 = math.log(2), math.log(3)
+
+
+def close(a, b, tol=1e-5):
+    return abs(float(a) - float(b)) < tol
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(0)
+
+
+# --- get_log_probs ----------------------------------------------------------------------------
+
+
+def test_get_log_probs_by_hand():
+    # position 0 predicts token 1, position 1 predicts token 2 (the last position predicts nothing)
+    logits = torch.tensor([[[0.0, LN2, LN3], [0.0, 0.0, 0.0], [5.0, -5.0, 1.0]]])
+    tokens = torch.tensor([[2, 1, 0]])
+    out = get_log_probs(logits, tokens)
+    assert out.shape == (1, 2), "without prefix_len there is one log-prob per next token: seq_len - 1"
+    expected = [math.log(2 / 6), math.log(1 / 3)]  # p(tok 1 | pos 0) = 2/6; uniform at pos 1
+    assert torch.allclose(out, torch.tensor([expected])), (
+        f"got {out.tolist()}, expected {expected}: logits at position t score token t+1 "
+        "(did you pair logits[t] with tokens[t] instead of tokens[t+1]?)"
+    )
+
+
+def test_get_log_probs_matches_gather(gen):
+    batch, seq_len, d_vocab, prefix_len = 3, 7, 11, 3
+    logits = torch.randn(batch, seq_len, d_vocab, generator=gen)
+    tokens = torch.randint(0, d_vocab, (batch, seq_len), generator=gen)
+    logprobs = logits.log_softmax(-1)
+    reference = logprobs[:, :-1].gather(-1, tokens[:, 1:, None]).squeeze(-1)
+
+    assert torch.allclose(get_log_probs(logits, tokens), reference)
+    gen_only = get_log_probs(logits, tokens, prefix_len=prefix_len)
+    assert gen_only.shape == (batch, seq_len - prefix_len), "with prefix_len: one log-prob per generated token"
+    assert torch.allclose(gen_only, reference[:, prefix_len - 1 :]), (
+        "the generated tokens are predicted by logits[:, prefix_len-1 : -1]"
+    )
+
+
+def test_get_log_probs_rejects_bad_prefix_len():
+    with pytest.raises(ValueError, match="prefix_len"):
+        get_log_probs(torch.zeros(1, 3, 4), torch.zeros(1, 3, dtype=torch.long), prefix_len=3)
+
+
+# --- KL penalty -------------------------------------------------------------------------------
+
+
+def test_kl_penalty_by_hand():
+    # position 0: pi = [1/6, 2/6, 3/6] vs pi_ref uniform; position 1: identical (KL 0)
+    logits = torch.tensor([[[0.0, LN2, LN3], [1.0, 2.0, 3.0]]])
+    ref_logits = torch.tensor([[[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]]])
+    kl_coef = 0.5
+    kl_pos0 = 1 / 6 * math.log((1 / 6) / (1 / 3)) + 2 / 6 * math.log((2 / 6) / (1 / 3)) + 3 / 6 * math.log((3 / 6) / (1 / 3))
+    expected = kl_coef * (kl_pos0 + 0.0) / 2
+
+    out = calc_kl_penalty(logits, ref_logits, kl_coef)
+    reversed_kl = 1 / 3 * (math.log((1 / 3) / (1 / 6)) + math.log((1 / 3) / (2 / 6)) + math.log((1 / 3) / (3 / 6)))
+    assert not close(out, kl_coef * reversed_kl / 2), "KL direction reversed: we want KL(pi || pi_ref) = sum pi (log pi - log pi_ref)"
+    assert not close(out, kl_pos0 / 2), "you forgot to multiply by kl_coef"
+    assert not close(out, kl_coef * kl_pos0), "take the mean over positions, not the sum"
+    assert close(out, expected), f"got {float(out)}, expected {expected}"
+
+
+def test_kl_penalty_matches_torch_kl_div(gen):
+    logits = torch.randn(4, 5, 13, generator=gen)
+    ref_logits = torch.randn(4, 5, 13, generator=gen)
+    # F.kl_div(input, target) = sum target * (log target - input) = KL(target || input)
+    reference = F.kl_div(ref_logits.log_softmax(-1), logits.log_softmax(-1), log_target=True, reduction="none").sum(-1).mean()
+    assert torch.allclose(calc_kl_penalty(logits, ref_logits, 1.0), reference, atol=1e-6)
+    assert torch.allclose(calc_kl_penalty(logits, ref_logits, 0.3), 0.3 * reference, atol=1e-6)
+
+
+def test_kl_penalty_zero_iff_identical(gen):
+    logits = torch.randn(2, 3, 7, generator=gen)
+    assert close(calc_kl_penalty(logits, logits.clone(), 1.0), 0.0), "KL of a distribution with itself is 0"
+    assert close(calc_kl_penalty(logits, logits + 4.0, 1.0), 0.0), "adding a constant to logits doesn't change the distribution"
+    assert float(calc_kl_penalty(logits, torch.randn(2, 3, 7, generator=gen), 1.0)) > 0
+
+
+# --- entropy bonus ----------------------------------------------------------------------------
+
+
+def test_entropy_bonus_by_hand():
+    logits = torch.tensor([[[0.0, LN2, LN3], [0.0, 0.0, 0.0]]])
+    ent_coef = 0.1
+    h0 = -(1 / 6 * math.log(1 / 6) + 2 / 6 * math.log(2 / 6) + 3 / 6 * math.log(3 / 6))
+    h1 = math.log(3)  # uniform over 3 tokens
+    expected = ent_coef * (h0 + h1) / 2
+    out = calc_entropy_bonus(logits, ent_coef)
+    assert not close(out, (h0 + h1) / 2), "you forgot to multiply by ent_coef"
+    assert not close(out, -expected), "entropy is -sum p log p (positive); check the sign"
+    assert close(out, expected), f"got {float(out)}, expected {expected}"
+
+
+def test_entropy_bonus_uniform_is_log_vocab():
+    d_vocab = 50
+    out = calc_entropy_bonus(torch.zeros(2, 3, d_vocab), 1.0)
+    assert close(out, math.log(d_vocab)), "uniform logits over V tokens have entropy ln V"
+
+
+def test_entropy_bonus_matches_categorical(gen):
+    logits = torch.randn(3, 4, 17, generator=gen)
+    reference = torch.distributions.Categorical(logits=logits).entropy().mean()
+    assert torch.allclose(calc_entropy_bonus(logits, 0.01), 0.01 * reference, atol=1e-7)
+
+
+# --- value-function loss ----------------------------------------------------------------------
+
+
+def test_value_fn_loss_by_hand():
+    values = torch.tensor([[1.0, 2.0]])
+    returns = torch.tensor([[0.0, 4.0]])
+    vf_coef = 0.2
+    mse = ((1 - 0) ** 2 + (2 - 4) ** 2) / 2  # 2.5
+    out = calc_value_fn_loss(values, returns, vf_coef)
+    assert not close(out, vf_coef * mse), "you forgot the 1/2 in 1/2 * vf_coef * mean((V - R)^2)"
+    assert not close(out, 0.5 * mse), "you forgot to multiply by vf_coef"
+    assert not close(out, 0.5 * vf_coef * mse * 2), "take the mean of the squared errors, not the sum"
+    assert close(out, 0.5 * vf_coef * mse), f"got {float(out)}, expected {0.5 * vf_coef * mse}"
+
+
+def test_value_fn_loss_matches_mse_loss(gen):
+    values, returns = torch.randn(4, 6, generator=gen), torch.randn(4, 6, generator=gen)
+    assert torch.allclose(calc_value_fn_loss(values, returns, 0.15), 0.5 * 0.15 * F.mse_loss(values, returns))
+
+
+# --- clipped surrogate ------------------------------------------------------------------------
+
+# Advantages [[1, 1], [-1, -1]]: mean 0, sample std sqrt((4 * 1^2) / (4 - 1)) = 2/sqrt(3),
+# so they normalise to +-sqrt(3)/2.
+ADV = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+A_HAT = math.sqrt(3) / 2
+CLIP = 0.2
+
+
+def sur_obj(ratios, advantages=ADV, clip_coef=CLIP):
+    """The surrogate for given ratios r (mb_logprobs = 0, so logprobs = log r)."""
+    logprobs = torch.tensor(ratios).log().requires_grad_()
+    out = calc_clipped_sur_obj(logprobs, torch.zeros_like(logprobs), advantages, clip_coef)
+    out.backward()
+    return out.detach(), logprobs.grad
+
+
+def test_clipped_sur_obj_inside_clip_range():
+    # every ratio inside [0.8, 1.2]: the clip is inactive, objective = mean(r * A_hat)
+    ratios = [[1.1, 0.9], [1.1, 0.9]]
+    out, _ = sur_obj(ratios)
+    expected = (1.1 * A_HAT + 0.9 * A_HAT + 1.1 * -A_HAT + 0.9 * -A_HAT) / 4  # = 0
+    assert close(out, expected)
+    # an asymmetric case that distinguishes normalised from raw advantages
+    ratios = [[1.1, 1.1], [0.9, 0.9]]
+    out, _ = sur_obj(ratios)
+    expected = (1.1 * A_HAT * 2 + 0.9 * -A_HAT * 2) / 4
+    unnormalised = (1.1 * 2 - 0.9 * 2) / 4
+    assert not close(out, unnormalised), "you forgot to normalise the advantages: (A - mean) / (std + eps)"
+    assert close(out, expected), f"got {float(out)}, expected {expected}"
+
+
+def test_clipped_sur_obj_outside_clip_range():
+    # row 0 (A > 0): r = 1.5 is clipped to 1.2; r = 0.5 is NOT (min picks the lower 0.5 * A)
+    # row 1 (A < 0): r = 0.5 is clipped to 0.8; r = 1.5 is NOT (min picks the lower -1.5 * A_hat)
+    ratios = [[1.5, 0.5], [0.5, 1.5]]
+    out, grad = sur_obj(ratios)
+    expected = (1.2 * A_HAT + 0.5 * A_HAT + 0.8 * -A_HAT + 1.5 * -A_HAT) / 4
+    no_clip = (1.5 * A_HAT + 0.5 * A_HAT + 0.5 * -A_HAT + 1.5 * -A_HAT) / 4
+    clip_only = (1.2 * A_HAT + 0.8 * A_HAT + 0.8 * -A_HAT + 1.2 * -A_HAT) / 4
+    assert not close(out, no_clip), "the ratio must be clipped to [1 - clip_coef, 1 + clip_coef]"
+    assert not close(out, clip_only), "take min(r * A, clip(r) * A), not only the clipped term"
+    assert close(out, expected), f"got {float(out)}, expected {expected}"
+
+    # d/d logprob of r * A_hat / N is r * A_hat / N (since dr/dlogprob = r)
+    assert grad[0, 0] == 0, "A > 0 and r > 1 + eps: the clip binds, there must be no gradient"
+    assert grad[1, 0] == 0, "A < 0 and r < 1 - eps: the clip binds, there must be no gradient"
+    assert close(grad[0, 1], 0.5 * A_HAT / 4), "A > 0 and r < 1 - eps: moving back is never clipped"
+    assert close(grad[1, 1], 1.5 * -A_HAT / 4), "A < 0 and r > 1 + eps: moving back is never clipped"
+
+
+def test_clipped_sur_obj_matches_piecewise_reference(gen):
+    logprobs = torch.randn(8, 5, generator=gen) * 0.3
+    mb_logprobs = torch.randn(8, 5, generator=gen) * 0.3
+    advantages = torch.randn(8, 5, generator=gen) * 3 + 1
+    r = (logprobs - mb_logprobs).exp()
+    a = (advantages - advantages.mean()) / advantages.std()
+    # for A >= 0 the objective is min(r, 1 + eps) * A; for A < 0 it is max(r, 1 - eps) * A
+    reference = torch.where(a >= 0, r.clamp(max=1 + CLIP) * a, r.clamp(min=1 - CLIP) * a).mean()
+    assert torch.allclose(calc_clipped_sur_obj(logprobs, mb_logprobs, advantages, CLIP), reference, atol=1e-6)
+
+
+# --- diagnostics ------------------------------------------------------------------------------
+
+
+def test_clip_fraction_by_hand():
+    ratios = torch.tensor([[1.1, 1.5], [0.5, 0.9]])
+    assert close(calc_clip_fraction(ratios.log(), torch.zeros(2, 2), 0.2), 2 / 4)  # 1.5 and 0.5 are outside
+
+
+def test_approx_kl_by_hand():
+    ratios = [[2.0, 0.5]]
+    out = calc_approx_kl(torch.tensor(ratios).log(), torch.zeros(1, 2))
+    expected = ((2.0 - 1) - math.log(2.0) + (0.5 - 1) - math.log(0.5)) / 2
+    assert close(out, expected), f"got {out}, expected mean((r - 1) - log r) = {expected}"
+    assert close(calc_approx_kl(torch.zeros(1, 2), torch.zeros(1, 2)), 0.0)
+
+
+def test_explained_variance():
+    returns = torch.tensor([1.0, 2.0, 3.0, 6.0])
+    assert close(explained_variance(returns.clone(), returns), 1.0), "perfect values explain everything"
+    assert close(explained_variance(torch.full((4,), 7.0), returns), 0.0), "a constant explains nothing"
+    # residual [1, 0, 0, -1] has (population) variance 2/4; returns have mean 3, variance (4+1+0+9)/4
+    values = returns - torch.tensor([1.0, 0.0, 0.0, -1.0])
+    assert close(explained_variance(values, returns), 1 - (2 / 4) / (14 / 4))
+    assert math.isnan(explained_variance(torch.randn(4), torch.ones(4))), "Var[R] = 0: undefined, returns NaN"
+
+
+# --- numerical stability ----------------------------------------------------------------------
+
+
+def test_everything_finite_for_huge_logits(gen):
+    batch, seq_len, d_vocab, prefix_len = 2, 6, 9, 2
+    gen_len = seq_len - prefix_len
+    logits = (torch.randn(batch, seq_len, d_vocab, generator=gen) * 100).requires_grad_()
+    ref_logits = torch.randn(batch, gen_len, d_vocab, generator=gen) * 100
+    tokens = torch.randint(0, d_vocab, (batch, seq_len), generator=gen)
+
+    span = logits[:, prefix_len - 1 : -1]
+    logprobs = get_log_probs(logits, tokens, prefix_len)
+    terms = {
+        "get_log_probs": logprobs.sum(),
+        "calc_kl_penalty": calc_kl_penalty(span, ref_logits, 1.0),
+        "calc_entropy_bonus": calc_entropy_bonus(span, 1.0),
+        "calc_clipped_sur_obj": calc_clipped_sur_obj(logprobs, logprobs.detach() - 1.0, torch.randn(batch, gen_len, generator=gen), CLIP),
+    }
+    for name, value in terms.items():
+        assert torch.isfinite(value), f"{name} is not finite for logits x 100: use log_softmax, never log(softmax)"
+        (grad,) = torch.autograd.grad(value, logits, retain_graph=True)
+        assert torch.isfinite(grad).all(), f"{name} has a non-finite gradient for logits x 100"
