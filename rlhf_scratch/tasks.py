@@ -7,7 +7,7 @@ to `RLHFTrainer(args, reward_fn=...)` to train on your own reward.
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable
+from collections.abc import Callable
 
 from jaxtyping import Float
 from torch import Tensor

@@ -17,7 +17,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

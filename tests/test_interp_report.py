@@ -1,0 +1,81 @@
+"""interp.report: the report end to end, on a toy pair and on a run folder made here."""
+
+import json
+
+import pytest
+import torch
+
+from interp.logits import residual_sentiment_direction, sentiment_tokens
+from interp.report import REVIEW_PROMPTS, main, make_report
+from interp.toy import perturb_head, toy_model, toy_tokenizer
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Toy-sized matrices: on a shared 2-core CPU extra torch threads cost far more than they save."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _count_good(texts):
+    return [float(t.count(" good")) for t in texts]
+
+
+def test_make_report_on_a_toy_pair(tmp_path):
+    ref = toy_model(seed=0, tokenizer=toy_tokenizer())
+    st = sentiment_tokens(ref)
+    tuned = perturb_head(ref, 1, 2, residual_sentiment_direction(ref, st), scale=5.0)
+    summary = make_report(ref, tuned, list(REVIEW_PROMPTS[:2]), tmp_path, reward_fn=_count_good,
+                          run_prompt="This movie was really", n_samples=2, gen_len=3, progress=False)
+    html = (tmp_path / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 10, "figures must be embedded"
+    for png in ("logit_lens.png", "head_dla.png", "patching_layers.png", "head_weight_change.png"):
+        assert (tmp_path / png).stat().st_size > 1000, png
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["head_dla"]["top_diff"][0]["head"] == "L1H2", "the changed head leads the DLA change"
+    assert saved["residual_patching"]["fraction"][-1] == pytest.approx(1.0, abs=1e-3)
+    assert summary["prompts"][0] == "This movie was really" and "reward" in saved
+
+
+def test_bad_run_dir_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nope" in err and "not a run folder" in err
+
+
+def _gpt2_folder(folder, tokenizer):
+    """A random 2-layer GPT-2 in Hugging Face format with the toy tokenizer (like the tiny preset)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_ctx=64, n_embd=32, n_layer=2, n_head=4,
+                        bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_report_end_to_end_on_a_run_folder(tmp_path, capsys):
+    runs = pytest.importorskip("rlhf_scratch.runs")
+    from rlhf_scratch.config import make_args
+    from rlhf_scratch.loading import load_lm
+    from rlhf_scratch.model import TransformerWithValueHead
+
+    lm = _gpt2_folder(tmp_path / "lm", toy_tokenizer(str(tmp_path / "tok")))
+    args = make_args("tiny", model=str(lm), task="periods", run_dir=str(tmp_path / "run"),
+                     prefix="This movie was really")
+    run_dir = runs.new_run_dir(args)
+    policy = TransformerWithValueHead(load_lm(str(lm)))
+    with torch.no_grad():  # the "training": nudge one head
+        policy.base.blocks[1].attn.W_O[0] += 0.5 * torch.randn_like(policy.base.blocks[1].attn.W_O[0])
+    runs.save_run_policy(run_dir, policy)
+
+    assert main([str(run_dir), "--n-samples", "2", "--gen-len", "3"]) == 0
+    out = run_dir / "interp"
+    assert (out / "report.html").is_file() and (out / "summary.json").is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["head_weight_change_relative"]["all"][0]["head"] == "L1H0"
+    assert "reward" in summary and summary["prompts"][0] == "This movie was really"
+    assert "wrote" in capsys.readouterr().out
