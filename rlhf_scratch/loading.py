@@ -1,0 +1,203 @@
+"""The one place models are loaded: the policy LM, its tokenizer and the reward classifier.
+
+Each loader takes a `name` that is one of
+- `"tiny"`: the offline preset shipped inside this package (`rlhf_scratch/assets/`), trained by
+  `python -m rlhf_scratch.pretrain` on Rotten Tomatoes review snippets;
+- a local folder in Hugging Face format (e.g. the output of `python -m rlhf_scratch.pretrain`);
+- a Hugging Face Hub id (`gpt2`, `lvwerra/distilbert-imdb`, ...), downloaded when the Hub is
+  reachable or already cached. When it is neither, a one-line `HubUnreachableError` names the
+  offline preset instead of a stack trace.
+
+The shipped LM is stored as a Hugging Face `GPT2LMHeadModel` folder and turned into a
+`HookedTransformer` by TransformerLens's own loading code (config conversion, GPT-2 weight
+conversion, `load_and_process_state_dict` with `from_pretrained`'s defaults: fold_ln,
+center_writing_weights, center_unembed, fold_value_biases), so `tiny` and `gpt2` are processed
+alike. The reward classifier is loaded by `AutoModelForSequenceClassification.from_pretrained`
+whatever its origin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from importlib.resources import as_file, files
+from pathlib import Path
+
+import torch
+from transformer_lens import HookedTransformer
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+TINY = "tiny"
+TINY_LM_DIR = "tiny_lm"
+TINY_REWARD_DIR = "tiny_reward"
+# What from_pretrained does by default, for the Hub path and the local path alike.
+PROCESSING = dict(fold_ln=True, center_writing_weights=True, center_unembed=True,
+                  fold_value_biases=True)
+
+
+@contextlib.contextmanager
+def _quiet_hooked_transformer():
+    """We use HookedTransformer knowingly (TransformerBridge is TransformerLens 3's new API):
+    silence only its deprecation notices, and only here (pytest resets global filters)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*HookedTransformer.* is deprecated",
+                                category=DeprecationWarning)
+        yield
+
+
+class HubUnreachableError(RuntimeError):
+    """A Hub id was asked for, it is not cached and the Hub cannot be reached."""
+
+    def __init__(self, name: str):
+        super().__init__(
+            f"cannot download {name!r} from the Hugging Face Hub (unreachable or "
+            f"HF_HUB_OFFLINE=1); use the offline preset: --preset tiny"
+        )
+        self.name = name
+
+
+def asset_path(subdir: str) -> Path:
+    """Folder of a shipped asset, found with importlib.resources (not relative to a checkout)."""
+    resource = files("rlhf_scratch") / "assets" / subdir
+    # The package is installed as plain files (not a zip), so this path stays valid.
+    with as_file(resource) as path:
+        return Path(path)
+
+
+def _local_folder(name: str, tiny_subdir: str) -> Path | None:
+    """`tiny` -> the shipped folder; an existing folder -> itself; else None (a Hub id)."""
+    if name == TINY:
+        path = asset_path(tiny_subdir)
+        if not (path / "config.json").exists() and not (path / "tokenizer.json").exists():
+            raise FileNotFoundError(
+                f"the tiny preset is missing from {path}; rebuild it with "
+                f"`python -m rlhf_scratch.pretrain --install`"
+            )
+        return path
+    path = Path(name).expanduser()
+    return path if path.is_dir() else None
+
+
+def _is_offline_error(err: BaseException) -> bool:
+    """Does this exception (or its cause chain) mean "the Hub could not be reached and the files
+    are not cached"? A repository the Hub says does not exist, or is gated, is not that."""
+    from huggingface_hub import errors as hub_errors
+
+    def types(*names):
+        return tuple(t for t in (getattr(hub_errors, n, None) for n in names) if isinstance(t, type))
+
+    answered = types("RepositoryNotFoundError", "GatedRepoError", "RevisionNotFoundError")
+    offline = types("LocalEntryNotFoundError", "OfflineModeIsEnabled")
+    markers = ("couldn't connect", "offline", "internet connection", "outgoing traffic")
+    chain, seen = [], set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    if any(isinstance(e, answered) for e in chain):
+        return False
+    return any(
+        isinstance(e, offline + (ConnectionError, TimeoutError))
+        or (isinstance(e, OSError) and any(m in str(e).lower() for m in markers))
+        for e in chain
+    )
+
+
+@contextlib.contextmanager
+def _hub_errors(name: str):
+    """Turn "the Hub is unreachable" failures while loading `name` into HubUnreachableError."""
+    try:
+        yield
+    except HubUnreachableError:
+        raise
+    except Exception as err:  # noqa: BLE001 - classified below, re-raised if not network
+        if _is_offline_error(err):
+            raise HubUnreachableError(name) from err
+        raise
+
+
+def load_tokenizer(name: str = TINY) -> PreTrainedTokenizerBase:
+    """The LM's tokenizer: `tiny` (shipped), a local folder, or a Hub id."""
+    folder = _local_folder(name, TINY_LM_DIR)
+    with _hub_errors(name):
+        return AutoTokenizer.from_pretrained(str(folder) if folder else name)
+
+
+def hooked_from_hf_folder(
+    folder: str | Path, device: str | torch.device = "cpu"
+) -> HookedTransformer:
+    """A local Hugging Face causal-LM folder (e.g. GPT-2 format) -> a float32 HookedTransformer.
+
+    The same steps as `HookedTransformer.from_pretrained`, which only accepts names it knows:
+    TransformerLens builds the config from the folder's config.json, converts the weights with
+    its architecture converter (`convert_gpt2_weights` for GPT-2) and applies the default
+    processing (`PROCESSING`).
+    """
+    from transformer_lens import loading_from_pretrained as tl_loading
+
+    folder = str(Path(folder).resolve())
+    hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    cfg = tl_loading.get_pretrained_model_config(
+        folder, hf_cfg=hf_model.config.to_dict(), fold_ln=PROCESSING["fold_ln"],
+        device=device, dtype=torch.float32,
+    )
+    state_dict = tl_loading.get_pretrained_state_dict(folder, cfg, hf_model, dtype=torch.float32)
+    with _quiet_hooked_transformer():
+        model = HookedTransformer(cfg, tokenizer, move_to_device=False)
+    model.load_and_process_state_dict(state_dict, **PROCESSING)
+    model.move_model_modules_to_device()
+    return model
+
+
+def load_lm(name: str = TINY, device: str | torch.device = "cpu") -> HookedTransformer:
+    """The policy LM as a float32 HookedTransformer.
+
+    `tiny` -> the shipped 4-layer GPT-2-architecture model; a local folder -> converted like
+    `tiny`; anything else -> `HookedTransformer.from_pretrained(name)` (e.g. `gpt2`).
+    """
+    folder = _local_folder(name, TINY_LM_DIR)
+    if folder is not None:
+        model = hooked_from_hf_folder(folder, device)
+    else:
+        try:
+            with _hub_errors(name), _quiet_hooked_transformer(), \
+                    contextlib.redirect_stdout(io.StringIO()):
+                model = HookedTransformer.from_pretrained(name, device=device, dtype="float32")
+        except ValueError as err:
+            if "not found. Valid official model names" not in str(err):
+                raise
+            raise ValueError(  # TransformerLens's message lists every model: keep one line
+                f"{name!r} is neither 'tiny', a local model folder, nor a TransformerLens "
+                f"pretrained model name (see transformer_lens.loading.OFFICIAL_MODEL_NAMES)"
+            ) from None
+    model.train()  # trainable; callers switch to eval() where they need determinism
+    return model
+
+
+def load_reward_model(
+    name: str = TINY, device: str | torch.device = "cpu"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A sentiment classifier and its tokenizer, by the same call whatever the origin.
+
+    `tiny` -> the shipped classifier; a local folder or a Hub id (e.g. `lvwerra/distilbert-imdb`)
+    -> `AutoModelForSequenceClassification.from_pretrained`. Convention (as the IMDB model):
+    label index 1 = positive, 0 = negative. Returned in eval mode, float32, on `device`.
+    """
+    folder = _local_folder(name, TINY_REWARD_DIR)
+    source = str(folder) if folder else name
+    with _hub_errors(name):
+        model = AutoModelForSequenceClassification.from_pretrained(source, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    if tokenizer.pad_token is None:  # GPT-2-style tokenizers have no pad token
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.config.pad_token_id is None:  # so GPT2ForSequenceClassification finds the last token
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model.to(device).eval(), tokenizer
