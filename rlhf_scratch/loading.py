@@ -123,6 +123,20 @@ def _hub_errors(name: str):
         raise
 
 
+@contextlib.contextmanager
+def _no_weight_loading_bars():
+    """Hide transformers' per-load "Loading weights" bar (restored afterwards)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def load_tokenizer(name: str = TINY) -> PreTrainedTokenizerBase:
     """The LM's tokenizer: `tiny` (shipped), a local folder, or a Hub id."""
     folder = _local_folder(name, TINY_LM_DIR)
@@ -143,7 +157,8 @@ def hooked_from_hf_folder(
     from transformer_lens import loading_from_pretrained as tl_loading
 
     folder = str(Path(folder).resolve())
-    hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with _no_weight_loading_bars():
+        hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     cfg = tl_loading.get_pretrained_model_config(
         folder, hf_cfg=hf_model.config.to_dict(), fold_ln=PROCESSING["fold_ln"],
@@ -193,7 +208,7 @@ def load_reward_model(
     """
     folder = _local_folder(name, TINY_REWARD_DIR)
     source = str(folder) if folder else name
-    with _hub_errors(name):
+    with _hub_errors(name), _no_weight_loading_bars():
         model = AutoModelForSequenceClassification.from_pretrained(source, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.pad_token is None:  # GPT-2-style tokenizers have no pad token

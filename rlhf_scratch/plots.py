@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def plot_training_curves(history: list[dict[str, float]], run_dir: str | Path, name: str = "curves.png") -> Path:
+def plot_training_curves(history: list[dict[str, float | int]], run_dir: str | Path, name: str = "curves.png") -> Path:
     """Reward (mean ± std) and KL(π‖π_ref) per phase, side by side, saved in `run_dir`."""
     phases = [m["phase"] for m in history]
     mean = [m["rewards/mean"] for m in history]

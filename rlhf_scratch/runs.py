@@ -55,13 +55,13 @@ def new_run_dir(args: RLHFArgs, root: str | Path = "runs") -> Path:
     return path
 
 
-def append_metrics(run_dir: Path, metrics: dict[str, float]) -> None:
+def append_metrics(run_dir: Path, metrics: dict[str, float | int]) -> None:
     """Append one phase's metrics as a JSON line."""
     with open(run_dir / METRICS_FILE, "a") as f:
         f.write(json.dumps(metrics) + "\n")
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
+def read_metrics(run_dir: str | Path) -> list[dict[str, float | int]]:
     """All phases' metrics of a run, in order."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():

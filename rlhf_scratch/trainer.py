@@ -50,6 +50,7 @@ from rlhf_scratch.sampling import get_samples
 from rlhf_scratch.tasks import make_reward_fn
 
 RewardFn = Callable[[list[str]], Float[Tensor, "batch"]]
+Metrics = dict[str, float | int]
 
 # Every metric logged once per phase, with stable names (CleanRL / TRL namespaces).
 PHASE_METRICS = (
@@ -118,7 +119,7 @@ class RLHFTrainer:
         )
         self.run_dir: Path | None = None
         self.phase = 0
-        self.history: list[dict[str, float]] = []
+        self.history: list[Metrics] = []
         self._wandb = None
 
     # ------------------------------------------------------------------ the two phases
@@ -231,7 +232,7 @@ class RLHFTrainer:
         return self.run_dir
 
     # ------------------------------------------------------------------ logging
-    def _phase_metrics(self, learn_stats: dict[str, float], lr: float, seconds: float) -> dict[str, float]:
+    def _phase_metrics(self, learn_stats: dict[str, float], lr: float, seconds: float) -> Metrics:
         r = self._rollout
         return {
             "phase": self.phase + 1,
@@ -247,7 +248,7 @@ class RLHFTrainer:
             "charts/tokens_per_s": self.args.batch_size * self.args.gen_len / seconds,
         }
 
-    def _log(self, metrics: dict[str, float]) -> None:
+    def _log(self, metrics: Metrics) -> None:
         self.history.append(metrics)
         assert self.run_dir is not None
         append_metrics(self.run_dir, metrics)
