@@ -8,7 +8,7 @@ the hyper-parameters that suit them; anything given on the command line wins ove
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 TASKS = ("sentiment", "vader", "periods")
@@ -49,13 +49,13 @@ class RLHFArgs:
     """How many times the rollout batch is reshuffled and trained on per phase (PPO epochs)."""
 
     # --- optimisation ----------------------------------------------------------------------
-    base_lr: float = 2e-5
+    base_lr: float = 1e-4
     """AdamW learning rate of the transformer trunk."""
     head_lr: float = 5e-4
     """AdamW learning rate of the value head."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
-    warmup_steps: int = 20
+    warmup_steps: int = 10
     """Phases of linear learning-rate warmup from 0 to 1 (times base/head lr)."""
     final_scale: float = 0.1
     """Learning-rate multiplier reached by linear decay at the last phase."""
@@ -67,7 +67,7 @@ class RLHFArgs:
     """Weight of the value-function loss."""
     ent_coef: float = 0.001
     """Weight of the entropy bonus."""
-    kl_coef: float = 2.5
+    kl_coef: float = 0.1
     """β of the KL(π‖π_ref) penalty (the initial β when adaptive_kl is on)."""
     detach_value_head: bool = True
     """If True (the blog's final code) value-loss gradients stop at the value head; if False
@@ -80,8 +80,8 @@ class RLHFArgs:
     """λ for GAE."""
     adaptive_kl: bool = False
     """Adapt kl_coef toward target_kl (Ziegler et al. 2019 controller)."""
-    target_kl: float = 6.0
-    """Target KL (nats, summed over generated tokens) for the adaptive controller."""
+    target_kl: float = 0.5
+    """Target of the adaptive controller: mean per-token KL(π‖π_ref) of a rollout, in nats."""
     kl_horizon: int = 10000
     """Horizon (in samples) of the adaptive KL controller."""
 
@@ -104,7 +104,7 @@ class RLHFArgs:
     """Stop when the phase KL stays above kl_threshold (or reward above reward_threshold)."""
     patience: int = 5
     """Consecutive bad phases tolerated before stopping."""
-    kl_threshold: float = 10.0
+    kl_threshold: float = 2.0
     """Per-phase mean KL (nats per token) above which a phase counts as bad."""
     reward_threshold: float | None = None
     """Optional: stop once the windowed mean reward reaches this."""
@@ -167,7 +167,8 @@ def _check(ok: bool, name: str, rule: str) -> None:
         raise ConfigError(f"{name}: {rule}")
 
 
-# Each preset is a set of field values applied over the dataclass defaults.
+# Each preset is a set of field values applied over the dataclass defaults (which are tuned for
+# the tiny preset: see README, "Results").
 PRESETS: dict[str, dict[str, Any]] = {
     # The shipped 4-layer review LM and classifier: runs offline on 2 CPU cores in minutes.
     "tiny": dict(model="tiny", reward_model="tiny"),

@@ -17,7 +17,7 @@ def test_help_lists_every_field_with_its_default():
     for f in dataclasses.fields(RLHFArgs):
         if f.name != "task":
             assert "--" + f.name.replace("_", "-") in text, f"--help is missing --{f.name}"
-    assert "(default: 2.5)" in text  # kl_coef
+    assert "the KL(π‖π_ref) penalty" in text and "(default: 0.1)" in text  # kl_coef
     assert "--no-prepend-bos" in text
 
 
