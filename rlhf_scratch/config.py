@@ -118,7 +118,7 @@ class RLHFArgs:
     """Log one point per phase to Weights & Biases (offline mode without network)."""
     wandb_project: str = "rlhf_scratch"
     """W&B project name."""
-    table_every: int = 10
+    table_every: int = 1
     """Print the blog's sample table every this many phases (and at the first and last)."""
     save_model: bool = True
     """Save the tuned policy (with value head) to the run folder at the end."""

@@ -120,6 +120,7 @@ class RLHFTrainer:
         self.run_dir: Path | None = None
         self.phase = 0
         self.history: list[Metrics] = []
+        self._rollout: dict = {}  # what the last rollout phase saw, for logging
         self._wandb = None
 
     # ------------------------------------------------------------------ the two phases
