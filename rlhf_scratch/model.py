@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens import HookedTransformer

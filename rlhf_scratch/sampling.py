@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from jaxtyping import Int
 from torch import Tensor
 from transformer_lens import HookedTransformer

@@ -18,7 +18,7 @@ import inspect
 import sys
 import textwrap
 
-from rlhf_scratch.config import PRESETS, TASKS, ConfigError, RLHFArgs, make_args
+from rlhf_scratch.config import PRESETS, TASKS, RLHFArgs, make_args
 
 
 def field_docs(cls: type) -> dict[str, str]:

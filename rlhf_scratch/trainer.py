@@ -17,11 +17,9 @@ import os
 import random
 import time
 from pathlib import Path
-from collections.abc import Callable
 
 import numpy as np
 import torch
-from jaxtyping import Float
 from tabulate import tabulate
 from torch import Tensor, nn
 from tqdm.auto import tqdm
@@ -47,9 +45,8 @@ from rlhf_scratch.plots import plot_training_curves
 from rlhf_scratch.rewards import normalize_reward
 from rlhf_scratch.runs import SAMPLES_FILE, append_metrics, new_run_dir, save_run_policy
 from rlhf_scratch.sampling import get_samples
-from rlhf_scratch.tasks import make_reward_fn
+from rlhf_scratch.tasks import RewardFn, make_reward_fn
 
-RewardFn = Callable[[list[str]], Float[Tensor, "batch"]]
 Metrics = dict[str, float | int]
 
 # Every metric logged once per phase, with stable names (CleanRL / TRL namespaces).
