@@ -28,3 +28,12 @@ def tiny_random_lm():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Toy-sized matrices: on a shared 2-core CPU extra torch threads cost far more than they save."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -23,13 +23,7 @@ from interp.toy import perturb_head, toy_model, toy_tokenizer
 PROMPTS = ["This movie was really", "I watched this film and it was", "The plot"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Toy-sized matrices: on a shared 2-core CPU extra torch threads cost far more than they save."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
