@@ -477,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interp.report: error: {run_dir}: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else run_dir / "interp"
-    summary = make_report(run.reference, run.policy.base, list(REVIEW_PROMPTS), out, reward_fn=reward_fn,
+    summary = make_report(run.reference, run.tuned, list(REVIEW_PROMPTS), out, reward_fn=reward_fn,
                           run_prompt=run.args.prefix, n_samples=args.n_samples, gen_len=args.gen_len,
                           title=f"What did RLHF change? {run_dir.name}")
     for line in summary["headline"]:

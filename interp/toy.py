@@ -17,6 +17,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from interp.logits import NEGATIVE_WORDS, POSITIVE_WORDS
+from rlhf_scratch import HOOKED_TRANSFORMER_DEPRECATION
 
 ENDOFTEXT = "<|endoftext|>"
 FILLER_WORDS = (
@@ -62,7 +63,7 @@ def toy_model(seed: int = 0, tokenizer=None, n_layers: int = 2, n_heads: int = 4
     )
     with warnings.catch_warnings():
         # We knowingly use HookedTransformer (the package's model class) until TL 4.
-        warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=HOOKED_TRANSFORMER_DEPRECATION, category=DeprecationWarning)
         model = HookedTransformer(cfg, tokenizer=tokenizer)
     model.eval()
     return model

@@ -1,7 +1,52 @@
-"""rlhf_scratch: PPO RLHF from scratch on TransformerLens."""
+"""rlhf_scratch: PPO, RLOO and Online DPO RLHF from scratch on TransformerLens.
 
+    from rlhf_scratch import RLHFTrainer, RLHFArgs, get_samples, calc_clipped_sur_obj, ...
+
+The public names below are imported on first use (PEP 562), so `import rlhf_scratch.config`
+(and a command line that rejects a bad flag) stays fast: torch is only imported when needed.
+"""
+
+import importlib
 import warnings
 
 # TransformerLens 3.x deprecates HookedTransformer in favour of TransformerBridge; we knowingly
 # build on HookedTransformer (pinned <4), so silence exactly that warning and no other.
-warnings.filterwarnings("ignore", message=r"HookedTransformer is deprecated", category=DeprecationWarning)
+HOOKED_TRANSFORMER_DEPRECATION = r".*HookedTransformer.* is deprecated"
+warnings.filterwarnings("ignore", message=HOOKED_TRANSFORMER_DEPRECATION, category=DeprecationWarning)
+
+# public name -> module that defines it
+_EXPORTS = {
+    # configs
+    "CommonArgs": "config", "RLHFArgs": "config", "RLOOArgs": "config", "OnlineDPOArgs": "config",
+    "make_args": "config",
+    # trainers
+    "RLHFTrainer": "algorithms.ppo", "compute_rlhf_objective": "algorithms.ppo",
+    "RLOOTrainer": "algorithms.rloo", "compute_rloo_advantages": "algorithms.rloo",
+    "OnlineDPOTrainer": "algorithms.online_dpo", "calc_dpo_loss": "algorithms.online_dpo",
+    # the rollout
+    "get_samples": "sampling", "sample_next_token": "sampling", "Rollout": "rollout", "make_rollout": "rollout",
+    "PromptIterator": "prompts", "load_prompts": "prompts",
+    # PPO's pieces, with the blog's names
+    "get_log_probs": "objectives", "calc_kl_penalty": "objectives", "calc_entropy_bonus": "objectives",
+    "calc_value_fn_loss": "objectives", "calc_clipped_sur_obj": "objectives",
+    "compute_advantages": "advantages", "compute_gae_advantages": "advantages",
+    "ReplayMemory": "memory", "ReplayMinibatch": "memory",
+    "TransformerWithValueHead": "model", "EarlyStopping": "control", "AdaptiveKLController": "control",
+    # rewards, models, runs
+    "normalize_reward": "rewards", "reward_fn_sentiment_imdb": "rewards", "reward_fn_vader": "rewards",
+    "reward_fn_char_count": "rewards", "load_lm": "loading", "load_reward_model": "loading",
+    "load_run": "runs",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'rlhf_scratch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"rlhf_scratch.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

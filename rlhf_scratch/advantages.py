@@ -5,10 +5,14 @@ s_t is token t+1; values[:, t] = V(s_t). The generated actions are taken in the 
 t = prefix_len-1 ... seq_len-2, so both estimators return one advantage per generated token
 (gen_len = seq_len - prefix_len). The reward is sparse: one number per sample, received after
 the last generated token; there is no state after that, so values[:, -1] is never used.
+
+With a completion mask (completions that end at EOS), the episode ends at each sample's LAST
+KEPT token: the reward arrives there, nothing after it is an action, and those positions get
+advantage 0.
 """
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 
@@ -17,11 +21,25 @@ def _check_prefix_len(prefix_len: int, seq_len: int) -> None:
         raise ValueError(f"prefix_len must be in [1, seq_len) = [1, {seq_len}); got {prefix_len}")
 
 
+def _check_mask(mask: Tensor, shape: tuple[int, int]) -> None:
+    if tuple(mask.shape) != shape:
+        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected (batch, gen_len) = {shape}")
+    if (mask[:, 1:] & ~mask[:, :-1]).any():
+        raise ValueError("mask must keep a prefix of each completion (a False followed by a True was found)")
+
+
+def last_kept(mask: Bool[Tensor, "batch gen_len"]) -> Bool[Tensor, "batch gen_len"]:
+    """True at each sample's last kept token: where the episode ends and the reward arrives."""
+    next_kept = torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], dim=1)
+    return mask & ~next_kept
+
+
 @torch.no_grad()
 def compute_advantages(
     values: Float[Tensor, "batch seq_len"],
     rewards: Float[Tensor, "batch"],
     prefix_len: int,
+    mask: Bool[Tensor, "batch gen_len"] | None = None,
 ) -> Float[Tensor, "batch gen_len"]:
     """The blog's one-step estimate: how much better the state after the action looks.
 
@@ -29,10 +47,17 @@ def compute_advantages(
 
     i.e. Q = cat(values[:, prefix_len:-1], rewards[:, None]), A = Q - values[:, prefix_len-1:-1].
     (This is GAE with gamma = 1, lambda = 0: low variance, biased by the value function.)
+    With `mask`, `last` is each sample's last kept token and masked positions get 0 (a sample
+    that keeps no token gets a row of zeros).
     """
     _check_prefix_len(prefix_len, values.shape[1])
-    q = torch.cat([values[:, prefix_len:-1], rewards[:, None]], dim=1)
-    return q - values[:, prefix_len - 1 : -1]
+    v = values[:, prefix_len - 1 : -1]
+    if mask is None:
+        q = torch.cat([values[:, prefix_len:-1], rewards[:, None]], dim=1)
+        return q - v
+    _check_mask(mask, tuple(v.shape))
+    q = torch.where(last_kept(mask), rewards[:, None], values[:, prefix_len:])
+    return torch.where(mask, q - v, torch.zeros_like(v))
 
 
 @torch.no_grad()
@@ -42,6 +67,7 @@ def compute_gae_advantages(
     prefix_len: int,
     gamma: float,
     gae_lambda: float,
+    mask: Bool[Tensor, "batch gen_len"] | None = None,
 ) -> Float[Tensor, "batch gen_len"]:
     """Generalised Advantage Estimation (Schulman et al. 2016) with the sparse terminal reward.
 
@@ -58,13 +84,20 @@ def compute_gae_advantages(
     errors plus the whole high-variance reward, so the same noisy Monte-Carlo return is spread
     onto every token of the sample (no per-token credit assignment), while the untrained value
     head's errors accumulate over gen_len steps instead of cancelling.
+
+    With `mask`, the episode ends at each sample's last kept token (reward there, V after it 0)
+    and nothing from masked positions flows back into kept ones; masked positions get 0.
     """
     _check_prefix_len(prefix_len, values.shape[1])
     v = values[:, prefix_len - 1 : -1]  # V(s_t) for the generated steps
-    next_v = torch.cat([values[:, prefix_len:-1], torch.zeros_like(rewards)[:, None]], dim=1)
-    step_rewards = torch.zeros_like(v)
-    step_rewards[:, -1] = rewards
-    deltas = step_rewards + gamma * next_v - v
+    if mask is None:
+        mask = torch.ones_like(v, dtype=torch.bool)
+    _check_mask(mask, tuple(v.shape))
+    end = last_kept(mask)
+    next_kept = mask & ~end  # steps followed by another kept step
+    next_v = torch.where(next_kept, values[:, prefix_len:], torch.zeros_like(v))
+    step_rewards = torch.where(end, rewards[:, None], torch.zeros_like(v))
+    deltas = torch.where(mask, step_rewards + gamma * next_v - v, torch.zeros_like(v))
 
     advantages = torch.empty_like(deltas)
     running = torch.zeros_like(rewards)

@@ -1,27 +1,50 @@
-"""One config dataclass for every RLHF run, its presets, and its validation.
+"""One config dataclass per algorithm, the fields they share, the presets, and validation.
 
-`RLHFArgs` carries the blog's field names. Presets fill in the model, the reward model and
-the hyper-parameters that suit them; anything given on the command line wins over the preset.
-`validate()` is called once at start and fails with one line naming the field and the rule.
+    CommonArgs           what to train, the rollout (prompts, sampling, EOS), optimisation, output
+    ├── RLHFArgs         PPO with the blog's names (value head, clipped surrogate, KL penalty)
+    ├── RLOOArgs         RLOO with TRL's names (num_generations, epsilon_low/high, beta)
+    └── OnlineDPOArgs    Online DPO with TRL's names (beta, loss_type, judge)
+
+Presets fill in the model, the reward model and the hyper-parameters that suit them; anything
+given on the command line wins over the preset. `validate()` is called once at start and fails
+with one line naming the field and the rule. This module imports nothing heavy (no torch), so a
+bad flag is answered at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 TASKS = ("sentiment", "vader", "periods")
 DIRECTIONS = ("pos", "neg")
 ADVANTAGES = ("one_step", "gae")
+DPO_LOSS_TYPES = ("sigmoid", "ipo")
+JUDGES = ("tiny", "vader")
+PROMPT_PREFIX = "prefix"  # --prompts prefix: every sample continues args.prefix (the blog)
 
 
 class ConfigError(ValueError):
     """A bad config value; its message is one line naming the field and the rule."""
 
 
+def _check(ok: bool, name: str, rule: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}: {rule}")
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
 @dataclass
-class RLHFArgs:
+class CommonArgs:
+    """The fields every algorithm shares."""
+
+    ALGO: ClassVar[str] = ""
+
     # --- what to train ---------------------------------------------------------------------
     task: str = "sentiment"
     """Reward: `sentiment` (learned classifier), `vader` (lexicon sentiment) or `periods` (count '.')."""
@@ -34,33 +57,164 @@ class RLHFArgs:
     direction: str = "pos"
     """`pos` rewards positive sentiment, `neg` negative (tasks `sentiment` and `vader`)."""
     seed: int = 1
-    """Seeds torch, numpy and random once at start."""
+    """Seeds torch, numpy and random once at start (and the prompt shuffle)."""
     device: str = "auto"
     """`auto` (cuda if available, else cpu), `cpu` or `cuda`."""
+    threads: int = 1
+    """torch CPU threads (0 = torch's default, one per core). 1 by default: the tiny model's
+    matrices gain little from a second thread, and on a CPU another process is using, extra
+    threads made phases ~10x slower (README, "Threads")."""
 
     # --- phases and batches ----------------------------------------------------------------
     total_phases: int = 100
     """Rollout + learning phases to run."""
     batch_size: int = 64
-    """Samples generated per rollout phase."""
+    """Completions generated per rollout phase (all prompts x all generations per prompt)."""
     num_minibatches: int = 4
-    """Minibatches each shuffled copy of the batch is split into; must divide batch_size."""
-    batches_per_learning_phase: int = 2
-    """How many times the rollout batch is reshuffled and trained on per phase (PPO epochs)."""
+    """Minibatches each pass over the batch is split into (one optimizer step each); must divide batch_size."""
 
     # --- optimisation ----------------------------------------------------------------------
     base_lr: float = 1e-4
-    """AdamW learning rate of the transformer trunk."""
-    head_lr: float = 5e-4
-    """AdamW learning rate of the value head."""
+    """AdamW learning rate of the transformer."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
     warmup_steps: int = 10
-    """Phases of linear learning-rate warmup from 0 to 1 (times base/head lr)."""
+    """Phases of linear learning-rate warmup from 0 to 1 (times the learning rate)."""
     final_scale: float = 0.1
     """Learning-rate multiplier reached by linear decay at the last phase."""
 
-    # --- the PPO objective -----------------------------------------------------------------
+    # --- the rollout -----------------------------------------------------------------------
+    prompts: str = PROMPT_PREFIX
+    """Prompt source: `prefix` (every sample continues --prefix, the blog), `rt` (review openings
+    from the Rotten Tomatoes train split), a local .txt (one per line) or .jsonl (`prompt` field)
+    file, or a Hugging Face dataset id or folder with a `prompt` column."""
+    prefix: str = "This movie was really"
+    """The prompt every sample continues when --prompts is `prefix`."""
+    prepend_bos: bool = True
+    """Prepend <|endoftext|> to each prompt."""
+    gen_len: int = 30
+    """New tokens generated per sample (the most, with stop_at_eos)."""
+    temperature: float = 1.0
+    """Sampling temperature (> 0)."""
+    top_k: int = 10
+    """Sample from the top-k tokens only (0 = all)."""
+    stop_at_eos: bool | None = None
+    """End a completion at its first EOS (the rest is padding, masked out of every term). Default:
+    off for --prompts prefix (the blog's fixed-length samples), on for prompt datasets (a review
+    opening is completed into one review, not run on into the next)."""
+    missing_eos_penalty: float | None = None
+    """Subtract this from the reward of a completion that never produced EOS (TRL's option)."""
+
+    # --- early stopping --------------------------------------------------------------------
+    early_stopping: bool = False
+    """Stop when the phase KL stays above kl_threshold (or reward above reward_threshold)."""
+    patience: int = 5
+    """Consecutive bad phases tolerated before stopping."""
+    kl_threshold: float = 2.0
+    """Per-phase mean KL (nats per token) above which a phase counts as bad."""
+    reward_threshold: float | None = None
+    """Optional: stop once the windowed mean reward reaches this."""
+    window_size: int = 10
+    """Phases averaged by the reward threshold."""
+
+    # --- output ----------------------------------------------------------------------------
+    run_dir: str | None = None
+    """Run folder; default runs/<task>-<direction>-<timestamp>. An existing non-empty folder is refused."""
+    wandb: bool = False
+    """Log one point per phase to Weights & Biases (offline mode without network)."""
+    wandb_project: str = "rlhf_scratch"
+    """W&B project name."""
+    table_every: int = 1
+    """Print the blog's sample table (and redraw curves.png) every this many phases (and at the first and last)."""
+    save_model: bool = True
+    """Save the tuned policy to the run folder at the end."""
+    save_every: int = 10
+    """Write a checkpoint (weights, optimizer, RNG, prompt position, ...) every this many phases and
+    at the end; 0 = only at the end (and on Ctrl-C / SIGTERM)."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints to keep."""
+    max_skipped_steps: int = 3
+    """Stop (with a checkpoint from before the fault) after this many optimizer steps in a row were
+    skipped for a non-finite loss or gradient norm."""
+
+    # ---------------------------------------------------------------------------------------
+    @property
+    def algo(self) -> str:
+        return self.ALGO
+
+    def validate(self) -> "CommonArgs":
+        """Check every field; raise ConfigError with one line naming the first bad one."""
+        _check(self.task in TASKS, "task", f"must be one of {', '.join(TASKS)}; got {self.task!r}")
+        _check(self.preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}; got {self.preset!r}")
+        _check(self.direction in DIRECTIONS, "direction", f"must be 'pos' or 'neg'; got {self.direction!r}")
+        _check(self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:"),
+               "device", f"must be auto, cpu, cuda[:N] or mps; got {self.device!r}")
+        _check(self.seed >= 0, "seed", f"must be >= 0; got {self.seed}")
+        _check(self.threads >= 0, "threads", f"must be >= 0 (0 = torch's default); got {self.threads}")
+        _check(self.save_every >= 0, "save_every", f"must be >= 0 (0 = only at the end); got {self.save_every}")
+        for name in self._positive_ints():
+            _check(getattr(self, name) >= 1, name, f"must be >= 1; got {getattr(self, name)}")
+        for name in self._nonnegative_floats():
+            value = getattr(self, name)
+            _check(_finite(value) and value >= 0, name, f"must be a finite number >= 0; got {value}")
+        _check(self.top_k >= 0, "top_k", f"must be >= 0 (0 = the whole vocabulary); got {self.top_k}")
+        _check(self.batch_size % self.num_minibatches == 0, "batch_size",
+               f"must be divisible by num_minibatches ({self.batch_size} % {self.num_minibatches} != 0)")
+        _check(_finite(self.temperature) and self.temperature > 0, "temperature", f"must be > 0; got {self.temperature}")
+        _check(self.final_scale <= 1, "final_scale", f"must be <= 1; got {self.final_scale}")
+        _check(_finite(self.kl_threshold) and self.kl_threshold > 0, "kl_threshold", f"must be > 0; got {self.kl_threshold}")
+        _check(self.reward_threshold is None or _finite(self.reward_threshold), "reward_threshold",
+               f"must be a finite number; got {self.reward_threshold}")
+        _check(self.missing_eos_penalty is None or (_finite(self.missing_eos_penalty) and self.missing_eos_penalty >= 0),
+               "missing_eos_penalty", f"must be a finite number >= 0; got {self.missing_eos_penalty}")
+        _check(self.prompts != "", "prompts", "must name a source: prefix, rt, a .txt/.jsonl file or a dataset")
+        _check(self.prompts != PROMPT_PREFIX or self.prefix != "" or self.prepend_bos, "prefix",
+               "must be non-empty when prepend_bos is False (generation needs at least one token)")
+        return self
+
+    def _positive_ints(self) -> tuple[str, ...]:
+        return ("total_phases", "batch_size", "num_minibatches", "gen_len", "window_size", "patience", "table_every",
+                "keep_checkpoints", "max_skipped_steps")
+
+    def _nonnegative_floats(self) -> tuple[str, ...]:
+        return ("base_lr", "max_grad_norm", "warmup_steps", "final_scale")
+
+    def eos_stops(self) -> bool:
+        """Whether completions end at their first EOS (`stop_at_eos`, or its per-source default)."""
+        if self.stop_at_eos is not None:
+            return self.stop_at_eos
+        return self.prompts != PROMPT_PREFIX
+
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"algo": self.ALGO, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "CommonArgs":
+        """Rebuild from a saved config; an unknown key is an error naming that key."""
+        values = dict(values)
+        algo = values.pop("algo", cls.ALGO or "ppo")
+        target = ARGS_OF_ALGO.get(algo) if cls is CommonArgs else cls
+        _check(target is not None and target.ALGO == algo, "algo",
+               f"must be one of {', '.join(ARGS_OF_ALGO)}; got {algo!r}")
+        names = {f.name for f in dataclasses.fields(target)}
+        for key in values:
+            _check(key in names, key, f"is not an {target.__name__} field")
+        return target(**values)
+
+
+@dataclass
+class RLHFArgs(CommonArgs):
+    """PPO, the blog's algorithm: a value head, the clipped surrogate, an explicit KL penalty."""
+
+    ALGO: ClassVar[str] = "ppo"
+
+    batches_per_learning_phase: int = 2
+    """How many times the rollout batch is reshuffled and trained on per phase (PPO epochs)."""
+    head_lr: float = 5e-4
+    """AdamW learning rate of the value head."""
     clip_coef: float = 0.2
     """ε of the clipped surrogate: ratios outside [1-ε, 1+ε] get no gradient."""
     vf_coef: float = 0.15
@@ -78,6 +232,8 @@ class RLHFArgs:
     """Discount for GAE."""
     gae_lambda: float = 0.95
     """λ for GAE."""
+    normalize_reward: bool = True
+    """Normalize each batch's rewards to mean 0, std 1 before the advantages."""
     adaptive_kl: bool = False
     """Adapt kl_coef toward target_kl (Ziegler et al. 2019 controller)."""
     target_kl: float = 0.5
@@ -85,90 +241,99 @@ class RLHFArgs:
     kl_horizon: int = 10000
     """Horizon (in samples) of the adaptive KL controller."""
 
-    # --- sampling --------------------------------------------------------------------------
-    gen_len: int = 30
-    """New tokens generated per sample."""
-    temperature: float = 1.0
-    """Sampling temperature (> 0)."""
-    top_k: int = 10
-    """Sample from the top-k tokens only (0 = all)."""
-    prefix: str = "This movie was really"
-    """Prompt every sample continues."""
-    prepend_bos: bool = True
-    """Prepend <|endoftext|> to the prompt."""
-    normalize_reward: bool = True
-    """Normalize each batch's rewards to mean 0, std 1 before the advantages."""
-
-    # --- early stopping --------------------------------------------------------------------
-    early_stopping: bool = False
-    """Stop when the phase KL stays above kl_threshold (or reward above reward_threshold)."""
-    patience: int = 5
-    """Consecutive bad phases tolerated before stopping."""
-    kl_threshold: float = 2.0
-    """Per-phase mean KL (nats per token) above which a phase counts as bad."""
-    reward_threshold: float | None = None
-    """Optional: stop once the windowed mean reward reaches this."""
-    window_size: int = 10
-    """Phases averaged by the reward threshold."""
-
-    # --- output ----------------------------------------------------------------------------
-    run_dir: str | None = None
-    """Run folder; default runs/<task>-<timestamp>. An existing non-empty folder is refused."""
-    wandb: bool = False
-    """Log one point per phase to Weights & Biases (offline mode without network)."""
-    wandb_project: str = "rlhf_scratch"
-    """W&B project name."""
-    table_every: int = 1
-    """Print the blog's sample table every this many phases (and at the first and last)."""
-    save_model: bool = True
-    """Save the tuned policy (with value head) to the run folder at the end."""
-
     def validate(self) -> "RLHFArgs":
-        """Check every field; raise ConfigError with one line naming the first bad one."""
-        _check(self.task in TASKS, "task", f"must be one of {', '.join(TASKS)}; got {self.task!r}")
-        _check(self.preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}; got {self.preset!r}")
-        _check(self.direction in DIRECTIONS, "direction", f"must be 'pos' or 'neg'; got {self.direction!r}")
+        super().validate()
         _check(self.advantage in ADVANTAGES, "advantage", f"must be one of {', '.join(ADVANTAGES)}; got {self.advantage!r}")
-        _check(self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:"),
-               "device", f"must be auto, cpu, cuda[:N] or mps; got {self.device!r}")
-        for name in ("total_phases", "batch_size", "num_minibatches", "batches_per_learning_phase",
-                     "gen_len", "window_size", "patience", "table_every", "kl_horizon"):
-            _check(getattr(self, name) >= 1, name, f"must be >= 1; got {getattr(self, name)}")
-        _check(self.batch_size % self.num_minibatches == 0, "batch_size",
-               f"must be divisible by num_minibatches ({self.batch_size} % {self.num_minibatches} != 0)")
-        for name in ("base_lr", "head_lr", "max_grad_norm", "vf_coef", "ent_coef", "kl_coef",
-                     "warmup_steps", "final_scale", "top_k"):
-            _check(getattr(self, name) >= 0, name, f"must be >= 0; got {getattr(self, name)}")
-        _check(0 < self.clip_coef < 1, "clip_coef", f"must be in (0, 1); got {self.clip_coef}")
-        _check(self.temperature > 0, "temperature", f"must be > 0; got {self.temperature}")
+        _check(_finite(self.clip_coef) and 0 < self.clip_coef < 1, "clip_coef", f"must be in (0, 1); got {self.clip_coef}")
         _check(0 <= self.gamma <= 1, "gamma", f"must be in [0, 1]; got {self.gamma}")
         _check(0 <= self.gae_lambda <= 1, "gae_lambda", f"must be in [0, 1]; got {self.gae_lambda}")
-        _check(self.target_kl > 0, "target_kl", f"must be > 0; got {self.target_kl}")
-        _check(self.kl_threshold > 0, "kl_threshold", f"must be > 0; got {self.kl_threshold}")
-        _check(self.final_scale <= 1, "final_scale", f"must be <= 1; got {self.final_scale}")
-        _check(self.prefix != "" or self.prepend_bos, "prefix",
-               "must be non-empty when prepend_bos is False (generation needs at least one token)")
+        _check(_finite(self.target_kl) and self.target_kl > 0, "target_kl", f"must be > 0; got {self.target_kl}")
+        # Advantages are normalised per minibatch: one token has no std (NaN advantages).
+        tokens = self.minibatch_size() * self.gen_len
+        _check(tokens >= 2, "batch_size",
+               f"a minibatch must hold at least 2 tokens to normalise advantages; batch_size / num_minibatches "
+               f"x gen_len = {self.minibatch_size()} x {self.gen_len} = {tokens}")
         return self
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def _positive_ints(self) -> tuple[str, ...]:
+        return super()._positive_ints() + ("batches_per_learning_phase", "kl_horizon")
 
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "RLHFArgs":
-        """Rebuild from a saved config; an unknown key is an error naming that key."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        for key in values:
-            _check(key in names, key, "is not an RLHFArgs field")
-        return cls(**values)
+    def _nonnegative_floats(self) -> tuple[str, ...]:
+        return super()._nonnegative_floats() + ("head_lr", "vf_coef", "ent_coef", "kl_coef")
 
 
-def _check(ok: bool, name: str, rule: str) -> None:
-    if not ok:
-        raise ConfigError(f"{name}: {rule}")
+@dataclass
+class RLOOArgs(CommonArgs):
+    """RLOO (Ahmadian et al. 2024): G completions per prompt, leave-one-out baseline, no critic."""
 
+    ALGO: ClassVar[str] = "rloo"
+
+    num_generations: int = 4
+    """G: completions per prompt (consecutive in the batch); batch_size must divide by it."""
+    num_iterations: int = 1
+    """Passes over each rollout batch (1: the ratio is 1 and the loss is plain REINFORCE)."""
+    epsilon_low: float = 0.2
+    """Lower clip of the sequence ratio: 1 - epsilon_low."""
+    epsilon_high: float = 0.2
+    """Upper clip of the sequence ratio: 1 + epsilon_high."""
+    beta: float = 0.05
+    """β of the sequence-level KL folded into the reward: r <- R - β Σ_t (log π_old - log π_ref)."""
+    normalize_advantages: bool = False
+    """Whiten the advantages over the whole batch ((A - mean) / (std + 1e-4)); off as in TRL."""
+
+    def validate(self) -> "RLOOArgs":
+        super().validate()
+        _check(self.num_generations >= 2, "num_generations",
+               f"must be >= 2 (the leave-one-out baseline needs another completion); got {self.num_generations}")
+        _check(self.batch_size % self.num_generations == 0, "batch_size",
+               f"must be divisible by num_generations ({self.batch_size} % {self.num_generations} != 0)")
+        _check(_finite(self.epsilon_low) and 0 < self.epsilon_low < 1, "epsilon_low", f"must be in (0, 1); got {self.epsilon_low}")
+        _check(_finite(self.epsilon_high) and self.epsilon_high > 0, "epsilon_high", f"must be > 0; got {self.epsilon_high}")
+        return self
+
+    def _positive_ints(self) -> tuple[str, ...]:
+        return super()._positive_ints() + ("num_generations", "num_iterations")
+
+    def _nonnegative_floats(self) -> tuple[str, ...]:
+        return super()._nonnegative_floats() + ("beta",)
+
+
+@dataclass
+class OnlineDPOArgs(CommonArgs):
+    """Online DPO (Guo et al. 2024): two completions per prompt, a reward model or judge picks the winner."""
+
+    ALGO: ClassVar[str] = "online_dpo"
+
+    num_iterations: int = 1
+    """Passes over each batch of pairs."""
+    beta: float = 0.1
+    """β of the DPO loss: how strongly the log-ratio to the reference is pushed."""
+    loss_type: str = "sigmoid"
+    """`sigmoid` (DPO: -log σ(β h)) or `ipo` ((h - 1/(2β))²)."""
+    judge: str | None = None
+    """Who picks the winner: None (the task's reward, higher wins), `tiny` (the tiny classifier as
+    a pairwise judge) or `vader` (the VADER lexicon as a judge)."""
+
+    def validate(self) -> "OnlineDPOArgs":
+        super().validate()
+        _check(self.batch_size % 2 == 0, "batch_size", f"must be even (two completions per prompt); got {self.batch_size}")
+        _check(self.minibatch_size() % 2 == 0, "num_minibatches",
+               f"must keep whole pairs in a minibatch (batch_size / num_minibatches = {self.minibatch_size()} is odd)")
+        _check(self.loss_type in DPO_LOSS_TYPES, "loss_type", f"must be one of {', '.join(DPO_LOSS_TYPES)}; got {self.loss_type!r}")
+        _check(self.judge is None or self.judge in JUDGES, "judge", f"must be one of {', '.join(JUDGES)}; got {self.judge!r}")
+        _check(_finite(self.beta) and self.beta > 0, "beta", f"must be > 0; got {self.beta}")
+        return self
+
+    def _positive_ints(self) -> tuple[str, ...]:
+        return super()._positive_ints() + ("num_iterations",)
+
+
+ARGS_OF_ALGO: dict[str, type[CommonArgs]] = {"ppo": RLHFArgs, "rloo": RLOOArgs, "online_dpo": OnlineDPOArgs}
+ALGOS = tuple(ARGS_OF_ALGO)
 
 # Each preset is a set of field values applied over the dataclass defaults (which are tuned for
-# the tiny preset: see README, "Results").
+# the tiny preset: see README, "Results"). A preset value for a field an algorithm does not have
+# (e.g. PPO's kl_coef for RLOO) is skipped.
 PRESETS: dict[str, dict[str, Any]] = {
     # The shipped 4-layer review LM and classifier: runs offline on 2 CPU cores in minutes.
     "tiny": dict(model="tiny", reward_model="tiny"),
@@ -191,11 +356,14 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def make_args(preset: str = "tiny", **overrides: Any) -> RLHFArgs:
-    """Preset values, then `overrides` (e.g. from the command line), validated."""
+def make_args(preset: str = "tiny", algo: str = "ppo", **overrides: Any) -> CommonArgs:
+    """Preset values, then `overrides` (e.g. from the command line), validated, for `algo`."""
+    _check(algo in ARGS_OF_ALGO, "algo", f"must be one of {', '.join(ALGOS)}; got {algo!r}")
     _check(preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}; got {preset!r}")
-    names = {f.name for f in dataclasses.fields(RLHFArgs)}
+    cls = ARGS_OF_ALGO[algo]
+    names = {f.name for f in dataclasses.fields(cls)}
     for key in overrides:
-        _check(key in names, key, "is not an RLHFArgs field")
-    values = {**PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None}}
-    return RLHFArgs(preset=preset, **values).validate()
+        _check(key in names, key, f"is not an {cls.__name__} field")
+    preset_values = {k: v for k, v in PRESETS[preset].items() if k in names}
+    values = {**preset_values, **{k: v for k, v in overrides.items() if v is not None}}
+    return cls(preset=preset, **values).validate()

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 from transformer_lens import HookedTransformer
+
+from rlhf_scratch import HOOKED_TRANSFORMER_DEPRECATION
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
@@ -47,8 +49,7 @@ def _quiet_hooked_transformer():
     """We use HookedTransformer knowingly (TransformerBridge is TransformerLens 3's new API):
     silence only its deprecation notices, and only here (pytest resets global filters)."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*HookedTransformer.* is deprecated",
-                                category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=HOOKED_TRANSFORMER_DEPRECATION, category=DeprecationWarning)
         yield
 
 

@@ -41,12 +41,14 @@ class TransformerWithValueHead(nn.Module):
         self._values = self.value_head(resid).squeeze(-1)
 
     def forward(
-        self, input_ids: Int[Tensor, "batch seq"]
+        self, input_ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"] | None = None
     ) -> tuple[Float[Tensor, "batch seq d_vocab"], Float[Tensor, "batch seq"]]:
-        """Return (logits, values) for every position of `input_ids`."""
+        """Return (logits, values) for every position of `input_ids` (left padding hidden by
+        `attention_mask` when given)."""
         logits = self.base.run_with_hooks(
             input_ids,
             return_type="logits",
+            attention_mask=attention_mask,
             fwd_hooks=[("ln_final.hook_normalized", self._store_values)],
         )
         values, self._values = self._values, None

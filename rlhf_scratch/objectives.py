@@ -11,9 +11,13 @@ All terms work from log-probabilities computed with `log_softmax`, never `log(so
 the latter underflows to log(0) = -inf for confident logits (try logits x 100), the former
 stays finite.
 
-Sequence layout: `[prefix (prefix_len tokens, incl. BOS) | generated (gen_len tokens)]`.
-Logits at position t predict token t+1, so the generated tokens are predicted by
-`logits[:, prefix_len-1 : -1]` ("the generated span").
+Sequence layout: `[prefix (prefix_len tokens, incl. BOS and any left padding) | generated
+(gen_len tokens)]`. Logits at position t predict token t+1, so the generated tokens are
+predicted by `logits[:, prefix_len-1 : -1]` ("the generated span", `generated_span`).
+
+Masks: a completion that ends at EOS is followed by padding, which is not an action the policy
+took. Every term takes an optional `mask: Bool[batch, gen_len]` (True = kept) and averages over
+kept positions only; `mask=None` gives exactly the unmasked mean.
 """
 
 import math
@@ -21,8 +25,32 @@ import warnings
 
 import torch
 from eindex import eindex
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
+
+
+def generated_span(prefix_len: int) -> slice:
+    """The positions whose logits predict the generated tokens: `logits[:, prefix_len-1 : -1]`.
+
+    The one definition of the span, used wherever a per-position quantity (logits, values) is
+    lined up with the completion tokens `tokens[:, prefix_len:]`.
+    """
+    return slice(prefix_len - 1, -1)
+
+
+def masked_mean(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"] | None = None) -> Float[Tensor, ""]:
+    """mean of x over the kept positions: sum(x[mask]) / count(mask); plain `x.mean()` without a mask."""
+    return x.mean() if mask is None else x[mask].mean()
+
+
+def masked_whiten(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"] | None, eps: float) -> Float[Tensor, "*shape"]:
+    """(x - mean) / (std + eps), mean and std (Bessel's n-1) over the kept positions only.
+
+    Masked positions come out as they went in (they are ignored downstream anyway)."""
+    if mask is None:
+        return (x - x.mean()) / (x.std() + eps)
+    kept = x[mask]
+    return torch.where(mask, (x - kept.mean()) / (kept.std() + eps), x)
 
 
 def get_log_probs(
@@ -50,53 +78,78 @@ def get_log_probs(
         return eindex(logprobs, tokens, "b s [b s+1]")
 
 
+def kl_per_token(
+    logits: Float[Tensor, "batch gen_len d_vocab"],
+    ref_logits: Float[Tensor, "batch gen_len d_vocab"],
+) -> Float[Tensor, "batch gen_len"]:
+    """KL(pi || pi_ref) over the full vocabulary at each position: sum_v pi(v) (log pi(v) - log pi_ref(v))."""
+    logprobs = logits.log_softmax(dim=-1)
+    ref_logprobs = ref_logits.log_softmax(dim=-1)
+    return (logprobs.exp() * (logprobs - ref_logprobs)).sum(dim=-1)
+
+
+def entropy_per_token(logits: Float[Tensor, "batch gen_len d_vocab"]) -> Float[Tensor, "batch gen_len"]:
+    """Entropy of pi at each position: - sum_v pi(v) log pi(v), nats."""
+    logprobs = logits.log_softmax(dim=-1)
+    return -(logprobs.exp() * logprobs).sum(dim=-1)
+
+
+def sequence_log_probs(
+    logprobs: Float[Tensor, "batch gen_len"], mask: Bool[Tensor, "batch gen_len"]
+) -> Float[Tensor, "batch"]:
+    """log pi(o | q) of each whole completion: sum_t mask_t * log pi(o_t | q, o_<t).
+
+    Written with `where`, not a product, so a -inf log-prob at a padded position cannot turn
+    the sum into NaN (-inf * 0 = NaN). RLOO's ratio and DPO's loss are built on this.
+    """
+    return torch.where(mask, logprobs, torch.zeros_like(logprobs)).sum(dim=-1)
+
+
 def calc_kl_penalty(
     logits: Float[Tensor, "batch gen_len d_vocab"],
     ref_logits: Float[Tensor, "batch gen_len d_vocab"],
     kl_coef: float,
+    mask: Bool[Tensor, "batch gen_len"] | None = None,
 ) -> Float[Tensor, ""]:
     """KL penalty keeping the policy pi near the frozen reference pi_ref (the trainer subtracts it).
 
-        penalty = kl_coef * mean_{b,t} sum_v pi(v) * (log pi(v) - log pi_ref(v))
+        penalty = kl_coef * mean_{kept b,t} sum_v pi(v) * (log pi(v) - log pi_ref(v))
 
     i.e. KL(pi || pi_ref) over the full vocabulary at each generated position. The direction
     matters: KL(pi || pi_ref) punishes pi for putting mass where pi_ref has little (writing
     text the reference model finds unlikely), which is what stops reward hacking.
     `ref_logits` should come from the frozen model (no gradient needed through it).
     """
-    logprobs = logits.log_softmax(dim=-1)
-    ref_logprobs = ref_logits.log_softmax(dim=-1)
-    kl = (logprobs.exp() * (logprobs - ref_logprobs)).sum(dim=-1)
-    return kl_coef * kl.mean()
+    return kl_coef * masked_mean(kl_per_token(logits, ref_logits), mask)
 
 
 def calc_entropy_bonus(
     logits: Float[Tensor, "batch gen_len d_vocab"],
     ent_coef: float,
+    mask: Bool[Tensor, "batch gen_len"] | None = None,
 ) -> Float[Tensor, ""]:
     """Entropy bonus encouraging exploration (the trainer adds it).
 
-        bonus = ent_coef * mean_{b,t} ( - sum_v pi(v) * log pi(v) )
+        bonus = ent_coef * mean_{kept b,t} ( - sum_v pi(v) * log pi(v) )
 
     Uniform logits over V tokens give the maximum, ent_coef * ln(V).
     """
-    logprobs = logits.log_softmax(dim=-1)
-    entropy = -(logprobs.exp() * logprobs).sum(dim=-1)
-    return ent_coef * entropy.mean()
+    return ent_coef * masked_mean(entropy_per_token(logits), mask)
 
 
 def calc_value_fn_loss(
     values: Float[Tensor, "minibatch gen_len"],
     mb_returns: Float[Tensor, "minibatch gen_len"],
     vf_coef: float,
+    mask: Bool[Tensor, "minibatch gen_len"] | None = None,
 ) -> Float[Tensor, ""]:
     """Value-function loss: regress V(s_t) onto the returns (the trainer subtracts it).
 
-        loss = 1/2 * vf_coef * mean_{b,t} (V(s_t) - R_t)^2
+        loss = 1/2 * vf_coef * mean_{kept b,t} (V(s_t) - R_t)^2
 
     The 1/2 is CleanRL's and ARENA's convention (gradient vf_coef * (V - R) / N).
     """
-    return 0.5 * vf_coef * (values - mb_returns).pow(2).mean()
+    return 0.5 * vf_coef * masked_mean((values - mb_returns).pow(2), mask)
 
 
 def calc_clipped_sur_obj(
@@ -105,11 +158,13 @@ def calc_clipped_sur_obj(
     mb_advantages: Float[Tensor, "minibatch gen_len"],
     clip_coef: float,
     eps: float = 1e-8,
+    mask: Bool[Tensor, "minibatch gen_len"] | None = None,
 ) -> Float[Tensor, ""]:
     """PPO's clipped surrogate objective (MAXIMISED).
 
-        A_hat = (A - mean(A)) / (std(A) + eps)          advantages normalised per minibatch
-                                                        (std with Bessel's n-1, like torch/CleanRL)
+        A_hat = (A - mean(A)) / (std(A) + eps)          advantages normalised per minibatch, over
+                                                        the kept tokens only (std with Bessel's
+                                                        n-1, like torch/CleanRL)
         r     = exp(log pi(a|s) - log pi_old(a|s))      probability ratio to the rollout policy
         obj   = mean_{b,t} min( r * A_hat, clip(r, 1-clip_coef, 1+clip_coef) * A_hat )
 
@@ -118,10 +173,10 @@ def calc_clipped_sur_obj(
     constant and has no gradient; moving back is never clipped.
     """
     ratio = (logprobs - mb_logprobs).exp()
-    adv = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + eps)
+    adv = masked_whiten(mb_advantages, mask, eps)
     unclipped = ratio * adv
     clipped = ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv
-    return torch.minimum(unclipped, clipped).mean()
+    return masked_mean(torch.minimum(unclipped, clipped), mask)
 
 
 # --- diagnostics (log these, don't optimise them) ---------------------------------------------
@@ -132,19 +187,21 @@ def calc_clip_fraction(
     logprobs: Float[Tensor, "minibatch gen_len"],
     mb_logprobs: Float[Tensor, "minibatch gen_len"],
     clip_coef: float,
+    mask: Bool[Tensor, "minibatch gen_len"] | None = None,
 ) -> float:
     """Fraction of tokens whose ratio lies outside the clip range (CleanRL's losses/clipfrac).
 
         clipfrac = mean_{b,t} [ |r - 1| > clip_coef ],   r = exp(logprobs - mb_logprobs)
     """
     ratio = (logprobs - mb_logprobs).exp()
-    return ((ratio - 1).abs() > clip_coef).float().mean().item()
+    return masked_mean(((ratio - 1).abs() > clip_coef).float(), mask).item()
 
 
 @torch.no_grad()
 def calc_approx_kl(
     logprobs: Float[Tensor, "minibatch gen_len"],
     mb_logprobs: Float[Tensor, "minibatch gen_len"],
+    mask: Bool[Tensor, "minibatch gen_len"] | None = None,
 ) -> float:
     """Approximate KL(pi_old || pi) on the sampled tokens (CleanRL's losses/approx_kl).
 
@@ -153,21 +210,25 @@ def calc_approx_kl(
     Schulman's "k3" estimator: unbiased, and never negative since log r <= r - 1.
     """
     log_ratio = logprobs - mb_logprobs
-    return ((log_ratio.exp() - 1) - log_ratio).mean().item()
+    return masked_mean((log_ratio.exp() - 1) - log_ratio, mask).item()
 
 
 @torch.no_grad()
 def explained_variance(
     values: Float[Tensor, "*shape"],
     returns: Float[Tensor, "*shape"],
+    mask: Bool[Tensor, "*shape"] | None = None,
 ) -> float:
     """How much of the returns' variance the value function explains (CleanRL's losses/explained_variance).
 
         EV = 1 - Var[R - V] / Var[R]
 
     1 = perfect, 0 = no better than predicting the mean, < 0 = worse. Like CleanRL, returns
-    NaN when Var[R] = 0 (nothing to explain; the ratio is undefined).
+    NaN when Var[R] = 0 (nothing to explain; the ratio is undefined). With a mask, over kept
+    positions only.
     """
+    if mask is not None:
+        values, returns = values[mask], returns[mask]
     var_returns = returns.float().var(unbiased=False).item()
     if var_returns == 0:
         return math.nan

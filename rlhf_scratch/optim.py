@@ -5,16 +5,22 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from rlhf_scratch.config import RLHFArgs
+from rlhf_scratch.config import CommonArgs
 
 
-def get_optimizer(model: nn.Module, base_lr: float, head_lr: float) -> torch.optim.AdamW:
-    """AdamW with two parameter groups: `model.base` at base_lr, `model.value_head` at head_lr.
+def get_optimizer(model: nn.Module, base_lr: float, head_lr: float | None = None) -> torch.optim.AdamW:
+    """AdamW with two parameter groups: `model.base` at base_lr, `model.value_head` at head_lr
+    (PPO's policy); a model without a value head (RLOO, Online DPO) is one group at base_lr.
 
-    `maximize=True` because the trainer ascends the PPO objective
-    (clipped surrogate - value loss + entropy bonus - KL penalty). The freshly initialised
-    value head gets a much larger learning rate than the pretrained trunk.
+    `maximize=True` because every trainer here ascends its objective (PPO's clipped surrogate
+    - value loss + entropy bonus - KL penalty; RLOO's clipped sequence surrogate; minus the DPO
+    loss). The freshly initialised value head gets a much larger learning rate than the
+    pretrained trunk. The fused implementation (one kernel for all parameters) is used where
+    this torch has it for the parameters' device.
     """
+    fused = _fused_adamw_available(model)
+    if not hasattr(model, "value_head"):
+        return torch.optim.AdamW(model.parameters(), lr=base_lr, maximize=True, fused=fused)
     base_params = list(model.base.parameters())
     head_params = list(model.value_head.parameters())
     grouped = {id(p) for p in base_params} | {id(p) for p in head_params}
@@ -24,7 +30,18 @@ def get_optimizer(model: nn.Module, base_lr: float, head_lr: float) -> torch.opt
     return torch.optim.AdamW(
         [{"params": base_params, "lr": base_lr}, {"params": head_params, "lr": head_lr}],
         maximize=True,
+        fused=fused,
     )
+
+
+def _fused_adamw_available(model: nn.Module) -> bool | None:
+    """True where fused AdamW runs on the parameters' device (CPU and CUDA on recent torch)."""
+    device = next(model.parameters()).device
+    try:
+        torch.optim.AdamW([torch.zeros(1, device=device, requires_grad=True)], fused=True, maximize=True)
+    except (RuntimeError, ValueError):
+        return None
+    return True
 
 
 def get_lr_scheduler(warmup_steps: int, total_steps: int, final_scale: float) -> Callable[[int], float]:
@@ -51,7 +68,7 @@ def get_lr_scheduler(warmup_steps: int, total_steps: int, final_scale: float) ->
 
 
 def get_optimizer_and_scheduler(
-    args: RLHFArgs, model: nn.Module
+    args: CommonArgs, model: nn.Module
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW plus a LambdaLR stepped once per phase.
 
@@ -59,7 +76,20 @@ def get_optimizer_and_scheduler(
     learning. The schedule ends at total_steps = total_phases - 1, so the last phase trains at
     exactly final_scale (and the first, with warmup, at 0 - as in the blog and ARENA).
     """
-    optimizer = get_optimizer(model, args.base_lr, args.head_lr)
+    optimizer = get_optimizer(model, args.base_lr, getattr(args, "head_lr", None))
     lr_lambda = get_lr_scheduler(args.warmup_steps, args.total_phases - 1, args.final_scale)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lr_lambda)
     return optimizer, scheduler
+
+
+def clip_and_step(optimizer: torch.optim.Optimizer, model: nn.Module, objective: torch.Tensor, max_grad_norm: float) -> bool:
+    """Clip the global gradient norm to `max_grad_norm` and take the optimizer step — unless the
+    objective or the gradient norm is not finite (NaN or ±inf), in which case the step is skipped
+    and the gradients dropped, so one bad minibatch cannot poison the weights or Adam's moments.
+    Returns whether the step was taken. Call after `objective.backward()`."""
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    if not (torch.isfinite(objective) and torch.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        return False
+    optimizer.step()
+    return True

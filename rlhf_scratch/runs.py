@@ -1,11 +1,14 @@
 """The run folder: what a training run writes, and `load_run` to read it back.
 
-    runs/<task>-<YYYYmmdd-HHMMSS>/
-        config.json      the RLHFArgs of the run (all fields)
-        metrics.jsonl    one JSON object per phase (see trainer.PHASE_METRICS)
+    runs/<task>-<direction>-<YYYYmmdd-HHMMSS>/
+        config.json      the algorithm and every field of its args
+        metrics.jsonl    one JSON object per phase (see loop.SHARED_METRICS and each trainer's)
         samples.md       the sample tables printed during training
         curves.png       reward and KL per phase
-        policy.pt        state_dict of the tuned TransformerWithValueHead (trunk + value head)
+        policy.pt        state_dict of the tuned policy: PPO's TransformerWithValueHead (trunk +
+                         value head), or the HookedTransformer for RLOO and Online DPO
+        status.json      {"status": running | finished | interrupted, "phase": completed phases}
+        checkpoints/     phase-XXXX/checkpoint.pt and `latest` (see checkpoint.py)
 
 The reference model is not copied: it is `loading.load_lm(config.model)`, the untouched model
 the run started from. `load_run` rebuilds both.
@@ -14,6 +17,7 @@ the run started from. `load_run` rebuilds both.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,26 +25,39 @@ from pathlib import Path
 import torch
 from transformer_lens import HookedTransformer
 
-from rlhf_scratch.config import RLHFArgs
+from rlhf_scratch.config import CommonArgs, ConfigError
 from rlhf_scratch.loading import load_lm
 from rlhf_scratch.model import TransformerWithValueHead
 
 CONFIG_FILE = "config.json"
+STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.md"
 CURVES_FILE = "curves.png"
 POLICY_FILE = "policy.pt"
 
 
-class RunFolderError(ValueError):
+class RunFolderError(ConfigError):
     """A run folder that is missing, unreadable or would be overwritten (one-line message)."""
 
 
-def new_run_dir(args: RLHFArgs, root: str | Path = "runs") -> Path:
-    """Create the run folder: `args.run_dir`, or `root/<task>-<timestamp>`. Never reuse a
-    non-empty folder, so no earlier run is overwritten."""
-    if args.run_dir is not None:
-        path = Path(args.run_dir)
+def check_new_run_dir(path: str | Path | None) -> None:
+    """Refuse a run folder that is a file or a non-empty folder (None: an automatic name, fine)."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RunFolderError(f"run_dir: {path} is a file, not a folder; choose another --run-dir")
+    if path.exists() and any(path.iterdir()):
+        raise RunFolderError(f"run_dir: {path} exists and is not empty; choose another --run-dir")
+
+
+def new_run_dir(args: CommonArgs, path: str | Path | None = None, root: str | Path = "runs") -> Path:
+    """Create the run folder: `path`, `args.run_dir`, or `root/<task>-<direction>-<timestamp>`.
+    Never reuse a non-empty folder, so no earlier run is overwritten."""
+    path = path if path is not None else args.run_dir
+    if path is not None:
+        path = Path(path)
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = Path(root) / f"{args.task}-{args.direction}-{stamp}"
@@ -48,11 +65,29 @@ def new_run_dir(args: RLHFArgs, root: str | Path = "runs") -> Path:
         while path.exists():
             n += 1
             path = Path(root) / f"{args.task}-{args.direction}-{stamp}-{n}"
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise RunFolderError(f"run_dir: {path} exists and is not empty; choose another --run-dir")
-    path.mkdir(parents=True, exist_ok=True)
-    (path / CONFIG_FILE).write_text(json.dumps(args.to_dict(), indent=2) + "\n")
+    check_new_run_dir(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / CONFIG_FILE).write_text(json.dumps(args.to_dict(), indent=2) + "\n")
+    except OSError as e:
+        raise RunFolderError(f"run_dir: cannot write to {path} ({e.strerror or type(e).__name__})") from None
     return path
+
+
+def write_status(run_dir: Path, status: str, phase: int) -> None:
+    """Record whether the run is running, finished or interrupted (written atomically)."""
+    path = Path(run_dir) / STATUS_FILE
+    tmp = path.with_name(f".{STATUS_FILE}.tmp")
+    tmp.write_text(json.dumps({"status": status, "phase": phase}) + "\n")
+    os.replace(tmp, path)
+
+
+def read_status(run_dir: str | Path) -> dict:
+    """The run's status; a run folder from before status files counts as finished if it has a policy."""
+    path = Path(run_dir) / STATUS_FILE
+    if path.is_file():
+        return json.loads(path.read_text())
+    return {"status": "finished" if (Path(run_dir) / POLICY_FILE).is_file() else "unknown", "phase": None}
 
 
 def append_metrics(run_dir: Path, metrics: dict[str, float | int]) -> None:
@@ -69,8 +104,8 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float | int]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def save_run_policy(run_dir: str | Path, policy: TransformerWithValueHead) -> Path:
-    """Save the tuned policy (trunk + value head) as `policy.pt` in the run folder."""
+def save_run_policy(run_dir: str | Path, policy: torch.nn.Module) -> Path:
+    """Save the tuned policy (PPO: trunk + value head) as `policy.pt` in the run folder."""
     path = Path(run_dir) / POLICY_FILE
     torch.save({k: v.detach().cpu() for k, v in policy.state_dict().items()}, path)
     return path
@@ -78,22 +113,27 @@ def save_run_policy(run_dir: str | Path, policy: TransformerWithValueHead) -> Pa
 
 @dataclass
 class LoadedRun:
-    policy: TransformerWithValueHead
-    """The tuned policy; `policy.base` is the tuned HookedTransformer."""
+    policy: TransformerWithValueHead | HookedTransformer
+    """The tuned policy: PPO's TransformerWithValueHead, or the HookedTransformer (RLOO, Online DPO)."""
     reference: HookedTransformer
     """The model the run started from, untouched."""
-    args: RLHFArgs
+    args: CommonArgs
     path: Path
 
+    @property
+    def tuned(self) -> HookedTransformer:
+        """The tuned language model, whatever the algorithm."""
+        return self.policy.base if isinstance(self.policy, TransformerWithValueHead) else self.policy
 
-def load_args(run_dir: str | Path) -> RLHFArgs:
-    """The RLHFArgs saved in a run folder."""
+
+def load_args(run_dir: str | Path) -> CommonArgs:
+    """The args saved in a run folder (of the class its `algo` names; PPO for older runs)."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise RunFolderError(f"{path}: not found (is {run_dir} a run folder?)")
     try:
-        return RLHFArgs.from_dict(json.loads(path.read_text()))
-    except (json.JSONDecodeError, ValueError) as e:
+        return CommonArgs.from_dict(json.loads(path.read_text()))
+    except (json.JSONDecodeError, ValueError, TypeError) as e:
         raise RunFolderError(f"{path}: unreadable config ({e})") from None
 
 
@@ -105,6 +145,7 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> LoadedRun:
     if not weights.is_file():
         raise RunFolderError(f"{weights}: not found (did the run finish with save_model on?)")
     reference = load_lm(args.model, device=device).eval()
-    policy = TransformerWithValueHead(load_lm(args.model, device=device), args.detach_value_head)
+    lm = load_lm(args.model, device=device)
+    policy = TransformerWithValueHead(lm, args.detach_value_head) if args.algo == "ppo" else lm
     policy.load_state_dict(torch.load(weights, map_location=device, weights_only=True))
     return LoadedRun(policy=policy.eval(), reference=reference, args=args, path=run_dir)

@@ -24,7 +24,7 @@ def test_help_lists_every_field_with_its_default():
 def test_bad_value_exits_2_with_one_line_naming_the_field():
     proc = _run("sentiment", "--kl-coef", "-1")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: kl_coef: must be >= 0; got -1.0"
+    assert proc.stderr.strip() == "error: kl_coef: must be a finite number >= 0; got -1.0"
 
 
 def test_unknown_task_and_preset(capsys):
@@ -37,3 +37,12 @@ def test_unknown_task_and_preset(capsys):
 def test_batch_not_divisible(capsys):
     assert main(["sentiment", "--batch-size", "30", "--num-minibatches", "4"]) == 2
     assert "batch_size: must be divisible by num_minibatches" in capsys.readouterr().err
+
+
+def test_algo_flag_builds_that_algorithms_parser(capsys):
+    text = build_parser("rloo").format_help()
+    assert "--num-generations" in text and "--epsilon-high" in text and "--kl-coef" not in text
+    assert main(["sentiment", "--algo", "rloo", "--kl-coef", "1"]) == 2
+    assert capsys.readouterr().err.strip() == "error: unrecognized arguments: --kl-coef 1"
+    assert main(["sentiment", "--algo", "sac"]) == 2
+    assert capsys.readouterr().err.strip() == "error: algo: must be one of ppo, rloo, online_dpo; got 'sac'"

@@ -11,9 +11,16 @@ from rlhf_scratch.config import PRESETS, ConfigError, RLHFArgs, make_args
     "overrides, message",
     [
         (dict(batch_size=10, num_minibatches=4), "batch_size: must be divisible by num_minibatches (10 % 4 != 0)"),
-        (dict(kl_coef=-1.0), "kl_coef: must be >= 0; got -1.0"),
-        (dict(vf_coef=-0.1), "vf_coef: must be >= 0; got -0.1"),
-        (dict(ent_coef=-0.001), "ent_coef: must be >= 0; got -0.001"),
+        (dict(kl_coef=-1.0), "kl_coef: must be a finite number >= 0; got -1.0"),
+        (dict(kl_coef=float("nan")), "kl_coef: must be a finite number >= 0; got nan"),
+        (dict(base_lr=float("inf")), "base_lr: must be a finite number >= 0; got inf"),
+        (dict(vf_coef=-0.1), "vf_coef: must be a finite number >= 0; got -0.1"),
+        (dict(ent_coef=-0.001), "ent_coef: must be a finite number >= 0; got -0.001"),
+        (dict(top_k=-1), "top_k: must be >= 0 (0 = the whole vocabulary); got -1"),
+        (dict(seed=-1), "seed: must be >= 0; got -1"),
+        (dict(batch_size=4, num_minibatches=4, gen_len=1),
+         "batch_size: a minibatch must hold at least 2 tokens to normalise advantages; "
+         "batch_size / num_minibatches x gen_len = 1 x 1 = 1"),
         (dict(clip_coef=1.5), "clip_coef: must be in (0, 1); got 1.5"),
         (dict(temperature=0.0), "temperature: must be > 0; got 0.0"),
         (dict(task="poetry"), "task: must be one of sentiment, vader, periods; got 'poetry'"),
@@ -37,6 +44,41 @@ def test_unknown_preset_and_unknown_field():
         make_args("gpt5")
     with pytest.raises(ConfigError, match=r"^kl_coeff: is not an RLHFArgs field$"):
         make_args("tiny", kl_coeff=1.0)
+    with pytest.raises(ConfigError, match=r"^algo: must be one of ppo, rloo, online_dpo; got 'a2c'$"):
+        make_args("tiny", algo="a2c")
+    with pytest.raises(ConfigError, match=r"^kl_coef: is not an RLOOArgs field$"):
+        make_args("tiny", algo="rloo", kl_coef=1.0)
+
+
+@pytest.mark.parametrize(
+    "algo, overrides, message",
+    [
+        ("rloo", dict(num_generations=1), "num_generations: must be >= 2"),
+        ("rloo", dict(batch_size=64, num_generations=3), "batch_size: must be divisible by num_generations (64 % 3 != 0)"),
+        ("rloo", dict(epsilon_low=1.0), "epsilon_low: must be in (0, 1); got 1.0"),
+        ("rloo", dict(beta=float("nan")), "beta: must be a finite number >= 0; got nan"),
+        ("online_dpo", dict(batch_size=8, num_minibatches=8), "num_minibatches: must keep whole pairs in a minibatch"),
+        ("online_dpo", dict(loss_type="hinge"), "loss_type: must be one of sigmoid, ipo; got 'hinge'"),
+        ("online_dpo", dict(judge="gpt4"), "judge: must be one of tiny, vader; got 'gpt4'"),
+        ("online_dpo", dict(beta=0.0), "beta: must be > 0; got 0.0"),
+    ],
+)
+def test_rloo_and_dpo_fields_are_validated(algo, overrides, message):
+    with pytest.raises(ConfigError) as err:
+        make_args("tiny", algo=algo, **overrides)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_presets_apply_only_the_fields_an_algorithm_has():
+    rloo = make_args("gpt2", algo="rloo")
+    assert (rloo.model, rloo.batch_size, rloo.base_lr) == ("gpt2", 128, 2e-5)
+    assert not hasattr(rloo, "kl_coef")
+
+
+def test_stop_at_eos_default_depends_on_the_prompt_source():
+    assert make_args("tiny").eos_stops() is False, "the blog's single prefix: fixed-length samples"
+    assert make_args("tiny", prompts="rt").eos_stops() is True
+    assert make_args("tiny", prompts="rt", stop_at_eos=False).eos_stops() is False
 
 
 def test_presets_and_overrides():
@@ -53,13 +95,21 @@ def test_presets_and_overrides():
 def test_dict_round_trip():
     args = make_args("tiny", seed=7, direction="neg")
     assert RLHFArgs.from_dict(args.to_dict()) == args
+    rloo = make_args("tiny", algo="rloo", num_generations=8)
+    assert rloo.to_dict()["algo"] == "rloo"
+    from rlhf_scratch.config import CommonArgs
+
+    assert CommonArgs.from_dict(rloo.to_dict()) == rloo, "the saved algo picks the args class"
     with pytest.raises(ConfigError, match="^bogus: is not an RLHFArgs field$"):
         RLHFArgs.from_dict({**args.to_dict(), "bogus": 1})
 
 
-def test_every_field_is_documented():
+@pytest.mark.parametrize("algo", ["ppo", "rloo", "online_dpo"])
+def test_every_field_is_documented(algo):
+    from rlhf_scratch.config import ARGS_OF_ALGO
     from rlhf_scratch.train import field_docs
 
-    docs = field_docs(RLHFArgs)
-    missing = [f.name for f in dataclasses.fields(RLHFArgs) if not docs.get(f.name)]
+    cls = ARGS_OF_ALGO[algo]
+    docs = field_docs(cls)
+    missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
     assert missing == [], f"fields without a docstring: {missing}"

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from rlhf_scratch import pretrain
+from rlhf_scratch.tiny_preset import pretrain
 from rlhf_scratch.loading import load_lm, load_reward_model
 from rlhf_scratch.rewards import SentimentReward
 
@@ -61,3 +61,14 @@ def test_smoke_pretraining_runs_end_to_end(tmp_path):
     a = load_lm(str(again / "tiny_lm")).state_dict()
     for name, tensor in lm.state_dict().items():
         torch.testing.assert_close(tensor, a[name], msg=f"{name} differs between two runs")
+
+
+def test_pretrain_refuses_to_overwrite(tmp_path, capsys):
+    (tmp_path / "keep.txt").write_text("mine")
+    assert pretrain.main(["--smoke", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: out: {tmp_path} exists and is not empty; choose another --out"
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+    assert pretrain.main(["--smoke", "--install", "--out", str(tmp_path / "new")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: install: would replace the shipped preset in ") and err.endswith("add --force (the current one is kept as <name>.bak)")
+    assert not (tmp_path / "new").exists(), "nothing is written before the refusal"

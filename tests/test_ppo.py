@@ -1,14 +1,66 @@
-"""End to end: a short run of the trainer on the shipped tiny preset, and the run folder."""
+"""PPO: the objective the trainer ascends, by hand; and a short run on the shipped tiny preset."""
 
 import json
+import math
 
 import pytest
 import torch
 
+from rlhf_scratch.algorithms.ppo import PPO_METRICS, RLHFTrainer, compute_rlhf_objective
 from rlhf_scratch.config import make_args
+from rlhf_scratch.loop import SHARED_METRICS
+from rlhf_scratch.memory import ReplayMinibatch
 from rlhf_scratch.runs import RunFolderError, load_run, read_metrics
-from rlhf_scratch.trainer import PHASE_METRICS, RLHFTrainer
 from rlhf_scratch.train import main
+
+PHASE_METRICS = SHARED_METRICS + PPO_METRICS
+
+
+def test_compute_rlhf_objective_by_hand():
+    """J = L_clip − value loss + entropy bonus − KL penalty on a fixed 2-sample minibatch.
+
+    prefix_len 2, gen_len 2, vocab 2: logits at positions 1 and 2 predict the two completion
+    tokens. Positions 0 and 3 hold extreme logits and values, so a span shifted by one token
+    changes every term; the masked token (row 1, t = 1) holds an extreme advantage and return,
+    so an ignored mask changes them too.
+    """
+    ln = math.log
+    logits = torch.tensor([[5.0, -5.0], [0.0, 0.0], [ln(3.0), 0.0], [-5.0, 5.0]]).repeat(2, 1, 1)
+    ref_logits = torch.tensor([[2.0, -2.0], [0.0, 0.0], [0.0, 0.0], [-3.0, 3.0]]).repeat(2, 1, 1)
+    values = torch.tensor([[9.0, 1.0, 2.0, 9.0], [9.0, 0.5, 0.0, 9.0]])
+    # log π of the completion tokens: position 1 is uniform (ln ½), position 2 gives token 0 ln ¾
+    sample_ids = torch.tensor([[0, 0, 0, 0], [0, 0, 1, 0]])
+    # ratios r = π/π_old = [[1, 1.5], [0.5, 1]]  →  π_old = π / r
+    old_logprobs = torch.tensor([[ln(0.5), ln(0.75) - ln(1.5)], [ln(0.5) - ln(0.5), ln(0.75)]])
+    mb = ReplayMinibatch(
+        sample_ids=sample_ids,
+        attention_mask=torch.ones(2, 4, dtype=torch.bool),
+        completion_mask=torch.tensor([[True, True], [True, False]]),
+        logprobs=old_logprobs,
+        advantages=torch.tensor([[1.0, 3.0], [-1.0, 99.0]]),
+        returns=torch.tensor([[1.5, 2.0], [1.5, 7.0]]),
+    )
+    args = make_args(clip_coef=0.2, vf_coef=0.2, ent_coef=0.01)
+    total, terms = compute_rlhf_objective(logits, values, ref_logits, mb, args, kl_coef=0.5)
+
+    # kept advantages [1, 3, -1]: mean 1, std (n-1) 2 → Â = [0, 1, -1]
+    # min(r Â, clip(r, 0.8, 1.2) Â): [min(0, 0), min(1.5, 1.2), min(-0.5, -0.8)] = [0, 1.2, -0.8]
+    clipped_surrogate = (0.0 + 1.2 - 0.8) / 3
+    # V at positions 1, 2 minus the returns, kept: [-0.5, 0, -1]
+    value_loss = 0.5 * 0.2 * (0.25 + 0.0 + 1.0) / 3
+    h_uniform = ln(2.0)
+    h_34 = -(0.75 * ln(0.75) + 0.25 * ln(0.25))
+    entropy_bonus = 0.01 * (h_uniform + h_34 + h_uniform) / 3
+    kl_34 = 0.75 * ln(0.75 / 0.5) + 0.25 * ln(0.25 / 0.5)  # KL([¾, ¼] ‖ [½, ½]); 0 at the uniform position
+    kl_penalty = 0.5 * (0.0 + kl_34 + 0.0) / 3
+    expected = {"clipped_surrogate": clipped_surrogate, "value_loss": value_loss,
+                "entropy_bonus": entropy_bonus, "kl_penalty": kl_penalty}
+    for name, value in expected.items():
+        assert terms[name].item() == pytest.approx(value, abs=1e-6), f"{name}: got {terms[name].item()}, expected {value}"
+    j = clipped_surrogate - value_loss + entropy_bonus - kl_penalty
+    assert total.item() == pytest.approx(j, abs=1e-6), (
+        f"J = L_clip − value_loss + entropy_bonus − kl_penalty = {j}; got {total.item()} (a sign flipped?)"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +73,7 @@ def finished_run(tmp_path_factory):
     trainer = RLHFTrainer(args, quiet=True)
     ref_before = {k: v.clone() for k, v in trainer.ref_model.state_dict().items()}
     policy_before = {k: v.clone() for k, v in trainer.model.base.state_dict().items()}
-    trainer.train()
+    trainer.train(run_dir)
     return trainer, run_dir, ref_before, policy_before
 
 
@@ -59,6 +111,7 @@ def test_load_run_gives_back_the_tuned_policy_and_the_reference(finished_run):
     for k, v in run.reference.state_dict().items():
         torch.testing.assert_close(v, ref_before[k], msg=f"reference parameter {k} differs from the original")
     ids = run.reference.to_tokens(trainer.args.prefix)
+    assert run.tuned is run.policy.base
     logits, values = run.policy(ids)
     assert logits.shape[:2] == values.shape
 
@@ -74,11 +127,12 @@ def test_existing_run_folder_is_never_overwritten(finished_run, capsys):
         load_run(run_dir / "nope")
 
 
-def test_context_overflow_is_a_config_error():
-    from rlhf_scratch.config import ConfigError
-
-    with pytest.raises(ConfigError, match=r"^gen_len: prefix \(\d+ tokens\) \+ gen_len \(5000\) exceeds the model's context n_ctx=\d+$"):
+def test_context_overflow_names_the_field_to_blame():
+    with pytest.raises(ValueError, match=r"^gen_len: 5000 leaves no room for a prompt in the model's context n_ctx=128$"):
         RLHFTrainer(make_args("tiny", gen_len=5000), quiet=True)
+    long_prefix = " ".join(["great"] * 200)
+    with pytest.raises(ValueError, match=r"^prefix: \d+ tokens with gen_len 30 exceed the model's context n_ctx=128$"):
+        RLHFTrainer(make_args("tiny", prefix=long_prefix), quiet=True)
 
 
 def test_offline_hub_gives_one_line_error(capsys):

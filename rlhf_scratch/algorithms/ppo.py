@@ -1,0 +1,185 @@
+"""`RLHFTrainer`: PPO on a language model, reading like the blog.
+
+    for phase in range(total_phases):
+        rollout = rollout_phase()       # sample, score, reward — no gradients
+        learning_phase(rollout)         # advantages, then epochs of minibatch ascent on J
+
+The objective maximised on each minibatch (`compute_rlhf_objective`) is
+
+    J = L_clip(θ) − ½·c_vf·(V − R)² + c_ent·H[π] − β·KL(π ‖ π_ref)
+
+with the KL to the frozen reference model as an explicit term (not folded into the reward),
+every mean over the completion tokens the policy chose (padding after EOS masked out).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from rlhf_scratch.advantages import compute_advantages, compute_gae_advantages
+from rlhf_scratch.config import RLHFArgs
+from rlhf_scratch.control import AdaptiveKLController
+from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
+from rlhf_scratch.memory import ReplayMemory, ReplayMinibatch
+from rlhf_scratch.model import TransformerWithValueHead
+from rlhf_scratch.objectives import (
+    calc_approx_kl,
+    calc_clip_fraction,
+    calc_clipped_sur_obj,
+    calc_entropy_bonus,
+    calc_kl_penalty,
+    calc_value_fn_loss,
+    explained_variance,
+    generated_span,
+    get_log_probs,
+)
+from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
+from rlhf_scratch.rewards import normalize_reward
+from rlhf_scratch.rollout import Rollout, make_rollout
+from rlhf_scratch.sampling import attention_mask_or_none
+from rlhf_scratch.tasks import RewardFn, make_reward_fn
+
+# Logged by PPO's learning phase each phase, besides loop.SHARED_METRICS (CleanRL's names).
+PPO_METRICS = (
+    "objective/kl_coef",  # β used this phase
+    "objective/total",  # J, mean over minibatches
+    "losses/clipped_surrogate",  # L_clip, mean over minibatches
+    "losses/value_loss",  # ½·c_vf·MSE, mean over minibatches
+    "losses/entropy_bonus",  # c_ent·H, mean over minibatches
+    "losses/kl_penalty",  # β·KL, mean over minibatches
+    "losses/clipfrac",  # fraction of ratios outside [1-ε, 1+ε]
+    "losses/approx_kl",  # k3 estimate of KL(π_old‖π) over the learning phase
+    "losses/explained_variance",  # of the returns by the rollout values
+    "charts/skipped_steps",  # optimizer steps skipped this phase for a non-finite objective or gradient
+)
+
+
+def compute_rlhf_objective(
+    logits: Float[Tensor, "minibatch seq_len d_vocab"],
+    values: Float[Tensor, "minibatch seq_len"],
+    ref_logits: Float[Tensor, "minibatch seq_len d_vocab"],
+    mb: ReplayMinibatch,
+    args: RLHFArgs,
+    kl_coef: float,
+) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
+    """The PPO objective of one minibatch from the policy's and the reference's outputs:
+
+        J = clipped_surrogate − value_loss + entropy_bonus − kl_penalty
+
+    Every term is taken over the generated span only (`logits[:, prefix_len-1:-1]` predicts the
+    completion) and over the kept completion tokens (`mb.completion_mask`). Returns J and each
+    term (with its coefficient applied, as the functions in `objectives` return them).
+    """
+    prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
+    gen, mask = generated_span(prefix_len), mb.completion_mask
+    logprobs = get_log_probs(logits, mb.sample_ids, prefix_len)
+    terms = {
+        "clipped_surrogate": calc_clipped_sur_obj(logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),
+        "value_loss": calc_value_fn_loss(values[:, gen], mb.returns, args.vf_coef, mask=mask),
+        "entropy_bonus": calc_entropy_bonus(logits[:, gen], args.ent_coef, mask=mask),
+        "kl_penalty": calc_kl_penalty(logits[:, gen], ref_logits[:, gen], kl_coef, mask=mask),
+        "logprobs": logprobs,
+    }
+    total = terms["clipped_surrogate"] - terms["value_loss"] + terms["entropy_bonus"] - terms["kl_penalty"]
+    return total, terms
+
+
+class RLHFTrainer:
+    """PPO RLHF of `args.model` toward the reward of `args.task` (or `reward_fn`)."""
+
+    def __init__(self, args: RLHFArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
+        self.device = setup_torch(args)
+        self.args, self.quiet = args, quiet
+        policy, self.ref_model = load_policy_and_reference(args.model, self.device)
+        self.model = TransformerWithValueHead(policy, detach_value_head=args.detach_value_head).train()
+        self.policy = self.model  # what the run folder saves
+        self.prompts = make_prompt_iterator(args, policy)
+        self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
+        self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.model)
+        self.kl_coef = args.kl_coef
+        self.kl_ctl = AdaptiveKLController(args.kl_coef, args.target_kl, args.kl_horizon) if args.adaptive_kl else None
+        self.skipped_in_a_row = 0  # optimizer steps skipped for a non-finite objective or gradient
+
+    # ------------------------------------------------------------------ the two phases
+    @torch.no_grad()
+    def rollout_phase(self) -> Rollout:
+        """Sample a batch (one completion per prompt), score it with the policy, its value head
+        and the reference, and reward it."""
+        args = self.args
+        return make_rollout(
+            self.model, self.ref_model, self.prompts.next_batch(args.batch_size), self.reward_fn,
+            num_generations=1, gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k,
+            prepend_bos=args.prepend_bos, stop_at_eos=args.eos_stops(),
+            missing_eos_penalty=args.missing_eos_penalty, chunk_size=args.minibatch_size(),
+        )
+
+    @torch.no_grad()
+    def compute_advantages(self, rollout: Rollout) -> Float[Tensor, "batch gen_len"]:
+        """Per-token advantages from the rollout's values and (normalised) rewards."""
+        args = self.args
+        rewards = normalize_reward(rollout.rewards) if args.normalize_reward else rollout.rewards
+        if args.advantage == "gae":
+            return compute_gae_advantages(rollout.values, rewards, rollout.prefix_len, args.gamma,
+                                          args.gae_lambda, mask=rollout.completion_mask)
+        return compute_advantages(rollout.values, rewards, rollout.prefix_len, mask=rollout.completion_mask)
+
+    def compute_rlhf_objective(self, mb: ReplayMinibatch) -> tuple[Tensor, dict[str, float]]:
+        """J on one minibatch: policy forward (logits and values), reference forward, the terms."""
+        mask = attention_mask_or_none(mb.attention_mask)
+        logits, values = self.model(mb.sample_ids, attention_mask=mask)
+        with torch.no_grad():
+            ref_logits = self.ref_model(mb.sample_ids, attention_mask=mask)
+        total, terms = compute_rlhf_objective(logits, values, ref_logits, mb, self.args, self.kl_coef)
+        logprobs = terms.pop("logprobs")
+        stats = {"objective/total": total.item(), **{f"losses/{k}": v.item() for k, v in terms.items()},
+                 "losses/clipfrac": calc_clip_fraction(logprobs, mb.logprobs, self.args.clip_coef, mask=mb.completion_mask),
+                 "losses/approx_kl": calc_approx_kl(logprobs, mb.logprobs, mask=mb.completion_mask)}
+        return total, stats
+
+    def learning_phase(self, rollout: Rollout) -> dict[str, float]:
+        """Advantages, then gradient ascent on J over every minibatch; one scheduler step."""
+        args = self.args
+        advantages = self.compute_advantages(rollout)
+        memory = ReplayMemory(
+            rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
+            advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase,
+        )
+        stats: list[dict[str, float]] = []
+        skipped = 0
+        for mb in tqdm(memory.get_minibatches(), total=len(memory), desc="minibatches", leave=False, disable=self.quiet):
+            self.optimizer.zero_grad()
+            total, mb_stats = self.compute_rlhf_objective(mb)
+            total.backward()
+            stepped = clip_and_step(self.optimizer, self.model, total, args.max_grad_norm)
+            self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
+            skipped += not stepped
+            stats.append(mb_stats)
+        self.scheduler.step()
+
+        gen = generated_span(rollout.prefix_len)
+        phase_stats = {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
+        phase_stats["objective/kl_coef"] = self.kl_coef
+        phase_stats["charts/skipped_steps"] = skipped
+        phase_stats["losses/explained_variance"] = explained_variance(
+            rollout.values[:, gen], memory.returns, mask=rollout.completion_mask)
+        if self.kl_ctl is not None:  # β for the next phase, from this rollout's KL
+            self.kl_coef = self.kl_ctl.update(rollout.kl[rollout.completion_mask].mean().item(), len(rollout))
+        return phase_stats
+
+    def extra_state(self) -> dict:
+        """PPO's state besides weights and optimizer, for checkpoints: β and its controller."""
+        return {"kl_coef": self.kl_coef, "kl_ctl": vars(self.kl_ctl).copy() if self.kl_ctl else None,
+                "skipped_in_a_row": self.skipped_in_a_row}
+
+    def load_extra_state(self, state: dict) -> None:
+        self.kl_coef, self.skipped_in_a_row = state["kl_coef"], state["skipped_in_a_row"]
+        if self.kl_ctl is not None and state["kl_ctl"] is not None:
+            vars(self.kl_ctl).update(state["kl_ctl"])
+
+    def train(self, run_dir=None, resume: bool = False):
+        """Run every phase (see `loop.run_training`); return the run folder."""
+        return run_training(self, run_dir, self.quiet, resume)

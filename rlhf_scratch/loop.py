@@ -1,0 +1,261 @@
+"""What every algorithm's run shares: loading the two models, the prompts, and the phase loop.
+
+    for phase in 1..total_phases:
+        rollout = trainer.rollout_phase()            # sample, score, reward — no gradients
+        stats   = trainer.learning_phase(rollout)    # the algorithm's own objective
+        log(shared metrics of the rollout + stats), sample table every table_every phases
+        early stopping (optional)
+
+A trainer (PPO's `RLHFTrainer`, `RLOOTrainer`, `OnlineDPOTrainer`) holds its algorithm; this
+module holds the loop around it, so no trainer knows about files, W&B or progress bars.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer
+
+from rlhf_scratch.config import PROMPT_PREFIX, CommonArgs, ConfigError
+from rlhf_scratch.control import EarlyStopping
+from rlhf_scratch.loading import load_lm
+from rlhf_scratch.logger import Metrics, RunLogger
+from rlhf_scratch.prompts import PromptIterator, check_prompt_lengths, load_prompts
+from rlhf_scratch.rollout import Rollout
+from rlhf_scratch.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+from rlhf_scratch.runs import new_run_dir, save_run_policy, write_status
+
+# Logged every phase by every algorithm, computed from the rollout (TRL's names where TRL has one).
+SHARED_METRICS = (
+    "phase",
+    "rewards/mean",  # mean reward of the rollout batch (after any missing-EOS penalty)
+    "rewards/std",
+    "objective/kl",  # mean per-token KL(π‖π_ref) over kept completion tokens, nats
+    "objective/entropy",  # mean per-token entropy of π over kept completion tokens, nats
+    "completions/mean_length",  # kept tokens per completion
+    "completions/clipped_ratio",  # fraction of completions that never produced EOS
+    "completions/mean_terminated_length",  # mean length of those that did (0 if none)
+    "charts/learning_rate",  # learning rate of the transformer this phase
+    "charts/rollout_time",  # seconds: generation + scoring + reward
+    "charts/phase_time",  # seconds, rollout + learning
+    "charts/tokens_per_s",  # generated (kept) tokens per second of phase time
+)
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    args: CommonArgs
+    policy: torch.nn.Module  # what the run folder and the checkpoints save
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    prompts: PromptIterator
+
+    def rollout_phase(self) -> Rollout: ...
+    def learning_phase(self, rollout: Rollout) -> dict[str, float]: ...
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def setup_torch(args: CommonArgs) -> str:
+    """Validate the args, seed every RNG, set the CPU threads; return the device to run on."""
+    args.validate()
+    device = resolve_device(args.device)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device: {args.device!r} requested but no CUDA GPU is available to this torch "
+                          f"(torch {torch.__version__}); use --device cpu or auto")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device: 'mps' requested but the MPS backend is not available; use --device cpu or auto")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    set_seed(args.seed)
+    return device
+
+
+def load_policy_and_reference(model: str, device: str) -> tuple[HookedTransformer, HookedTransformer]:
+    """Two copies of `model`: the policy to tune and the frozen reference."""
+    policy = load_lm(model, device=device).train()
+    reference = load_lm(model, device=device).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return policy, reference
+
+
+def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIterator:
+    """The run's prompts, checked against the context length, shuffled with the run's seed."""
+    if args.gen_len >= model.cfg.n_ctx:
+        raise ConfigError(f"gen_len: {args.gen_len} leaves no room for a prompt in the model's context n_ctx={model.cfg.n_ctx}")
+    prompts = load_prompts(args.prompts, prefix=args.prefix, seed=args.seed)
+    check_prompt_lengths(
+        prompts, lambda p: model.to_tokens(p, prepend_bos=args.prepend_bos).shape[1],
+        model.cfg.n_ctx, args.gen_len, "prefix" if args.prompts == PROMPT_PREFIX else args.prompts,
+    )
+    return PromptIterator(prompts, args.seed)
+
+
+def rollout_metrics(rollout: Rollout) -> Metrics:
+    """The shared per-phase numbers of a rollout, every mean over kept tokens only."""
+    mask = rollout.completion_mask
+    lengths = rollout.lengths.float()
+    terminated = rollout.is_terminated
+    rewards = rollout.rewards
+    return {
+        "rewards/mean": rewards.mean().item(),
+        "rewards/std": rewards.std().item() if len(rewards) > 1 else 0.0,
+        "objective/kl": rollout.kl[mask].mean().item(),
+        "objective/entropy": rollout.entropy[mask].mean().item(),
+        "completions/mean_length": lengths.mean().item(),
+        "completions/clipped_ratio": (~terminated).float().mean().item(),
+        "completions/mean_terminated_length": lengths[terminated].mean().item() if terminated.any() else 0.0,
+    }
+
+
+class TrainingStopped(RuntimeError):
+    """The run stopped before its last phase (a signal, or too many skipped steps); a checkpoint was written."""
+
+    def __init__(self, message: str, exit_code: int, run_dir: Path):
+        super().__init__(message)
+        self.exit_code, self.run_dir = exit_code, run_dir
+
+
+def capture_state(trainer: Trainer, phase: int, early_stopping: EarlyStopping | None) -> dict:
+    """Everything a bit-exact resume needs after `phase` completed phases (see `checkpoint`)."""
+    return {
+        "phase": phase,
+        "algo": trainer.args.algo,
+        "policy": trainer.policy.state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "scheduler": trainer.scheduler.state_dict(),
+        "prompts": trainer.prompts.state_dict(),
+        "trainer": trainer.extra_state() if hasattr(trainer, "extra_state") else {},
+        "early_stopping": vars(early_stopping).copy() if early_stopping is not None else None,
+        "rng": rng_state(),
+    }
+
+
+def restore_state(trainer: Trainer, state: dict, early_stopping: EarlyStopping | None) -> int:
+    """Put `state` back into the trainer; return the number of completed phases."""
+    trainer.policy.load_state_dict(state["policy"])
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    trainer.prompts.load_state_dict(state["prompts"])
+    if hasattr(trainer, "load_extra_state"):
+        trainer.load_extra_state(state["trainer"])
+    if early_stopping is not None and state["early_stopping"] is not None:
+        vars(early_stopping).update(state["early_stopping"])
+    set_rng_state(state["rng"])
+    return int(state["phase"])
+
+
+class _StopSignals:
+    """Ctrl-C (SIGINT) or SIGTERM during a phase: finish the phase, checkpoint, stop. A second
+    Ctrl-C stops at once (the previous checkpoint stays intact)."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signum
+        tqdm.write(f"\n{signal.Signals(signum).name}: finishing this phase, then writing a checkpoint "
+                   "(Ctrl-C again to stop at once)")
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = False, resume: bool = False) -> Path:
+    """Run every phase of `trainer`; write the run folder (created here unless given); return it.
+
+    With `resume`, `run_dir` is an existing run folder: its latest checkpoint is loaded and the
+    run continues from the next phase, appending to metrics.jsonl and samples.md.
+    """
+    args = trainer.args
+    run_dir = Path(run_dir) if resume else new_run_dir(args, run_dir)
+    early_stopping = (
+        EarlyStopping(args.patience, args.kl_threshold, args.reward_threshold, args.window_size)
+        if args.early_stopping else None
+    )
+    logger = RunLogger(run_dir, args, quiet)
+    done = 0
+    if resume:
+        done = restore_state(trainer, load_latest_checkpoint(run_dir, logger.say), early_stopping)
+        logger.resume_at(done)
+        logger.say(f"resumed {run_dir} after phase {done}")
+    logger.say(f"run folder: {run_dir}  ({args.algo}, device {getattr(trainer, 'device', 'cpu')})")
+    write_status(run_dir, "running", done)
+    stopped: TrainingStopped | None = None
+    phase = done
+    with _StopSignals() as signals:
+        bar = tqdm(range(done + 1, args.total_phases + 1), desc="phases", disable=quiet,
+                   initial=done, total=args.total_phases)
+        for phase in bar:
+            start = time.perf_counter()
+            lr = trainer.optimizer.param_groups[0]["lr"]
+            rollout = trainer.rollout_phase()
+            rollout_time = time.perf_counter() - start
+            learn_stats = trainer.learning_phase(rollout)
+            seconds = time.perf_counter() - start
+            metrics: Metrics = {
+                "phase": phase,
+                **rollout_metrics(rollout),
+                **learn_stats,
+                "charts/learning_rate": lr,
+                "charts/rollout_time": rollout_time,
+                "charts/phase_time": seconds,
+                "charts/tokens_per_s": rollout.lengths.sum().item() / seconds,
+            }
+            logger.log_phase(metrics)
+            bar.set_postfix(reward=f"{metrics['rewards/mean']:.3f}", kl=f"{metrics['objective/kl']:.3f}")
+            last = phase == args.total_phases
+            if early_stopping is not None and early_stopping.update(metrics["objective/kl"], metrics["rewards/mean"]):
+                logger.say(f"early stopping after phase {phase}: {early_stopping.reason}")
+                last = True
+            logger.log_samples(phase, rollout, force=last)
+            skipped_in_a_row = getattr(trainer, "skipped_in_a_row", 0)
+            if skipped_in_a_row >= args.max_skipped_steps:
+                stopped = TrainingStopped(
+                    f"stopped after phase {phase}: {skipped_in_a_row} optimizer steps in a row had a non-finite "
+                    f"loss or gradient norm (max_skipped_steps={args.max_skipped_steps})", exit_code=3, run_dir=run_dir)
+            elif signals.received is not None:
+                stopped = TrainingStopped(f"interrupted after phase {phase} ({signal.Signals(signals.received).name})",
+                                          exit_code=128 + signals.received, run_dir=run_dir)
+            if last or stopped or (args.save_every and phase % args.save_every == 0):
+                if stopped is None or skipped_in_a_row == 0:  # a faulty step leaves no checkpoint
+                    save_checkpoint(run_dir, phase, capture_state(trainer, phase, early_stopping), args.keep_checkpoints)
+            if stopped or last:
+                break
+    logger.finish()
+    if stopped is not None:
+        write_status(run_dir, "interrupted", phase)
+        raise stopped
+    if args.save_model:
+        save_run_policy(run_dir, trainer.policy)
+    write_status(run_dir, "finished", phase)
+    return run_dir

@@ -1,0 +1,168 @@
+"""The rollout every algorithm starts from: sample, score with the policy and the reference, reward.
+
+    prompts (one per group) ──repeat G times──► left-padded prompt_ids
+        ──generate (KV cache, top-k, EOS)──► completion_ids, completion_mask
+        ──policy forward──► log π_old(o_t)  [and V(s_t) for PPO]
+        ──reference forward──► log π_ref(o_t), per-token KL(π_old‖π_ref), entropy
+        ──reward function──► scores; rewards = scores − missing_eos_penalty·[no EOS]
+
+PPO uses G = 1 (one completion per prompt), RLOO G completions per prompt, Online DPO G = 2
+(a pair). The G completions of one prompt are consecutive in the batch (prompt-major).
+
+Only per-token numbers are kept: the forward passes run in chunks and their [chunk, gen_len,
+d_vocab] logits are dropped once reduced, so the rollout's memory grows with the chunk, not with
+the batch times the vocabulary. (At the gpt2 preset the old design kept 128 × 30 × 50,257 × 4 B
+≈ 0.77 GB of reference logits for the whole phase.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+from rlhf_scratch.model import TransformerWithValueHead
+from rlhf_scratch.objectives import entropy_per_token, generated_span, get_log_probs, kl_per_token
+from rlhf_scratch.sampling import attention_mask_or_none, decode_completions, generate, tokenize_prompts
+from rlhf_scratch.tasks import score_completions
+
+
+@dataclass
+class Rollout:
+    """One phase's samples and everything the learning phase needs about them (no gradients)."""
+
+    prompt_ids: Int[Tensor, "batch prompt_len"]
+    """Left-padded prompt tokens (BOS first when prepend_bos)."""
+    completion_ids: Int[Tensor, "batch gen_len"]
+    """Sampled tokens; pad tokens after the first EOS when generation stops at EOS."""
+    attention_mask: Bool[Tensor, "batch seq_len"]
+    """False on the prompt's left padding, True elsewhere (seq_len = prompt_len + gen_len)."""
+    completion_mask: Bool[Tensor, "batch gen_len"]
+    """True for the tokens the policy chose (up to and including the first EOS when stopping)."""
+    logprobs: Float[Tensor, "batch gen_len"]
+    """log π_old(o_t | q, o_<t) of each completion token, from the policy that sampled it."""
+    ref_logprobs: Float[Tensor, "batch gen_len"]
+    """log π_ref(o_t | q, o_<t) from the frozen reference model."""
+    kl: Float[Tensor, "batch gen_len"]
+    """KL(π_old ‖ π_ref) over the full vocabulary at each completion position (a diagnostic)."""
+    entropy: Float[Tensor, "batch gen_len"]
+    """Entropy of π_old at each completion position, nats (a diagnostic)."""
+    scores: Float[Tensor, "batch"]
+    """What the reward function returned."""
+    rewards: Float[Tensor, "batch"]
+    """scores − missing_eos_penalty for each completion without EOS (= scores without a penalty)."""
+    prompts: list[str]
+    """The prompt of each completion (each repeated num_generations times)."""
+    completions: list[str]
+    """The text of each completion (without the EOS that ended it)."""
+    num_generations: int
+    """G: consecutive completions per prompt."""
+    eos_token_id: int
+    values: Float[Tensor, "batch seq_len"] | None = None
+    """V(s_t) at every position, when the policy has a value head (PPO)."""
+
+    def __len__(self) -> int:
+        return self.completion_ids.shape[0]
+
+    @property
+    def prefix_len(self) -> int:
+        """Length of the (padded) prompt: the completion is `sample_ids[:, prefix_len:]`."""
+        return self.prompt_ids.shape[1]
+
+    @property
+    def sample_ids(self) -> Int[Tensor, "batch seq_len"]:
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def is_terminated(self) -> Bool[Tensor, "batch"]:
+        """Whether each completion produced EOS (the completion only — an EOS/BOS in the prompt
+        does not count)."""
+        return ((self.completion_ids == self.eos_token_id) & self.completion_mask).any(dim=-1)
+
+    @property
+    def lengths(self) -> Int[Tensor, "batch"]:
+        return self.completion_mask.sum(dim=-1)
+
+    @property
+    def texts(self) -> list[str]:
+        return [p + c for p, c in zip(self.prompts, self.completions)]
+
+
+@torch.no_grad()
+def score_tokens(
+    policy: HookedTransformer | TransformerWithValueHead,
+    ref_model: HookedTransformer,
+    sample_ids: Int[Tensor, "batch seq_len"],
+    attention_mask: Bool[Tensor, "batch seq_len"],
+    prefix_len: int,
+    chunk_size: int,
+) -> dict[str, Tensor]:
+    """Per-token log π, log π_ref, KL, entropy (and values) of the completions, `chunk_size` rows at a time."""
+    out: dict[str, list[Tensor]] = {"logprobs": [], "ref_logprobs": [], "kl": [], "entropy": [], "values": []}
+    span = generated_span(prefix_len)
+    for start in range(0, sample_ids.shape[0], chunk_size):
+        ids, mask = sample_ids[start : start + chunk_size], attention_mask[start : start + chunk_size]
+        tl_mask = attention_mask_or_none(mask)
+        if isinstance(policy, TransformerWithValueHead):
+            logits, values = policy(ids, attention_mask=tl_mask)
+            out["values"].append(values)
+        else:
+            logits = policy(ids, attention_mask=tl_mask)
+        ref_logits = ref_model(ids, attention_mask=tl_mask)
+        out["logprobs"].append(get_log_probs(logits, ids, prefix_len))
+        out["ref_logprobs"].append(get_log_probs(ref_logits, ids, prefix_len))
+        out["kl"].append(kl_per_token(logits[:, span], ref_logits[:, span]))
+        out["entropy"].append(entropy_per_token(logits[:, span]))
+    return {k: torch.cat(v) for k, v in out.items() if v}
+
+
+@torch.no_grad()
+def make_rollout(
+    policy: HookedTransformer | TransformerWithValueHead,
+    ref_model: HookedTransformer,
+    prompts: list[str],
+    reward_fn,
+    *,
+    num_generations: int = 1,
+    gen_len: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    prepend_bos: bool = True,
+    stop_at_eos: bool = False,
+    missing_eos_penalty: float | None = None,
+    chunk_size: int = 16,
+) -> Rollout:
+    """Sample `num_generations` completions of each prompt and score them: the one function that
+    builds a `Rollout`, for every algorithm.
+
+    `policy` is the HookedTransformer being tuned, or PPO's `TransformerWithValueHead` (then the
+    rollout also keeps V(s_t)). `reward_fn` follows either contract of `tasks.score_completions`.
+    """
+    lm = policy.base if isinstance(policy, TransformerWithValueHead) else policy
+    group_prompts = [p for p in prompts for _ in range(num_generations)]
+    prompt_ids, prompt_mask = tokenize_prompts(lm, group_prompts, prepend_bos)
+    completion_ids, completion_mask = generate(
+        lm, prompt_ids, prompt_mask, gen_len, temperature, top_k, stop_at_eos
+    )
+    sample_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1)
+    scored = score_tokens(policy, ref_model, sample_ids, attention_mask, prompt_ids.shape[1], chunk_size)
+
+    completions = decode_completions(lm, completion_ids, completion_mask, stop_at_eos)
+    scores = score_completions(
+        reward_fn, group_prompts, completions,
+        [ids[keep].tolist() for ids, keep in zip(completion_ids, completion_mask)],
+    ).to(sample_ids.device)
+    rollout = Rollout(
+        prompt_ids=prompt_ids, completion_ids=completion_ids, attention_mask=attention_mask,
+        completion_mask=completion_mask, logprobs=scored["logprobs"], ref_logprobs=scored["ref_logprobs"],
+        kl=scored["kl"], entropy=scored["entropy"], scores=scores, rewards=scores,
+        prompts=group_prompts, completions=completions, num_generations=num_generations,
+        eos_token_id=lm.tokenizer.eos_token_id, values=scored.get("values"),
+    )
+    if missing_eos_penalty:
+        rollout.rewards = scores - missing_eos_penalty * (~rollout.is_terminated).float()
+    return rollout

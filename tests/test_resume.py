@@ -1,0 +1,132 @@
+"""Runs that survive: an interrupted run resumed from its checkpoint ends bit-identical to one that
+was never interrupted; kill -9 at any instant leaves a run folder that resumes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from rlhf_scratch.algorithms.ppo import RLHFTrainer
+from rlhf_scratch.config import make_args
+from rlhf_scratch.loop import TrainingStopped
+from rlhf_scratch.runs import read_metrics, read_status
+
+TIMING = ("charts/phase_time", "charts/rollout_time", "charts/tokens_per_s")
+
+
+def small_args(run_dir, prompts_file, **overrides):
+    # k = 2 of 4 phases falls in the middle of the 3-phase warmup
+    values = dict(total_phases=4, batch_size=8, num_minibatches=2, batches_per_learning_phase=1, gen_len=6,
+                  warmup_steps=3, base_lr=1e-3, save_every=1, keep_checkpoints=2, prompts=str(prompts_file),
+                  seed=5, run_dir=str(run_dir))
+    return make_args("tiny", **{**values, **overrides})
+
+
+@pytest.fixture
+def prompts_file(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("This movie was really\nI thought the film\nThe acting\nA\nWorst of all,\n")
+    return path
+
+
+def without_timing(metrics):
+    return [{k: v for k, v in m.items() if k not in TIMING} for m in metrics]
+
+
+def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, prompts_file, one_thread):
+    straight = RLHFTrainer(small_args(tmp_path / "a", prompts_file), quiet=True)
+    straight.train(tmp_path / "a")
+
+    interrupted = RLHFTrainer(small_args(tmp_path / "b", prompts_file), quiet=True)
+    learn = interrupted.learning_phase
+
+    def learn_then_ctrl_c(rollout):  # Ctrl-C arrives during phase 2's learning
+        stats = learn(rollout)
+        if interrupted.scheduler.last_epoch == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return stats
+
+    interrupted.learning_phase = learn_then_ctrl_c
+    with pytest.raises(TrainingStopped, match=r"^interrupted after phase 2 \(SIGINT\)$"):
+        interrupted.train(tmp_path / "b")
+    assert read_status(tmp_path / "b") == {"status": "interrupted", "phase": 2}
+    assert not (tmp_path / "b" / "policy.pt").exists()
+
+    resumed = RLHFTrainer(small_args(tmp_path / "b", prompts_file), quiet=True)
+    resumed.train(tmp_path / "b", resume=True)
+    assert read_status(tmp_path / "b") == {"status": "finished", "phase": 4}
+    for name, tensor in straight.policy.state_dict().items():
+        assert torch.equal(tensor, resumed.policy.state_dict()[name]), f"{name} differs after resume"
+    a, b = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
+    assert [m["phase"] for m in b] == [1, 2, 3, 4], "no phase duplicated or missing"
+    assert without_timing(a) == without_timing(b)
+    sections = (tmp_path / "b" / "samples.md").read_text().count("## phase ")
+    assert sections == 4
+
+
+def _train_cmd(run_dir, prompts_file, *extra):
+    return [sys.executable, "-m", "rlhf_scratch.train", "periods", "--total-phases", "6", "--batch-size", "8",
+            "--num-minibatches", "2", "--gen-len", "6", "--save-every", "1", "--prompts", str(prompts_file),
+            "--run-dir", str(run_dir), *extra]
+
+
+def _run_and_kill(cmd, env, ready, delay=0.0, timeout=120):
+    """Start `cmd`, wait until `ready()` is true (polling every 2 ms), wait `delay` s, SIGKILL it."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    while not ready() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.002)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    return proc.wait()
+
+
+def test_kill_9_at_any_instant_leaves_a_run_that_resumes(tmp_path, prompts_file):
+    """SIGKILL the trainer while a checkpoint is being written, just after one, and mid-phase;
+    after each, `--resume` continues from the latest complete checkpoint."""
+    run_dir = tmp_path / "run"
+    ckpts = run_dir / "checkpoints"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    resume = [sys.executable, "-m", "rlhf_scratch.train", "--resume", str(run_dir)]
+
+    def writing():  # a checkpoint's temporary folder exists: the write is under way
+        return ckpts.is_dir() and any(p.name.endswith(".tmp") for p in ckpts.iterdir())
+
+    # first run: killed as soon as its first checkpoint is complete
+    _run_and_kill(_train_cmd(run_dir, prompts_file), env, lambda: (ckpts / "latest").exists())
+    seen = {p.name for p in ck_dirs(ckpts)}
+    _run_and_kill(resume, env, writing)  # during a checkpoint write
+    _run_and_kill(resume, env, lambda: {p.name for p in ck_dirs(ckpts)} != seen, delay=0.0)  # right after a rename
+    _run_and_kill(resume, env, lambda: False, delay=0.0, timeout=2.0)  # while loading the models
+    logged = len(read_metrics(run_dir))
+    _run_and_kill(resume, env, lambda: len(read_metrics(run_dir)) > logged, delay=0.3)  # mid-phase
+    final = subprocess.run(resume, env=env, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert read_status(run_dir) == {"status": "finished", "phase": 6}
+    assert [m["phase"] for m in read_metrics(run_dir)] == [1, 2, 3, 4, 5, 6], "no phase duplicated or missing"
+    assert (run_dir / "policy.pt").is_file()
+    assert json.loads((run_dir / "config.json").read_text())["total_phases"] == 6
+
+
+def ck_dirs(ckpts):
+    return [p for p in ckpts.iterdir() if p.name.startswith("phase-")] if ckpts.is_dir() else []
+
+
+def test_resume_refuses_a_conflicting_flag_and_a_missing_folder(tmp_path, prompts_file, capsys):
+    from rlhf_scratch.train import main
+
+    run_dir = tmp_path / "r"
+    args = small_args(run_dir, prompts_file, total_phases=1)
+    RLHFTrainer(args, quiet=True).train(run_dir)
+    before = (run_dir / "metrics.jsonl").read_text()
+    assert main(["--resume", str(run_dir), "--kl-coef", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: resume: --kl-coef 0.5 conflicts with the run's saved kl_coef=0.1 (only --total-phases")
+    assert main(["--resume", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'nope' / 'config.json'}: not found (is {tmp_path / 'nope'} a run folder?)"
+    assert (run_dir / "metrics.jsonl").read_text() == before, "a refused resume touches nothing"
