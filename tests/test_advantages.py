@@ -69,3 +69,43 @@ def test_gae_lambda1_gamma1_is_monte_carlo():
 def test_bad_prefix_len():
     with pytest.raises(ValueError, match="prefix_len"):
         compute_advantages(VALUES, REWARDS, prefix_len=0)
+
+
+# --- masks: the episode ends at each sample's last kept token ----------------------------------
+def test_one_step_advantages_with_a_mask_by_hand():
+    # seq_len 5, prefix_len 2: V(s_1..s_3) are the states of the 3 generated actions
+    values = torch.tensor([[0.0, 1.0, 2.0, 4.0, 9.0], [0.0, 1.0, 3.0, 9.0, 9.0]])
+    rewards = torch.tensor([10.0, 20.0])
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    adv = compute_advantages(values, rewards, 2, mask=mask)
+    # row 0 (all kept): [V2−V1, V3−V2, r−V3] = [1, 2, 6]
+    # row 1 (ends at t=1): [V2−V1, r−V2, 0] = [2, 17, 0]  — the reward lands at the last kept token
+    assert adv.tolist() == [[1.0, 2.0, 6.0], [2.0, 17.0, 0.0]]
+    assert torch.equal(compute_advantages(values, rewards, 2, mask=torch.ones(2, 3, dtype=torch.bool)),
+                       compute_advantages(values, rewards, 2))
+
+
+def test_gae_with_a_mask_by_hand():
+    values = torch.tensor([[0.0, 1.0, 3.0, 9.0, 9.0]])
+    rewards = torch.tensor([5.0])
+    mask = torch.tensor([[True, True, False]])
+    # kept steps t=0,1: δ0 = 0 + γV(s_2) − V(s_1) = 3 − 1 = 2; δ1 = r + 0 − V(s_2) = 5 − 3 = 2
+    # A1 = δ1 = 2; A0 = δ0 + γλ A1 = 2 + 0.5·2 = 3; masked t=2 → 0 (nothing flows back from it)
+    adv = compute_gae_advantages(values, rewards, 2, gamma=1.0, gae_lambda=0.5, mask=mask)
+    assert adv.tolist() == [[3.0, 2.0, 0.0]]
+
+
+def test_one_step_equals_gae_lambda_zero_under_a_mask():
+    torch.manual_seed(0)
+    values, rewards = torch.randn(4, 7), torch.randn(4)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=torch.bool)
+    torch.testing.assert_close(compute_advantages(values, rewards, 2, mask=mask),
+                               compute_gae_advantages(values, rewards, 2, 1.0, 0.0, mask=mask))
+
+
+def test_mask_errors():
+    values, rewards = torch.zeros(1, 5), torch.zeros(1)
+    with pytest.raises(ValueError, match="must keep a prefix"):
+        compute_advantages(values, rewards, 2, mask=torch.tensor([[True, False, True]]))
+    with pytest.raises((ValueError, TypeError)):
+        compute_gae_advantages(values, rewards, 2, 1.0, 0.9, mask=torch.ones(1, 4, dtype=torch.bool))

@@ -261,3 +261,104 @@ def test_everything_finite_for_huge_logits(gen):
         assert torch.isfinite(value), f"{name} is not finite for logits x 100: use log_softmax, never log(softmax)"
         (grad,) = torch.autograd.grad(value, logits, retain_graph=True)
         assert torch.isfinite(grad).all(), f"{name} has a non-finite gradient for logits x 100"
+
+
+# --- masks: completions that end at EOS -------------------------------------------------------
+from rlhf_scratch.objectives import (  # noqa: E402
+    calc_approx_kl,
+    calc_clip_fraction,
+    entropy_per_token,
+    explained_variance,
+    generated_span,
+    kl_per_token,
+    masked_mean,
+    sequence_log_probs,
+)
+
+MASK = torch.tensor([[True, True, False], [True, False, False]])  # kept: (0,0), (0,1), (1,0)
+
+
+def test_masked_mean_by_hand():
+    x = torch.tensor([[1.0, 2.0, 100.0], [6.0, -50.0, 7.0]])
+    assert masked_mean(x, MASK).item() == pytest.approx(3.0)  # (1 + 2 + 6) / 3; unmasked mean would be 11
+    assert masked_mean(x, None).item() == pytest.approx(11.0)
+
+
+def test_masked_value_loss_and_entropy_and_kl_by_hand():
+    values = torch.tensor([[1.0, 2.0, 9.0], [0.0, 9.0, 9.0]])
+    returns = torch.tensor([[2.0, 0.0, -9.0], [3.0, -9.0, -9.0]])
+    # kept errors 1, 2, 3 → squares 1, 4, 9 → mean 14/3 → ½·0.3·14/3 = 0.7
+    assert calc_value_fn_loss(values, returns, 0.3, mask=MASK).item() == pytest.approx(0.7)
+    # logits: kept positions uniform over 2 (H = ln 2, KL to uniform 0); masked ones peaked
+    logits = torch.tensor([[[0.0, 0.0], [1.0, 1.0], [9.0, -9.0]], [[2.0, 2.0], [9.0, -9.0], [9.0, -9.0]]])
+    assert calc_entropy_bonus(logits, 0.5, mask=MASK).item() == pytest.approx(0.5 * math.log(2))
+    assert calc_kl_penalty(logits, torch.zeros_like(logits), 2.0, mask=MASK).item() == pytest.approx(0.0, abs=1e-7)
+    assert calc_kl_penalty(logits, torch.zeros_like(logits), 2.0).item() > 0.5, "unmasked, the peaked positions count"
+
+
+def test_masked_surrogate_normalises_over_kept_tokens_only_and_gives_masked_tokens_no_gradient():
+    logprobs = torch.zeros(2, 3, requires_grad=True)
+    old = torch.zeros(2, 3)  # ratio 1 everywhere: the objective is the mean normalised advantage
+    # kept advantages [1, 3, 5]: mean 3, std 2 → Â = [-1, 0, 1]; the 1000s would dominate if they leaked
+    adv = torch.tensor([[1.0, 3.0, 1000.0], [5.0, -1000.0, 1000.0]])
+    obj = calc_clipped_sur_obj(logprobs, old, adv, 0.2, mask=MASK)
+    assert obj.item() == pytest.approx(0.0, abs=1e-6)
+    obj.backward()
+    expected = torch.tensor([[-1 / 3, 0.0, 0.0], [1 / 3, 0.0, 0.0]])  # d(r Â)/dlogp = r Â / 3 at kept tokens
+    torch.testing.assert_close(logprobs.grad, expected, atol=1e-6, rtol=0)
+
+
+def test_masked_gradients_are_zero_at_masked_positions():
+    logits = torch.randn(2, 3, 5, requires_grad=True)
+    (calc_entropy_bonus(logits, 1.0, mask=MASK) + calc_kl_penalty(logits, torch.randn(2, 3, 5), 1.0, mask=MASK)).backward()
+    assert (logits.grad[~MASK] == 0).all() and (logits.grad[MASK] != 0).any()
+    values = torch.randn(2, 3, requires_grad=True)
+    calc_value_fn_loss(values, torch.randn(2, 3), 1.0, mask=MASK).backward()
+    assert (values.grad[~MASK] == 0).all() and (values.grad[MASK] != 0).all()
+
+
+def test_all_true_mask_equals_no_mask():
+    torch.manual_seed(1)
+    logits, ref = torch.randn(3, 4, 7), torch.randn(3, 4, 7)
+    lp, old, adv, ret, val = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4)
+    ones = torch.ones(3, 4, dtype=torch.bool)
+    pairs = [
+        (calc_kl_penalty(logits, ref, 0.3), calc_kl_penalty(logits, ref, 0.3, mask=ones)),
+        (calc_entropy_bonus(logits, 0.3), calc_entropy_bonus(logits, 0.3, mask=ones)),
+        (calc_value_fn_loss(val, ret, 0.3), calc_value_fn_loss(val, ret, 0.3, mask=ones)),
+        (calc_clipped_sur_obj(lp, old, adv, 0.2), calc_clipped_sur_obj(lp, old, adv, 0.2, mask=ones)),
+    ]
+    for a, b in pairs:
+        torch.testing.assert_close(a, b, atol=1e-7, rtol=0)
+    assert calc_clip_fraction(lp, old, 0.2) == pytest.approx(calc_clip_fraction(lp, old, 0.2, mask=ones))
+    assert calc_approx_kl(lp, old) == pytest.approx(calc_approx_kl(lp, old, mask=ones))
+    assert explained_variance(val, ret) == pytest.approx(explained_variance(val, ret, mask=ones))
+
+
+def test_masked_diagnostics_by_hand():
+    lp = torch.tensor([[0.5, 0.0, 9.0], [0.0, 9.0, 9.0]])  # ratios e^0.5, 1, (masked), 1
+    old = torch.zeros(2, 3)
+    assert calc_clip_fraction(lp, old, 0.2, mask=MASK) == pytest.approx(1 / 3)
+    k3 = (math.exp(0.5) - 1) - 0.5
+    assert calc_approx_kl(lp, old, mask=MASK) == pytest.approx(k3 / 3)
+
+
+def test_sequence_log_probs_by_hand_and_no_nan_from_minus_inf_at_padding():
+    lp = torch.tensor([[-1.0, -2.0, -float("inf")], [-0.5, -float("inf"), -float("inf")]])
+    out = sequence_log_probs(lp, MASK)
+    assert out.tolist() == [-3.0, -0.5]
+
+
+def test_per_token_kl_and_entropy_and_the_span():
+    logits = torch.tensor([[[math.log(3.0), 0.0]]])
+    h = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    assert entropy_per_token(logits).item() == pytest.approx(h)
+    kl = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)
+    assert kl_per_token(logits, torch.zeros_like(logits)).item() == pytest.approx(kl)
+    assert list(range(6))[generated_span(2)] == [1, 2, 3, 4], "logits at 1..4 predict tokens 2..5 of 6"
+
+
+def test_masked_terms_stay_finite_for_confident_logits():
+    logits = torch.randn(2, 3, 11) * 100
+    assert torch.isfinite(calc_kl_penalty(logits, torch.randn(2, 3, 11) * 100, 1.0, mask=MASK))
+    assert torch.isfinite(calc_entropy_bonus(logits, 1.0, mask=MASK))

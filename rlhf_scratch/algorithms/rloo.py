@@ -1,0 +1,214 @@
+"""`RLOOTrainer`: REINFORCE Leave-One-Out (Ahmadian et al. 2024, "Back to Basics"), TRL's names.
+
+    for phase in range(total_phases):
+        rollout = rollout_phase()       # G completions of each prompt, scored — no gradients
+        learning_phase(rollout)         # KL-shaped rewards → leave-one-out advantages → ascent
+
+No critic: the baseline of a completion is the mean reward of the other G − 1 completions of the
+same prompt. The KL to the reference is folded into the reward (sequence level, k1 estimator);
+the objective is PPO's clipped surrogate on the SEQUENCE log-prob ratio:
+
+    r_i  = R_i − β Σ_t (log π_old(o_t) − log π_ref(o_t))          compute_kl_shaped_rewards
+    A_i  = r_i − 1/(G−1) Σ_{j≠i} r_j                              compute_rloo_advantages
+    ρ_i  = exp(log π(o_i|q) − log π_old(o_i|q))
+    J    = mean_i min(ρ_i A_i, clip(ρ_i, 1−ε_low, 1+ε_high) A_i)   calc_rloo_objective (maximised)
+
+With one iteration per batch ρ = 1 and J's gradient is REINFORCE's, mean_i A_i ∇ log π(o_i|q).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from rlhf_scratch.config import RLOOArgs
+from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
+from rlhf_scratch.objectives import get_log_probs, sequence_log_probs
+from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
+from rlhf_scratch.rollout import Rollout, make_rollout
+from rlhf_scratch.sampling import attention_mask_or_none
+from rlhf_scratch.tasks import RewardFn, make_reward_fn
+
+# Logged by RLOO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
+RLOO_METRICS = (
+    "reward",  # mean score of the reward function (before the KL shaping and any EOS penalty)
+    "reward_std",
+    "frac_reward_zero_std",  # fraction of prompts whose G rewards are all equal (no signal)
+    "kl",  # mean sequence k1 KL: Σ_t (log π_old − log π_ref)
+    "entropy",  # mean per-token entropy of π_old over kept tokens
+    "rewards/shaped_mean",  # mean of R − β·KL, what the advantages are built from
+    "objective/rloo",  # J, mean over minibatches
+    "objective/beta",
+    "clip_ratio/low_mean",  # fraction of sequences with ρ < 1−ε_low and A < 0 (clipped)
+    "clip_ratio/high_mean",  # fraction with ρ > 1+ε_high and A > 0 (clipped)
+    "clip_ratio/region_mean",  # fraction clipped on either side
+    "charts/skipped_steps",
+)
+
+
+def compute_rloo_advantages(rewards: Float[Tensor, "batch"], num_generations: int) -> Float[Tensor, "batch"]:
+    """The leave-one-out advantage: each completion's reward minus the mean of the OTHER G − 1
+    completions of the same prompt (the G of a prompt are consecutive in the batch).
+
+        A_i = r_i − 1/(G−1) Σ_{j≠i} r_j  =  r_i − (Σ_j r_j − r_i) / (G−1)  =  G/(G−1) · (r_i − mean_j r_j)
+
+    The baseline does not depend on r_i, so the estimate stays unbiased; each group's advantages
+    sum to zero.
+    """
+    G = num_generations
+    if G < 2:
+        raise ValueError(f"compute_rloo_advantages: num_generations must be >= 2 (leave-one-out needs another completion); got {G}")
+    if rewards.shape[0] % G != 0:
+        raise ValueError(f"compute_rloo_advantages: batch of {rewards.shape[0]} is not a multiple of num_generations {G}")
+    grouped = rewards.view(-1, G)  # [prompts, G]
+    baseline = (grouped.sum(dim=1, keepdim=True) - grouped) / (G - 1)  # [prompts, G]
+    return (grouped - baseline).flatten()  # [batch]
+
+
+@torch.no_grad()
+def compute_kl_shaped_rewards(
+    scores: Float[Tensor, "batch"],
+    logprobs: Float[Tensor, "batch gen_len"],
+    ref_logprobs: Float[Tensor, "batch gen_len"],
+    completion_mask: Bool[Tensor, "batch gen_len"],
+    beta: float,
+) -> Float[Tensor, "batch"]:
+    """Fold the KL to the reference into the reward, at the sequence level (no gradient):
+
+        r_i = R_i − β · Σ_t mask_t · (log π_old(o_t) − log π_ref(o_t))
+
+    The sum is the k1 estimator of KL(π_old ‖ π_ref) on the sampled tokens. A single token's term
+    can be negative (the reference liked that token more than the policy did); what matters is
+    its expectation, E_{o~π}[log π(o) − log π_ref(o)] = KL(π ‖ π_ref) ≥ 0, so averaged over
+    completions it penalises drifting away from the reference, unbiasedly.
+    """
+    kl = sequence_log_probs(logprobs, completion_mask) - sequence_log_probs(ref_logprobs, completion_mask)
+    return scores - beta * kl
+
+
+def normalize_advantages(advantages: Float[Tensor, "batch"], eps: float = 1e-4) -> Float[Tensor, "batch"]:
+    """Whiten over the WHOLE batch: (A − mean) / (std + eps). Off by default, as in TRL.
+
+    Not per group: a leave-one-out advantage divided by its own group's std explodes when the
+    G rewards of a prompt are nearly equal (std → 0 turns reward noise into ±1-sized
+    advantages); the batch std is dominated by groups that do differ.
+    """
+    return (advantages - advantages.mean()) / (advantages.std() + eps)
+
+
+def calc_rloo_objective(
+    seq_logprobs: Float[Tensor, "batch"],
+    old_seq_logprobs: Float[Tensor, "batch"],
+    advantages: Float[Tensor, "batch"],
+    epsilon_low: float,
+    epsilon_high: float,
+) -> Float[Tensor, ""]:
+    """The clipped surrogate on the sequence ratio (MAXIMISED):
+
+        ρ_i = exp(log π(o_i|q) − log π_old(o_i|q))
+        J   = mean_i min(ρ_i A_i, clip(ρ_i, 1 − ε_low, 1 + ε_high) A_i)
+
+    Once ρ has moved past the clip in the direction A pushes, the term is constant (no gradient).
+    """
+    ratio = (seq_logprobs - old_seq_logprobs).exp()
+    clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
+    return torch.minimum(ratio * advantages, clipped * advantages).mean()
+
+
+@torch.no_grad()
+def calc_clip_ratios(
+    seq_logprobs: Float[Tensor, "batch"],
+    old_seq_logprobs: Float[Tensor, "batch"],
+    advantages: Float[Tensor, "batch"],
+    epsilon_low: float,
+    epsilon_high: float,
+) -> dict[str, float]:
+    """TRL's clip_ratio/{low,high,region}_mean: the fractions of sequences whose term is clipped."""
+    ratio = (seq_logprobs - old_seq_logprobs).exp()
+    low = ((ratio < 1 - epsilon_low) & (advantages < 0)).float().mean().item()
+    high = ((ratio > 1 + epsilon_high) & (advantages > 0)).float().mean().item()
+    return {"clip_ratio/low_mean": low, "clip_ratio/high_mean": high, "clip_ratio/region_mean": low + high}
+
+
+class RLOOTrainer:
+    """RLOO of `args.model` toward the reward of `args.task` (or `reward_fn`): no value head."""
+
+    def __init__(self, args: RLOOArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
+        self.device = setup_torch(args)
+        self.args, self.quiet = args, quiet
+        self.policy, self.ref_model = load_policy_and_reference(args.model, self.device)
+        self.prompts = make_prompt_iterator(args, self.policy)
+        self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
+        self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.policy)
+        self.skipped_in_a_row = 0
+
+    @torch.no_grad()
+    def rollout_phase(self) -> Rollout:
+        """G completions of each of batch_size / G prompts, scored by the policy, the reference and the reward."""
+        args = self.args
+        return make_rollout(
+            self.policy, self.ref_model, self.prompts.next_batch(args.batch_size // args.num_generations),
+            self.reward_fn, num_generations=args.num_generations, gen_len=args.gen_len,
+            temperature=args.temperature, top_k=args.top_k, prepend_bos=args.prepend_bos,
+            stop_at_eos=args.eos_stops(), missing_eos_penalty=args.missing_eos_penalty,
+            chunk_size=args.minibatch_size(),
+        )
+
+    def sequence_log_probs(self, rollout: Rollout, rows: Tensor) -> Float[Tensor, "rows"]:
+        """log π(o_i | q) of the completions in `rows` under the current policy (with gradient)."""
+        ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
+        logits = self.policy(ids, attention_mask=attention_mask_or_none(mask))
+        return sequence_log_probs(get_log_probs(logits, ids, rollout.prefix_len), rollout.completion_mask[rows])
+
+    def learning_phase(self, rollout: Rollout) -> dict[str, float]:
+        """Shaped rewards → leave-one-out advantages → num_iterations passes of minibatch ascent on J."""
+        args = self.args
+        mask = rollout.completion_mask
+        shaped = compute_kl_shaped_rewards(rollout.rewards, rollout.logprobs, rollout.ref_logprobs, mask, args.beta)
+        advantages = compute_rloo_advantages(shaped, args.num_generations)
+        if args.normalize_advantages:
+            advantages = normalize_advantages(advantages)
+        old_seq_logprobs = sequence_log_probs(rollout.logprobs, mask)
+
+        stats: list[dict[str, float]] = []
+        skipped = 0
+        passes = [torch.randperm(len(rollout)).view(args.num_minibatches, -1) for _ in range(args.num_iterations)]
+        for rows in tqdm(torch.cat(passes), desc="minibatches", leave=False, disable=self.quiet):
+            self.optimizer.zero_grad()
+            seq_logprobs = self.sequence_log_probs(rollout, rows)
+            objective = calc_rloo_objective(seq_logprobs, old_seq_logprobs[rows], advantages[rows],
+                                            args.epsilon_low, args.epsilon_high)
+            objective.backward()
+            stepped = clip_and_step(self.optimizer, self.policy, objective, args.max_grad_norm)
+            self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
+            skipped += not stepped
+            stats.append({"objective/rloo": objective.item(),
+                          **calc_clip_ratios(seq_logprobs, old_seq_logprobs[rows], advantages[rows],
+                                             args.epsilon_low, args.epsilon_high)})
+        self.scheduler.step()
+
+        groups = rollout.scores.view(-1, args.num_generations)
+        return {
+            "reward": rollout.scores.mean().item(),
+            "reward_std": rollout.scores.std().item() if len(rollout) > 1 else 0.0,
+            "frac_reward_zero_std": (groups.std(dim=1) == 0).float().mean().item(),
+            "kl": (old_seq_logprobs - sequence_log_probs(rollout.ref_logprobs, mask)).mean().item(),
+            "entropy": rollout.entropy[mask].mean().item(),
+            "rewards/shaped_mean": shaped.mean().item(),
+            **{k: float(np.mean([s[k] for s in stats])) for k in stats[0]},
+            "objective/beta": args.beta,
+            "charts/skipped_steps": skipped,
+        }
+
+    def extra_state(self) -> dict:
+        return {"skipped_in_a_row": self.skipped_in_a_row}
+
+    def load_extra_state(self, state: dict) -> None:
+        self.skipped_in_a_row = state["skipped_in_a_row"]
+
+    def train(self, run_dir=None, resume: bool = False):
+        """Run every phase (see `loop.run_training`); return the run folder."""
+        return run_training(self, run_dir, self.quiet, resume)

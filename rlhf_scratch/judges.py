@@ -1,0 +1,59 @@
+"""Pairwise judges for Online DPO: "AI feedback" in its plainest form.
+
+A judge is any callable
+
+    judge(prompts: list[str], pairs: list[tuple[str, str]]) -> list[int]
+
+returning, for each pair of completions of a prompt, 0 if the first is better, 1 if the second
+is, or -1 if it cannot tell (the trainer then skips that pair and counts it). A TRL user's judge
+fits unchanged. The two shipped here run offline; each reads the whole text, prompt + completion.
+"""
+
+from __future__ import annotations
+
+from rlhf_scratch.rewards import SentimentReward, reward_fn_vader
+
+
+def _prefer(first: list[float], second: list[float], margin: float) -> list[int]:
+    """0 where first beats second by more than `margin`, 1 where second does, -1 otherwise."""
+    return [0 if a - b > margin else 1 if b - a > margin else -1 for a, b in zip(first, second)]
+
+
+class ClassifierJudge:
+    """Prefers the completion the sentiment classifier finds more `direction` (P(label)).
+
+    Pairs whose probabilities differ by at most `margin` are "cannot tell" (-1): a classifier's
+    coin-flip preferences would only teach the policy noise."""
+
+    def __init__(self, direction: str = "pos", reward_model: str = "tiny", device: str = "cpu", margin: float = 1e-3):
+        self.reward = SentimentReward(reward_model, direction=direction, device=device)
+        self.margin = margin
+
+    def __call__(self, prompts: list[str], pairs: list[tuple[str, str]]) -> list[int]:
+        first = self.reward([p + a for p, (a, _) in zip(prompts, pairs)]).tolist()
+        second = self.reward([p + b for p, (_, b) in zip(prompts, pairs)]).tolist()
+        return _prefer(first, second, self.margin)
+
+
+class VaderJudge:
+    """Prefers the completion VADER's lexicon scores more `direction`; an exact tie is -1
+    (VADER gives many texts with no sentiment word exactly the same score)."""
+
+    def __init__(self, direction: str = "pos"):
+        self.direction = direction
+
+    def __call__(self, prompts: list[str], pairs: list[tuple[str, str]]) -> list[int]:
+        first = reward_fn_vader([p + a for p, (a, _) in zip(prompts, pairs)], self.direction).tolist()
+        second = reward_fn_vader([p + b for p, (_, b) in zip(prompts, pairs)], self.direction).tolist()
+        return _prefer(first, second, 0.0)
+
+
+def make_judge(name: str | None, direction: str, device: str = "cpu"):
+    """`tiny` → ClassifierJudge, `vader` → VaderJudge, None → no judge (the reward picks)."""
+    if name is None:
+        return None
+    if name == "tiny":
+        return ClassifierJudge(direction, "tiny", device)
+    if name == "vader":
+        return VaderJudge(direction)
+    raise ValueError(f"judge: unknown judge {name!r}")

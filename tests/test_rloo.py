@@ -1,0 +1,141 @@
+"""RLOO: leave-one-out advantages, KL shaping and the clipped sequence objective by hand; a bandit
+that learns; a run on the tiny preset."""
+
+import json
+
+import pytest
+import torch
+
+from rlhf_scratch.algorithms.rloo import (
+    RLOO_METRICS,
+    RLOOTrainer,
+    calc_clip_ratios,
+    calc_rloo_objective,
+    compute_kl_shaped_rewards,
+    compute_rloo_advantages,
+    normalize_advantages,
+)
+from rlhf_scratch.config import make_args
+from rlhf_scratch.loop import SHARED_METRICS
+from rlhf_scratch.runs import load_run, read_metrics
+
+
+def test_leave_one_out_advantages_by_hand():
+    # group [1, 2, 3, 6]: baselines (2+3+6)/3, (1+3+6)/3, (1+2+6)/3, (1+2+3)/3 = 11/3, 10/3, 3, 2
+    adv = compute_rloo_advantages(torch.tensor([1.0, 2.0, 3.0, 6.0]), 4)
+    torch.testing.assert_close(adv, torch.tensor([-8 / 3, -4 / 3, 0.0, 4.0]))
+    # two groups of two: each advantage is the difference to the other completion of its prompt
+    adv = compute_rloo_advantages(torch.tensor([1.0, 0.0, 0.5, 0.25]), 2)
+    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0, 0.25, -0.25]))
+
+
+def test_advantages_sum_to_zero_per_group_and_equal_g_over_g_minus_1_times_the_centred_reward():
+    torch.manual_seed(0)
+    rewards = torch.randn(12)
+    for G in (2, 3, 4, 6):
+        adv = compute_rloo_advantages(rewards, G)
+        torch.testing.assert_close(adv.view(-1, G).sum(1), torch.zeros(12 // G), atol=1e-6, rtol=0)
+        centred = rewards.view(-1, G) - rewards.view(-1, G).mean(1, keepdim=True)
+        torch.testing.assert_close(adv, (G / (G - 1) * centred).flatten(), atol=1e-6, rtol=0)
+
+
+def test_advantage_errors_are_one_line():
+    with pytest.raises(ValueError, match=r"^compute_rloo_advantages: batch of 6 is not a multiple of num_generations 4$"):
+        compute_rloo_advantages(torch.zeros(6), 4)
+    with pytest.raises(ValueError, match=r"^compute_rloo_advantages: num_generations must be >= 2"):
+        compute_rloo_advantages(torch.zeros(6), 1)
+
+
+def test_kl_shaped_reward_by_hand():
+    old = torch.tensor([[-1.0, -2.0, -0.5]])
+    ref = torch.tensor([[-1.5, -1.0, -0.5]])
+    # mask [1,1,1]: KL = 0.5 - 1.0 + 0 = -0.5 → 0.8 - 0.1·(-0.5) = 0.85
+    full = compute_kl_shaped_rewards(torch.tensor([0.8]), old, ref, torch.tensor([[True, True, True]]), 0.1)
+    assert full.item() == pytest.approx(0.85)
+    # mask [1,0,1]: KL = 0.5 + 0 → 0.8 - 0.05 = 0.75  (a mask ignored would give 0.85)
+    masked = compute_kl_shaped_rewards(torch.tensor([0.8]), old, ref, torch.tensor([[True, False, True]]), 0.1)
+    assert masked.item() == pytest.approx(0.75)
+
+
+def test_whole_batch_normalisation():
+    adv = normalize_advantages(torch.tensor([1.0, 3.0]))  # mean 2, std (n-1) √2
+    torch.testing.assert_close(adv, torch.tensor([-1.0, 1.0]) / (2**0.5 + 1e-4))
+
+
+def test_objective_gradient_is_zero_where_the_ratio_is_clipped_on_the_side_the_advantage_pushes():
+    old = torch.zeros(4)
+    # ratios e^0.5 ≈ 1.65 (A > 0: clipped at 1.2), e^-0.5 ≈ 0.61 (A < 0: clipped at 0.8),
+    # e^0.5 with A < 0 (moving back: not clipped), e^-0.5 with A > 0 (not clipped)
+    logp = torch.tensor([0.5, -0.5, 0.5, -0.5], requires_grad=True)
+    adv = torch.tensor([1.0, -1.0, -1.0, 1.0])
+    calc_rloo_objective(logp, old, adv, 0.2, 0.2).backward()
+    ratio = torch.tensor([0.5, -0.5, 0.5, -0.5]).exp()
+    expected = torch.tensor([0.0, 0.0, -ratio[2] / 4, ratio[3] / 4])  # d/dlogp (ρ A)/4 = ρ A / 4
+    torch.testing.assert_close(logp.grad, expected)
+    ratios = calc_clip_ratios(logp.detach(), old, adv, 0.2, 0.2)
+    assert ratios == {"clip_ratio/low_mean": 0.25, "clip_ratio/high_mean": 0.25, "clip_ratio/region_mean": 0.5}
+
+
+def test_with_ratio_one_the_gradient_is_reinforce_with_the_leave_one_out_baseline():
+    logp = torch.tensor([-3.0, -2.0, -4.0, -1.0], requires_grad=True)
+    adv = compute_rloo_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), 2)  # [1, -1, -1, 1]
+    calc_rloo_objective(logp, logp.detach(), adv, 0.2, 0.2).backward()
+    reinforce = logp.detach().clone().requires_grad_(True)
+    (adv * reinforce).mean().backward()  # ∇ mean_i A_i log π(o_i)
+    torch.testing.assert_close(logp.grad, reinforce.grad)
+    torch.testing.assert_close(logp.grad, torch.tensor([0.25, -0.25, -0.25, 0.25]))
+
+
+def test_a_two_token_bandit_learns_the_rewarded_token():
+    """π = softmax(θ) over two tokens; token 1 earns reward 1. RLOO steps must raise π(1)."""
+    torch.manual_seed(0)
+    theta = torch.zeros(2, requires_grad=True)
+    opt = torch.optim.SGD([theta], lr=0.5, maximize=True)
+    G = 4
+    for _ in range(30):
+        logp_all = theta.log_softmax(-1)
+        tokens = torch.multinomial(logp_all.exp().detach(), 8 * G, replacement=True)
+        rewards = (tokens == 1).float()
+        adv = compute_rloo_advantages(rewards, G)
+        seq_logp = logp_all[tokens]
+        opt.zero_grad()
+        calc_rloo_objective(seq_logp, seq_logp.detach(), adv, 0.2, 0.2).backward()
+        opt.step()
+    assert theta.softmax(-1)[1].item() > 0.9, "RLOO should have learned to pick the rewarded token"
+
+
+@pytest.fixture(scope="module")
+def rloo_run(tmp_path_factory, one_thread):
+    run_dir = tmp_path_factory.mktemp("rloo") / "run"
+    args = make_args("tiny", algo="rloo", total_phases=2, batch_size=8, num_generations=4, num_minibatches=2,
+                     gen_len=8, warmup_steps=1, base_lr=1e-3, final_scale=0.5, seed=3, run_dir=str(run_dir))
+    trainer = RLOOTrainer(args, quiet=True)
+    ref_before = {k: v.clone() for k, v in trainer.ref_model.state_dict().items()}
+    policy_before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    trainer.train(run_dir)
+    return trainer, run_dir, ref_before, policy_before
+
+
+def test_rloo_run_writes_a_run_folder_load_run_reads(rloo_run):
+    trainer, run_dir, ref_before, policy_before = rloo_run
+    metrics = read_metrics(run_dir)
+    assert [m["phase"] for m in metrics] == [1, 2]
+    for m in metrics:
+        missing = set(SHARED_METRICS + RLOO_METRICS) - set(m)
+        assert not missing, f"missing metrics: {missing}"
+    assert json.loads((run_dir / "config.json").read_text())["algo"] == "rloo"
+    run = load_run(run_dir)
+    assert run.tuned is run.policy and run.args.algo == "rloo"
+    for k, v in trainer.policy.state_dict().items():
+        torch.testing.assert_close(run.policy.state_dict()[k], v)
+    for k, v in trainer.ref_model.state_dict().items():
+        assert torch.equal(v, ref_before[k]), f"reference parameter {k} changed"
+    assert any(not torch.equal(v, policy_before[k]) for k, v in trainer.policy.state_dict().items())
+
+
+def test_rloo_rollout_puts_the_g_completions_of_a_prompt_together(rloo_run):
+    trainer = rloo_run[0]
+    rollout = trainer.rollout_phase()
+    prompts = [rollout.prompts[i : i + 4] for i in range(0, 8, 4)]
+    assert all(len(set(group)) == 1 for group in prompts), "each prompt's 4 completions must be consecutive"
+    assert rollout.num_generations == 4
