@@ -17,6 +17,9 @@ import argparse
 import base64
 import html
 import json
+import os
+import shutil
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -457,13 +460,29 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch CPU threads (default 1: the tiny model's matrices are too small to gain from "
                              "more, and on a busy CPU extra threads made it 30x slower; 0 = torch's default)")
     args = parser.parse_args(argv)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+
+    def fail(message: str) -> int:
+        print(f"interp.report: error: {message}", file=sys.stderr)
+        return 2
 
     run_dir = Path(args.run_dir)
+    out = Path(args.out) if args.out else run_dir / "interp"
+    if args.n_samples < 1:
+        return fail(f"--n-samples: must be >= 1; got {args.n_samples}")
+    if args.gen_len < 1:
+        return fail(f"--gen-len: must be >= 1; got {args.gen_len}")
+    if args.threads < 0:
+        return fail(f"--threads: must be >= 0; got {args.threads}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        return fail(f"--device: {args.device!r} requested but no CUDA GPU is available; use --device cpu")
+    if out.exists() and not out.is_dir():
+        return fail(f"--out: {out} is a file, not a folder")
+    if not run_dir.is_dir():
+        return fail(f"{run_dir}: no such run folder")
     if not (run_dir / "config.json").is_file():
-        print(f"interp.report: error: {run_dir} is not a run folder (no config.json)", file=sys.stderr)
-        return 2
+        return fail(f"{run_dir} is not a run folder (no config.json)")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     try:
         from rlhf_scratch.runs import load_run
 
@@ -476,10 +495,23 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, RuntimeError) as err:  # RunFolderError, missing files, Hub offline
         print(f"interp.report: error: {run_dir}: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else run_dir / "interp"
-    summary = make_report(run.reference, run.tuned, list(REVIEW_PROMPTS), out, reward_fn=reward_fn,
-                          run_prompt=run.args.prefix, n_samples=args.n_samples, gen_len=args.gen_len,
-                          title=f"What did RLHF change? {run_dir.name}")
+    longest = max(len(run.reference.to_tokens(p)[0]) for p in [run.args.prefix, *REVIEW_PROMPTS])
+    if longest + args.gen_len > run.reference.cfg.n_ctx:
+        return fail(f"--gen-len: {args.gen_len} + the longest prompt ({longest} tokens) exceeds the model's "
+                    f"context n_ctx={run.reference.cfg.n_ctx}")
+    # Write into a fresh temporary folder and move it into place, so an interrupted report never
+    # leaves old and new files mixed.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        summary = make_report(run.reference, run.tuned, list(REVIEW_PROMPTS), tmp, reward_fn=reward_fn,
+                              run_prompt=run.args.prefix, n_samples=args.n_samples, gen_len=args.gen_len,
+                              title=f"What did RLHF change? {run_dir.name}")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     for line in summary["headline"]:
         print(line)
     print(f"wrote {out / 'report.html'} in {summary['seconds']:.1f} s")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import warnings
 from importlib.resources import as_file, files
 from pathlib import Path
@@ -72,8 +73,9 @@ def asset_path(subdir: str) -> Path:
         return Path(path)
 
 
-def _local_folder(name: str, tiny_subdir: str) -> Path | None:
-    """`tiny` -> the shipped folder; an existing folder -> itself; else None (a Hub id)."""
+def _local_folder(name: str, tiny_subdir: str, field: str = "model") -> Path | None:
+    """`tiny` -> the shipped folder; an existing folder -> itself; a path that does not exist
+    (starting with /, ./, ../ or ~) -> a one-line error; else None (a Hub id)."""
     if name == TINY:
         path = asset_path(tiny_subdir)
         if not (path / "config.json").exists() and not (path / "tokenizer.json").exists():
@@ -83,6 +85,10 @@ def _local_folder(name: str, tiny_subdir: str) -> Path | None:
             )
         return path
     path = Path(name).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ModelFolderError(f"{field}: {name} is a file, not a model folder")
+    if not path.exists() and name.startswith(("/", "./", "../", "~")):
+        raise ModelFolderError(f"{field}: {name}: no such folder")
     return path if path.is_dir() else None
 
 
@@ -111,9 +117,49 @@ def _is_offline_error(err: BaseException) -> bool:
     )
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Can a TCP connection to the Hub be opened within `timeout` s? (DNS included: run in a thread,
+    since name resolution ignores socket timeouts.) Without this check, huggingface_hub retries
+    with back-off for ~30 s before a machine with no network gives up."""
+    import os
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    ok = []
+
+    def probe():
+        try:
+            socket.create_connection((host, 443), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(ok)
+
+
+def _in_hub_cache(name: str) -> bool:
+    """Is anything of the Hub repo `name` in the local Hugging Face cache (so it may load offline)?"""
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    cache = Path(HF_HUB_CACHE)
+    leaf = name.split("/")[-1]
+    return cache.is_dir() and any(p.name.endswith(f"--{leaf}") for p in cache.glob("*--*"))
+
+
 @contextlib.contextmanager
 def _hub_errors(name: str):
-    """Turn "the Hub is unreachable" failures while loading `name` into HubUnreachableError."""
+    """Turn "the Hub is unreachable" failures while loading `name` into HubUnreachableError
+    (at once, when the Hub cannot be reached and nothing of `name` is cached)."""
+    remote = name != TINY and not Path(name).expanduser().exists()
+    if remote and not _in_hub_cache(name) and not hub_reachable():
+        raise HubUnreachableError(name)
     try:
         yield
     except HubUnreachableError:
@@ -136,6 +182,40 @@ def _no_weight_loading_bars():
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
+
+
+class ModelFolderError(ValueError):
+    """A local model folder that cannot be what it is asked to be (one line naming the field)."""
+
+
+def check_model_folder(folder: Path, field: str, classifier: bool) -> None:
+    """Refuse, in one line, a folder that is empty, has a broken config.json, or holds the wrong
+    kind of model: `--model` needs a GPT-2 causal LM (what TransformerLens converts here),
+    `--reward-model` a sequence classifier (anything else would load with a randomly
+    initialised classification head and silently train on noise)."""
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise ModelFolderError(f"{field}: {folder} has no config.json (not a Hugging Face model folder)")
+    try:
+        config = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelFolderError(f"{field}: {config_path} is not valid JSON ({getattr(e, 'msg', e)})") from None
+    if not isinstance(config, dict):
+        raise ModelFolderError(f"{field}: {config_path} is not a JSON object")
+    architectures = config.get("architectures") or []
+    is_classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
+    if classifier and not is_classifier:
+        raise ModelFolderError(
+            f"{field}: {folder} is not a sequence classifier (architectures: {', '.join(architectures) or 'none'}); "
+            "loading it would give a randomly initialised classification head")
+    if not classifier:
+        if is_classifier:
+            raise ModelFolderError(f"{field}: {folder} is a sequence classifier ({', '.join(architectures)}), "
+                                   "not a causal LM; did you mean --reward-model?")
+        if config.get("model_type") != "gpt2":
+            raise ModelFolderError(
+                f"{field}: {folder} is a {config.get('model_type') or 'unknown'} model; a local --model folder must "
+                "be GPT-2 architecture (model_type gpt2); TransformerLens model names load from the Hub")
 
 
 def load_tokenizer(name: str = TINY) -> PreTrainedTokenizerBase:
@@ -181,19 +261,20 @@ def load_lm(name: str = TINY, device: str | torch.device = "cpu") -> HookedTrans
     """
     folder = _local_folder(name, TINY_LM_DIR)
     if folder is not None:
+        check_model_folder(folder, "model", classifier=False)
         model = hooked_from_hf_folder(folder, device)
     else:
-        try:
-            with _hub_errors(name), _quiet_hooked_transformer(), \
-                    contextlib.redirect_stdout(io.StringIO()):
-                model = HookedTransformer.from_pretrained(name, device=device, dtype="float32")
-        except ValueError as err:
-            if "not found. Valid official model names" not in str(err):
-                raise
+        from transformer_lens import loading_from_pretrained as tl_loading
+
+        try:  # a name TransformerLens does not know needs no network to be refused
+            tl_loading.get_official_model_name(name)
+        except ValueError:
             raise ValueError(  # TransformerLens's message lists every model: keep one line
                 f"{name!r} is neither 'tiny', a local model folder, nor a TransformerLens "
                 f"pretrained model name (see transformer_lens.loading.OFFICIAL_MODEL_NAMES)"
             ) from None
+        with _hub_errors(name), _quiet_hooked_transformer(), contextlib.redirect_stdout(io.StringIO()):
+            model = HookedTransformer.from_pretrained(name, device=device, dtype="float32")
     model.train()  # trainable; callers switch to eval() where they need determinism
     return model
 
@@ -207,11 +288,17 @@ def load_reward_model(
     -> `AutoModelForSequenceClassification.from_pretrained`. Convention (as the IMDB model):
     label index 1 = positive, 0 = negative. Returned in eval mode, float32, on `device`.
     """
-    folder = _local_folder(name, TINY_REWARD_DIR)
+    folder = _local_folder(name, TINY_REWARD_DIR, "reward_model")
+    if folder is not None:
+        check_model_folder(folder, "reward_model", classifier=True)
     source = str(folder) if folder else name
     with _hub_errors(name), _no_weight_loading_bars():
         model = AutoModelForSequenceClassification.from_pretrained(source, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(source)
+    architectures = getattr(model.config, "architectures", None) or []
+    if not any(a.endswith("ForSequenceClassification") for a in architectures):
+        raise ModelFolderError(f"reward_model: {name} is not a sequence classifier (architectures: "
+                               f"{', '.join(architectures) or 'none'}); its classification head would be random")
     if tokenizer.pad_token is None:  # GPT-2-style tokenizers have no pad token
         tokenizer.pad_token = tokenizer.eos_token
     if model.config.pad_token_id is None:  # so GPT2ForSequenceClassification finds the last token

@@ -104,7 +104,7 @@ def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIt
         raise ConfigError(f"gen_len: {args.gen_len} leaves no room for a prompt in the model's context n_ctx={model.cfg.n_ctx}")
     prompts = load_prompts(args.prompts, prefix=args.prefix, seed=args.seed)
     check_prompt_lengths(
-        prompts, lambda p: model.to_tokens(p, prepend_bos=args.prepend_bos).shape[1],
+        prompts, lambda p: model.to_tokens(p, prepend_bos=args.prepend_bos, truncate=False).shape[1],
         model.cfg.n_ctx, args.gen_len, "prefix" if args.prompts == PROMPT_PREFIX else args.prompts,
     )
     return PromptIterator(prompts, args.seed)

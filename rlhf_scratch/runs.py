@@ -143,9 +143,21 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> LoadedRun:
     args = load_args(run_dir)
     weights = run_dir / POLICY_FILE
     if not weights.is_file():
+        status = read_status(run_dir)
+        if status["status"] in ("running", "interrupted"):
+            raise RunFolderError(f"{run_dir}: the run is {status['status']} after phase {status['phase']} and has no "
+                                 f"{POLICY_FILE} yet; finish it with: python -m rlhf_scratch.train --resume {run_dir}")
         raise RunFolderError(f"{weights}: not found (did the run finish with save_model on?)")
+    try:
+        state = torch.load(weights, map_location=device, weights_only=True)
+    except Exception as e:  # truncated, corrupt or not a torch file: one line, no unpickling traceback
+        raise RunFolderError(f"{weights}: unreadable ({type(e).__name__}); the file is truncated or not a policy") from None
     reference = load_lm(args.model, device=device).eval()
     lm = load_lm(args.model, device=device)
     policy = TransformerWithValueHead(lm, args.detach_value_head) if args.algo == "ppo" else lm
-    policy.load_state_dict(torch.load(weights, map_location=device, weights_only=True))
+    try:
+        policy.load_state_dict(state)
+    except RuntimeError as e:
+        raise RunFolderError(f"{weights}: does not fit {type(policy).__name__} of {args.model!r} "
+                             f"({str(e).splitlines()[0]})") from None
     return LoadedRun(policy=policy.eval(), reference=reference, args=args, path=run_dir)

@@ -36,7 +36,7 @@ def test_make_report_on_a_toy_pair(tmp_path):
 def test_bad_run_dir_is_one_line_and_exit_2(tmp_path, capsys):
     assert main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "nope" in err and "not a run folder" in err
+    assert len(err.splitlines()) == 1 and "nope" in err and "no such run folder" in err
 
 
 def _gpt2_folder(folder, tokenizer):

@@ -1,0 +1,141 @@
+"""A catalogue of bad inputs a new user can give: each is answered with exit code 2 and one line
+naming the field or file, no traceback, and nothing in an existing run folder is touched."""
+
+import json
+import shutil
+
+import pytest
+
+from rlhf_scratch.loading import asset_path
+from rlhf_scratch.train import main
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inputs")
+    (root / "empty").mkdir()
+    (root / "corrupt").mkdir()
+    (root / "corrupt" / "config.json").write_text("{ not json")
+    (root / "bert").mkdir()
+    (root / "bert" / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertForMaskedLM"]}))
+    shutil.copytree(asset_path("tiny_lm"), root / "causal_lm")
+    shutil.copytree(asset_path("tiny_reward"), root / "classifier")
+    (root / "a_file.txt").write_text("x")
+    (root / "empty_prompts.txt").write_text("\n")
+    (root / "long_prompts.txt").write_text("ok\n" + "great " * 200 + "\n")
+    (root / "taken").mkdir()
+    (root / "taken" / "metrics.jsonl").write_text('{"phase": 1}\n')
+    (root / "no_ckpt").mkdir()
+    (root / "no_ckpt" / "config.json").write_text(json.dumps({"algo": "ppo", "task": "sentiment"}))
+    return root
+
+
+CASES = [
+    # (argv, the one line on stderr, after "error: ")
+    (["poetry"], "task: must be one of sentiment, vader, periods; got 'poetry'"),
+    ([], "task: required, one of sentiment, vader, periods (or --resume RUN_DIR)"),
+    (["sentiment", "--algo", "a2c"], "algo: must be one of ppo, rloo, online_dpo; got 'a2c'"),
+    (["sentiment", "--preset", "gpt5"], "preset: must be one of tiny, gpt2; got 'gpt5'"),
+    (["sentiment", "--kl-coeff", "1"], "unrecognized arguments: --kl-coeff 1"),
+    (["sentiment", "--kl-coef", "abc"], "argument --kl-coef: invalid float value: 'abc'"),
+    (["sentiment", "--kl-coef", "nan"], "kl_coef: must be a finite number >= 0; got nan"),
+    (["sentiment", "--base-lr", "inf"], "base_lr: must be a finite number >= 0; got inf"),
+    (["sentiment", "--temperature", "0"], "temperature: must be > 0; got 0.0"),
+    (["sentiment", "--top-k", "-1"], "top_k: must be >= 0 (0 = the whole vocabulary); got -1"),
+    (["sentiment", "--clip-coef", "1.5"], "clip_coef: must be in (0, 1); got 1.5"),
+    (["sentiment", "--total-phases", "0"], "total_phases: must be >= 1; got 0"),
+    (["sentiment", "--seed", "-1"], "seed: must be >= 0; got -1"),
+    (["sentiment", "--threads", "-2"], "threads: must be >= 0 (0 = torch's default); got -2"),
+    (["sentiment", "--save-every", "-1"], "save_every: must be >= 0 (0 = only at the end); got -1"),
+    (["sentiment", "--batch-size", "30"], "batch_size: must be divisible by num_minibatches (30 % 4 != 0)"),
+    (["sentiment", "--algo", "rloo", "--batch-size", "64", "--num-generations", "3"],
+     "batch_size: must be divisible by num_generations (64 % 3 != 0)"),
+    (["sentiment", "--batch-size", "4", "--num-minibatches", "4", "--gen-len", "1"],
+     "batch_size: a minibatch must hold at least 2 tokens to normalise advantages; batch_size / num_minibatches "
+     "x gen_len = 1 x 1 = 1"),
+    (["sentiment", "--algo", "online_dpo", "--loss-type", "hinge"], "loss_type: must be one of sigmoid, ipo; got 'hinge'"),
+    (["sentiment", "--algo", "online_dpo", "--judge", "gpt4"], "judge: must be one of tiny, vader; got 'gpt4'"),
+    (["sentiment", "--device", "bogus"], "device: must be auto, cpu, cuda[:N] or mps; got 'bogus'"),
+    (["sentiment", "--gen-len", "100000"], "gen_len: 100000 leaves no room for a prompt in the model's context n_ctx=128"),
+    (["sentiment", "--prefix", "great " * 200], "prefix: 203 tokens with gen_len 30 exceed the model's context n_ctx=128"),
+    (["sentiment", "--model", "{root}/missing"], "model: {root}/missing: no such folder"),
+    (["sentiment", "--model", "{root}/empty"], "model: {root}/empty has no config.json (not a Hugging Face model folder)"),
+    (["sentiment", "--model", "{root}/corrupt"], "model: {root}/corrupt/config.json is not valid JSON ("),
+    (["sentiment", "--model", "{root}/bert"], "model: {root}/bert is a bert model; a local --model folder must be GPT-2"),
+    (["sentiment", "--model", "{root}/classifier"], "model: {root}/classifier is a sequence classifier"),
+    (["sentiment", "--model", "{root}/a_file.txt"], "model: {root}/a_file.txt is a file, not a model folder"),
+    (["sentiment", "--reward-model", "{root}/causal_lm"], "reward_model: {root}/causal_lm is not a sequence classifier"),
+    (["sentiment", "--reward-model", "{root}/missing"], "reward_model: {root}/missing: no such folder"),
+    (["sentiment", "--model", "gpt2"], "cannot download 'gpt2' from the Hugging Face Hub"),
+    (["sentiment", "--prompts", "{root}/none.txt"], "prompts: {root}/none.txt: not found"),
+    (["sentiment", "--prompts", "{root}/empty_prompts.txt"], "prompts: {root}/empty_prompts.txt: no prompts (file is empty)"),
+    (["sentiment", "--prompts", "{root}/long_prompts.txt"], "prompts: {root}/long_prompts.txt line 2: 202 tokens with gen_len 30"),
+    (["sentiment", "--run-dir", "{root}/taken"], "run_dir: {root}/taken exists and is not empty; choose another --run-dir"),
+    (["sentiment", "--run-dir", "{root}/a_file.txt"], "run_dir: {root}/a_file.txt is a file, not a folder; choose another --run-dir"),
+    (["--resume", "{root}/nowhere"], "{root}/nowhere/config.json: not found (is {root}/nowhere a run folder?)"),
+    (["--resume", "{root}/no_ckpt"], "resume: {root}/no_ckpt has no checkpoints (was it saved with --save-every?)"),
+]
+
+
+@pytest.mark.parametrize("argv, message", CASES, ids=[" ".join(c[0])[:60] for c in CASES])
+def test_bad_input_exits_2_with_one_line(folders, capsys, argv, message):
+    before = (folders / "taken" / "metrics.jsonl").read_text()
+    argv = [a.replace("{root}", str(folders)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert err.startswith("error: " + message.replace("{root}", str(folders))), err
+    assert (folders / "taken" / "metrics.jsonl").read_text() == before, "an existing run folder was touched"
+
+
+def test_cuda_without_a_gpu(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the error path cannot be reached")  # never on the CPU CI
+    assert main(["sentiment", "--device", "cuda"]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: device: 'cuda' requested but no CUDA GPU is available")
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    from rlhf_scratch.algorithms.ppo import RLHFTrainer
+    from rlhf_scratch.config import make_args
+
+    run_dir = tmp_path_factory.mktemp("report") / "run"
+    args = make_args("tiny", total_phases=1, batch_size=4, num_minibatches=2, gen_len=4, run_dir=str(run_dir))
+    RLHFTrainer(args, quiet=True).train(run_dir)
+    return run_dir
+
+
+def _copy_run(src, dst, **replace):
+    shutil.copytree(src, dst)
+    for name, content in replace.items():
+        (dst / name.replace("_pt", ".pt").replace("_json", ".json")).write_bytes(content)
+    return dst
+
+
+def test_interp_report_bad_inputs(finished_run, tmp_path, capsys):
+    from interp.report import main as report
+
+    cases = [
+        ([str(tmp_path / "nope")], f"{tmp_path / 'nope'}: no such run folder"),
+        ([str(tmp_path)], f"{tmp_path} is not a run folder (no config.json)"),
+        ([str(finished_run), "--n-samples", "0"], "--n-samples: must be >= 1; got 0"),
+        ([str(finished_run), "--gen-len", "0"], "--gen-len: must be >= 1; got 0"),
+        ([str(finished_run), "--gen-len", "500", "--no-reward"], "--gen-len: 500 + the longest prompt"),
+        ([str(finished_run), "--out", str(finished_run / "config.json")], f"--out: {finished_run / 'config.json'} is a file"),
+        ([str(_copy_run(finished_run, tmp_path / "corrupt", policy_pt=b"\x00garbage"))],
+         f"{tmp_path / 'corrupt'}: {tmp_path / 'corrupt' / 'policy.pt'}: unreadable (UnpicklingError)"),
+        ([str(_copy_run(finished_run, tmp_path / "badkey",
+                        config_json=json.dumps({"algo": "ppo", "kl_coeff": 1}).encode()))],
+         "unreadable config (kl_coeff: is not an RLHFArgs field)"),
+    ]
+    half = _copy_run(finished_run, tmp_path / "half")
+    (half / "policy.pt").unlink()
+    (half / "status.json").write_text('{"status": "interrupted", "phase": 3}')
+    cases.append(([str(half)], f"the run is interrupted after phase 3 and has no policy.pt yet; finish it with"))
+    for argv, message in cases:
+        assert report(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and message in err, (argv, err)
