@@ -69,7 +69,11 @@ def main() -> None:
     if opts.shape == "gpt2-small":
         loading_site.load_lm = gpt2_small_factory()
         task = "periods"
-    args = make_args("tiny", task=task, batch_size=opts.batch_size, total_phases=opts.phases, warmup_steps=1)
+    values = dict(task=task, batch_size=opts.batch_size, total_phases=opts.phases, warmup_steps=1)
+    try:  # this package's trainer sets torch's threads from its args
+        args = make_args("tiny", threads=opts.threads, **values)
+    except Exception:  # older checkouts have no threads field
+        args = make_args("tiny", **values)
     trainer = trainer_module.RLHFTrainer(args, quiet=True)
     before = rss_peak_mib()
     times = []

@@ -80,11 +80,16 @@ def save_checkpoint(run_dir: Path, phase: int, state: dict, keep: int) -> Path:
     tmp = root / f".{final.name}.tmp"
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
-    with open(tmp / CHECKPOINT_FILE, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        tmp.mkdir()
+        with open(tmp / CHECKPOINT_FILE, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as e:  # disk full, read-only, quota: the previous checkpoint stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
+        raise CheckpointError(f"checkpoint: cannot write {final} ({reason}); the previous checkpoint is intact") from None
     if final.exists():  # a checkpoint of this phase from an earlier, interrupted attempt
         shutil.rmtree(final)
     os.replace(tmp, final)

@@ -247,7 +247,7 @@ def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = Fa
                 stopped = TrainingStopped(f"interrupted after phase {phase} ({signal.Signals(signals.received).name})",
                                           exit_code=128 + signals.received, run_dir=run_dir)
             if last or stopped or (args.save_every and phase % args.save_every == 0):
-                if stopped is None or skipped_in_a_row == 0:  # a faulty step leaves no checkpoint
+                if skipped_in_a_row == 0:  # right after a skipped (non-finite) step: keep the older checkpoint
                     save_checkpoint(run_dir, phase, capture_state(trainer, phase, early_stopping), args.keep_checkpoints)
             if stopped or last:
                 break

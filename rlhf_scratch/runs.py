@@ -92,8 +92,11 @@ def read_status(run_dir: str | Path) -> dict:
 
 def append_metrics(run_dir: Path, metrics: dict[str, float | int]) -> None:
     """Append one phase's metrics as a JSON line."""
-    with open(run_dir / METRICS_FILE, "a") as f:
-        f.write(json.dumps(metrics) + "\n")
+    try:
+        with open(run_dir / METRICS_FILE, "a") as f:
+            f.write(json.dumps(metrics) + "\n")
+    except OSError as e:
+        raise RunFolderError(f"run_dir: cannot write {run_dir / METRICS_FILE} ({e.strerror})") from None
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, float | int]]:

@@ -130,3 +130,91 @@ def test_resume_refuses_a_conflicting_flag_and_a_missing_folder(tmp_path, prompt
     assert main(["--resume", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'nope' / 'config.json'}: not found (is {tmp_path / 'nope'} a run folder?)"
     assert (run_dir / "metrics.jsonl").read_text() == before, "a refused resume touches nothing"
+
+
+@pytest.mark.parametrize("algo", ["rloo", "online_dpo"])
+def test_rloo_and_dpo_resume_bit_identical(tmp_path, prompts_file, one_thread, algo):
+    from rlhf_scratch.algorithms.online_dpo import OnlineDPOTrainer
+    from rlhf_scratch.algorithms.rloo import RLOOTrainer
+
+    cls = {"rloo": RLOOTrainer, "online_dpo": OnlineDPOTrainer}[algo]
+    extra = {"num_generations": 4} if algo == "rloo" else {}
+
+    def args(run):
+        return make_args("tiny", algo=algo, total_phases=3, batch_size=8, num_minibatches=2, gen_len=6, warmup_steps=2,
+                         base_lr=1e-3, save_every=1, prompts=str(prompts_file), seed=5, run_dir=str(run), **extra)
+
+    straight = cls(args(tmp_path / "a"), quiet=True)
+    straight.train(tmp_path / "a")
+    interrupted = cls(args(tmp_path / "b"), quiet=True)
+    learn = interrupted.learning_phase
+
+    def learn_then_sigterm(rollout):
+        stats = learn(rollout)
+        if interrupted.scheduler.last_epoch == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return stats
+
+    interrupted.learning_phase = learn_then_sigterm
+    with pytest.raises(TrainingStopped, match=r"interrupted after phase 1 \(SIGTERM\)") as err:
+        interrupted.train(tmp_path / "b")
+    assert err.value.exit_code == 128 + signal.SIGTERM
+    resumed = cls(args(tmp_path / "b"), quiet=True)
+    resumed.train(tmp_path / "b", resume=True)
+    for name, tensor in straight.policy.state_dict().items():
+        assert torch.equal(tensor, resumed.policy.state_dict()[name]), f"{name} differs after resume"
+    assert without_timing(read_metrics(tmp_path / "a")) == without_timing(read_metrics(tmp_path / "b"))
+
+
+def test_non_finite_steps_are_skipped_counted_and_stop_the_run(tmp_path, prompts_file, one_thread):
+    args = small_args(tmp_path / "nan", prompts_file, total_phases=4, max_skipped_steps=3, save_every=1)
+    trainer = RLHFTrainer(args, quiet=True)
+    # phase 1 runs normally; from phase 2 on every objective is NaN (2 minibatch steps a phase)
+    objective = trainer.compute_rlhf_objective
+
+    def nan_in_phase_2(mb):
+        total, stats = objective(mb)
+        return (total * float("nan"), stats) if trainer.scheduler.last_epoch >= 1 else (total, stats)
+
+    trainer.compute_rlhf_objective = nan_in_phase_2
+    with pytest.raises(TrainingStopped, match=r"^stopped after phase 3: 4 optimizer steps in a row had a non-finite") as err:
+        trainer.train(tmp_path / "nan")
+    assert err.value.exit_code == 3
+    assert [m["charts/skipped_steps"] for m in read_metrics(tmp_path / "nan")] == [0, 2, 2]
+    assert all(torch.isfinite(p).all() for p in trainer.policy.parameters()), "a NaN step reached the weights"
+    from rlhf_scratch.checkpoint import load_latest_checkpoint
+
+    assert load_latest_checkpoint(tmp_path / "nan")["phase"] == 1, "the checkpoint from before the fault is kept"
+
+
+def test_a_reward_function_returning_nan_stops_the_run_naming_it(tmp_path, prompts_file):
+    from rlhf_scratch.tasks import RewardFunctionError
+
+    def flaky_reward(prompts, completions, **kwargs):
+        return [0.5] * (len(completions) - 1) + [float("nan")]
+
+    trainer = RLHFTrainer(small_args(tmp_path / "r", prompts_file), reward_fn=flaky_reward, quiet=True)
+    with pytest.raises(RewardFunctionError, match=r"^reward function 'flaky_reward' returned nan for completion 7$"):
+        trainer.train(tmp_path / "r")
+
+
+def test_disk_full_while_checkpointing_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, prompts_file, monkeypatch):
+    from rlhf_scratch import checkpoint as ck
+
+    trainer = RLHFTrainer(small_args(tmp_path / "full", prompts_file), quiet=True)
+    real_save = torch.save
+
+    def save_then_disk_full(obj, f, *a, **k):
+        if obj.get("phase") == 2:
+            raise OSError(28, "No space left on device")
+        return real_save(obj, f, *a, **k)
+
+    monkeypatch.setattr(ck.torch, "save", save_then_disk_full)
+    with pytest.raises(ck.CheckpointError) as err:
+        trainer.train(tmp_path / "full")
+    assert str(err.value) == (f"checkpoint: cannot write {tmp_path / 'full' / 'checkpoints' / 'phase-0002'} "
+                              "(No space left on device); the previous checkpoint is intact")
+    monkeypatch.undo()
+    assert ck.load_latest_checkpoint(tmp_path / "full")["phase"] == 1
+    assert [p.name for p in (tmp_path / "full" / "checkpoints").iterdir()] == ["phase-0001", "latest"] or \
+        sorted(p.name for p in (tmp_path / "full" / "checkpoints").iterdir()) == ["latest", "phase-0001"]
