@@ -73,3 +73,17 @@ def test_report_end_to_end_on_a_run_folder(tmp_path, capsys):
     assert summary["head_weight_change_relative"]["all"][0]["head"] == "L1H0"
     assert "reward" in summary and summary["prompts"][0] == "This movie was really"
     assert "wrote" in capsys.readouterr().out
+
+
+def test_a_tiny_gap_is_called_noise_not_a_percentage(tmp_path):
+    import copy
+
+    ref = toy_model(seed=0, tokenizer=toy_tokenizer())
+    st = sentiment_tokens(ref)
+    tuned = copy.deepcopy(ref)
+    summary = make_report(ref, tuned, list(REVIEW_PROMPTS[:2]), tmp_path, n_samples=2, gen_len=3, progress=False)
+    line = next(l for l in summary["headline"] if l.startswith("Residual patching"))
+    assert "fractions of it are noise" in line and "recovers" not in line, line
+    tuned = perturb_head(ref, 1, 2, residual_sentiment_direction(ref, st), scale=5.0)
+    summary = make_report(ref, tuned, list(REVIEW_PROMPTS[:2]), tmp_path / "b", n_samples=2, gen_len=3, progress=False)
+    assert "recovers 100%" in next(l for l in summary["headline"] if l.startswith("Residual patching"))

@@ -132,3 +132,14 @@ def test_online_dpo_runs_on_the_tiny_preset(tmp_path, judge, one_thread):
     assert run.args.algo == "online_dpo" and run.tuned is run.policy
     assert all(torch.equal(v, ref_before[k]) for k, v in trainer.ref_model.state_dict().items())
     assert any(not torch.equal(v, policy_before[k]) for k, v in trainer.policy.state_dict().items())
+
+
+def test_interp_report_reads_a_dpo_run(tmp_path, one_thread):
+    from interp.report import main as report
+
+    run_dir = tmp_path / "run"
+    args = make_args("tiny", algo="online_dpo", total_phases=1, batch_size=4, num_minibatches=2, gen_len=4,
+                     run_dir=str(run_dir))
+    OnlineDPOTrainer(args, quiet=True).train(run_dir)
+    assert report([str(run_dir), "--no-reward"]) == 0
+    assert (run_dir / "interp" / "report.html").is_file()

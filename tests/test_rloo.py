@@ -139,3 +139,11 @@ def test_rloo_rollout_puts_the_g_completions_of_a_prompt_together(rloo_run):
     prompts = [rollout.prompts[i : i + 4] for i in range(0, 8, 4)]
     assert all(len(set(group)) == 1 for group in prompts), "each prompt's 4 completions must be consecutive"
     assert rollout.num_generations == 4
+
+
+def test_interp_report_reads_an_rloo_run(rloo_run):
+    from interp.report import main as report
+
+    _, run_dir, _, _ = rloo_run
+    assert report([str(run_dir), "--no-reward"]) == 0
+    assert (run_dir / "interp" / "report.html").is_file() and (run_dir / "interp" / "summary.json").is_file()
