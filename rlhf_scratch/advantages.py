@@ -6,9 +6,11 @@ t = prefix_len-1 ... seq_len-2, so both estimators return one advantage per gene
 (gen_len = seq_len - prefix_len). The reward is sparse: one number per sample, received after
 the last generated token; there is no state after that, so values[:, -1] is never used.
 
-With a completion mask (completions that end at EOS), the episode ends at each sample's LAST
+With a completion mask `mask: Bool[batch, gen_len]` (completions that end at EOS; aligned with
+the advantages, True up to and including the first EOS), the episode ends at each sample's LAST
 KEPT token: the reward arrives there, nothing after it is an action, and those positions get
-advantage 0.
+advantage 0. Masks must keep a prefix of each completion (no False followed by a True); a row
+that keeps nothing is allowed and gets all zeros (its reward is then never used).
 """
 
 import torch
@@ -22,6 +24,8 @@ def _check_prefix_len(prefix_len: int, seq_len: int) -> None:
 
 
 def _check_mask(mask: Tensor, shape: tuple[int, int]) -> None:
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor (True = kept token); got dtype {mask.dtype}")
     if tuple(mask.shape) != shape:
         raise ValueError(f"mask has shape {tuple(mask.shape)}, expected (batch, gen_len) = {shape}")
     if (mask[:, 1:] & ~mask[:, :-1]).any():
@@ -86,7 +90,8 @@ def compute_gae_advantages(
     head's errors accumulate over gen_len steps instead of cancelling.
 
     With `mask`, the episode ends at each sample's last kept token (reward there, V after it 0)
-    and nothing from masked positions flows back into kept ones; masked positions get 0.
+    and nothing from masked positions flows back into kept ones (their deltas are 0 and they all
+    come after the last kept token); masked positions get 0, a sample keeping nothing all zeros.
     """
     _check_prefix_len(prefix_len, values.shape[1])
     v = values[:, prefix_len - 1 : -1]  # V(s_t) for the generated steps

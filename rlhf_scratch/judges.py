@@ -11,7 +11,12 @@ fits unchanged. The two shipped here run offline; each reads the whole text, pro
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rlhf_scratch.rewards import SentimentReward, reward_fn_vader
+
+Judge = Callable[[list[str], list[tuple[str, str]]], list[int]]
+"""judge(prompts, pairs) -> per pair 0 (first better), 1 (second better) or -1 (cannot tell)."""
 
 
 def _prefer(first: list[float], second: list[float], margin: float) -> list[int]:
@@ -22,8 +27,8 @@ def _prefer(first: list[float], second: list[float], margin: float) -> list[int]
 class ClassifierJudge:
     """Prefers the completion the sentiment classifier finds more `direction` (P(label)).
 
-    Pairs whose probabilities differ by at most `margin` are "cannot tell" (-1): a classifier's
-    coin-flip preferences would only teach the policy noise."""
+    Pairs whose probabilities differ by at most `margin` (default 1e-3) are "cannot tell" (-1):
+    a classifier's coin-flip preferences would only teach the policy noise."""
 
     def __init__(self, direction: str = "pos", reward_model: str = "tiny", device: str = "cpu", margin: float = 1e-3):
         self.reward = SentimentReward(reward_model, direction=direction, device=device)
@@ -48,7 +53,7 @@ class VaderJudge:
         return _prefer(first, second, 0.0)
 
 
-def make_judge(name: str | None, direction: str, device: str = "cpu"):
+def make_judge(name: str | None, direction: str, device: str = "cpu") -> Judge | None:
     """`tiny` → ClassifierJudge, `vader` → VaderJudge, None → no judge (the reward picks)."""
     if name is None:
         return None

@@ -16,8 +16,9 @@ Sequence layout: `[prefix (prefix_len tokens, incl. BOS and any left padding) | 
 predicted by `logits[:, prefix_len-1 : -1]` ("the generated span", `generated_span`).
 
 Masks: a completion that ends at EOS is followed by padding, which is not an action the policy
-took. Every term takes an optional `mask: Bool[batch, gen_len]` (True = kept) and averages over
-kept positions only; `mask=None` gives exactly the unmasked mean.
+took. Every term takes an optional `mask: Bool[batch, gen_len]` (True = kept: up to and
+including the first EOS) and averages over kept positions only; `mask=None` gives exactly the
+unmasked mean (the same code path as before masks existed, bit for bit).
 """
 
 import math
@@ -39,18 +40,25 @@ def generated_span(prefix_len: int) -> slice:
 
 
 def masked_mean(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"] | None = None) -> Float[Tensor, ""]:
-    """mean of x over the kept positions: sum(x[mask]) / count(mask); plain `x.mean()` without a mask."""
+    """Mean of x over the kept positions: sum(x[mask]) / count(mask); plain `x.mean()` without a mask.
+
+    Masked positions get exactly zero gradient. Needs at least one kept position (the mean of
+    nothing is NaN); a completion mask always keeps each sample's first token.
+    """
     return x.mean() if mask is None else x[mask].mean()
 
 
 def masked_whiten(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"] | None, eps: float) -> Float[Tensor, "*shape"]:
     """(x - mean) / (std + eps), mean and std (Bessel's n-1) over the kept positions only.
 
-    Masked positions come out as they went in (they are ignored downstream anyway)."""
+    Masked positions come out as 0, so nothing there (not even an inf) can reach a gradient. A
+    single kept position has no spread: it comes out as 0 rather than NaN (std of one number).
+    """
     if mask is None:
         return (x - x.mean()) / (x.std() + eps)
     kept = x[mask]
-    return torch.where(mask, (x - kept.mean()) / (kept.std() + eps), x)
+    std = kept.std() if kept.numel() > 1 else kept.new_zeros(())
+    return torch.where(mask, (x - kept.mean()) / (std + eps), torch.zeros_like(x))
 
 
 def get_log_probs(
@@ -115,7 +123,9 @@ def calc_kl_penalty(
 
         penalty = kl_coef * mean_{kept b,t} sum_v pi(v) * (log pi(v) - log pi_ref(v))
 
-    i.e. KL(pi || pi_ref) over the full vocabulary at each generated position. The direction
+    i.e. KL(pi || pi_ref) over the full vocabulary at each generated position (`kl_per_token`),
+    averaged over the kept tokens only: after EOS the policy chose nothing, so a drift of its
+    distribution over padding is not a drift of its behaviour. The direction
     matters: KL(pi || pi_ref) punishes pi for putting mass where pi_ref has little (writing
     text the reference model finds unlikely), which is what stops reward hacking.
     `ref_logits` should come from the frozen model (no gradient needed through it).
@@ -130,9 +140,10 @@ def calc_entropy_bonus(
 ) -> Float[Tensor, ""]:
     """Entropy bonus encouraging exploration (the trainer adds it).
 
-        bonus = ent_coef * mean_{kept b,t} ( - sum_v pi(v) * log pi(v) )
+        bonus = ent_coef * mean_{kept b,t} ( - sum_v pi(v) * log pi(v) )      (`entropy_per_token`)
 
-    Uniform logits over V tokens give the maximum, ent_coef * ln(V).
+    Uniform logits over V tokens give the maximum, ent_coef * ln(V). Kept tokens only: a bonus
+    on the padding after EOS would reward spreading mass over choices never made.
     """
     return ent_coef * masked_mean(entropy_per_token(logits), mask)
 
@@ -147,7 +158,8 @@ def calc_value_fn_loss(
 
         loss = 1/2 * vf_coef * mean_{kept b,t} (V(s_t) - R_t)^2
 
-    The 1/2 is CleanRL's and ARENA's convention (gradient vf_coef * (V - R) / N).
+    The 1/2 is CleanRL's and ARENA's convention (gradient vf_coef * (V - R) / N, N = kept count).
+    Kept tokens only: a state after EOS is past the end of the episode and has no return.
     """
     return 0.5 * vf_coef * masked_mean((values - mb_returns).pow(2), mask)
 
@@ -162,17 +174,25 @@ def calc_clipped_sur_obj(
 ) -> Float[Tensor, ""]:
     """PPO's clipped surrogate objective (MAXIMISED).
 
-        A_hat = (A - mean(A)) / (std(A) + eps)          advantages normalised per minibatch, over
-                                                        the kept tokens only (std with Bessel's
-                                                        n-1, like torch/CleanRL)
+        A_hat = (A - mean(A)) / (std(A) + eps)          advantages normalised per minibatch, mean
+                                                        and std over the kept tokens only (std with
+                                                        Bessel's n-1, like torch/CleanRL)
         r     = exp(log pi(a|s) - log pi_old(a|s))      probability ratio to the rollout policy
-        obj   = mean_{b,t} min( r * A_hat, clip(r, 1-clip_coef, 1+clip_coef) * A_hat )
+        obj   = mean_{kept b,t} min( r * A_hat, clip(r, 1-clip_coef, 1+clip_coef) * A_hat )
 
     The min makes the objective pessimistic: once the ratio has moved past 1+eps in the
     direction the advantage pushes (r > 1+eps for A > 0, r < 1-eps for A < 0) the term is
     constant and has no gradient; moving back is never clipped.
+
+    Masking matters twice: padding is not an action, so it must not be pushed up or down, and
+    its advantages (0 by construction) must not shift the mean and std the kept ones are
+    normalised with. At masked positions r is set to 1 and A_hat to 0, so even an overflowing
+    log-ratio on padding (exp(> 88) = inf in float32) cannot make the gradient NaN.
     """
-    ratio = (logprobs - mb_logprobs).exp()
+    log_ratio = logprobs - mb_logprobs
+    if mask is not None:
+        log_ratio = torch.where(mask, log_ratio, torch.zeros_like(log_ratio))  # r = 1 on padding
+    ratio = log_ratio.exp()
     adv = masked_whiten(mb_advantages, mask, eps)
     unclipped = ratio * adv
     clipped = ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv
@@ -191,7 +211,9 @@ def calc_clip_fraction(
 ) -> float:
     """Fraction of tokens whose ratio lies outside the clip range (CleanRL's losses/clipfrac).
 
-        clipfrac = mean_{b,t} [ |r - 1| > clip_coef ],   r = exp(logprobs - mb_logprobs)
+        clipfrac = mean_{kept b,t} [ |r - 1| > clip_coef ],   r = exp(logprobs - mb_logprobs)
+
+    Kept tokens only: a ratio on padding after EOS says nothing about the policy's update.
     """
     ratio = (logprobs - mb_logprobs).exp()
     return masked_mean(((ratio - 1).abs() > clip_coef).float(), mask).item()
@@ -205,9 +227,10 @@ def calc_approx_kl(
 ) -> float:
     """Approximate KL(pi_old || pi) on the sampled tokens (CleanRL's losses/approx_kl).
 
-        approx_kl = mean_{b,t} ( (r - 1) - log r ),   log r = logprobs - mb_logprobs
+        approx_kl = mean_{kept b,t} ( (r - 1) - log r ),   log r = logprobs - mb_logprobs
 
-    Schulman's "k3" estimator: unbiased, and never negative since log r <= r - 1.
+    Schulman's "k3" estimator: unbiased, and never negative since log r <= r - 1. Kept tokens
+    only: padding after EOS was not sampled from pi_old, so it is no sample of this expectation.
     """
     log_ratio = logprobs - mb_logprobs
     return masked_mean((log_ratio.exp() - 1) - log_ratio, mask).item()
@@ -221,11 +244,12 @@ def explained_variance(
 ) -> float:
     """How much of the returns' variance the value function explains (CleanRL's losses/explained_variance).
 
-        EV = 1 - Var[R - V] / Var[R]
+        EV = 1 - Var[R - V] / Var[R]          (population variances over the kept positions)
 
     1 = perfect, 0 = no better than predicting the mean, < 0 = worse. Like CleanRL, returns
     NaN when Var[R] = 0 (nothing to explain; the ratio is undefined). With a mask, over kept
-    positions only.
+    positions only: returns after EOS are filler (advantage 0, so R = V there) that would make
+    the value head look better than it is.
     """
     if mask is not None:
         values, returns = values[mask], returns[mask]

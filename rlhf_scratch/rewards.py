@@ -1,8 +1,9 @@
 """Reward functions: text samples in, one scalar per sample out.
 
-Every reward here has the signature `(samples: list[str], ...) -> Float[Tensor, "batch"]`, so the
-trainer can hold any of them as a plain callable (TRL's reward-function contract, with a tensor
-instead of a list of floats).
+Every reward here follows the blog's contract, `(samples: list[str], ...) -> Float[Tensor, "batch"]`,
+each sample the prompt followed by its completion. The trainer calls any reward (these, or a
+TRL-style `fn(prompts=, completions=, completion_ids=, **kwargs)`) through
+`tasks.score_completions`, which tells the two contracts apart and checks every reward.
 
 - `reward_fn_char_count`: the blog's first toy reward, the number of periods.
 - `reward_fn_sentiment_imdb`: the blog's sentiment reward, a classifier's softmax probability.
@@ -111,12 +112,14 @@ class SentimentReward:
     """A configured sentiment reward: `SentimentReward("tiny", "pos")(samples) -> rewards`.
 
     `reward_model` is `"tiny"` (shipped), a local classifier folder, a Hub id, or `"vader"` for
-    the lexicon reward. The classifier is loaded once, at construction.
+    the lexicon reward. The classifier is loaded once, at construction. `__name__` (e.g.
+    'SentimentReward(tiny, pos)') names it in error messages, as a function's name would.
     """
 
     def __init__(self, reward_model: str = TINY, direction: str = "pos", device: str = "cpu"):
         _check_direction(direction)
         self.reward_model, self.direction = reward_model, direction
+        self.__name__ = f"SentimentReward({reward_model}, {direction})"
         self.classifier = None if reward_model == "vader" else _cached_classifier(reward_model, device)
 
     def __call__(self, samples: list[str] | str) -> Float[Tensor, "batch"]:

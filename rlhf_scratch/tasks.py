@@ -1,18 +1,16 @@
 """Tasks: a name on the command line → the reward function the trainer maximises, and the one
 place any reward function is called.
 
-A reward function follows either contract:
-- the blog's: `fn(samples: list[str]) -> Tensor[batch]`, each sample the prompt followed by its
-  completion (`reward_fn_sentiment_imdb`, `reward_fn_vader`, `reward_fn_char_count`);
-- TRL's custom-reward contract: `fn(prompts=..., completions=..., completion_ids=..., **kwargs)
-  -> list[float]` (or a tensor / array), so a TRL user's reward works here unchanged.
-Pass one directly to any trainer (`RLHFTrainer(args, reward_fn=...)`).
+A reward function follows either contract (see `RewardFn`); `score_completions` tells them apart,
+calls the function its way, and checks what came back. Pass one directly to any trainer
+(`RLHFTrainer(args, reward_fn=...)`).
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+import numbers
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -25,14 +23,32 @@ from rlhf_scratch.config import CommonArgs
 from rlhf_scratch.rewards import SentimentReward, reward_fn_char_count, reward_fn_vader
 
 RewardFn = Callable[..., Any]
+"""A reward function, under either of two contracts:
+
+- the blog's: `fn(samples: list[str]) -> Tensor[batch]`, `samples[i] = prompts[i] + completions[i]`
+  (`reward_fn_sentiment_imdb`, `reward_fn_vader`, `reward_fn_char_count`, a `partial` of one,
+  a `SentimentReward`);
+- TRL's custom-reward contract: `fn(prompts=..., completions=..., completion_ids=..., **columns)
+  -> list[float]` (or a tuple, numpy array or tensor), so a TRL user's reward works unchanged.
+  A function is TRL-style when it takes a `completions` keyword or `**kwargs`.
+
+Either way: one finite number per completion. None (TRL's "no reward"), NaN and ±inf are errors.
+"""
 
 
 class RewardFunctionError(ValueError):
     """A reward function returned something we must not train on (one line naming it)."""
 
 
+def _named_partial(func: Callable, **kwargs: Any) -> partial:
+    """`partial(func, **kwargs)` with a readable `__name__`, e.g. 'reward_fn_vader(direction=pos)'."""
+    fn = partial(func, **kwargs)
+    fn.__name__ = f"{func.__name__}({', '.join(f'{k}={v}' for k, v in kwargs.items())})"
+    return fn
+
+
 def make_reward_fn(args: CommonArgs, device: str = "cpu") -> RewardFn:
-    """The reward of `args.task`:
+    """The reward of `args.task`, a blog-style callable `(samples) -> Tensor[batch]`:
 
     - `sentiment`: the classifier `args.reward_model`'s softmax probability of `args.direction`
       (the blog's `reward_fn_sentiment_imdb`);
@@ -42,26 +58,72 @@ def make_reward_fn(args: CommonArgs, device: str = "cpu") -> RewardFn:
     if args.task == "sentiment":
         return SentimentReward(args.reward_model, direction=args.direction, device=device)
     if args.task == "vader":
-        return partial(reward_fn_vader, direction=args.direction)
+        return _named_partial(reward_fn_vader, direction=args.direction)
     if args.task == "periods":
-        return partial(reward_fn_char_count, char=".")
+        return _named_partial(reward_fn_char_count, char=".")
     raise ValueError(f"task: unknown task {args.task!r}")
 
 
 def reward_fn_name(fn: RewardFn) -> str:
-    """A readable name for messages: the function's, a partial's function's, or the class's."""
-    while isinstance(fn, partial):
-        fn = fn.func
-    return getattr(fn, "__name__", None) or type(fn).__name__
+    """A readable name for messages: `fn.__name__` if it has one (functions, our partials,
+    `SentimentReward`), else a partial's function's, else the class's."""
+    name = getattr(fn, "__name__", None)
+    if isinstance(name, str):
+        return name
+    if isinstance(fn, partial):
+        return reward_fn_name(fn.func)
+    return type(fn).__name__
 
 
 def follows_trl_contract(fn: RewardFn) -> bool:
-    """Whether `fn` takes keyword arguments `completions=` (or **kwargs), as TRL's rewards do."""
+    """Whether `fn` takes the keyword `completions=` (or **kwargs), as TRL's rewards do.
+
+    `inspect.signature` sees through partials (bound arguments removed) and reads a callable
+    instance's `__call__` (without `self`), so both are judged by what they really accept.
+    """
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin without a signature: call it the blog's way
         return False
-    return "completions" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return (("completions" in params and params["completions"].kind in by_keyword)
+            or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()))
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """repr(value) on one line, cut to `limit` characters."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_rewards(out: Any, name: str, n: int) -> Float[Tensor, "batch"]:
+    """`out` as a float32 CPU tensor of shape [n], or one line naming `name` and the first bad
+    completion: wrong length or shape, a non-number, None, NaN or ±inf."""
+    where = f"reward function {name!r}"
+    ndim = getattr(out, "ndim", None)
+    if ndim is not None and ndim != 1:  # tensors and numpy arrays: one reward per completion
+        shape = tuple(getattr(out, "shape", ()))
+        raise RewardFunctionError(f"{where} returned a {ndim}-D {type(out).__name__} of shape {shape}, "
+                                  f"not one reward per completion (shape ({n},))")
+    values = out.detach().cpu().tolist() if isinstance(out, Tensor) else out
+    values = values.tolist() if hasattr(values, "tolist") else values  # numpy arrays
+    if not isinstance(values, (list, tuple)):
+        got = "None" if out is None else f"a {type(out).__name__}"
+        raise RewardFunctionError(f"{where} returned {got}, not a list of {n} rewards")
+    if len(values) != n:
+        raise RewardFunctionError(f"{where} returned {len(values)} rewards for {n} completions")
+    rewards = []
+    for i, v in enumerate(values):
+        if getattr(v, "ndim", None) == 0 and hasattr(v, "item"):  # numpy scalars, 0-d tensors
+            v = v.item()
+        if v is None:
+            raise RewardFunctionError(f"{where} returned None for completion {i}")
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise RewardFunctionError(f"{where}: reward {i} is {_short(v)}, not a number")
+        if not math.isfinite(v):
+            raise RewardFunctionError(f"{where} returned {float(v)} for completion {i}")
+        rewards.append(float(v))
+    return torch.tensor(rewards, dtype=torch.float32).reshape(n)
 
 
 def score_completions(
@@ -73,25 +135,23 @@ def score_completions(
 ) -> Float[Tensor, "batch"]:
     """Call `reward_fn` by its contract and check what it returned; float32 rewards on the CPU.
 
-    TRL's contract gets `prompts`, `completions`, `completion_ids` and `kwargs` as keywords; the
-    blog's gets `[prompt + completion, ...]`. Wrong length, a non-number, None, NaN or ±inf stops
-    the run with one line naming the function and the first bad completion — never trained on.
+    TRL's contract gets `prompts`, `completions`, `completion_ids` and `kwargs` (dataset columns)
+    as keywords; the blog's gets `[prompt + completion, ...]`. Wrong length, a non-number, None,
+    NaN or ±inf stops the run with one line naming the function and the first bad completion —
+    never trained on.
     """
+    if not len(prompts) == len(completions) == len(completion_ids):
+        raise ValueError(f"score_completions: {len(prompts)} prompts, {len(completions)} completions and "
+                         f"{len(completion_ids)} completion_ids; need one of each per sample")
     name = reward_fn_name(reward_fn)
     if follows_trl_contract(reward_fn):
-        out = reward_fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+        call = dict(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+        try:
+            inspect.signature(reward_fn).bind(**call)
+        except TypeError as err:
+            raise RewardFunctionError(f"reward function {name!r} cannot be called as TRL calls it ({err}); "
+                                      "give it **kwargs") from None
+        out = reward_fn(**call)
     else:
         out = reward_fn([p + c for p, c in zip(prompts, completions)])
-    values = out.detach().cpu().tolist() if isinstance(out, Tensor) else out
-    values = values.tolist() if hasattr(values, "tolist") else values  # numpy arrays
-    if isinstance(values, (int, float)) or not hasattr(values, "__len__"):
-        raise RewardFunctionError(f"reward function {name!r} returned {type(out).__name__}, not one reward per completion")
-    if len(values) != len(completions):
-        raise RewardFunctionError(
-            f"reward function {name!r} returned {len(values)} rewards for {len(completions)} completions")
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise RewardFunctionError(f"reward function {name!r}: reward {i} is {v!r}, not a number")
-        if not math.isfinite(v):
-            raise RewardFunctionError(f"reward function {name!r} returned {v} for completion {i}")
-    return torch.tensor(values, dtype=torch.float32)
+    return check_rewards(out, name, len(completions))

@@ -17,8 +17,14 @@ from rlhf_scratch.objectives import (
     calc_entropy_bonus,
     calc_kl_penalty,
     calc_value_fn_loss,
+    entropy_per_token,
     explained_variance,
+    generated_span,
     get_log_probs,
+    kl_per_token,
+    masked_mean,
+    masked_whiten,
+    sequence_log_probs,
 )
 
 LN2, LN3 = math.log(2), math.log(3)
@@ -264,16 +270,9 @@ def test_everything_finite_for_huge_logits(gen):
 
 
 # --- masks: completions that end at EOS -------------------------------------------------------
-from rlhf_scratch.objectives import (  # noqa: E402
-    calc_approx_kl,
-    calc_clip_fraction,
-    entropy_per_token,
-    explained_variance,
-    generated_span,
-    kl_per_token,
-    masked_mean,
-    sequence_log_probs,
-)
+# Everything after a sample's first EOS is padding, not an action: each term averages over the
+# kept tokens only. The hand examples keep 3 of 6 tokens and put very different numbers at the
+# masked ones, so "mask ignored" and "one token too many / too few kept" both give other numbers.
 
 MASK = torch.tensor([[True, True, False], [True, False, False]])  # kept: (0,0), (0,1), (1,0)
 
@@ -362,3 +361,150 @@ def test_masked_terms_stay_finite_for_confident_logits():
     logits = torch.randn(2, 3, 11) * 100
     assert torch.isfinite(calc_kl_penalty(logits, torch.randn(2, 3, 11) * 100, 1.0, mask=MASK))
     assert torch.isfinite(calc_entropy_bonus(logits, 1.0, mask=MASK))
+
+
+# The two off-by-ones a completion mask invites, next to MASK (kept: (0,0), (0,1), (1,0)):
+EOS_DROPPED = torch.tensor([[True, False, False], [False, False, False]])  # "up to but NOT including EOS"
+ONE_PAST = torch.tensor([[True, True, True], [True, True, False]])  # one padding token kept per row
+PEAKED = [30.0, -30.0, -30.0]  # a near-deterministic distribution: entropy ~0, KL to uniform ~ln 3
+
+
+def assert_mask_matters(term, expected, tol=1e-5):
+    """term(MASK) is the hand number; ignoring the mask or keeping one token too few/many is not."""
+    got = float(term(MASK))
+    assert close(got, expected, tol), f"got {got}, expected {expected} (the mean over the 3 kept tokens)"
+    for name, wrong in [("the mask was ignored", None), ("EOS itself was dropped", EOS_DROPPED),
+                        ("one padding token was kept", ONE_PAST)]:
+        assert not close(term(wrong), expected, tol), f"the test data cannot tell the right answer from: {name}"
+
+
+def test_masked_entropy_and_kl_by_hand():
+    # kept: (0,0) uniform over 3, (0,1) and (1,0) [1/6, 2/6, 3/6]; every masked position PEAKED
+    logits = torch.tensor([[[0.0, 0.0, 0.0], [0.0, LN2, LN3], PEAKED], [[0.0, LN2, LN3], PEAKED, PEAKED]])
+    h_uniform = math.log(3)
+    h_136 = -(1 / 6 * math.log(1 / 6) + 2 / 6 * math.log(2 / 6) + 3 / 6 * math.log(3 / 6))  # ≈ 1.0114
+    assert_mask_matters(lambda m: calc_entropy_bonus(logits, 0.1, mask=m), 0.1 * (h_uniform + 2 * h_136) / 3)
+
+    # KL to a uniform reference: 0 at (0,0); sum p ln(3p) = 1/6 ln(1/2) + 2/6 ln 1 + 3/6 ln(3/2) at (0,1), (1,0)
+    kl_136 = 1 / 6 * math.log(1 / 2) + 3 / 6 * math.log(3 / 2)  # ≈ 0.0872
+    ref = torch.zeros_like(logits)
+    assert_mask_matters(lambda m: calc_kl_penalty(logits, ref, 2.0, mask=m), 2.0 * (0 + 2 * kl_136) / 3)
+
+
+def test_masked_value_loss_and_diagnostics_distinguish_off_by_one():
+    values = torch.tensor([[1.0, 2.0, 9.0], [0.0, 9.0, 9.0]])
+    returns = torch.tensor([[2.0, 0.0, -9.0], [3.0, -9.0, -9.0]])
+    # kept errors 1, 2, 3 → ½·0.3·(1 + 4 + 9)/3 = 0.7
+    assert_mask_matters(lambda m: calc_value_fn_loss(values, returns, 0.3, mask=m), 0.7)
+    lp, old = torch.tensor([[0.5, 0.0, 9.0], [0.0, 9.0, 9.0]]), torch.zeros(2, 3)  # kept ratios e^0.5, 1, 1
+    assert_mask_matters(lambda m: calc_clip_fraction(lp, old, 0.2, mask=m), 1 / 3)  # only e^0.5 ≈ 1.65 is outside
+    assert_mask_matters(lambda m: calc_approx_kl(lp, old, mask=m), ((math.exp(0.5) - 1) - 0.5) / 3)
+
+
+def test_masked_explained_variance_by_hand():
+    # kept R = [0, 3, 6]: mean 3, population variance (9 + 0 + 9)/3 = 6
+    # kept V = [1, 3, 4]: R - V = [-1, 0, 2], mean 1/3, variance ((4/3)² + (1/3)² + (5/3)²)/3 = 14/9
+    # EV = 1 - (14/9)/6 = 20/27. After EOS the returns are filler with R = V (advantage 0), which
+    # would flatter the value head if counted.
+    returns = torch.tensor([[0.0, 3.0, 50.0], [6.0, -50.0, -50.0]])
+    values = torch.tensor([[1.0, 3.0, 50.0], [4.0, -50.0, -50.0]])
+    assert_mask_matters(lambda m: explained_variance(values, returns, mask=m), 20 / 27)
+    assert explained_variance(values, returns) > 0.99, "unmasked, the perfectly 'predicted' filler dominates"
+
+
+def test_masked_mean_and_sequence_log_probs_distinguish_off_by_one():
+    x = torch.tensor([[1.0, 2.0, 100.0], [6.0, -50.0, 7.0]])
+    assert_mask_matters(lambda m: masked_mean(x, m), (1 + 2 + 6) / 3)
+    lp = torch.tensor([[-1.0, -2.0, -4.0], [-0.5, -8.0, -16.0]])
+    expected = torch.tensor([-1.0 + -2.0, -0.5])  # sum over each row's kept tokens
+    assert torch.equal(sequence_log_probs(lp, MASK), expected), "a sum over the kept tokens, not a mean"
+    assert not torch.equal(sequence_log_probs(lp, EOS_DROPPED), expected), "the EOS token's log-prob counts"
+    assert not torch.equal(sequence_log_probs(lp, ONE_PAST), expected)
+
+
+def test_sequence_log_probs_gradient_is_the_mask_even_with_minus_inf_padding():
+    lp = torch.tensor([[-1.0, -2.0, -float("inf")], [-0.5, -float("inf"), -float("inf")]], requires_grad=True)
+    assert torch.isnan((lp * MASK).sum(-1)).any(), "why `where`: -inf * 0 = NaN"
+    sequence_log_probs(lp, MASK).sum().backward()
+    assert torch.equal(lp.grad, MASK.float()), "d/d logprob_t of sum_t mask_t logprob_t is mask_t (0, not NaN, on padding)"
+
+
+def test_masked_whiten_by_hand():
+    # kept [1, 3, 5]: mean 3, Bessel std sqrt((4 + 0 + 4)/2) = 2 → [-1, 0, 1]; masked → 0
+    x = torch.tensor([[1.0, 3.0, 1000.0], [5.0, -1000.0, float("inf")]])
+    out = masked_whiten(x, MASK, eps=0.0)
+    assert torch.equal(out, torch.tensor([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])), (
+        f"got {out.tolist()}: mean and std over the kept tokens only, and 0 at masked ones"
+    )
+    # one kept token has no spread: 0, not NaN (std of one number), so the step is not lost
+    one = masked_whiten(torch.tensor([[4.0, 7.0]]), torch.tensor([[True, False]]), eps=1e-8)
+    assert torch.equal(one, torch.zeros(1, 2)), f"got {one.tolist()}"
+
+
+def test_masked_surrogate_by_hand_with_clipping_and_overflowing_ratios_on_padding():
+    # kept advantages [1, 3, 5] → Â = [-1, 0, 1] (as above); kept ratios 1.5, 1.0, 1.5
+    #   (0,0) Â = -1, r = 1.5: min(-1.5, -1.2) = -1.5   (moving back is never clipped)
+    #   (0,1) Â =  0:          0
+    #   (1,0) Â = +1, r = 1.5: min( 1.5,  1.2) =  1.2   (clip binds: no gradient)
+    # obj = (-1.5 + 0 + 1.2)/3 = -0.1
+    # Padding: advantages 1000 (would dominate mean/std if they leaked) and log r = 100, whose
+    # exp overflows float32 to inf — r·0 there would make the gradient NaN.
+    log_r = torch.tensor([[math.log(1.5), 0.0, 100.0], [math.log(1.5), 100.0, 100.0]])
+    adv = torch.tensor([[1.0, 3.0, 1000.0], [5.0, 1000.0, -1000.0]])
+
+    def objective(mask):
+        logprobs = log_r.clone().requires_grad_()
+        out = calc_clipped_sur_obj(logprobs, torch.zeros(2, 3), adv, 0.2, mask=mask)
+        out.backward()
+        return out.detach(), logprobs.grad
+
+    assert_mask_matters(lambda m: objective(m)[0], -0.1)
+    _, grad = objective(MASK)
+    # d(r Â / 3)/d log r = r Â / 3 where unclipped: (0,0) → 1.5·(-1)/3 = -0.5
+    expected = torch.tensor([[-0.5, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert torch.isfinite(grad).all(), "an overflowing ratio on padding must not make the gradient NaN"
+    torch.testing.assert_close(grad, expected, atol=1e-6, rtol=0)
+    assert (grad[~MASK] == 0).all(), "padding is not an action: no gradient may reach it"
+
+
+def test_all_true_mask_is_exactly_no_mask(gen):
+    logits, ref = torch.randn(4, 6, 11, generator=gen), torch.randn(4, 6, 11, generator=gen)
+    lp, old, adv, val, ret = (torch.randn(4, 6, generator=gen) for _ in range(5))
+    ones = torch.ones(4, 6, dtype=torch.bool)
+    terms = {
+        "masked_mean": lambda m: masked_mean(val, m),
+        "masked_whiten": lambda m: masked_whiten(adv, m, 1e-8),
+        "calc_kl_penalty": lambda m: calc_kl_penalty(logits, ref, 0.3, mask=m),
+        "calc_entropy_bonus": lambda m: calc_entropy_bonus(logits, 0.3, mask=m),
+        "calc_value_fn_loss": lambda m: calc_value_fn_loss(val, ret, 0.3, mask=m),
+        "calc_clipped_sur_obj": lambda m: calc_clipped_sur_obj(lp, old, adv, 0.2, mask=m),
+        "calc_clip_fraction": lambda m: torch.tensor(calc_clip_fraction(lp, old, 0.2, mask=m)),
+        "calc_approx_kl": lambda m: torch.tensor(calc_approx_kl(lp, old, mask=m)),
+        "explained_variance": lambda m: torch.tensor(explained_variance(val, ret, mask=m)),
+    }
+    for name, term in terms.items():
+        assert torch.equal(term(None), term(ones)), f"{name}: keeping every token must change nothing, bit for bit"
+    assert torch.equal(sequence_log_probs(lp, ones), lp.sum(-1))
+    assert torch.equal(calc_kl_penalty(logits, ref, 0.3), 0.3 * kl_per_token(logits, ref).mean())
+    assert torch.equal(calc_entropy_bonus(logits, 0.3), 0.3 * entropy_per_token(logits).mean())
+
+
+def test_masked_terms_finite_with_zero_gradient_on_padding_for_logits_x100(gen):
+    batch, seq_len, d_vocab, prefix_len = 2, 5, 9, 2  # gen_len 3, like MASK
+    logits = (torch.randn(batch, seq_len, d_vocab, generator=gen) * 100).requires_grad_()
+    ref_logits = torch.randn(batch, seq_len - prefix_len, d_vocab, generator=gen) * 100
+    tokens = torch.randint(0, d_vocab, (batch, seq_len), generator=gen)
+    span = generated_span(prefix_len)
+    logprobs = get_log_probs(logits, tokens, prefix_len)
+    old = torch.where(MASK, logprobs.detach() - 1.0, torch.full_like(logprobs, -1000.0))  # padding: r = e^1000
+    terms = {
+        "calc_kl_penalty": calc_kl_penalty(logits[:, span], ref_logits, 1.0, mask=MASK),
+        "calc_entropy_bonus": calc_entropy_bonus(logits[:, span], 1.0, mask=MASK),
+        "calc_clipped_sur_obj": calc_clipped_sur_obj(logprobs, old, torch.randn(batch, 3, generator=gen), CLIP, mask=MASK),
+        "sequence_log_probs": sequence_log_probs(logprobs, MASK).sum(),
+    }
+    for name, value in terms.items():
+        assert torch.isfinite(value), f"{name} is not finite for logits x 100 under a mask"
+        (grad,) = torch.autograd.grad(value, logits, retain_graph=True)
+        assert torch.isfinite(grad).all(), f"{name} has a non-finite gradient for logits x 100 under a mask"
+        assert (grad[:, span][~MASK] == 0).all(), f"{name}: the logits at padded positions must get no gradient"

@@ -1,5 +1,5 @@
 """RLOO: leave-one-out advantages, KL shaping and the clipped sequence objective by hand; a bandit
-that learns; a run on the tiny preset."""
+that learns; the trainer's rollout and learning phase on the tiny preset; a run folder."""
 
 import json
 
@@ -24,6 +24,8 @@ def test_leave_one_out_advantages_by_hand():
     # group [1, 2, 3, 6]: baselines (2+3+6)/3, (1+3+6)/3, (1+2+6)/3, (1+2+3)/3 = 11/3, 10/3, 3, 2
     adv = compute_rloo_advantages(torch.tensor([1.0, 2.0, 3.0, 6.0]), 4)
     torch.testing.assert_close(adv, torch.tensor([-8 / 3, -4 / 3, 0.0, 4.0]))
+    # the same by G/(G-1)·(r - mean): mean 3, centred [-2, -1, 0, 3], times 4/3
+    # (GRPO's plain r - mean, [-2, -1, 0, 3], would fail here: the 4/3 is leave-one-out's)
     # two groups of two: each advantage is the difference to the other completion of its prompt
     adv = compute_rloo_advantages(torch.tensor([1.0, 0.0, 0.5, 0.25]), 2)
     torch.testing.assert_close(adv, torch.tensor([1.0, -1.0, 0.25, -0.25]))
@@ -55,6 +57,14 @@ def test_kl_shaped_reward_by_hand():
     # mask [1,0,1]: KL = 0.5 + 0 → 0.8 - 0.05 = 0.75  (a mask ignored would give 0.85)
     masked = compute_kl_shaped_rewards(torch.tensor([0.8]), old, ref, torch.tensor([[True, False, True]]), 0.1)
     assert masked.item() == pytest.approx(0.75)
+    # a sign error (ref - old) would give 0.8 + 0.1·(-0.5) = 0.75 on the full mask and 0.85 on the cut one
+
+
+def test_kl_shaped_reward_carries_no_gradient():
+    logprobs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    shaped = compute_kl_shaped_rewards(torch.tensor([1.0]), logprobs, torch.tensor([[-1.0, -1.0]]),
+                                       torch.tensor([[True, True]]), 0.1)
+    assert not shaped.requires_grad, "the KL is part of the reward: it reaches the policy only through A"
 
 
 def test_whole_batch_normalisation():
@@ -133,12 +143,59 @@ def test_rloo_run_writes_a_run_folder_load_run_reads(rloo_run):
     assert any(not torch.equal(v, policy_before[k]) for k, v in trainer.policy.state_dict().items())
 
 
-def test_rloo_rollout_puts_the_g_completions_of_a_prompt_together(rloo_run):
-    trainer = rloo_run[0]
+@pytest.fixture(scope="module")
+def dataset_trainer(tmp_path_factory, one_thread):
+    """A trainer on distinct prompts from a .txt file (completions stop at EOS). The prompts are 2, 3,
+    5 and 7 tokens long, so every batch of two prompts is left-padded."""
+    tmp = tmp_path_factory.mktemp("rloo_prompts")
+    (tmp / "prompts.txt").write_text("A\nThe acting\nI thought the film\nWorst of all,\n")
+    args = make_args("tiny", algo="rloo", total_phases=2, batch_size=8, num_generations=4, num_minibatches=2,
+                     gen_len=8, warmup_steps=0, base_lr=1e-3, seed=4, prompts=str(tmp / "prompts.txt"),
+                     run_dir=str(tmp / "run"))
+    return RLOOTrainer(args, quiet=True)
+
+
+def test_rloo_rollout_puts_the_g_completions_of_a_prompt_together(dataset_trainer):
+    rollout = dataset_trainer.rollout_phase()
+    assert len(rollout) == 8 and rollout.num_generations == 4
+    groups = [rollout.prompts[i : i + 4] for i in (0, 4)]
+    assert all(len(set(g)) == 1 for g in groups), "each prompt's 4 completions must be consecutive"
+    assert groups[0][0] != groups[1][0], "batch_size // G = 2 different prompts"
+
+
+def test_first_pass_ratio_is_one_and_learning_phase_metrics_by_hand(dataset_trainer):
+    trainer, args = dataset_trainer, dataset_trainer.args
     rollout = trainer.rollout_phase()
-    prompts = [rollout.prompts[i : i + 4] for i in range(0, 8, 4)]
-    assert all(len(set(group)) == 1 for group in prompts), "each prompt's 4 completions must be consecutive"
-    assert rollout.num_generations == 4
+    assert not rollout.attention_mask.all(), "this test needs left-padded prompts"
+    rollout.completion_mask = mask = rollout.completion_mask.clone()  # (sampling returns inference tensors)
+    mask[1, 3:] = False  # as if row 1 had stopped at its 3rd token: the rest must not count
+    # Before any step the learning phase's forward must reproduce the rollout's log π_old: ρ = 1.
+    # (A misaligned span, a lost attention mask or padding counted in the sum breaks this.)
+    with torch.no_grad():
+        now = trainer.policy_sequence_log_probs(rollout, torch.arange(8))
+    old = torch.where(mask, rollout.logprobs, 0.0).sum(-1)
+    torch.testing.assert_close(now, old, atol=1e-4, rtol=1e-4)
+
+    # hand-set rewards: prompt 1's four are equal (no signal), prompt 2's are not
+    rollout.scores = rollout.rewards = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0])
+    # and a hand-set reference (policy = reference before training, so its KL would be 0): log π_ref
+    # is log π_old minus d_i at each row's first token (always kept), so Σ_t (log π_old − log π_ref) = d_i
+    d = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    rollout.ref_logprobs = rollout.logprobs.clone()
+    rollout.ref_logprobs[:, 0] -= d
+    before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    stats = trainer.learning_phase(rollout)
+    assert set(stats) == set(RLOO_METRICS)
+    assert stats["reward"] == pytest.approx(0.75)  # 6 / 8
+    assert stats["frac_reward_zero_std"] == 0.5, "1 of 2 prompts, judged on the rewards before the KL shaping"
+    assert stats["kl"] == pytest.approx(0.45, abs=1e-5)  # mean of d, a SEQUENCE KL (not per token)
+    assert stats["rewards/shaped_mean"] == pytest.approx(0.75 - args.beta * 0.45, abs=1e-5)
+    assert stats["objective/beta"] == args.beta and stats["charts/skipped_steps"] == 0
+    # the first of the 2 minibatches is at ρ = 1 (nothing clipped), so at most half the mean
+    assert 0 <= stats["clip_ratio/region_mean"] <= 0.5
+    assert any(not torch.equal(v, before[k]) for k, v in trainer.policy.state_dict().items())
+    steps = trainer.optimizer.state[next(trainer.policy.parameters())]["step"]
+    assert int(steps) == args.num_iterations * args.num_minibatches == 2, "one optimizer step per minibatch"
 
 
 def test_interp_report_reads_an_rloo_run(rloo_run):

@@ -12,8 +12,12 @@ policy's log-ratio margin over the reference's,
     sigmoid (DPO):  loss = −log σ(β h)
     ipo:            loss = (h − 1/(2β))²
 
-Layout: the two completions of a prompt are consecutive rows (2i, 2i+1) of the rollout. KL and
-entropy are logged over kept tokens only (TRL's online trainer averages them over padding too).
+Layout: pairs are consecutive rows — the two completions of prompt i are rows 2i and 2i+1 of the
+rollout (`make_rollout(num_generations=2)` is prompt-major). The reference's sequence log-probs
+come from the rollout (`rollout.ref_logprobs`), so learning needs no second reference forward.
+
+objective/kl and objective/entropy are logged by the loop over kept completion tokens only
+(masked; TRL's online trainer averages them over the padding after EOS too).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from rlhf_scratch.config import OnlineDPOArgs
-from rlhf_scratch.judges import make_judge
+from rlhf_scratch.judges import Judge, make_judge
 from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
 from rlhf_scratch.objectives import get_log_probs, sequence_log_probs
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
@@ -45,16 +49,18 @@ DPO_METRICS = (
     "rewards/accuracies",  # fraction of pairs whose chosen implicit reward is the larger
     "logps/chosen",  # summed log π of the chosen completions
     "logps/rejected",
-    "objective/scores",  # mean score of the reward function
-    "objective/scores_margin",  # mean (chosen − rejected) score
+    "objective/scores",  # mean score of the reward function, before any missing-EOS penalty
+    "objective/scores_margin",  # mean (chosen − rejected) reward, after the penalty (what picked them)
     "val/contain_eos_token",  # fraction of completions that produced EOS
     "beta",
-    "judge/skipped",  # pairs the judge could not decide (-1), left out of the loss
-    "charts/skipped_steps",
+    "judge/skipped",  # pairs the judge could not decide (-1), left out of the loss (0 without a judge)
+    "charts/skipped_steps",  # optimizer steps skipped this phase for a non-finite loss or gradient
 )
 
 
 class DPOLoss(NamedTuple):
+    """What `calc_dpo_loss` returns: the mean loss (with gradient) and the implicit rewards (without)."""
+
     loss: Float[Tensor, ""]
     chosen_rewards: Float[Tensor, "pairs"]
     rejected_rewards: Float[Tensor, "pairs"]
@@ -91,31 +97,52 @@ def calc_dpo_loss(
     return DPOLoss(losses.mean(), chosen_rewards, rejected_rewards)
 
 
+@torch.no_grad()
+def implicit_reward_stats(chosen_rewards: Float[Tensor, "pairs"], rejected_rewards: Float[Tensor, "pairs"]) -> dict[str, float]:
+    """TRL's diagnostics of the implicit rewards r = β (log π − log π_ref):
+
+        rewards/chosen, rewards/rejected   mean r_c, mean r_r
+        rewards/margins                    mean (r_c − r_r)    = β h on average
+        rewards/accuracies                 mean [r_c > r_r]    (a tie counts as wrong, as TRL)
+    """
+    return {
+        "rewards/chosen": chosen_rewards.mean().item(),
+        "rewards/rejected": rejected_rewards.mean().item(),
+        "rewards/margins": (chosen_rewards - rejected_rewards).mean().item(),
+        "rewards/accuracies": (chosen_rewards > rejected_rewards).float().mean().item(),
+    }
+
+
 def select_chosen(rewards: Float[Tensor, "batch"]) -> tuple[Int[Tensor, "pairs"], Int[Tensor, "pairs"]]:
     """Rows of the chosen and rejected completion of each pair (rows 2i, 2i+1) by reward:
-    `chosen = first if r_first >= r_second else second` — a tie goes to the first, as in TRL."""
-    first = torch.arange(0, rewards.shape[0], 2)
+
+        chosen = first if r_first >= r_second else second       (a tie goes to the first, as TRL)
+
+    Pass `rollout.rewards`, i.e. after the missing-EOS penalty, so a completion that never ends
+    can lose to a slightly worse one that does."""
+    first = torch.arange(0, rewards.shape[0], 2, device=rewards.device)
     second_wins = rewards[first + 1] > rewards[first]
     return torch.where(second_wins, first + 1, first), torch.where(second_wins, first, first + 1)
 
 
-def select_chosen_by_judge(judge, rollout: Rollout) -> tuple[Int[Tensor, "kept"], Int[Tensor, "kept"], int]:
+def select_chosen_by_judge(judge: Judge, rollout: Rollout) -> tuple[Int[Tensor, "kept"], Int[Tensor, "kept"], int]:
     """Rows of chosen and rejected by a judge's verdicts (0 first, 1 second); pairs it could not
     judge (-1) are dropped. Returns (chosen, rejected, number skipped)."""
     first = list(range(0, len(rollout), 2))
-    verdicts = judge([rollout.prompts[i] for i in first],
-                     [(rollout.completions[i], rollout.completions[i + 1]) for i in first])
+    verdicts = list(judge([rollout.prompts[i] for i in first],
+                          [(rollout.completions[i], rollout.completions[i + 1]) for i in first]))
     if len(verdicts) != len(first) or any(v not in (-1, 0, 1) for v in verdicts):
-        raise ValueError(f"judge: must return one of 0, 1, -1 per pair; got {list(verdicts)[:8]} for {len(first)} pairs")
-    chosen = [i + v for i, v in zip(first, verdicts) if v != -1]
-    rejected = [i + 1 - v for i, v in zip(first, verdicts) if v != -1]
+        raise ValueError(f"judge: must return one of 0, 1, -1 per pair; got {verdicts[:8]} for {len(first)} pairs")
+    chosen = [i + int(v) for i, v in zip(first, verdicts) if v != -1]
+    rejected = [i + 1 - int(v) for i, v in zip(first, verdicts) if v != -1]
     return torch.tensor(chosen, dtype=torch.long), torch.tensor(rejected, dtype=torch.long), verdicts.count(-1)
 
 
 class OnlineDPOTrainer:
     """Online DPO of `args.model`: the reward of `args.task` (or `reward_fn`), or a judge, picks winners."""
 
-    def __init__(self, args: OnlineDPOArgs, reward_fn: RewardFn | None = None, judge=None, quiet: bool = False):
+    def __init__(self, args: OnlineDPOArgs, reward_fn: RewardFn | None = None, judge: Judge | None = None,
+                 quiet: bool = False):
         self.device = setup_torch(args)
         self.args, self.quiet = args, quiet
         self.policy, self.ref_model = load_policy_and_reference(args.model, self.device)
@@ -136,14 +163,16 @@ class OnlineDPOTrainer:
             missing_eos_penalty=args.missing_eos_penalty, chunk_size=args.minibatch_size(),
         )
 
-    def sequence_log_probs(self, rollout: Rollout, rows: Tensor) -> Float[Tensor, "rows"]:
+    def policy_sequence_log_probs(self, rollout: Rollout, rows: Int[Tensor, "rows"]) -> Float[Tensor, "rows"]:
         """log π(y | x) of the completions in `rows` under the current policy (with gradient)."""
         ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
         logits = self.policy(ids, attention_mask=attention_mask_or_none(mask))
         return sequence_log_probs(get_log_probs(logits, ids, rollout.prefix_len), rollout.completion_mask[rows])
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        """Pick winners, then num_iterations passes of minibatch descent on the DPO loss."""
+        """Pick winners (reward or judge), then num_iterations passes over the pairs in minibatches,
+        each one ascent step on −loss; one scheduler step. A phase whose pairs the judge all
+        skipped takes no step and logs no loss/rewards/logps/scores_margin (nothing to average)."""
         args = self.args
         skipped_pairs = 0
         if self.judge is None:
@@ -155,12 +184,12 @@ class OnlineDPOTrainer:
         stats: list[dict[str, float]] = []
         skipped = 0
         pairs_per_minibatch = max(1, args.minibatch_size() // 2)
-        for _ in range(args.num_iterations):
+        for _ in range(args.num_iterations if len(chosen) else 0):  # (no pair kept: no step)
             for idx in tqdm(torch.randperm(len(chosen)).split(pairs_per_minibatch), desc="minibatches",
                             leave=False, disable=self.quiet):
                 c, r = chosen[idx], rejected[idx]
                 self.optimizer.zero_grad()
-                logps = self.sequence_log_probs(rollout, torch.cat([c, r]))
+                logps = self.policy_sequence_log_probs(rollout, torch.cat([c, r]))
                 out = calc_dpo_loss(logps[: len(c)], logps[len(c):], ref_logps[c], ref_logps[r], args.beta, args.loss_type)
                 objective = -out.loss  # the optimizer ascends (maximize=True)
                 objective.backward()
@@ -169,20 +198,18 @@ class OnlineDPOTrainer:
                 skipped += not stepped
                 stats.append({
                     "loss/dpo": out.loss.item(),
-                    "rewards/chosen": out.chosen_rewards.mean().item(),
-                    "rewards/rejected": out.rejected_rewards.mean().item(),
-                    "rewards/margins": (out.chosen_rewards - out.rejected_rewards).mean().item(),
-                    "rewards/accuracies": (out.chosen_rewards > out.rejected_rewards).float().mean().item(),
+                    **implicit_reward_stats(out.chosen_rewards, out.rejected_rewards),
                     "logps/chosen": logps[: len(c)].mean().item(),
                     "logps/rejected": logps[len(c):].mean().item(),
                 })
         self.scheduler.step()
 
         learned = {k: float(np.mean([s[k] for s in stats])) for k in stats[0]} if stats else {}
+        if len(chosen):
+            learned["objective/scores_margin"] = (rollout.rewards[chosen] - rollout.rewards[rejected]).mean().item()
         return {
             **learned,
             "objective/scores": rollout.scores.mean().item(),
-            "objective/scores_margin": (rollout.rewards[chosen] - rollout.rewards[rejected]).mean().item() if len(chosen) else 0.0,
             "val/contain_eos_token": rollout.is_terminated.float().mean().item(),
             "beta": args.beta,
             "judge/skipped": skipped_pairs,

@@ -35,9 +35,9 @@ from rlhf_scratch.tasks import RewardFn, make_reward_fn
 # Logged by RLOO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
 RLOO_METRICS = (
     "reward",  # mean score of the reward function (before the KL shaping and any EOS penalty)
-    "reward_std",
-    "frac_reward_zero_std",  # fraction of prompts whose G rewards are all equal (no signal)
-    "kl",  # mean sequence k1 KL: Σ_t (log π_old − log π_ref)
+    "reward_std",  # std of the scores over the batch
+    "frac_reward_zero_std",  # fraction of prompts whose G rewards (before KL) are all equal: no signal
+    "kl",  # mean SEQUENCE k1 KL Σ_t (log π_old − log π_ref), what β multiplies (TRL logs it per token)
     "entropy",  # mean per-token entropy of π_old over kept tokens
     "rewards/shaped_mean",  # mean of R − β·KL, what the advantages are built from
     "objective/rloo",  # J, mean over minibatches
@@ -55,8 +55,9 @@ def compute_rloo_advantages(rewards: Float[Tensor, "batch"], num_generations: in
 
         A_i = r_i − 1/(G−1) Σ_{j≠i} r_j  =  r_i − (Σ_j r_j − r_i) / (G−1)  =  G/(G−1) · (r_i − mean_j r_j)
 
-    The baseline does not depend on r_i, so the estimate stays unbiased; each group's advantages
-    sum to zero.
+    The baseline does not depend on r_i (nor on o_i), so E[baseline · ∇ log π(o_i)] = 0 and the
+    gradient estimate stays unbiased; each group's advantages sum to zero. (GRPO's r_i − mean
+    includes r_i in its own baseline: the same direction, shrunk by (G−1)/G.)
     """
     G = num_generations
     if G < 2:
@@ -80,10 +81,12 @@ def compute_kl_shaped_rewards(
 
         r_i = R_i − β · Σ_t mask_t · (log π_old(o_t) − log π_ref(o_t))
 
-    The sum is the k1 estimator of KL(π_old ‖ π_ref) on the sampled tokens. A single token's term
-    can be negative (the reference liked that token more than the policy did); what matters is
-    its expectation, E_{o~π}[log π(o) − log π_ref(o)] = KL(π ‖ π_ref) ≥ 0, so averaged over
-    completions it penalises drifting away from the reference, unbiasedly.
+    The sum is the k1 estimator of KL(π_old ‖ π_ref) on the sampled tokens. A single token's term,
+    even a whole sequence's sum, can be negative (the reference liked those tokens more than the
+    policy did). That is fine: its expectation is E_{o~π}[log π(o) − log π_ref(o)] = KL(π ‖ π_ref)
+    ≥ 0, so each sample's value is unbiased noise around the true KL, and averaged over
+    completions it penalises drifting from the reference. It is a reward, so no gradient flows
+    through it: the penalty reaches the policy through the advantages, like the score does.
     """
     kl = sequence_log_probs(logprobs, completion_mask) - sequence_log_probs(ref_logprobs, completion_mask)
     return scores - beta * kl
@@ -111,7 +114,9 @@ def calc_rloo_objective(
         ρ_i = exp(log π(o_i|q) − log π_old(o_i|q))
         J   = mean_i min(ρ_i A_i, clip(ρ_i, 1 − ε_low, 1 + ε_high) A_i)
 
-    Once ρ has moved past the clip in the direction A pushes, the term is constant (no gradient).
+    Once ρ has moved past the clip in the direction A pushes (ρ > 1+ε_high with A > 0, ρ < 1−ε_low
+    with A < 0) the term is constant (no gradient); moving back is never clipped. At ρ = 1 (the
+    first pass over a batch) ∇J = mean_i A_i ∇ log π(o_i|q): REINFORCE with the leave-one-out baseline.
     """
     ratio = (seq_logprobs - old_seq_logprobs).exp()
     clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
@@ -126,7 +131,11 @@ def calc_clip_ratios(
     epsilon_low: float,
     epsilon_high: float,
 ) -> dict[str, float]:
-    """TRL's clip_ratio/{low,high,region}_mean: the fractions of sequences whose term is clipped."""
+    """TRL's clip_ratio/{low,high,region}_mean: the fractions of sequences whose term is clipped.
+
+        low  = mean_i [ρ_i < 1 − ε_low  and A_i < 0]      high = mean_i [ρ_i > 1 + ε_high and A_i > 0]
+        region = low + high   (the two never overlap)
+    """
     ratio = (seq_logprobs - old_seq_logprobs).exp()
     low = ((ratio < 1 - epsilon_low) & (advantages < 0)).float().mean().item()
     high = ((ratio > 1 + epsilon_high) & (advantages > 0)).float().mean().item()
@@ -157,14 +166,17 @@ class RLOOTrainer:
             chunk_size=args.minibatch_size(),
         )
 
-    def sequence_log_probs(self, rollout: Rollout, rows: Tensor) -> Float[Tensor, "rows"]:
+    def policy_sequence_log_probs(self, rollout: Rollout, rows: Tensor) -> Float[Tensor, "rows"]:
         """log π(o_i | q) of the completions in `rows` under the current policy (with gradient)."""
         ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
         logits = self.policy(ids, attention_mask=attention_mask_or_none(mask))
         return sequence_log_probs(get_log_probs(logits, ids, rollout.prefix_len), rollout.completion_mask[rows])
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        """Shaped rewards → leave-one-out advantages → num_iterations passes of minibatch ascent on J."""
+        """Shaped rewards → leave-one-out advantages → num_iterations passes of minibatch ascent on J.
+
+        Once the advantages are computed a row stands alone, so minibatches are drawn from all rows
+        shuffled (a prompt's G completions need not share a minibatch)."""
         args = self.args
         mask = rollout.completion_mask
         shaped = compute_kl_shaped_rewards(rollout.rewards, rollout.logprobs, rollout.ref_logprobs, mask, args.beta)
@@ -178,7 +190,7 @@ class RLOOTrainer:
         passes = [torch.randperm(len(rollout)).view(args.num_minibatches, -1) for _ in range(args.num_iterations)]
         for rows in tqdm(torch.cat(passes), desc="minibatches", leave=False, disable=self.quiet):
             self.optimizer.zero_grad()
-            seq_logprobs = self.sequence_log_probs(rollout, rows)
+            seq_logprobs = self.policy_sequence_log_probs(rollout, rows)
             objective = calc_rloo_objective(seq_logprobs, old_seq_logprobs[rows], advantages[rows],
                                             args.epsilon_low, args.epsilon_high)
             objective.backward()
@@ -190,11 +202,12 @@ class RLOOTrainer:
                                              args.epsilon_low, args.epsilon_high)})
         self.scheduler.step()
 
-        groups = rollout.scores.view(-1, args.num_generations)
+        group_std = rollout.rewards.view(-1, args.num_generations).std(dim=1)  # [prompts]
+        zero_std = torch.isclose(group_std, torch.zeros_like(group_std))  # == 0 would miss float dust
         return {
             "reward": rollout.scores.mean().item(),
             "reward_std": rollout.scores.std().item() if len(rollout) > 1 else 0.0,
-            "frac_reward_zero_std": (groups.std(dim=1) == 0).float().mean().item(),
+            "frac_reward_zero_std": zero_std.float().mean().item(),
             "kl": (old_seq_logprobs - sequence_log_probs(rollout.ref_logprobs, mask)).mean().item(),
             "entropy": rollout.entropy[mask].mean().item(),
             "rewards/shaped_mean": shaped.mean().item(),
