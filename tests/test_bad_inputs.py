@@ -72,6 +72,7 @@ CASES = [
     (["sentiment", "--prompts", "{root}/long_prompts.txt"], "prompts: {root}/long_prompts.txt line 2: 202 tokens with gen_len 30"),
     (["sentiment", "--run-dir", "{root}/taken"], "run_dir: {root}/taken exists and is not empty; choose another --run-dir"),
     (["sentiment", "--run-dir", "{root}/a_file.txt"], "run_dir: {root}/a_file.txt is a file, not a folder; choose another --run-dir"),
+    (["sentiment", "--run-dir", "/proc/rlhf_scratch_run"], "run_dir: cannot write to /proc/rlhf_scratch_run ("),
     (["--resume", "{root}/nowhere"], "{root}/nowhere/config.json: not found (is {root}/nowhere a run folder?)"),
     (["--resume", "{root}/no_ckpt"], "resume: {root}/no_ckpt has no checkpoints (was it saved with --save-every?)"),
 ]
