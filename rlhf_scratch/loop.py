@@ -145,6 +145,7 @@ def capture_state(trainer: Trainer, phase: int, early_stopping: EarlyStopping | 
         "scheduler": trainer.scheduler.state_dict(),
         "prompts": trainer.prompts.state_dict(),
         "trainer": trainer.extra_state() if hasattr(trainer, "extra_state") else {},
+        "skipped_in_a_row": getattr(trainer, "skipped_in_a_row", 0),
         "early_stopping": vars(early_stopping).copy() if early_stopping is not None else None,
         "rng": rng_state(),
     }
@@ -158,6 +159,7 @@ def restore_state(trainer: Trainer, state: dict, early_stopping: EarlyStopping |
     trainer.prompts.load_state_dict(state["prompts"])
     if hasattr(trainer, "load_extra_state"):
         trainer.load_extra_state(state["trainer"])
+    trainer.skipped_in_a_row = state["skipped_in_a_row"]
     if early_stopping is not None and state["early_stopping"] is not None:
         vars(early_stopping).update(state["early_stopping"])
     set_rng_state(state["rng"])

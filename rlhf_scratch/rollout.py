@@ -25,7 +25,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from rlhf_scratch.model import TransformerWithValueHead
-from rlhf_scratch.objectives import entropy_per_token, generated_span, get_log_probs, kl_per_token
+from rlhf_scratch.objectives import entropy_per_token, generated_span, get_log_probs, kl_per_token, sequence_log_probs
 from rlhf_scratch.sampling import attention_mask_or_none, decode_completions, generate, tokenize_prompts
 from rlhf_scratch.tasks import score_completions
 
@@ -166,3 +166,12 @@ def make_rollout(
     if missing_eos_penalty:
         rollout.rewards = scores - missing_eos_penalty * (~rollout.is_terminated).float()
     return rollout
+
+
+def policy_sequence_log_probs(policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"]) -> Float[Tensor, "rows"]:
+    """log π(o | q) of the rollout's completions in `rows` under `policy` now, with gradient:
+    one forward pass, the generated span's log-probs, summed over kept tokens (RLOO's ratio and
+    DPO's loss are built on it)."""
+    ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
+    logits = policy(ids, attention_mask=attention_mask_or_none(mask))
+    return sequence_log_probs(get_log_probs(logits, ids, rollout.prefix_len), rollout.completion_mask[rows])

@@ -17,6 +17,7 @@ from rlhf_scratch.algorithms.rloo import (
 )
 from rlhf_scratch.config import make_args
 from rlhf_scratch.loop import SHARED_METRICS
+from rlhf_scratch.rollout import policy_sequence_log_probs
 from rlhf_scratch.runs import load_run, read_metrics
 
 
@@ -172,7 +173,7 @@ def test_first_pass_ratio_is_one_and_learning_phase_metrics_by_hand(dataset_trai
     # Before any step the learning phase's forward must reproduce the rollout's log π_old: ρ = 1.
     # (A misaligned span, a lost attention mask or padding counted in the sum breaks this.)
     with torch.no_grad():
-        now = trainer.policy_sequence_log_probs(rollout, torch.arange(8))
+        now = policy_sequence_log_probs(trainer.policy, rollout, torch.arange(8))
     old = torch.where(mask, rollout.logprobs, 0.0).sum(-1)
     torch.testing.assert_close(now, old, atol=1e-4, rtol=1e-4)
 

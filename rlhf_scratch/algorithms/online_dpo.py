@@ -34,10 +34,9 @@ from tqdm.auto import tqdm
 from rlhf_scratch.config import OnlineDPOArgs
 from rlhf_scratch.judges import Judge, make_judge
 from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
-from rlhf_scratch.objectives import get_log_probs, sequence_log_probs
+from rlhf_scratch.objectives import sequence_log_probs
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
-from rlhf_scratch.rollout import Rollout, make_rollout
-from rlhf_scratch.sampling import attention_mask_or_none
+from rlhf_scratch.rollout import Rollout, make_rollout, policy_sequence_log_probs
 from rlhf_scratch.tasks import RewardFn, make_reward_fn
 
 # Logged by Online DPO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
@@ -163,12 +162,6 @@ class OnlineDPOTrainer:
             missing_eos_penalty=args.missing_eos_penalty, chunk_size=args.minibatch_size(),
         )
 
-    def policy_sequence_log_probs(self, rollout: Rollout, rows: Int[Tensor, "rows"]) -> Float[Tensor, "rows"]:
-        """log π(y | x) of the completions in `rows` under the current policy (with gradient)."""
-        ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
-        logits = self.policy(ids, attention_mask=attention_mask_or_none(mask))
-        return sequence_log_probs(get_log_probs(logits, ids, rollout.prefix_len), rollout.completion_mask[rows])
-
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
         """Pick winners (reward or judge), then num_iterations passes over the pairs in minibatches,
         each one ascent step on −loss; one scheduler step. A phase whose pairs the judge all
@@ -189,7 +182,7 @@ class OnlineDPOTrainer:
                             leave=False, disable=self.quiet):
                 c, r = chosen[idx], rejected[idx]
                 self.optimizer.zero_grad()
-                logps = self.policy_sequence_log_probs(rollout, torch.cat([c, r]))
+                logps = policy_sequence_log_probs(self.policy, rollout, torch.cat([c, r]))
                 out = calc_dpo_loss(logps[: len(c)], logps[len(c):], ref_logps[c], ref_logps[r], args.beta, args.loss_type)
                 objective = -out.loss  # the optimizer ascends (maximize=True)
                 objective.backward()
@@ -216,11 +209,6 @@ class OnlineDPOTrainer:
             "charts/skipped_steps": skipped,
         }
 
-    def extra_state(self) -> dict:
-        return {"skipped_in_a_row": self.skipped_in_a_row}
-
-    def load_extra_state(self, state: dict) -> None:
-        self.skipped_in_a_row = state["skipped_in_a_row"]
 
     def train(self, run_dir=None, resume: bool = False):
         """Run every phase (see `loop.run_training`); return the run folder."""

@@ -172,11 +172,10 @@ class RLHFTrainer:
 
     def extra_state(self) -> dict:
         """PPO's state besides weights and optimizer, for checkpoints: β and its controller."""
-        return {"kl_coef": self.kl_coef, "kl_ctl": vars(self.kl_ctl).copy() if self.kl_ctl else None,
-                "skipped_in_a_row": self.skipped_in_a_row}
+        return {"kl_coef": self.kl_coef, "kl_ctl": vars(self.kl_ctl).copy() if self.kl_ctl else None}
 
     def load_extra_state(self, state: dict) -> None:
-        self.kl_coef, self.skipped_in_a_row = state["kl_coef"], state["skipped_in_a_row"]
+        self.kl_coef = state["kl_coef"]
         if self.kl_ctl is not None and state["kl_ctl"] is not None:
             vars(self.kl_ctl).update(state["kl_ctl"])
 

@@ -26,10 +26,9 @@ from tqdm.auto import tqdm
 
 from rlhf_scratch.config import RLOOArgs
 from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
-from rlhf_scratch.objectives import get_log_probs, sequence_log_probs
+from rlhf_scratch.objectives import sequence_log_probs
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
-from rlhf_scratch.rollout import Rollout, make_rollout
-from rlhf_scratch.sampling import attention_mask_or_none
+from rlhf_scratch.rollout import Rollout, make_rollout, policy_sequence_log_probs
 from rlhf_scratch.tasks import RewardFn, make_reward_fn
 
 # Logged by RLOO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
@@ -166,12 +165,6 @@ class RLOOTrainer:
             chunk_size=args.minibatch_size(),
         )
 
-    def policy_sequence_log_probs(self, rollout: Rollout, rows: Tensor) -> Float[Tensor, "rows"]:
-        """log π(o_i | q) of the completions in `rows` under the current policy (with gradient)."""
-        ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
-        logits = self.policy(ids, attention_mask=attention_mask_or_none(mask))
-        return sequence_log_probs(get_log_probs(logits, ids, rollout.prefix_len), rollout.completion_mask[rows])
-
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
         """Shaped rewards → leave-one-out advantages → num_iterations passes of minibatch ascent on J.
 
@@ -190,7 +183,7 @@ class RLOOTrainer:
         passes = [torch.randperm(len(rollout)).view(args.num_minibatches, -1) for _ in range(args.num_iterations)]
         for rows in tqdm(torch.cat(passes), desc="minibatches", leave=False, disable=self.quiet):
             self.optimizer.zero_grad()
-            seq_logprobs = self.policy_sequence_log_probs(rollout, rows)
+            seq_logprobs = policy_sequence_log_probs(self.policy, rollout, rows)
             objective = calc_rloo_objective(seq_logprobs, old_seq_logprobs[rows], advantages[rows],
                                             args.epsilon_low, args.epsilon_high)
             objective.backward()
@@ -216,11 +209,6 @@ class RLOOTrainer:
             "charts/skipped_steps": skipped,
         }
 
-    def extra_state(self) -> dict:
-        return {"skipped_in_a_row": self.skipped_in_a_row}
-
-    def load_extra_state(self, state: dict) -> None:
-        self.skipped_in_a_row = state["skipped_in_a_row"]
 
     def train(self, run_dir=None, resume: bool = False):
         """Run every phase (see `loop.run_training`); return the run folder."""
