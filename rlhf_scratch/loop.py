@@ -32,6 +32,7 @@ from rlhf_scratch.prompts import PromptIterator, check_prompt_lengths, load_prom
 from rlhf_scratch.rollout import Rollout
 from rlhf_scratch.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlhf_scratch.runs import new_run_dir, save_run_policy, write_status
+from rlhf_scratch.timing import PARTS, take_times, timed
 
 # Logged every phase by every algorithm, computed from the rollout (TRL's names where TRL has one).
 SHARED_METRICS = (
@@ -47,6 +48,9 @@ SHARED_METRICS = (
     "charts/rollout_time",  # seconds: generation + scoring + reward
     "charts/phase_time",  # seconds, rollout + learning
     "charts/tokens_per_s",  # generated (kept) tokens per second of phase time
+    *(f"time/{part}" for part in PARTS),  # seconds in each part of the phase (see timing.PARTS);
+    # time/logging is the previous phase's (this phase's is not over when its metrics are written)
+    "time/other",  # phase_time minus the parts: prompts, advantages, minibatching, bookkeeping
 )
 
 
@@ -125,6 +129,14 @@ def rollout_metrics(rollout: Rollout) -> Metrics:
         "completions/clipped_ratio": (~terminated).float().mean().item(),
         "completions/mean_terminated_length": lengths[terminated].mean().item() if terminated.any() else 0.0,
     }
+
+
+def phase_times(phase_seconds: float) -> Metrics:
+    """`time/<part>` for every part timed since the last call, and `time/other`: what is left of
+    the phase's wall time (logging excluded: it comes after the phase's clock stops)."""
+    times = take_times()
+    other = phase_seconds - sum(t for part, t in times.items() if part != "logging")
+    return {**{f"time/{part}": t for part, t in times.items()}, "time/other": max(other, 0.0)}
 
 
 class TrainingStopped(RuntimeError):
@@ -214,6 +226,7 @@ def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = Fa
     write_status(run_dir, "running", done)
     stopped: TrainingStopped | None = None
     phase = done
+    take_times()  # start the per-part clocks from zero
     with _StopSignals() as signals:
         bar = tqdm(range(done + 1, args.total_phases + 1), desc="phases", disable=quiet,
                    initial=done, total=args.total_phases)
@@ -232,14 +245,17 @@ def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = Fa
                 "charts/rollout_time": rollout_time,
                 "charts/phase_time": seconds,
                 "charts/tokens_per_s": rollout.lengths.sum().item() / seconds,
+                **phase_times(seconds),
             }
-            logger.log_phase(metrics)
+            with timed("logging"):
+                logger.log_phase(metrics)
             bar.set_postfix(reward=f"{metrics['rewards/mean']:.3f}", kl=f"{metrics['objective/kl']:.3f}")
             last = phase == args.total_phases
             if early_stopping is not None and early_stopping.update(metrics["objective/kl"], metrics["rewards/mean"]):
                 logger.say(f"early stopping after phase {phase}: {early_stopping.reason}")
                 last = True
-            logger.log_samples(phase, rollout, force=last)
+            with timed("logging"):
+                logger.log_samples(phase, rollout, force=last)
             skipped_in_a_row = getattr(trainer, "skipped_in_a_row", 0)
             if skipped_in_a_row >= args.max_skipped_steps:
                 stopped = TrainingStopped(

@@ -61,6 +61,16 @@ def masked_whiten(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"] | Non
     return torch.where(mask, (x - kept.mean()) / (std + eps), torch.zeros_like(x))
 
 
+def gather_log_probs(
+    logprobs: Float[Tensor, "batch seq d_vocab"], tokens: Int[Tensor, "batch seq"]
+) -> Float[Tensor, "batch seq"]:
+    """The entry of each position's vector for the token chosen there: out[b, t] = logprobs[b, t, tokens[b, t]]."""
+    # eindex 0.1.2 indexes with a list of tensors, which torch >= 2.9 warns about (harmlessly).
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Using a non-tuple sequence", category=UserWarning)
+        return eindex(logprobs, tokens, "b s [b s]")
+
+
 def get_log_probs(
     logits: Float[Tensor, "batch seq_len d_vocab"],
     tokens: Int[Tensor, "batch seq_len"],
@@ -69,36 +79,43 @@ def get_log_probs(
     """Log-probability the model gave to each token that actually came next.
 
         out[b, t] = log pi(tokens[b, t+1] | tokens[b, :t+1]) = log_softmax(logits[b, t])[tokens[b, t+1]]
+                  = logits[b, t, tokens[b, t+1]] - logsumexp_v logits[b, t, v]
 
+    computed the second way: it needs one number per position, so no [batch, seq, d_vocab]
+    log-softmax is written out (the logsumexp is as stable: it subtracts the max first).
     With `prefix_len`, only the generated tokens: t = prefix_len-1 ... seq_len-2, so
     gen_len = seq_len - prefix_len. Without it, every next token: gen_len = seq_len - 1.
     """
     seq_len = tokens.shape[1]
-    if prefix_len is not None:
-        if not 1 <= prefix_len < seq_len:
-            raise ValueError(f"prefix_len must be in [1, seq_len) = [1, {seq_len}); got {prefix_len}")
-        logits, tokens = logits[:, prefix_len - 1 :], tokens[:, prefix_len - 1 :]
-    logprobs = logits.log_softmax(dim=-1)
-    # "b s [b s+1]": for each (b, s) < (batch, seq-1), pick d_vocab index tokens[b, s+1].
-    # eindex 0.1.2 indexes with a list of tensors, which torch >= 2.9 warns about (harmlessly).
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Using a non-tuple sequence", category=UserWarning)
-        return eindex(logprobs, tokens, "b s [b s+1]")
+    if prefix_len is None:
+        prefix_len = 1
+    elif not 1 <= prefix_len < seq_len:
+        raise ValueError(f"prefix_len must be in [1, seq_len) = [1, {seq_len}); got {prefix_len}")
+    logits = logits[:, generated_span(prefix_len)]  # the positions that predict tokens[:, prefix_len:]
+    return gather_log_probs(logits, tokens[:, prefix_len:]) - logits.logsumexp(dim=-1)
 
 
 def kl_per_token(
     logits: Float[Tensor, "batch gen_len d_vocab"],
     ref_logits: Float[Tensor, "batch gen_len d_vocab"],
+    from_logprobs: bool = False,
 ) -> Float[Tensor, "batch gen_len"]:
-    """KL(pi || pi_ref) over the full vocabulary at each position: sum_v pi(v) (log pi(v) - log pi_ref(v))."""
-    logprobs = logits.log_softmax(dim=-1)
-    ref_logprobs = ref_logits.log_softmax(dim=-1)
+    """KL(pi || pi_ref) over the full vocabulary at each position: sum_v pi(v) (log pi(v) - log pi_ref(v)).
+
+    `from_logprobs=True`: the inputs are already log_softmax(logits). Since log_softmax is
+    idempotent it is the same function; the flag only skips recomputing the log-softmax, so a
+    trainer can take one per minibatch and share it between log-probs, entropy and KL.
+    """
+    logprobs = logits if from_logprobs else logits.log_softmax(dim=-1)
+    ref_logprobs = ref_logits if from_logprobs else ref_logits.log_softmax(dim=-1)
     return (logprobs.exp() * (logprobs - ref_logprobs)).sum(dim=-1)
 
 
-def entropy_per_token(logits: Float[Tensor, "batch gen_len d_vocab"]) -> Float[Tensor, "batch gen_len"]:
-    """Entropy of pi at each position: - sum_v pi(v) log pi(v), nats."""
-    logprobs = logits.log_softmax(dim=-1)
+def entropy_per_token(
+    logits: Float[Tensor, "batch gen_len d_vocab"], from_logprobs: bool = False
+) -> Float[Tensor, "batch gen_len"]:
+    """Entropy of pi at each position: - sum_v pi(v) log pi(v), nats (`from_logprobs` as in `kl_per_token`)."""
+    logprobs = logits if from_logprobs else logits.log_softmax(dim=-1)
     return -(logprobs.exp() * logprobs).sum(dim=-1)
 
 
@@ -118,6 +135,7 @@ def calc_kl_penalty(
     ref_logits: Float[Tensor, "batch gen_len d_vocab"],
     kl_coef: float,
     mask: Bool[Tensor, "batch gen_len"] | None = None,
+    from_logprobs: bool = False,
 ) -> Float[Tensor, ""]:
     """KL penalty keeping the policy pi near the frozen reference pi_ref (the trainer subtracts it).
 
@@ -129,14 +147,16 @@ def calc_kl_penalty(
     matters: KL(pi || pi_ref) punishes pi for putting mass where pi_ref has little (writing
     text the reference model finds unlikely), which is what stops reward hacking.
     `ref_logits` should come from the frozen model (no gradient needed through it).
+    `from_logprobs=True`: both are log_softmax outputs already (see `kl_per_token`).
     """
-    return kl_coef * masked_mean(kl_per_token(logits, ref_logits), mask)
+    return kl_coef * masked_mean(kl_per_token(logits, ref_logits, from_logprobs), mask)
 
 
 def calc_entropy_bonus(
     logits: Float[Tensor, "batch gen_len d_vocab"],
     ent_coef: float,
     mask: Bool[Tensor, "batch gen_len"] | None = None,
+    from_logprobs: bool = False,
 ) -> Float[Tensor, ""]:
     """Entropy bonus encouraging exploration (the trainer adds it).
 
@@ -144,8 +164,9 @@ def calc_entropy_bonus(
 
     Uniform logits over V tokens give the maximum, ent_coef * ln(V). Kept tokens only: a bonus
     on the padding after EOS would reward spreading mass over choices never made.
+    `from_logprobs=True`: `logits` is a log_softmax output already (see `kl_per_token`).
     """
-    return ent_coef * masked_mean(entropy_per_token(logits), mask)
+    return ent_coef * masked_mean(entropy_per_token(logits, from_logprobs), mask)
 
 
 def calc_value_fn_loss(

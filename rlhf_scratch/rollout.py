@@ -25,9 +25,12 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from rlhf_scratch.model import TransformerWithValueHead
-from rlhf_scratch.objectives import entropy_per_token, generated_span, get_log_probs, kl_per_token, sequence_log_probs
+from rlhf_scratch.objectives import (
+    entropy_per_token, gather_log_probs, generated_span, get_log_probs, kl_per_token, sequence_log_probs,
+)
 from rlhf_scratch.sampling import attention_mask_or_none, decode_completions, generate, tokenize_prompts
 from rlhf_scratch.tasks import score_completions
+from rlhf_scratch.timing import timed
 
 
 @dataclass
@@ -105,17 +108,21 @@ def score_tokens(
     span = generated_span(prefix_len)
     for start in range(0, sample_ids.shape[0], chunk_size):
         ids, mask = sample_ids[start : start + chunk_size], attention_mask[start : start + chunk_size]
-        tl_mask = attention_mask_or_none(mask)
-        if isinstance(policy, TransformerWithValueHead):
-            logits, values = policy(ids, attention_mask=tl_mask)
-            out["values"].append(values)
-        else:
-            logits = policy(ids, attention_mask=tl_mask)
-        ref_logits = ref_model(ids, attention_mask=tl_mask)
-        out["logprobs"].append(get_log_probs(logits, ids, prefix_len))
-        out["ref_logprobs"].append(get_log_probs(ref_logits, ids, prefix_len))
-        out["kl"].append(kl_per_token(logits[:, span], ref_logits[:, span]))
-        out["entropy"].append(entropy_per_token(logits[:, span]))
+        tl_mask, completion_ids = attention_mask_or_none(mask), ids[:, prefix_len:]
+        with timed("policy_forward"):
+            if isinstance(policy, TransformerWithValueHead):
+                logits, values = policy(ids, attention_mask=tl_mask)
+                out["values"].append(values)
+            else:
+                logits = policy(ids, attention_mask=tl_mask)
+            logprobs_v = logits[:, span].log_softmax(-1)  # one log-softmax, shared by log-probs, entropy, KL
+            del logits
+            out["logprobs"].append(gather_log_probs(logprobs_v, completion_ids))
+            out["entropy"].append(entropy_per_token(logprobs_v, from_logprobs=True))
+        with timed("reference_forward"):
+            ref_logprobs_v = ref_model(ids, attention_mask=tl_mask)[:, span].log_softmax(-1)
+            out["ref_logprobs"].append(gather_log_probs(ref_logprobs_v, completion_ids))
+            out["kl"].append(kl_per_token(logprobs_v, ref_logprobs_v, from_logprobs=True))
     return {k: torch.cat(v) for k, v in out.items() if v}
 
 
@@ -144,18 +151,20 @@ def make_rollout(
     lm = policy.base if isinstance(policy, TransformerWithValueHead) else policy
     group_prompts = [p for p in prompts for _ in range(num_generations)]
     prompt_ids, prompt_mask = tokenize_prompts(lm, group_prompts, prepend_bos)
-    completion_ids, completion_mask = generate(
-        lm, prompt_ids, prompt_mask, gen_len, temperature, top_k, stop_at_eos
-    )
+    with timed("generation"):
+        completion_ids, completion_mask = generate(
+            lm, prompt_ids, prompt_mask, gen_len, temperature, top_k, stop_at_eos
+        )
     sample_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1)
     scored = score_tokens(policy, ref_model, sample_ids, attention_mask, prompt_ids.shape[1], chunk_size)
 
-    completions = decode_completions(lm, completion_ids, completion_mask, stop_at_eos)
-    scores = score_completions(
-        reward_fn, group_prompts, completions,
-        [ids[keep].tolist() for ids, keep in zip(completion_ids, completion_mask)],
-    ).to(sample_ids.device)
+    with timed("reward"):
+        completions = decode_completions(lm, completion_ids, completion_mask, stop_at_eos)
+        scores = score_completions(
+            reward_fn, group_prompts, completions,
+            [ids[keep].tolist() for ids, keep in zip(completion_ids, completion_mask)],
+        ).to(sample_ids.device)
     rollout = Rollout(
         prompt_ids=prompt_ids, completion_ids=completion_ids, attention_mask=attention_mask,
         completion_mask=completion_mask, logprobs=scored["logprobs"], ref_logprobs=scored["ref_logprobs"],

@@ -19,6 +19,7 @@ from rlhf_scratch.objectives import (
     calc_value_fn_loss,
     entropy_per_token,
     explained_variance,
+    gather_log_probs,
     generated_span,
     get_log_probs,
     kl_per_token,
@@ -68,6 +69,47 @@ def test_get_log_probs_matches_gather(gen):
     assert torch.allclose(gen_only, reference[:, prefix_len - 1 :]), (
         "the generated tokens are predicted by logits[:, prefix_len-1 : -1]"
     )
+
+
+def test_gather_log_probs_by_hand():
+    lp = torch.tensor([[[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]]])
+    assert gather_log_probs(lp, torch.tensor([[2, 0]])).tolist() == [[-3.0, -4.0]], (
+        "position t's own token (no shift: the caller lines the span up)"
+    )
+
+
+def test_get_log_probs_stable_and_gradient_is_onehot_minus_softmax():
+    # logits x 100: log(softmax) would give log(0) = -inf for the unlikely token; logit - logsumexp does not
+    logits = (torch.tensor([[[0.0, LN2, LN3], [0.0, 0.0, 0.0]]]) * 100).requires_grad_()
+    tokens = torch.tensor([[0, 0]])
+    out = get_log_probs(logits, tokens)
+    assert torch.isfinite(out).all() and close(out[0, 0].item(), -100 * LN3, 1e-3), f"got {out.tolist()}"
+    out.sum().backward()
+    expected = F.one_hot(torch.tensor(0), 3).float() - (logits[0, 0].detach()).softmax(-1)
+    torch.testing.assert_close(logits.grad[0, 0], expected)
+    assert torch.equal(logits.grad[0, 1], torch.zeros(3)), "the last position predicts nothing: no gradient"
+
+
+def test_from_logprobs_is_the_same_function_on_shared_log_softmax(gen):
+    """Passing log_softmax(logits) with from_logprobs=True (what the trainers do to share one
+    log-softmax per minibatch) gives the values and the gradients of passing the logits."""
+    logits = torch.randn(2, 5, 7, generator=gen, requires_grad=True)
+    ref = torch.randn(2, 5, 7, generator=gen)
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])
+    lp, ref_lp = logits.log_softmax(-1), ref.log_softmax(-1)
+    pairs = [
+        (kl_per_token(logits, ref), kl_per_token(lp, ref_lp, from_logprobs=True)),
+        (entropy_per_token(logits), entropy_per_token(lp, from_logprobs=True)),
+        (calc_kl_penalty(logits, ref, 0.2, mask), calc_kl_penalty(lp, ref_lp, 0.2, mask, from_logprobs=True)),
+        (calc_entropy_bonus(logits, 0.01, mask), calc_entropy_bonus(lp, 0.01, mask, from_logprobs=True)),
+    ]
+    for plain, shared in pairs:
+        torch.testing.assert_close(shared, plain, atol=1e-6, rtol=0)
+        g_plain, = torch.autograd.grad(plain.sum(), logits, retain_graph=True)
+        g_shared, = torch.autograd.grad(shared.sum(), logits, retain_graph=True)
+        torch.testing.assert_close(g_shared, g_plain, atol=1e-6, rtol=0)
+    # and it is not a no-op: raw logits read as log-probs are not a distribution
+    assert not torch.allclose(entropy_per_token(logits, from_logprobs=True), entropy_per_token(logits))
 
 
 def test_get_log_probs_rejects_bad_prefix_len():

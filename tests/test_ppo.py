@@ -11,6 +11,7 @@ from rlhf_scratch.config import make_args
 from rlhf_scratch.loop import SHARED_METRICS
 from rlhf_scratch.memory import ReplayMinibatch
 from rlhf_scratch.runs import RunFolderError, load_run, read_metrics
+from rlhf_scratch.timing import PARTS
 from rlhf_scratch.train import main
 
 PHASE_METRICS = SHARED_METRICS + PPO_METRICS
@@ -87,6 +88,10 @@ def test_run_folder_contents(finished_run):
         assert set(PHASE_METRICS) <= set(m), f"missing metrics: {set(PHASE_METRICS) - set(m)}"
         assert 0.0 <= m["rewards/mean"] <= 1.0
         assert m["objective/kl"] >= 0.0
+        parts = [m[f"time/{part}"] for part in PARTS if part != "logging"]
+        assert all(t > 0 for t in parts), f"PPO uses every part: {parts}"
+        assert sum(parts) + m["time/other"] == pytest.approx(m["charts/phase_time"]), "the parts split the phase"
+    assert metrics[1]["time/logging"] > 0, "phase 1's sample table and curves were drawn"
     assert metrics[0]["charts/learning_rate"] == 0.0, "phase 1 is the first warmup step: lr multiplier 0"
     assert metrics[1]["charts/learning_rate"] == pytest.approx(1e-3 * 0.5), "the last phase trains at base_lr * final_scale"
     assert json.loads((run_dir / "config.json").read_text())["total_phases"] == 2

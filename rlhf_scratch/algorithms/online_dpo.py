@@ -38,6 +38,7 @@ from rlhf_scratch.objectives import sequence_log_probs
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.rollout import Rollout, make_rollout, policy_sequence_log_probs
 from rlhf_scratch.tasks import RewardFn, make_reward_fn
+from rlhf_scratch.timing import timed
 
 # Logged by Online DPO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
 DPO_METRICS = (
@@ -182,11 +183,15 @@ class OnlineDPOTrainer:
                             leave=False, disable=self.quiet):
                 c, r = chosen[idx], rejected[idx]
                 self.optimizer.zero_grad()
-                logps = policy_sequence_log_probs(self.policy, rollout, torch.cat([c, r]))
-                out = calc_dpo_loss(logps[: len(c)], logps[len(c):], ref_logps[c], ref_logps[r], args.beta, args.loss_type)
-                objective = -out.loss  # the optimizer ascends (maximize=True)
-                objective.backward()
-                stepped = clip_and_step(self.optimizer, self.policy, objective, args.max_grad_norm)
+                with timed("learning_forward"):
+                    logps = policy_sequence_log_probs(self.policy, rollout, torch.cat([c, r]))
+                    out = calc_dpo_loss(logps[: len(c)], logps[len(c):], ref_logps[c], ref_logps[r],
+                                        args.beta, args.loss_type)
+                    objective = -out.loss  # the optimizer ascends (maximize=True)
+                with timed("backward"):
+                    objective.backward()
+                with timed("optimizer_step"):
+                    stepped = clip_and_step(self.optimizer, self.policy, objective, args.max_grad_norm)
                 self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
                 skipped += not stepped
                 stats.append({

@@ -34,14 +34,15 @@ from rlhf_scratch.objectives import (
     calc_kl_penalty,
     calc_value_fn_loss,
     explained_variance,
+    gather_log_probs,
     generated_span,
-    get_log_probs,
 )
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.rewards import normalize_reward
 from rlhf_scratch.rollout import Rollout, make_rollout
 from rlhf_scratch.sampling import attention_mask_or_none
 from rlhf_scratch.tasks import RewardFn, make_reward_fn
+from rlhf_scratch.timing import timed
 
 # Logged by PPO's learning phase each phase, besides loop.SHARED_METRICS (CleanRL's names).
 PPO_METRICS = (
@@ -76,12 +77,14 @@ def compute_rlhf_objective(
     """
     prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
     gen, mask = generated_span(prefix_len), mb.completion_mask
-    logprobs = get_log_probs(logits, mb.sample_ids, prefix_len)
+    # One log-softmax per model, shared by the log-probs, the entropy and the KL.
+    logprobs_v, ref_logprobs_v = logits[:, gen].log_softmax(-1), ref_logits[:, gen].log_softmax(-1)
+    logprobs = gather_log_probs(logprobs_v, mb.sample_ids[:, prefix_len:])
     terms = {
         "clipped_surrogate": calc_clipped_sur_obj(logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),
         "value_loss": calc_value_fn_loss(values[:, gen], mb.returns, args.vf_coef, mask=mask),
-        "entropy_bonus": calc_entropy_bonus(logits[:, gen], args.ent_coef, mask=mask),
-        "kl_penalty": calc_kl_penalty(logits[:, gen], ref_logits[:, gen], kl_coef, mask=mask),
+        "entropy_bonus": calc_entropy_bonus(logprobs_v, args.ent_coef, mask=mask, from_logprobs=True),
+        "kl_penalty": calc_kl_penalty(logprobs_v, ref_logprobs_v, kl_coef, mask=mask, from_logprobs=True),
         "logprobs": logprobs,
     }
     total = terms["clipped_surrogate"] - terms["value_loss"] + terms["entropy_bonus"] - terms["kl_penalty"]
@@ -130,10 +133,11 @@ class RLHFTrainer:
     def compute_rlhf_objective(self, mb: ReplayMinibatch) -> tuple[Tensor, dict[str, float]]:
         """J on one minibatch: policy forward (logits and values), reference forward, the terms."""
         mask = attention_mask_or_none(mb.attention_mask)
-        logits, values = self.model(mb.sample_ids, attention_mask=mask)
-        with torch.no_grad():
+        with timed("reference_forward"), torch.no_grad():
             ref_logits = self.ref_model(mb.sample_ids, attention_mask=mask)
-        total, terms = compute_rlhf_objective(logits, values, ref_logits, mb, self.args, self.kl_coef)
+        with timed("learning_forward"):
+            logits, values = self.model(mb.sample_ids, attention_mask=mask)
+            total, terms = compute_rlhf_objective(logits, values, ref_logits, mb, self.args, self.kl_coef)
         logprobs = terms.pop("logprobs")
         stats = {"objective/total": total.item(), **{f"losses/{k}": v.item() for k, v in terms.items()},
                  "losses/clipfrac": calc_clip_fraction(logprobs, mb.logprobs, self.args.clip_coef, mask=mb.completion_mask),
@@ -153,8 +157,10 @@ class RLHFTrainer:
         for mb in tqdm(memory.get_minibatches(), total=len(memory), desc="minibatches", leave=False, disable=self.quiet):
             self.optimizer.zero_grad()
             total, mb_stats = self.compute_rlhf_objective(mb)
-            total.backward()
-            stepped = clip_and_step(self.optimizer, self.model, total, args.max_grad_norm)
+            with timed("backward"):
+                total.backward()
+            with timed("optimizer_step"):
+                stepped = clip_and_step(self.optimizer, self.model, total, args.max_grad_norm)
             self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
             skipped += not stepped
             stats.append(mb_stats)

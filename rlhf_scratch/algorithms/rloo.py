@@ -30,6 +30,7 @@ from rlhf_scratch.objectives import sequence_log_probs
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.rollout import Rollout, make_rollout, policy_sequence_log_probs
 from rlhf_scratch.tasks import RewardFn, make_reward_fn
+from rlhf_scratch.timing import timed
 
 # Logged by RLOO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
 RLOO_METRICS = (
@@ -183,11 +184,14 @@ class RLOOTrainer:
         passes = [torch.randperm(len(rollout)).view(args.num_minibatches, -1) for _ in range(args.num_iterations)]
         for rows in tqdm(torch.cat(passes), desc="minibatches", leave=False, disable=self.quiet):
             self.optimizer.zero_grad()
-            seq_logprobs = policy_sequence_log_probs(self.policy, rollout, rows)
-            objective = calc_rloo_objective(seq_logprobs, old_seq_logprobs[rows], advantages[rows],
-                                            args.epsilon_low, args.epsilon_high)
-            objective.backward()
-            stepped = clip_and_step(self.optimizer, self.policy, objective, args.max_grad_norm)
+            with timed("learning_forward"):
+                seq_logprobs = policy_sequence_log_probs(self.policy, rollout, rows)
+                objective = calc_rloo_objective(seq_logprobs, old_seq_logprobs[rows], advantages[rows],
+                                                args.epsilon_low, args.epsilon_high)
+            with timed("backward"):
+                objective.backward()
+            with timed("optimizer_step"):
+                stepped = clip_and_step(self.optimizer, self.policy, objective, args.max_grad_norm)
             self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
             skipped += not stepped
             stats.append({"objective/rloo": objective.item(),

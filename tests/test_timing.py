@@ -1,0 +1,31 @@
+"""`timing`: per-part seconds, summed between calls, and logged by the loop as time/<part>."""
+
+import time
+
+from rlhf_scratch.timing import PARTS, take_times, timed
+
+
+def test_parts_are_summed_and_reset():
+    take_times()
+    with timed("generation"):
+        time.sleep(0.02)
+    with timed("generation"):
+        time.sleep(0.02)
+    with timed("backward"):
+        pass
+    times = take_times()
+    assert set(times) == set(PARTS), "every part, 0 when unused"
+    assert 0.04 <= times["generation"] < 0.5, f"two sections add up: {times['generation']}"
+    assert times["backward"] < 0.01 and times["reward"] == 0.0
+    assert take_times()["generation"] == 0.0, "take_times resets the clocks"
+
+
+def test_a_section_that_raises_is_still_counted():
+    take_times()
+    try:
+        with timed("reward"):
+            time.sleep(0.01)
+            raise RuntimeError
+    except RuntimeError:
+        pass
+    assert take_times()["reward"] >= 0.01
