@@ -66,10 +66,12 @@ class RunLogger:
         )
 
     def log_samples(self, phase: int, rollout: Rollout, force: bool = False) -> None:
-        """The sample table and the curves, at the first phase, every `table_every`, and when forced."""
+        """The sample table (every `table_every`) and the curves (every `plot_every`), each also at
+        the first phase and when forced (the last)."""
+        if force or phase == 1 or phase % self.args.plot_every == 0:
+            plot_training_curves(self.history, self.run_dir)
         if not (force or phase == 1 or phase % self.args.table_every == 0):
             return
-        plot_training_curves(self.history, self.run_dir)
         table = sample_table(rollout)
         self.say(f"\nphase {phase} samples\n{table}\n")
         with open(self.run_dir / SAMPLES_FILE, "a") as f:

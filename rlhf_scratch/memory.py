@@ -1,9 +1,10 @@
 """PPO's rollout storage, and how a learning phase cuts it into shuffled minibatches.
 
 Everything here was computed during the rollout, under `torch.no_grad()`: the old policy's
-log-probs and values and the advantages. The reference model's logits are NOT stored: the KL
-term is recomputed from a reference forward pass per minibatch, so memory grows with the
-minibatch rather than with batch × gen_len × d_vocab.
+log-probs and values and the advantages. The reference model's distribution is stored only when
+the trainer asks (`ref_distribution`, PPO's `cache_ref_logprobs`): batch × gen_len × d_vocab
+floats in exchange for no reference forward per minibatch. Without it the KL term is recomputed
+from a reference forward pass per minibatch, and memory grows with the minibatch only.
 
 Minibatches are drawn lazily from one permutation of row indices: only the minibatch being
 trained on is materialised.
@@ -33,6 +34,8 @@ class ReplayMinibatch:
     """Advantage of each generated token (un-normalised; the surrogate normalises)."""
     returns: Float[Tensor, "minibatch gen_len"]
     """Value targets: advantages + V_old of the state each generated token was chosen in."""
+    ref_distribution: Float[Tensor, "minibatch gen_len d_vocab"] | None = None
+    """The reference's log-probs over the vocabulary at each completion position, if stored."""
 
 
 class ReplayMemory:
@@ -49,6 +52,7 @@ class ReplayMemory:
         values: Float[Tensor, "batch seq_len"],
         num_minibatches: int,
         batches_per_learning_phase: int,
+        ref_distribution: Float[Tensor, "batch gen_len d_vocab"] | None = None,
     ) -> None:
         batch, seq_len = sample_ids.shape
         gen_len = logprobs.shape[1]
@@ -77,6 +81,7 @@ class ReplayMemory:
         self.logprobs = logprobs.detach()
         self.advantages = advantages.detach()
         self.values = values.detach()
+        self.ref_distribution = None if ref_distribution is None else ref_distribution.detach()
         # returns = advantages + values[:, -gen_len-1 : -1]: the values of the states the
         # generated tokens were chosen in, i.e. Q-estimates.
         self.returns = self.advantages + self.values[:, -gen_len - 1 : -1]
@@ -104,4 +109,5 @@ class ReplayMemory:
                     logprobs=self.logprobs[idx],
                     advantages=self.advantages[idx],
                     returns=self.returns[idx],
+                    ref_distribution=None if self.ref_distribution is None else self.ref_distribution[idx],
                 )

@@ -66,6 +66,10 @@ class Rollout:
     eos_token_id: int
     values: Float[Tensor, "batch seq_len"] | None = None
     """V(s_t) at every position, when the policy has a value head (PPO)."""
+    ref_distribution: Float[Tensor, "batch gen_len d_vocab"] | None = None
+    """log π_ref(· | q, o_<t) over the whole vocabulary at each completion position, when asked
+    for (`keep_ref_distribution`): PPO's full-vocabulary KL then needs no reference forward per
+    minibatch, for batch × gen_len × d_vocab floats of memory."""
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -102,9 +106,12 @@ def score_tokens(
     attention_mask: Bool[Tensor, "batch seq_len"],
     prefix_len: int,
     chunk_size: int,
+    keep_ref_distribution: bool = False,
 ) -> dict[str, Tensor]:
-    """Per-token log π, log π_ref, KL, entropy (and values) of the completions, `chunk_size` rows at a time."""
-    out: dict[str, list[Tensor]] = {"logprobs": [], "ref_logprobs": [], "kl": [], "entropy": [], "values": []}
+    """Per-token log π, log π_ref, KL, entropy (and values) of the completions, `chunk_size` rows
+    at a time; with `keep_ref_distribution`, also the reference's whole log-prob vectors."""
+    out: dict[str, list[Tensor]] = {"logprobs": [], "ref_logprobs": [], "kl": [], "entropy": [], "values": [],
+                                     "ref_distribution": []}
     span = generated_span(prefix_len)
     for start in range(0, sample_ids.shape[0], chunk_size):
         ids, mask = sample_ids[start : start + chunk_size], attention_mask[start : start + chunk_size]
@@ -123,6 +130,8 @@ def score_tokens(
             ref_logprobs_v = ref_model(ids, attention_mask=tl_mask)[:, span].log_softmax(-1)
             out["ref_logprobs"].append(gather_log_probs(ref_logprobs_v, completion_ids))
             out["kl"].append(kl_per_token(logprobs_v, ref_logprobs_v, from_logprobs=True))
+            if keep_ref_distribution:
+                out["ref_distribution"].append(ref_logprobs_v)
     return {k: torch.cat(v) for k, v in out.items() if v}
 
 
@@ -141,6 +150,7 @@ def make_rollout(
     stop_at_eos: bool = False,
     missing_eos_penalty: float | None = None,
     chunk_size: int = 16,
+    keep_ref_distribution: bool = False,
 ) -> Rollout:
     """Sample `num_generations` completions of each prompt and score them: the one function that
     builds a `Rollout`, for every algorithm.
@@ -157,7 +167,8 @@ def make_rollout(
         )
     sample_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1)
-    scored = score_tokens(policy, ref_model, sample_ids, attention_mask, prompt_ids.shape[1], chunk_size)
+    scored = score_tokens(policy, ref_model, sample_ids, attention_mask, prompt_ids.shape[1], chunk_size,
+                          keep_ref_distribution)
 
     with timed("reward"):
         completions = decode_completions(lm, completion_ids, completion_mask, stop_at_eos)
@@ -171,6 +182,7 @@ def make_rollout(
         kl=scored["kl"], entropy=scored["entropy"], scores=scores, rewards=scores,
         prompts=group_prompts, completions=completions, num_generations=num_generations,
         eos_token_id=lm.tokenizer.eos_token_id, values=scored.get("values"),
+        ref_distribution=scored.get("ref_distribution"),
     )
     if missing_eos_penalty:
         rollout.rewards = scores - missing_eos_penalty * (~rollout.is_terminated).float()

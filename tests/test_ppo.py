@@ -63,6 +63,20 @@ def test_compute_rlhf_objective_by_hand():
         f"J = L_clip − value_loss + entropy_bonus − kl_penalty = {j}; got {total.item()} (a sign flipped?)"
     )
 
+    # The same minibatch with the reference's log-probs kept by the rollout (cache_ref_logprobs):
+    # the same J and the same gradient, from the generated span's log_softmax(ref_logits).
+    cached = ReplayMinibatch(**{**vars(mb), "ref_distribution": ref_logits[:, 1:3].log_softmax(-1)})
+    logits.requires_grad_(True)
+    grad_fresh, = torch.autograd.grad(compute_rlhf_objective(logits, values, ref_logits, mb, args, 0.5)[0], logits)
+    total_cached, _ = compute_rlhf_objective(logits, values, None, cached, args, kl_coef=0.5)
+    assert total_cached.item() == pytest.approx(j, abs=1e-6)
+    grad_cached, = torch.autograd.grad(total_cached, logits)
+    torch.testing.assert_close(grad_cached, grad_fresh)
+    wrong = ReplayMinibatch(**{**vars(mb), "ref_distribution": ref_logits[:, 0:2].log_softmax(-1)})
+    assert compute_rlhf_objective(logits, values, None, wrong, args, 0.5)[0].item() != pytest.approx(j, abs=1e-4), (
+        "the kept distribution must be the generated span's (positions prefix_len-1 … -2)"
+    )
+
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):

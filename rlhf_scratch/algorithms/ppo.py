@@ -62,7 +62,7 @@ PPO_METRICS = (
 def compute_rlhf_objective(
     logits: Float[Tensor, "minibatch seq_len d_vocab"],
     values: Float[Tensor, "minibatch seq_len"],
-    ref_logits: Float[Tensor, "minibatch seq_len d_vocab"],
+    ref_logits: Float[Tensor, "minibatch seq_len d_vocab"] | None,
     mb: ReplayMinibatch,
     args: RLHFArgs,
     kl_coef: float,
@@ -72,13 +72,16 @@ def compute_rlhf_objective(
         J = clipped_surrogate − value_loss + entropy_bonus − kl_penalty
 
     Every term is taken over the generated span only (`logits[:, prefix_len-1:-1]` predicts the
-    completion) and over the kept completion tokens (`mb.completion_mask`). Returns J and each
-    term (with its coefficient applied, as the functions in `objectives` return them).
+    completion) and over the kept completion tokens (`mb.completion_mask`). The reference comes
+    as its logits, or (`ref_logits=None`) as the log-probs the rollout kept in
+    `mb.ref_distribution`. Returns J and each term (with its coefficient applied, as the
+    functions in `objectives` return them).
     """
     prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
     gen, mask = generated_span(prefix_len), mb.completion_mask
     # One log-softmax per model, shared by the log-probs, the entropy and the KL.
-    logprobs_v, ref_logprobs_v = logits[:, gen].log_softmax(-1), ref_logits[:, gen].log_softmax(-1)
+    logprobs_v = logits[:, gen].log_softmax(-1)
+    ref_logprobs_v = mb.ref_distribution if ref_logits is None else ref_logits[:, gen].log_softmax(-1)
     logprobs = gather_log_probs(logprobs_v, mb.sample_ids[:, prefix_len:])
     terms = {
         "clipped_surrogate": calc_clipped_sur_obj(logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),
@@ -118,6 +121,7 @@ class RLHFTrainer:
             num_generations=1, gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k,
             prepend_bos=args.prepend_bos, stop_at_eos=args.eos_stops(),
             missing_eos_penalty=args.missing_eos_penalty, chunk_size=args.minibatch_size(),
+            keep_ref_distribution=args.cache_ref_logprobs,
         )
 
     @torch.no_grad()
@@ -132,9 +136,10 @@ class RLHFTrainer:
 
     def compute_rlhf_objective(self, mb: ReplayMinibatch) -> tuple[Tensor, dict[str, float]]:
         """J on one minibatch: policy forward (logits and values), reference forward, the terms."""
-        mask = attention_mask_or_none(mb.attention_mask)
-        with timed("reference_forward"), torch.no_grad():
-            ref_logits = self.ref_model(mb.sample_ids, attention_mask=mask)
+        mask, ref_logits = attention_mask_or_none(mb.attention_mask), None
+        if mb.ref_distribution is None:  # not kept by the rollout: one reference forward per minibatch
+            with timed("reference_forward"), torch.no_grad():
+                ref_logits = self.ref_model(mb.sample_ids, attention_mask=mask)
         with timed("learning_forward"):
             logits, values = self.model(mb.sample_ids, attention_mask=mask)
             total, terms = compute_rlhf_objective(logits, values, ref_logits, mb, self.args, self.kl_coef)
@@ -151,6 +156,7 @@ class RLHFTrainer:
         memory = ReplayMemory(
             rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
             advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase,
+            ref_distribution=rollout.ref_distribution,
         )
         stats: list[dict[str, float]] = []
         skipped = 0
