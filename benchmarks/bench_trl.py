@@ -82,7 +82,7 @@ def worker_ours(system: str, opts) -> dict:
         task = "periods"  # the tiny classifier's tokenizer does not cover GPT-2's vocabulary
     common = dict(task=task, total_phases=opts.warmup + opts.rounds, batch_size=BATCH, gen_len=GEN_LEN, top_k=TOP_K,
                   num_minibatches=MINIBATCHES, device=opts.device, threads=opts.threads, save_every=0,
-                  save_model=False, stop_at_eos=False, warmup_steps=1)
+                  save_model=False, stop_at_eos=False, warmup_steps=1, compile=opts.compile, bf16=opts.bf16)
     if system.startswith("ours-ppo"):
         args = make_args("tiny", "ppo", batches_per_learning_phase=PASSES, kl_coef=BETA,
                          cache_ref_logprobs=system == "ours-ppo", **common)
@@ -250,7 +250,7 @@ def matmul_peak_flops(device: str, threads: int, dtype: str = "float32", n: int 
 
 def run_worker(system: str, opts) -> dict:
     cmd = [sys.executable, __file__, "--worker", system, "--device", opts.device, "--threads", str(opts.threads),
-           "--shape", opts.shape,
+           "--shape", opts.shape, *(["--compile"] if opts.compile else []), *(["--bf16"] if opts.bf16 else []),
            "--warmup", str(opts.warmup), "--rounds", str(opts.rounds)]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -311,6 +311,8 @@ def main() -> None:
                         help="gpt2-small: ours only, on a random GPT-2-small-shaped model (no Hub needed)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads in every worker (0 = torch's default)")
     parser.add_argument("--peak-dtype", default="float32", help="dtype of the matmul peak the utilisation is measured against")
+    parser.add_argument("--compile", action="store_true", help="ours: torch.compile the learning forward (TRL unchanged)")
+    parser.add_argument("--bf16", action="store_true", help="ours: bf16 autocast on the learning forward (TRL unchanged)")
     parser.add_argument("--json", help="write every measurement here")
     parser.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)
     opts = parser.parse_args()
@@ -341,7 +343,8 @@ def main() -> None:
                 results[system].append(run_worker(system, opts))
                 bar.update()
     summary = summarise(results, peak)
-    print(f"\n{opts.shape} shape, {opts.device}, {opts.threads or 'default'} threads, {opts.repeats} repeats × {opts.rounds} rounds; "
+    flags = "".join([", ours compiled" if opts.compile else "", ", ours bf16 autocast" if opts.bf16 else ""])
+    print(f"\n{opts.shape} shape{flags}, {opts.device}, {opts.threads or 'default'} threads, {opts.repeats} repeats × {opts.rounds} rounds; "
           f"matmul peak {peak / 1e9:.0f} GFLOP/s ({opts.peak_dtype})\n")
     print_tables(summary, peak, opts)
     if opts.json:

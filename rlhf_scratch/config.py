@@ -64,6 +64,12 @@ class CommonArgs:
     """torch CPU threads (0 = torch's default, one per core). 1 by default: the tiny model's
     matrices gain little from a second thread, and on a CPU another process is using, extra
     threads made phases ~10x slower (README, "Threads")."""
+    compile: bool = False
+    """torch.compile the policy's forward in the learning phase (generation and scoring stay
+    eager). The first phase pays for compiling (about 40 s on a 2-core CPU); see README, "Speed"."""
+    bf16: bool = False
+    """bfloat16 autocast on the learning phase's forward (weights, optimizer and log-softmaxes stay
+    float32). Meant for GPUs; on a CPU it is slower."""
 
     # --- phases and batches ----------------------------------------------------------------
     total_phases: int = 100

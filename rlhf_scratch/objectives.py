@@ -91,7 +91,8 @@ def get_log_probs(
         prefix_len = 1
     elif not 1 <= prefix_len < seq_len:
         raise ValueError(f"prefix_len must be in [1, seq_len) = [1, {seq_len}); got {prefix_len}")
-    logits = logits[:, generated_span(prefix_len)]  # the positions that predict tokens[:, prefix_len:]
+    # the positions that predict tokens[:, prefix_len:]; float32 even from bf16 autocast (precision)
+    logits = logits[:, generated_span(prefix_len)].float()
     return gather_log_probs(logits, tokens[:, prefix_len:]) - logits.logsumexp(dim=-1)
 
 

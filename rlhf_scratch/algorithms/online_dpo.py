@@ -31,6 +31,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.config import OnlineDPOArgs
 from rlhf_scratch.judges import Judge, make_judge
 from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
@@ -150,6 +151,7 @@ class OnlineDPOTrainer:
         self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
         self.judge = judge or make_judge(args.judge, args.direction, self.device)
         self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.policy)
+        self.learner = compiled(self.policy, args)  # the learning phase's forward (see accel)
         self.skipped_in_a_row = 0
 
     @torch.no_grad()
@@ -183,8 +185,8 @@ class OnlineDPOTrainer:
                             leave=False, disable=self.quiet):
                 c, r = chosen[idx], rejected[idx]
                 self.optimizer.zero_grad()
-                with timed("learning_forward"):
-                    logps = policy_sequence_log_probs(self.policy, rollout, torch.cat([c, r]))
+                with timed("learning_forward"), learning_autocast(args, self.device):
+                    logps = policy_sequence_log_probs(self.learner, rollout, torch.cat([c, r]))
                     out = calc_dpo_loss(logps[: len(c)], logps[len(c):], ref_logps[c], ref_logps[r],
                                         args.beta, args.loss_type)
                     objective = -out.loss  # the optimizer ascends (maximize=True)

@@ -20,6 +20,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.advantages import compute_advantages, compute_gae_advantages
 from rlhf_scratch.config import RLHFArgs
 from rlhf_scratch.control import AdaptiveKLController
@@ -106,6 +107,7 @@ class RLHFTrainer:
         self.prompts = make_prompt_iterator(args, policy)
         self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
         self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.model)
+        self.learner = compiled(self.model, args)  # the learning phase's forward (see accel)
         self.kl_coef = args.kl_coef
         self.kl_ctl = AdaptiveKLController(args.kl_coef, args.target_kl, args.kl_horizon) if args.adaptive_kl else None
         self.skipped_in_a_row = 0  # optimizer steps skipped for a non-finite objective or gradient
@@ -140,8 +142,8 @@ class RLHFTrainer:
         if mb.ref_distribution is None:  # not kept by the rollout: one reference forward per minibatch
             with timed("reference_forward"), torch.no_grad():
                 ref_logits = self.ref_model(mb.sample_ids, attention_mask=mask)
-        with timed("learning_forward"):
-            logits, values = self.model(mb.sample_ids, attention_mask=mask)
+        with timed("learning_forward"), learning_autocast(self.args, self.device):
+            logits, values = self.learner(mb.sample_ids, attention_mask=mask)
             total, terms = compute_rlhf_objective(logits, values, ref_logits, mb, self.args, self.kl_coef)
         logprobs = terms.pop("logprobs")
         stats = {"objective/total": total.item(), **{f"losses/{k}": v.item() for k, v in terms.items()},

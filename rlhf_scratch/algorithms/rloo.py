@@ -24,6 +24,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.config import RLOOArgs
 from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
 from rlhf_scratch.objectives import sequence_log_probs
@@ -152,6 +153,7 @@ class RLOOTrainer:
         self.prompts = make_prompt_iterator(args, self.policy)
         self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
         self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.policy)
+        self.learner = compiled(self.policy, args)  # the learning phase's forward (see accel)
         self.skipped_in_a_row = 0
 
     @torch.no_grad()
@@ -184,8 +186,8 @@ class RLOOTrainer:
         passes = [torch.randperm(len(rollout)).view(args.num_minibatches, -1) for _ in range(args.num_iterations)]
         for rows in tqdm(torch.cat(passes), desc="minibatches", leave=False, disable=self.quiet):
             self.optimizer.zero_grad()
-            with timed("learning_forward"):
-                seq_logprobs = policy_sequence_log_probs(self.policy, rollout, rows)
+            with timed("learning_forward"), learning_autocast(args, self.device):
+                seq_logprobs = policy_sequence_log_probs(self.learner, rollout, rows)
                 objective = calc_rloo_objective(seq_logprobs, old_seq_logprobs[rows], advantages[rows],
                                                 args.epsilon_low, args.epsilon_high)
             with timed("backward"):

@@ -1,0 +1,45 @@
+"""accel: torch.compile and bf16 autocast of the learning forward, off by default."""
+
+import torch
+
+from rlhf_scratch.accel import compiled, learning_autocast
+from rlhf_scratch.algorithms.rloo import RLOOTrainer
+from rlhf_scratch.config import make_args
+from rlhf_scratch.objectives import get_log_probs
+
+
+def test_off_by_default_is_the_module_itself_and_no_autocast():
+    args = make_args("tiny")
+    module = torch.nn.Linear(2, 2)
+    assert compiled(module, args) is module
+    with learning_autocast(args, "cpu"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+
+def test_compile_wraps_the_same_parameters():
+    module = torch.nn.Linear(2, 2)
+    wrapped = compiled(module, make_args("tiny", compile=True))
+    assert wrapped is not module and wrapped._orig_mod is module  # lazy: nothing compiled until called
+    assert [p is q for p, q in zip(wrapped.parameters(), module.parameters())] == [True, True], (
+        "the optimizer steps the policy's parameters: the compiled module must share them"
+    )
+
+
+def test_bf16_runs_matmuls_in_bf16_and_log_probs_stay_float32():
+    args = make_args("tiny", bf16=True)
+    logits = torch.randn(1, 3, 5)
+    with learning_autocast(args, "cpu"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+        lp = get_log_probs(logits.bfloat16(), torch.tensor([[0, 1, 2]]))
+    assert lp.dtype == torch.float32
+
+
+def test_a_bf16_learning_phase_trains(tmp_path):
+    args = make_args("tiny", "rloo", bf16=True, batch_size=8, num_generations=2, gen_len=6, num_minibatches=2,
+                     total_phases=1, device="cpu", seed=0)
+    trainer = RLOOTrainer(args, quiet=True)
+    before = [p.detach().clone() for p in trainer.policy.parameters()]
+    stats = trainer.learning_phase(trainer.rollout_phase())
+    assert stats["charts/skipped_steps"] == 0 and torch.isfinite(torch.tensor(stats["objective/rloo"]))
+    assert all(p.dtype == torch.float32 for p in trainer.policy.parameters()), "weights stay float32"
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters())), "a step was taken"
