@@ -81,7 +81,7 @@ def build_parser(algo: str = "ppo") -> argparse.ArgumentParser:
 
 
 # Fields a resumed run may change; any other flag must agree with the saved config.
-RESUMABLE = ("total_phases", "save_every", "keep_checkpoints", "table_every", "threads", "wandb", "device")
+RESUMABLE = ("total_phases", "save_every", "keep_checkpoints", "table_every", "plot_every", "threads", "wandb", "device")
 
 
 def parse_algo_and_resume(argv: list[str]) -> tuple[str, str | None]:
