@@ -197,6 +197,24 @@ class CommonArgs:
     def minibatch_size(self) -> int:
         return self.batch_size // self.num_minibatches
 
+    def samples_per_group(self) -> int:
+        """Completions of one prompt that must stay on one rank (RLOO's G, DPO's pair)."""
+        return 1
+
+    def check_world_size(self, world_size: int) -> None:
+        """Under torchrun each of `world_size` ranks takes batch_size / world_size samples — whole
+        prompt groups — and cuts them into num_minibatches minibatches."""
+        if world_size == 1:
+            return
+        group = self.samples_per_group()
+        _check(self.batch_size % (world_size * group) == 0, "batch_size",
+               f"must divide by processes × completions per prompt = {world_size} × {group} to split over "
+               f"{world_size} processes; got {self.batch_size}")
+        local = self.batch_size // world_size
+        _check(local % self.num_minibatches == 0, "num_minibatches",
+               f"each of {world_size} processes has {local} samples, not divisible by num_minibatches "
+               f"{self.num_minibatches} (batch_size must divide by processes × num_minibatches)")
+
     def to_dict(self) -> dict[str, Any]:
         return {"algo": self.ALGO, **dataclasses.asdict(self)}
 
@@ -295,6 +313,9 @@ class RLOOArgs(CommonArgs):
     normalize_advantages: bool = False
     """Whiten the advantages over the whole batch ((A - mean) / (std + 1e-4)); off as in TRL."""
 
+    def samples_per_group(self) -> int:
+        return self.num_generations
+
     def validate(self) -> "RLOOArgs":
         super().validate()
         _check(self.num_generations >= 2, "num_generations",
@@ -327,6 +348,9 @@ class OnlineDPOArgs(CommonArgs):
     judge: str | None = None
     """Who picks the winner: None (the task's reward, higher wins), `tiny` (the tiny classifier as
     a pairwise judge) or `vader` (the VADER lexicon as a judge)."""
+
+    def samples_per_group(self) -> int:
+        return 2
 
     def validate(self) -> "OnlineDPOArgs":
         super().validate()

@@ -30,6 +30,7 @@ from rlhf_scratch.loading import load_lm
 from rlhf_scratch.logger import Metrics, RunLogger
 from rlhf_scratch.prompts import PromptIterator, check_prompt_lengths, load_prompts
 from rlhf_scratch.rollout import Rollout
+from rlhf_scratch import distributed as dist
 from rlhf_scratch.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlhf_scratch.runs import new_run_dir, save_run_policy, write_status
 from rlhf_scratch.timing import PARTS, take_times, timed
@@ -44,6 +45,7 @@ SHARED_METRICS = (
     "completions/mean_length",  # kept tokens per completion
     "completions/clipped_ratio",  # fraction of completions that never produced EOS
     "completions/mean_terminated_length",  # mean length of those that did (0 if none)
+    "completions/total_tokens",  # kept tokens generated this phase, over every rank
     "charts/learning_rate",  # learning rate of the transformer this phase
     "charts/rollout_time",  # seconds: generation + scoring + reward
     "charts/phase_time",  # seconds, rollout + learning
@@ -89,7 +91,9 @@ def setup_torch(args: CommonArgs) -> str:
         raise ConfigError("device: 'mps' requested but the MPS backend is not available; use --device cpu or auto")
     if args.threads:
         torch.set_num_threads(args.threads)
-    set_seed(args.seed)
+    device = dist.init(device)  # under torchrun: join the process group, one GPU per rank
+    args.check_world_size(dist.world_size())
+    set_seed(args.seed + dist.rank())  # each rank samples its own completions (DDP syncs the weights)
     return device
 
 
@@ -115,16 +119,19 @@ def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIt
 
 
 def rollout_metrics(rollout: Rollout) -> Metrics:
-    """The shared per-phase numbers of a rollout, every mean over kept tokens only."""
-    mask = rollout.completion_mask
-    lengths = rollout.lengths.float()
-    terminated = rollout.is_terminated
-    rewards = rollout.rewards
+    """The shared per-phase numbers of a rollout, every mean over kept tokens only (over the
+    whole global batch in a distributed run: each rank's tensors are gathered first)."""
+    mask = dist.all_gather(rollout.completion_mask)
+    lengths = dist.all_gather(rollout.lengths).float()
+    terminated = dist.all_gather(rollout.is_terminated)
+    rewards = dist.all_gather(rollout.rewards)
+    kl, entropy = dist.all_gather(rollout.kl), dist.all_gather(rollout.entropy)
     return {
         "rewards/mean": rewards.mean().item(),
         "rewards/std": rewards.std().item() if len(rewards) > 1 else 0.0,
-        "objective/kl": rollout.kl[mask].mean().item(),
-        "objective/entropy": rollout.entropy[mask].mean().item(),
+        "objective/kl": kl[mask].mean().item(),
+        "objective/entropy": entropy[mask].mean().item(),
+        "completions/total_tokens": lengths.sum().item(),
         "completions/mean_length": lengths.mean().item(),
         "completions/clipped_ratio": (~terminated).float().mean().item(),
         "completions/mean_terminated_length": lengths[terminated].mean().item() if terminated.any() else 0.0,
@@ -160,6 +167,7 @@ def capture_state(trainer: Trainer, phase: int, early_stopping: EarlyStopping | 
         "skipped_in_a_row": getattr(trainer, "skipped_in_a_row", 0),
         "early_stopping": vars(early_stopping).copy() if early_stopping is not None else None,
         "rng": rng_state(),
+        "rng_per_rank": dist.gather_objects(rng_state()),  # every rank's, in a distributed run
     }
 
 
@@ -174,7 +182,11 @@ def restore_state(trainer: Trainer, state: dict, early_stopping: EarlyStopping |
     trainer.skipped_in_a_row = state["skipped_in_a_row"]
     if early_stopping is not None and state["early_stopping"] is not None:
         vars(early_stopping).update(state["early_stopping"])
-    set_rng_state(state["rng"])
+    per_rank = state.get("rng_per_rank", [state["rng"]])
+    if len(per_rank) != dist.world_size():
+        raise ConfigError(f"resume: the checkpoint was written by {len(per_rank)} process(es); "
+                          f"resume it with the same number (torchrun --nproc-per-node {len(per_rank)})")
+    set_rng_state(per_rank[dist.rank()])
     return int(state["phase"])
 
 
@@ -210,25 +222,29 @@ def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = Fa
     With `resume`, `run_dir` is an existing run folder: its latest checkpoint is loaded and the
     run continues from the next phase, appending to metrics.jsonl and samples.md.
     """
-    args = trainer.args
-    run_dir = Path(run_dir) if resume else new_run_dir(args, run_dir)
+    args, main = trainer.args, dist.is_main()  # in a distributed run only rank 0 writes
+    if not resume:  # rank 0 creates the folder and tells the others its name
+        run_dir = dist.gather_objects(new_run_dir(args, run_dir) if main else None)[0]
+    run_dir = Path(run_dir)
     early_stopping = (
         EarlyStopping(args.patience, args.kl_threshold, args.reward_threshold, args.window_size)
         if args.early_stopping else None
     )
-    logger = RunLogger(run_dir, args, quiet)
+    logger = RunLogger(run_dir, args, quiet) if main else _SilentLogger()
     done = 0
     if resume:
         done = restore_state(trainer, load_latest_checkpoint(run_dir, logger.say), early_stopping)
         logger.resume_at(done)
         logger.say(f"resumed {run_dir} after phase {done}")
-    logger.say(f"run folder: {run_dir}  ({args.algo}, device {getattr(trainer, 'device', 'cpu')})")
-    write_status(run_dir, "running", done)
+    ranks = f", {dist.world_size()} processes" if dist.world_size() > 1 else ""
+    logger.say(f"run folder: {run_dir}  ({args.algo}, device {getattr(trainer, 'device', 'cpu')}{ranks})")
+    if main:
+        write_status(run_dir, "running", done)
     stopped: TrainingStopped | None = None
     phase = done
     take_times()  # start the per-part clocks from zero
     with _StopSignals() as signals:
-        bar = tqdm(range(done + 1, args.total_phases + 1), desc="phases", disable=quiet,
+        bar = tqdm(range(done + 1, args.total_phases + 1), desc="phases", disable=quiet or not main,
                    initial=done, total=args.total_phases)
         for phase in bar:
             start = time.perf_counter()
@@ -240,13 +256,14 @@ def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = Fa
             metrics: Metrics = {
                 "phase": phase,
                 **rollout_metrics(rollout),
-                **learn_stats,
+                **dist.mean_over_ranks(learn_stats),
                 "charts/learning_rate": lr,
                 "charts/rollout_time": rollout_time,
                 "charts/phase_time": seconds,
-                "charts/tokens_per_s": rollout.lengths.sum().item() / seconds,
+                "charts/tokens_per_s": 0.0,  # filled in below, from every rank's tokens
                 **phase_times(seconds),
             }
+            metrics["charts/tokens_per_s"] = metrics["completions/total_tokens"] / seconds
             with timed("logging"):
                 logger.log_phase(metrics)
             bar.set_postfix(reward=f"{metrics['rewards/mean']:.3f}", kl=f"{metrics['objective/kl']:.3f}")
@@ -261,19 +278,34 @@ def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = Fa
                 stopped = TrainingStopped(
                     f"stopped after phase {phase}: {skipped_in_a_row} optimizer steps in a row had a non-finite "
                     f"loss or gradient norm (max_skipped_steps={args.max_skipped_steps})", exit_code=3, run_dir=run_dir)
-            elif signals.received is not None:
-                stopped = TrainingStopped(f"interrupted after phase {phase} ({signal.Signals(signals.received).name})",
-                                          exit_code=128 + signals.received, run_dir=run_dir)
+            elif dist.any_rank(signals.received is not None):  # every rank stops after the same phase
+                signum = signals.received or signal.SIGTERM
+                stopped = TrainingStopped(f"interrupted after phase {phase} ({signal.Signals(signum).name})",
+                                          exit_code=128 + signum, run_dir=run_dir)
             if last or stopped or (args.save_every and phase % args.save_every == 0):
                 if skipped_in_a_row == 0:  # right after a skipped (non-finite) step: keep the older checkpoint
-                    save_checkpoint(run_dir, phase, capture_state(trainer, phase, early_stopping), args.keep_checkpoints)
+                    state = capture_state(trainer, phase, early_stopping)  # every rank: it gathers their RNGs
+                    if main:
+                        save_checkpoint(run_dir, phase, state, args.keep_checkpoints)
             if stopped or last:
                 break
     logger.finish()
     if stopped is not None:
-        write_status(run_dir, "interrupted", phase)
+        if main:
+            write_status(run_dir, "interrupted", phase)
         raise stopped
-    if args.save_model:
-        save_run_policy(run_dir, trainer.policy)
-    write_status(run_dir, "finished", phase)
+    if main:
+        if args.save_model:
+            save_run_policy(run_dir, trainer.policy)
+        write_status(run_dir, "finished", phase)
     return run_dir
+
+
+class _SilentLogger:
+    """The logger of ranks other than 0 in a distributed run: rank 0 prints and writes everything."""
+
+    def resume_at(self, phase: int) -> None: ...
+    def log_phase(self, metrics: Metrics) -> None: ...
+    def log_samples(self, phase: int, rollout: Rollout, force: bool = False) -> None: ...
+    def finish(self) -> None: ...
+    def say(self, text: str) -> None: ...

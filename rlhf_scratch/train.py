@@ -17,6 +17,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import os
 import sys
 import textwrap
 
@@ -141,14 +142,16 @@ def main(argv: list[str] | None = None) -> int:
     import importlib
     from pathlib import Path
 
+    from rlhf_scratch import distributed
     from rlhf_scratch.loading import HubUnreachableError
     from rlhf_scratch.loop import TrainingStopped
     from rlhf_scratch.runs import check_new_run_dir
 
     module, name = TRAINER_OF_ALGO[algo]
+    rank0 = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0 (or no torchrun): the one that prints
     run_dir = Path(resume) if resume is not None else None
     try:
-        if resume is None:
+        if resume is None and rank0:  # (under torchrun rank 0 creates it)
             check_new_run_dir(args.run_dir)  # before the models load: refuse to overwrite at once
         trainer = getattr(importlib.import_module(module), name)(args)  # loads models and prompts
         run_dir = trainer.train(run_dir, resume=resume is not None)
@@ -156,9 +159,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
     except TrainingStopped as e:
-        print(f"{e}; resume with: python -m rlhf_scratch.train --resume {e.run_dir}", file=sys.stderr)
+        if rank0:
+            print(f"{e}; resume with: python -m rlhf_scratch.train --resume {e.run_dir}", file=sys.stderr)
         return e.exit_code
-    print(f"done: {run_dir}")
+    finally:
+        distributed.destroy()
+    if rank0:
+        print(f"done: {run_dir}")
     return 0
 
 

@@ -31,6 +31,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from rlhf_scratch import distributed as dist
 from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.config import OnlineDPOArgs
 from rlhf_scratch.judges import Judge, make_judge
@@ -145,13 +146,13 @@ class OnlineDPOTrainer:
     def __init__(self, args: OnlineDPOArgs, reward_fn: RewardFn | None = None, judge: Judge | None = None,
                  quiet: bool = False):
         self.device = setup_torch(args)
-        self.args, self.quiet = args, quiet
+        self.args, self.quiet = args, quiet or not dist.is_main()  # one progress bar: rank 0's
         self.policy, self.ref_model = load_policy_and_reference(args.model, self.device)
         self.prompts = make_prompt_iterator(args, self.policy)
         self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
         self.judge = judge or make_judge(args.judge, args.direction, self.device)
         self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.policy)
-        self.learner = compiled(self.policy, args)  # the learning phase's forward (see accel)
+        self.learner = compiled(dist.wrap_for_training(self.policy), args)  # the learning forward (DDP, compile)
         self.skipped_in_a_row = 0
 
     @torch.no_grad()
@@ -159,7 +160,7 @@ class OnlineDPOTrainer:
         """Two completions of each of batch_size / 2 prompts, scored by the policy, the reference and the reward."""
         args = self.args
         return make_rollout(
-            self.policy, self.ref_model, self.prompts.next_batch(args.batch_size // 2), self.reward_fn,
+            self.policy, self.ref_model, dist.shard(self.prompts.next_batch(args.batch_size // 2)), self.reward_fn,
             num_generations=2, gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k,
             prepend_bos=args.prepend_bos, stop_at_eos=args.eos_stops(),
             missing_eos_penalty=args.missing_eos_penalty, chunk_size=args.minibatch_size(),
@@ -179,7 +180,7 @@ class OnlineDPOTrainer:
 
         stats: list[dict[str, float]] = []
         skipped = 0
-        pairs_per_minibatch = max(1, args.minibatch_size() // 2)
+        pairs_per_minibatch = max(1, args.minibatch_size() // 2 // dist.world_size())  # this rank's share
         for _ in range(args.num_iterations if len(chosen) else 0):  # (no pair kept: no step)
             for idx in tqdm(torch.randperm(len(chosen)).split(pairs_per_minibatch), desc="minibatches",
                             leave=False, disable=self.quiet):
@@ -212,7 +213,7 @@ class OnlineDPOTrainer:
             "objective/scores": rollout.scores.mean().item(),
             "val/contain_eos_token": rollout.is_terminated.float().mean().item(),
             "beta": args.beta,
-            "judge/skipped": skipped_pairs,
+            "judge/skipped": sum(dist.gather_objects(skipped_pairs)) / dist.world_size(),  # the loop averages ranks
             "charts/skipped_steps": skipped,
         }
 

@@ -20,6 +20,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from rlhf_scratch import distributed as dist
 from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.advantages import compute_advantages, compute_gae_advantages
 from rlhf_scratch.config import RLHFArgs
@@ -100,14 +101,14 @@ class RLHFTrainer:
 
     def __init__(self, args: RLHFArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
         self.device = setup_torch(args)
-        self.args, self.quiet = args, quiet
+        self.args, self.quiet = args, quiet or not dist.is_main()  # one progress bar: rank 0's
         policy, self.ref_model = load_policy_and_reference(args.model, self.device)
         self.model = TransformerWithValueHead(policy, detach_value_head=args.detach_value_head).train()
         self.policy = self.model  # what the run folder saves
         self.prompts = make_prompt_iterator(args, policy)
         self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
         self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.model)
-        self.learner = compiled(self.model, args)  # the learning phase's forward (see accel)
+        self.learner = compiled(dist.wrap_for_training(self.model), args)  # the learning forward (DDP, compile)
         self.kl_coef = args.kl_coef
         self.kl_ctl = AdaptiveKLController(args.kl_coef, args.target_kl, args.kl_horizon) if args.adaptive_kl else None
         self.skipped_in_a_row = 0  # optimizer steps skipped for a non-finite objective or gradient
@@ -119,7 +120,7 @@ class RLHFTrainer:
         and the reference, and reward it."""
         args = self.args
         return make_rollout(
-            self.model, self.ref_model, self.prompts.next_batch(args.batch_size), self.reward_fn,
+            self.model, self.ref_model, dist.shard(self.prompts.next_batch(args.batch_size)), self.reward_fn,
             num_generations=1, gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k,
             prepend_bos=args.prepend_bos, stop_at_eos=args.eos_stops(),
             missing_eos_penalty=args.missing_eos_penalty, chunk_size=args.minibatch_size(),
@@ -130,7 +131,9 @@ class RLHFTrainer:
     def compute_advantages(self, rollout: Rollout) -> Float[Tensor, "batch gen_len"]:
         """Per-token advantages from the rollout's values and (normalised) rewards."""
         args = self.args
-        rewards = normalize_reward(rollout.rewards) if args.normalize_reward else rollout.rewards
+        rewards = rollout.rewards
+        if args.normalize_reward:  # mean and std of the global batch (every rank's rewards)
+            rewards = dist.local_rows(normalize_reward(dist.all_gather(rewards)))
         if args.advantage == "gae":
             return compute_gae_advantages(rollout.values, rewards, rollout.prefix_len, args.gamma,
                                           args.gae_lambda, mask=rollout.completion_mask)
@@ -181,7 +184,8 @@ class RLHFTrainer:
         phase_stats["losses/explained_variance"] = explained_variance(
             rollout.values[:, gen], memory.returns, mask=rollout.completion_mask)
         if self.kl_ctl is not None:  # β for the next phase, from this rollout's KL
-            self.kl_coef = self.kl_ctl.update(rollout.kl[rollout.completion_mask].mean().item(), len(rollout))
+            kl = dist.all_gather(rollout.kl)[dist.all_gather(rollout.completion_mask)].mean().item()
+            self.kl_coef = self.kl_ctl.update(kl, args.batch_size)
         return phase_stats
 
     def extra_state(self) -> dict:

@@ -24,6 +24,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from rlhf_scratch import distributed as dist
 from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.config import RLOOArgs
 from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
@@ -148,12 +149,12 @@ class RLOOTrainer:
 
     def __init__(self, args: RLOOArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
         self.device = setup_torch(args)
-        self.args, self.quiet = args, quiet
+        self.args, self.quiet = args, quiet or not dist.is_main()  # one progress bar: rank 0's
         self.policy, self.ref_model = load_policy_and_reference(args.model, self.device)
         self.prompts = make_prompt_iterator(args, self.policy)
         self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
         self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.policy)
-        self.learner = compiled(self.policy, args)  # the learning phase's forward (see accel)
+        self.learner = compiled(dist.wrap_for_training(self.policy), args)  # the learning forward (DDP, compile)
         self.skipped_in_a_row = 0
 
     @torch.no_grad()
@@ -161,7 +162,7 @@ class RLOOTrainer:
         """G completions of each of batch_size / G prompts, scored by the policy, the reference and the reward."""
         args = self.args
         return make_rollout(
-            self.policy, self.ref_model, self.prompts.next_batch(args.batch_size // args.num_generations),
+            self.policy, self.ref_model, dist.shard(self.prompts.next_batch(args.batch_size // args.num_generations)),
             self.reward_fn, num_generations=args.num_generations, gen_len=args.gen_len,
             temperature=args.temperature, top_k=args.top_k, prepend_bos=args.prepend_bos,
             stop_at_eos=args.eos_stops(), missing_eos_penalty=args.missing_eos_penalty,
@@ -177,8 +178,8 @@ class RLOOTrainer:
         mask = rollout.completion_mask
         shaped = compute_kl_shaped_rewards(rollout.rewards, rollout.logprobs, rollout.ref_logprobs, mask, args.beta)
         advantages = compute_rloo_advantages(shaped, args.num_generations)
-        if args.normalize_advantages:
-            advantages = normalize_advantages(advantages)
+        if args.normalize_advantages:  # over the global batch (every rank's advantages)
+            advantages = dist.local_rows(normalize_advantages(dist.all_gather(advantages)))
         old_seq_logprobs = sequence_log_probs(rollout.logprobs, mask)
 
         stats: list[dict[str, float]] = []
@@ -201,15 +202,18 @@ class RLOOTrainer:
                                              args.epsilon_low, args.epsilon_high)})
         self.scheduler.step()
 
-        group_std = rollout.rewards.view(-1, args.num_generations).std(dim=1)  # [prompts]
+        # the logged batch statistics are over the global batch (every rank's rows)
+        scores, rewards, all_mask = (dist.all_gather(x) for x in (rollout.scores, rollout.rewards, mask))
+        group_std = rewards.view(-1, args.num_generations).std(dim=1)  # [prompts]
         zero_std = torch.isclose(group_std, torch.zeros_like(group_std))  # == 0 would miss float dust
+        seq_kl = dist.all_gather(old_seq_logprobs - sequence_log_probs(rollout.ref_logprobs, mask))
         return {
-            "reward": rollout.scores.mean().item(),
-            "reward_std": rollout.scores.std().item() if len(rollout) > 1 else 0.0,
+            "reward": scores.mean().item(),
+            "reward_std": scores.std().item() if len(scores) > 1 else 0.0,
             "frac_reward_zero_std": zero_std.float().mean().item(),
-            "kl": (old_seq_logprobs - sequence_log_probs(rollout.ref_logprobs, mask)).mean().item(),
-            "entropy": rollout.entropy[mask].mean().item(),
-            "rewards/shaped_mean": shaped.mean().item(),
+            "kl": seq_kl.mean().item(),
+            "entropy": dist.all_gather(rollout.entropy)[all_mask].mean().item(),
+            "rewards/shaped_mean": dist.all_gather(shaped).mean().item(),
             **{k: float(np.mean([s[k] for s in stats])) for k in stats[0]},
             "objective/beta": args.beta,
             "charts/skipped_steps": skipped,

@@ -1,0 +1,83 @@
+"""Run by tests/test_distributed.py, under torchrun or alone: one learning phase of `algo` on a
+saved rollout, each process on its contiguous share of the rows; rank 0 saves the gradients.
+
+    torchrun --nproc-per-node 2 tests/distributed_worker.py ALGO ROLLOUT.pt GRADS.pt
+    python tests/distributed_worker.py ALGO ROLLOUT.pt GRADS.pt [ROWS_FROM ROWS_TO]
+"""
+
+import dataclasses
+import sys
+
+import torch
+
+from rlhf_scratch import distributed as dist
+from rlhf_scratch.config import make_args
+from rlhf_scratch.rollout import Rollout
+
+BATCH = 8
+SETTINGS = dict(batch_size=BATCH, gen_len=6, num_minibatches=1, max_grad_norm=1e9, warmup_steps=1, seed=0,
+                device="cpu", threads=1)
+# PPO: rewards as they are. Normalised, they would be normalised over the global batch under torchrun
+# but over the half in the one-process run of a half that the test compares with.
+PER_ALGO = {"ppo": dict(batches_per_learning_phase=1, normalize_reward=False),
+            "rloo": dict(num_generations=2, num_iterations=1),
+            "online_dpo": dict(num_iterations=1)}
+
+
+def make_trainer(algo: str):
+    from rlhf_scratch.algorithms.online_dpo import OnlineDPOTrainer
+    from rlhf_scratch.algorithms.ppo import RLHFTrainer
+    from rlhf_scratch.algorithms.rloo import RLOOTrainer
+
+    cls = {"ppo": RLHFTrainer, "rloo": RLOOTrainer, "online_dpo": OnlineDPOTrainer}[algo]
+    return cls(make_args("tiny", algo, **SETTINGS, **PER_ALGO[algo]), quiet=True)
+
+
+def rows(rollout: Rollout, start: int, stop: int) -> Rollout:
+    """Rows start:stop of a rollout (every per-sample tensor and list)."""
+    cut = {}
+    for f in dataclasses.fields(rollout):
+        value = getattr(rollout, f.name)
+        cut[f.name] = value[start:stop] if isinstance(value, (torch.Tensor, list)) else value
+    return Rollout(**cut)
+
+
+def main(algo: str, rollout_path: str, grads_path: str, start: int | None = None, stop: int | None = None) -> None:
+    trainer = make_trainer(algo)  # joins the process group under torchrun
+    rollout = torch.load(rollout_path, weights_only=False)
+    n = len(rollout) // dist.world_size()
+    start = dist.rank() * n if start is None else start
+    stop = start + n if stop is None else stop
+    trainer.learning_phase(rows(rollout, start, stop))
+    if dist.is_main():
+        model = trainer.policy
+        torch.save({k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}, grads_path)
+    dist.destroy()
+
+
+
+
+def collectives(out_path: str) -> None:
+    """Each rank contributes rank-specific values; rank 0 saves what the collectives returned."""
+    dist.init("cpu")
+    r = dist.rank()
+    gathered = dist.all_gather(torch.tensor([[r, 10 + r]]))
+    result = {
+        "all_gather": gathered.tolist(),
+        "local_rows": dist.local_rows(torch.arange(6)).tolist(),
+        "mean_over_ranks": dist.mean_over_ranks({"a": float(r), **({"only_rank_1": 5.0} if r == 1 else {})}),
+        "any_rank": [dist.any_rank(r == 1), dist.any_rank(False)],
+        "shard": dist.shard(["p0", "p1", "p2", "p3"]),
+        "gather_objects": dist.gather_objects(f"rank{r}"),
+    }
+    all_results = dist.gather_objects(result)
+    if dist.is_main():
+        torch.save(all_results, out_path)
+    dist.destroy()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "collectives":
+        collectives(sys.argv[2])
+    else:
+        main(sys.argv[1], sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:]))

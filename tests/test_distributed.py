@@ -1,0 +1,136 @@
+"""Data parallelism under torchrun, tested with two CPU processes (gloo) on the tiny preset."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlhf_scratch import distributed as dist
+from rlhf_scratch.config import ConfigError, make_args
+
+sys.path.insert(0, str(Path(__file__).parent))
+from distributed_worker import make_trainer  # noqa: E402
+
+WORKER = Path(__file__).parent / "distributed_worker.py"
+TIMEOUT = 240  # seconds: a hang (a rank waiting on a collective the other never joins) fails, not blocks
+
+
+def torchrun(*args: str, cwd: Path, nproc: int = 2) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+
+
+# --- one process: every helper is the identity -----------------------------------------------------
+
+
+def test_one_process_is_unchanged():
+    assert not dist.launched_by_torchrun() and dist.world_size() == 1 and dist.rank() == 0 and dist.is_main()
+    x = torch.tensor([1.0, 2.0])
+    assert dist.all_gather(x) is x and torch.equal(dist.local_rows(x), x)
+    assert dist.mean_over_ranks({"a": 1.0}) == {"a": 1.0} and dist.gather_objects(3) == [3]
+    module = torch.nn.Linear(1, 1)
+    assert dist.wrap_for_training(module) is module, "no DDP wrapper without torchrun"
+
+
+def test_shard_keeps_prompt_groups_on_one_rank():
+    prompts = ["p0", "p1", "p2", "p3"]
+    assert dist.shard(prompts, 2, 0) == ["p0", "p1"] and dist.shard(prompts, 2, 1) == ["p2", "p3"]
+    # sharded before the rollout repeats each prompt G times: rank 1's rows are p2 ×G, p3 ×G
+    rank1_rows = [p for p in dist.shard(prompts, 2, 1) for _ in range(2)]
+    assert rank1_rows == ["p2", "p2", "p3", "p3"], "a prompt's group (RLOO's G, DPO's pair) never splits"
+    with pytest.raises(ValueError, match="evenly"):
+        dist.shard(prompts, 3, 0)
+
+
+@pytest.mark.parametrize("algo, overrides, field", [
+    ("ppo", dict(batch_size=6, num_minibatches=1), "batch_size"),  # 6 samples over 4 ranks
+    ("ppo", dict(batch_size=16, num_minibatches=8), "num_minibatches"),  # 4 per rank, 8 minibatches
+    ("rloo", dict(batch_size=24, num_generations=4, num_minibatches=1), "batch_size"),  # 6 groups over 4 ranks
+    ("online_dpo", dict(batch_size=12, num_minibatches=1), "batch_size"),  # 6 pairs over 4 ranks
+])
+def test_batch_must_split_into_whole_groups_and_minibatches(algo, overrides, field):
+    args = make_args("tiny", algo, **overrides)
+    args.check_world_size(2)  # every one of these splits over 2 processes
+    with pytest.raises(ConfigError, match=f"^{field}: "):
+        args.check_world_size(4)
+
+
+# --- two processes ---------------------------------------------------------------------------------
+
+
+def test_collectives_with_two_processes(tmp_path):
+    out = torchrun(str(WORKER), "collectives", str(tmp_path / "c.pt"), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rank0, rank1 = torch.load(tmp_path / "c.pt")
+    assert rank0["all_gather"] == rank1["all_gather"] == [[0, 10], [1, 11]], "rank order"
+    assert rank0["local_rows"] == [0, 1, 2] and rank1["local_rows"] == [3, 4, 5]
+    assert rank0["mean_over_ranks"] == {"a": 0.5, "only_rank_1": 5.0}, "mean over the ranks that logged a key"
+    assert rank0["any_rank"] == [True, False] == rank1["any_rank"]
+    assert (rank0["shard"], rank1["shard"]) == (["p0", "p1"], ["p2", "p3"])
+    assert rank0["gather_objects"] == ["rank0", "rank1"]
+
+
+@pytest.fixture(scope="module")
+def saved_rollouts(tmp_path_factory):
+    """One rollout of 8 samples per algorithm from a single process, saved for the workers."""
+    folder = tmp_path_factory.mktemp("rollouts")
+    paths = {}
+    for algo in ("ppo", "rloo", "online_dpo"):
+        trainer = make_trainer(algo)
+        rollout = trainer.rollout_phase()
+        paths[algo] = folder / f"{algo}.pt"
+        torch.save(rollout, paths[algo])
+    return paths
+
+
+def grads_alone(algo: str, rollout_path: Path, out: Path, rows: tuple[int, int] | None = None) -> dict:
+    args = [str(rollout_path), str(out), *(map(str, rows) if rows else [])]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(WORKER), algo, *args], capture_output=True, text=True,
+                          timeout=TIMEOUT, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return torch.load(out)
+
+
+@pytest.mark.parametrize("algo", ["rloo", "online_dpo", "ppo"])
+def test_two_process_gradients_equal_one_process_on_the_global_batch(algo, saved_rollouts, tmp_path):
+    out = torchrun(str(WORKER), algo, str(saved_rollouts[algo]), str(tmp_path / "ddp.pt"), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ddp = torch.load(tmp_path / "ddp.pt")
+    if algo == "ppo":
+        # PPO whitens advantages per minibatch, i.e. per rank (as CleanRL's multi-GPU PPO does): its
+        # gradient is the mean of the two halves' gradients, each computed alone.
+        halves = [grads_alone(algo, saved_rollouts[algo], tmp_path / f"h{i}.pt", (4 * i, 4 * i + 4)) for i in (0, 1)]
+        expected = {k: (halves[0][k] + halves[1][k]) / 2 for k in halves[0]}
+    else:
+        expected = grads_alone(algo, saved_rollouts[algo], tmp_path / "one.pt", (0, 8))
+    assert set(ddp) == set(expected) and len(ddp) > 10
+    for name, grad in expected.items():
+        torch.testing.assert_close(ddp[name], grad, atol=1e-5, rtol=0, msg=f"{algo}: {name}")
+    assert any(g.abs().max() > 1e-4 for g in expected.values()), "a test of zero gradients proves nothing"
+
+
+@pytest.mark.parametrize("algo", ["ppo", "rloo", "online_dpo"])
+def test_two_process_run_writes_one_run_folder_from_rank_0(algo, tmp_path):
+    run_dir = tmp_path / "run"
+    out = torchrun("-m", "rlhf_scratch.train", "sentiment", "--algo", algo, "--total-phases", "2", "--batch-size", "8",
+                   "--gen-len", "6", "--num-minibatches", "2", "--run-dir", str(run_dir), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("done:") == 1, "only rank 0 prints"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"], "no second run folder"
+    for name in ("config.json", "metrics.jsonl", "samples.md", "curves.png", "policy.pt", "status.json"):
+        assert (run_dir / name).is_file(), f"{name} missing"
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["phase"] for m in metrics] == [1, 2], "one line per phase, not one per rank"
+    assert all(m["completions/total_tokens"] == 8 * 6 for m in metrics), "the logged batch is the global one"
+    if algo == "ppo":  # a checkpoint of 2 ranks resumes only with 2
+        alone = subprocess.run([sys.executable, "-m", "rlhf_scratch.train", "--resume", str(run_dir), "--total-phases", "3"],
+                               capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path)
+        assert alone.returncode == 2 and alone.stderr.strip().splitlines() == [
+            "error: resume: the checkpoint was written by 2 process(es); resume it with the same number "
+            "(torchrun --nproc-per-node 2)"]
