@@ -37,3 +37,17 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tuned_ppo_run(tmp_path_factory):
+    """A finished 2-phase PPO run on the tiny preset, trained hard enough (lr 1e-2) to differ from
+    the reference: for the tools that read run folders (export, sample)."""
+    from rlhf_scratch.algorithms.ppo import RLHFTrainer
+    from rlhf_scratch.config import make_args
+
+    run_dir = tmp_path_factory.mktemp("runs") / "ppo"
+    args = make_args("tiny", total_phases=2, batch_size=8, num_minibatches=2, gen_len=8, warmup_steps=1,
+                     base_lr=1e-2, run_dir=str(run_dir), seed=0, threads=1)
+    RLHFTrainer(args, quiet=True).train(run_dir)
+    return run_dir
