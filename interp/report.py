@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from interp import attention, logits, residual
+from interp import attention, logits, neurons, residual
 
 # Review openings every report uses besides the run's own prompt (fixed, so reports compare).
 REVIEW_PROMPTS: tuple[str, ...] = (
@@ -38,7 +38,7 @@ REVIEW_PROMPTS: tuple[str, ...] = (
 )
 
 STEPS = ("logits", "logit lens", "decomposition", "residual drift", "residual patching",
-         "head DLA", "weight change", "head ablation", "head patching", "attention patterns",
+         "head DLA", "weight change", "head ablation", "head patching", "neurons", "attention patterns",
          "reward", "write")
 
 
@@ -305,6 +305,32 @@ def make_report(
                   "fraction"),
         "One head's output (z·W_O) of the tuned model put into the reference, one head at a time.")
 
+    # 9b. neurons: DLA per MLP neuron, activation change, what the most changed neuron reads
+    next_step()
+    n_ref, n_tuned = neurons.neuron_dla(ref_cache, st, last), neurons.neuron_dla(tuned_cache, st, last)
+    n_diff = n_tuned - n_ref
+    act_change = neurons.neuron_activation_change(ref_cache, tuned_cache, tokens, last)
+    top_n = neurons.top_neurons(n_diff, k_heads)
+    S["neurons"] = {
+        "top_dla_change": [{"neuron": f"L{l}N{n}", "reference": float(n_ref[l, n]), "tuned": float(n_tuned[l, n]),
+                            "change": float(n_diff[l, n]), "activation_change": float(act_change[l, n])}
+                           for l, n in top_n],
+        "top_activation_change": [{"neuron": f"L{l}N{n}", "value": float(act_change[l, n])}
+                                  for l, n in neurons.top_neurons(act_change, k_heads)],
+        "dla_change_by_layer": n_diff.abs().sum(-1),
+    }
+    if top_n:
+        S["neurons"]["top_neuron_tokens"] = [
+            {"activation": a, "token": t, "context": c}
+            for a, t, c in neurons.top_activating_tokens(tuned, tokens, top_n[0], last, k=5)]
+    labels = [f"L{l}N{n}" for l, n in top_n]
+    add("Neurons: direct logit attribution",
+        _bars(labels, {"reference": [float(n_ref[l, n]) for l, n in top_n],
+                       "tuned": [float(n_tuned[l, n]) for l, n in top_n]},
+              out_dir, "neuron_dla.png", f"the {len(top_n)} MLP neurons whose DLA changed most", "nats"),
+        "Each neuron's post-GELU activation times its W_out row, through its model's own final-LN scale, "
+        "on its own sentiment direction (the neurons of a layer plus b_out add up to the layer's MLP DLA).")
+
     # 10. attention patterns of the heads that changed most
     next_step()
     heads = attention.top_heads(dla_diff, min(k_heads, 4))
@@ -420,6 +446,12 @@ def _html(title: str, S: dict, figures: list[tuple[str, Path, str]], attention_h
         ("top heads by DLA change (nats)", heads(S["head_dla"]["top_diff"])),
         ("top heads by ablation effect (nats)", heads(S["head_ablation"]["top"])),
         ("top heads by patching effect (nats)", heads(S["head_patching"]["top"])),
+        ("top neurons by DLA change (nats; reference → tuned)",
+         ", ".join(f"{d['neuron']} {d['reference']:+.3f} → {d['tuned']:+.3f}" for d in S["neurons"]["top_dla_change"])),
+        ("top neurons by mean activation change", ", ".join(f"{d['neuron']} {d['value']:+.3f}"
+                                                          for d in S["neurons"]["top_activation_change"])),
+        ("where the top neuron fires most (tuned; activation, token in context)",
+         "; ".join(f"{d['activation']:.2f} {d['context']!r}" for d in S["neurons"].get("top_neuron_tokens", []))),
     ]
     if "reward" in S:
         r = S["reward"]

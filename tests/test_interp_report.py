@@ -87,3 +87,22 @@ def test_a_tiny_gap_is_called_noise_not_a_percentage(tmp_path):
     tuned = perturb_head(ref, 1, 2, residual_sentiment_direction(ref, st), scale=5.0)
     summary = make_report(ref, tuned, list(REVIEW_PROMPTS[:2]), tmp_path / "b", n_samples=2, gen_len=3, progress=False)
     assert "recovers 100%" in next(l for l in summary["headline"] if l.startswith("Residual patching"))
+
+
+def test_report_neuron_section_finds_the_changed_neuron(tmp_path):
+    import copy
+
+    import torch
+
+    ref = toy_model(seed=0, tokenizer=toy_tokenizer())
+    st = sentiment_tokens(ref)
+    tuned = copy.deepcopy(ref)
+    with torch.no_grad():
+        tuned.blocks[1].mlp.W_out[11] += 3.0 * residual_sentiment_direction(ref, st)
+    make_report(ref, tuned, list(REVIEW_PROMPTS[:2]), tmp_path, n_samples=2, gen_len=3, progress=False)
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    top = saved["neurons"]["top_dla_change"][0]
+    assert top["neuron"] == "L1N11" and top["change"] > 0, top
+    assert top["activation_change"] == 0.0, "only its output weights changed"
+    assert (tmp_path / "neuron_dla.png").stat().st_size > 1000
+    assert "top neurons by DLA change" in (tmp_path / "report.html").read_text()

@@ -1,0 +1,94 @@
+"""What RLHF changed in the MLP neurons: direct logit attribution, activation change, top tokens.
+
+A neuron (layer l, index n) writes post_{l,n} · W_out[l][n] into the residual stream
+(`blocks.{l}.mlp.hook_post` times its row of W_out; the bias b_out is nobody's). Its direct
+logit attribution (DLA) at a prompt's last token is that vector through the model's own cached
+final-LN scale, dotted with the model's own sentiment direction — the neuron-level version of
+`interp.attention.head_dla`, and the neurons of a layer plus b_out add up to the layer's MLP DLA.
+Units: nats of logit difference (`interp.logits.logit_diff`); activations in GELU units.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import ActivationCache, HookedTransformer
+
+from interp.logits import SentimentTokens, residual_sentiment_direction
+from interp.residual import real_position_mask
+
+Neuron = tuple[int, int]
+
+
+def _at_last(x: Float[Tensor, "batch pos ..."], last_pos: Int[Tensor, "batch"] | None) -> Float[Tensor, "batch ..."]:
+    if last_pos is None:
+        return x[:, -1]
+    return x[torch.arange(x.shape[0], device=x.device), last_pos.to(x.device)]
+
+
+def neuron_dla(
+    cache: ActivationCache, tokens: SentimentTokens, last_pos: Int[Tensor, "batch"] | None = None
+) -> Float[Tensor, "n_layers d_mlp"]:
+    """Each neuron's direct contribution to the logit difference at the last token (nats, batch mean):
+
+        DLA_{l,n} = mean_b  post_{l,n}[b] · (W_out[l][n] − mean(W_out[l][n])) · d / scale[b]
+
+    d the model's `residual_sentiment_direction`, scale[b] the cached final-LN scale at the last
+    token (the mean is subtracted because the final LayerNorm centres every component).
+    """
+    model = cache.model
+    direction = residual_sentiment_direction(model, tokens)  # [d_model]
+    scale = _at_last(cache["ln_final.hook_scale"], last_pos)[:, 0]  # [batch]
+    rows = []
+    for layer in range(model.cfg.n_layers):
+        W_out = model.blocks[layer].mlp.W_out  # [d_mlp, d_model]
+        per_neuron = (W_out - W_out.mean(-1, keepdim=True)) @ direction  # [d_mlp]
+        post = _at_last(cache[f"blocks.{layer}.mlp.hook_post"], last_pos)  # [batch, d_mlp]
+        rows.append((post * per_neuron / scale[:, None]).mean(0))
+    return torch.stack(rows)
+
+
+def neuron_activation_change(
+    ref_cache: ActivationCache,
+    tuned_cache: ActivationCache,
+    prompt_tokens: Int[Tensor, "batch pos"],
+    last_pos: Int[Tensor, "batch"] | None = None,
+) -> Float[Tensor, "n_layers d_mlp"]:
+    """mean over the prompts' real positions of post_tuned − post_ref, per neuron (signed; the
+    same tokens through both models)."""
+    mask = real_position_mask(prompt_tokens, last_pos)  # [batch, pos]
+    n_layers = ref_cache.model.cfg.n_layers
+    rows = []
+    for layer in range(n_layers):
+        diff = tuned_cache[f"blocks.{layer}.mlp.hook_post"] - ref_cache[f"blocks.{layer}.mlp.hook_post"]
+        rows.append((diff * mask[..., None]).sum((0, 1)) / mask.sum())
+    return torch.stack(rows)
+
+
+def top_neurons(scores: Float[Tensor, "n_layers d_mlp"], k: int = 5, absolute: bool = True) -> list[Neuron]:
+    """The k (layer, neuron) pairs with the largest |score| (or score when absolute=False)."""
+    flat = (scores.abs() if absolute else scores).flatten()
+    idx = flat.topk(min(k, flat.numel())).indices.tolist()
+    d_mlp = scores.shape[1]
+    return [(i // d_mlp, i % d_mlp) for i in idx]
+
+
+@torch.no_grad()
+def top_activating_tokens(
+    model: HookedTransformer, prompt_tokens: Int[Tensor, "batch pos"], neuron: Neuron,
+    last_pos: Int[Tensor, "batch"] | None = None, k: int = 10,
+) -> list[tuple[float, str, str]]:
+    """The k (activation, token, context) where `neuron` fires most on the prompts (real positions
+    only): the token and the few tokens before it, so a reader can guess what the neuron reads."""
+    layer, n = neuron
+    _, cache = model.run_with_cache(prompt_tokens, names_filter=f"blocks.{layer}.mlp.hook_post")
+    acts = cache[f"blocks.{layer}.mlp.hook_post"][..., n]  # [batch, pos]
+    acts = acts.masked_fill(real_position_mask(prompt_tokens, last_pos) == 0, float("-inf"))
+    best = acts.flatten().topk(min(k, int(torch.isfinite(acts).sum()))).indices.tolist()
+    out = []
+    for i in best:
+        b, pos = divmod(i, acts.shape[1])
+        context = model.to_string(prompt_tokens[b, max(0, pos - 4) : pos + 1])
+        out.append((acts[b, pos].item(), model.to_string(prompt_tokens[b, pos : pos + 1]), context))
+    return out
