@@ -15,8 +15,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache, HookedTransformer
 
-from interp.logits import SentimentTokens, residual_sentiment_direction
-from interp.residual import real_position_mask
+from interp.logits import SentimentTokens, logit_diff, residual_sentiment_direction
+from interp.residual import real_position_mask, recovered_fraction
 
 Neuron = tuple[int, int]
 
@@ -92,3 +92,32 @@ def top_activating_tokens(
         context = model.to_string(prompt_tokens[b, max(0, pos - 4) : pos + 1])
         out.append((acts[b, pos].item(), model.to_string(prompt_tokens[b, pos : pos + 1]), context))
     return out
+
+
+@torch.no_grad()
+def neuron_patching(
+    reference: HookedTransformer,
+    tuned: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    sentiment: SentimentTokens,
+    neurons: list[Neuron],
+    last_pos: Int[Tensor, "batch"] | None = None,
+) -> tuple[Float[Tensor, "k"], Float[Tensor, "k"]]:
+    """Put one neuron's tuned activation (hook_post, every position) into the reference, one
+    neuron at a time: (effect on the reference's logit difference in nats, fraction of the
+    tuned − reference gap recovered; nan when the gap is ~0). The reference keeps its own W_out,
+    so this measures what the neuron now *reads*, not what it writes."""
+    ref_ld = logit_diff(reference(tokens), sentiment, last_pos).mean().item()
+    tuned_logits, tuned_cache = tuned.run_with_cache(tokens, names_filter=lambda name: name.endswith("mlp.hook_post"))
+    tuned_ld = logit_diff(tuned_logits, sentiment, last_pos).mean().item()
+    effects = torch.zeros(len(neurons))
+    for i, (layer, n) in enumerate(neurons):
+        new = tuned_cache[f"blocks.{layer}.mlp.hook_post"][..., n]
+
+        def patch(post: Tensor, hook, new=new, n=n) -> Tensor:
+            post[..., n] = new.to(post.device)
+            return post
+
+        logits = reference.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.mlp.hook_post", patch)])
+        effects[i] = logit_diff(logits, sentiment, last_pos).mean().item() - ref_ld
+    return effects, recovered_fraction(effects + ref_ld, ref_ld, tuned_ld)

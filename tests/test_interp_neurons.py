@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from interp.logits import prompt_tokens, residual_sentiment_direction, sentiment_tokens
-from interp.neurons import neuron_activation_change, neuron_dla, top_activating_tokens, top_neurons
+from interp.neurons import (
+    neuron_activation_change, neuron_dla, neuron_patching, top_activating_tokens, top_neurons,
+)
 from interp.residual import component_logit_diff
 from interp.toy import toy_model, toy_tokenizer
 
@@ -98,3 +100,18 @@ def test_top_activating_tokens_are_sorted_and_skip_padding(setup):
     real = torch.arange(tokens.shape[1])[None] <= last[:, None]
     assert acts[0] == pytest.approx(post[real].max().item())
     assert all(token in context for _, token, context in found)
+
+
+def test_patching_the_one_neuron_that_reads_differently_recovers_the_whole_gap(setup):
+    ref, st, tokens, last = setup
+    tuned = copy.deepcopy(ref)
+    layer, n = ref.cfg.n_layers - 1, 5
+    with torch.no_grad():  # the neuron reads differently (W_in), writes the same (W_out)
+        tuned.blocks[layer].mlp.W_in[:, n] += 2.0 * torch.randn(ref.cfg.d_model, generator=torch.Generator().manual_seed(1))
+        tuned.blocks[layer].mlp.W_out[n] += 3.0 * residual_sentiment_direction(ref, st)  # make it matter
+    ref_copy = copy.deepcopy(ref)
+    with torch.no_grad():
+        ref_copy.blocks[layer].mlp.W_out[n] += 3.0 * residual_sentiment_direction(ref, st)  # same writer
+    effects, fraction = neuron_patching(ref_copy, tuned, tokens, st, [(layer, n), (layer, n + 1)], last)
+    assert fraction[0].item() == pytest.approx(1.0, abs=1e-4), "the only difference is this neuron's activation"
+    assert effects[1].item() == 0.0, "a neuron whose activation did not change patches to nothing"
