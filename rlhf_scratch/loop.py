@@ -26,6 +26,7 @@ from transformer_lens import HookedTransformer
 
 from rlhf_scratch.config import PROMPT_PREFIX, CommonArgs, ConfigError
 from rlhf_scratch.control import EarlyStopping
+from rlhf_scratch.heldout import HELDOUT_METRICS, heldout_metrics
 from rlhf_scratch.loading import load_lm
 from rlhf_scratch.logger import Metrics, RunLogger
 from rlhf_scratch.prompts import PromptIterator, check_prompt_lengths, load_prompts
@@ -46,6 +47,7 @@ SHARED_METRICS = (
     "completions/clipped_ratio",  # fraction of completions that never produced EOS
     "completions/mean_terminated_length",  # mean length of those that did (0 if none)
     "completions/total_tokens",  # kept tokens generated this phase, over every rank
+    *HELDOUT_METRICS,  # eval/vader, eval/ref_logprob_per_token, eval/repeated_3grams (see heldout.py)
     "charts/learning_rate",  # learning rate of the transformer this phase
     "charts/rollout_time",  # seconds: generation + scoring + reward
     "charts/phase_time",  # seconds, rollout + learning
@@ -256,6 +258,7 @@ def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = Fa
             metrics: Metrics = {
                 "phase": phase,
                 **rollout_metrics(rollout),
+                **dist.mean_over_ranks(heldout_metrics(rollout, args.direction)),  # judges never trained on
                 **dist.mean_over_ranks(learn_stats),
                 "charts/learning_rate": lr,
                 "charts/rollout_time": rollout_time,

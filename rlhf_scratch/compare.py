@@ -1,0 +1,347 @@
+"""PPO vs RLOO vs Online DPO in one command: equal budget, a reward–KL frontier, held-out judges.
+
+    python -m rlhf_scratch.compare sentiment                                   # the three, defaults
+    python -m rlhf_scratch.compare sentiment --algos ppo,rloo --seeds 0,1,2 --total-phases 50
+    python -m rlhf_scratch.compare sentiment --algos rloo --kl-coefs 0.02,0.1,0.5   # a β sweep: the frontier
+    python -m rlhf_scratch.compare sentiment --out comparisons/x -- --prompts rt    # flags after -- go to every run
+
+Every (algorithm, seed, β) is one `python -m rlhf_scratch.train` run in its own process, so each
+gets its own wall time and peak memory and a crash stays in one run. The runs write to
+OUT/runs/<algo>-s<seed>[-b<β>]/. Every run has the same prompts, seed, reward and generated
+tokens per phase (batch_size completions of gen_len tokens: PPO 64 prompts × 1, RLOO 16 × 4,
+DPO 32 × 2). Then the command writes to OUT:
+
+    reward_vs_phase.png   proxy reward per phase, one line per algorithm (the band spans the seeds)
+    frontier.png          proxy reward vs KL(π‖π_ref), each point a phase
+    heldout.png           proxy reward and the held-out scores (eval/*) per phase, per algorithm
+    inside.png            residual drift and per-head DLA change of each tuned model (interp.compare)
+    table.md, table.json  start/final reward, KL, held-out scores, wall, peak memory, tokens/s
+    index.html            all of it, with the last samples of each run
+
+An interrupted comparison continues where it stopped. Finished runs are kept. An interrupted
+run is resumed from its checkpoint. The plan is saved in OUT/compare.json and must match.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rlhf_scratch.config import ALGOS, TASKS, ConfigError
+
+BETA_FLAG = {"ppo": "--kl-coef", "rloo": "--beta", "online_dpo": "--beta"}  # each algorithm's β
+LABEL = {"ppo": "PPO", "rloo": "RLOO", "online_dpo": "Online DPO"}
+PLAN_FILE, RESULTS_FILE = "compare.json", "results.json"
+LAST = 10  # "final" = the mean of the last 10 phases (fewer if the run is shorter)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    algo: str
+    seed: int
+    beta: float | None = None  # None: the algorithm's default
+
+    @property
+    def name(self) -> str:
+        return f"{self.algo}-s{self.seed}" + (f"-b{self.beta:g}" if self.beta is not None else "")
+
+    @property
+    def group(self) -> str:
+        """The curve a run belongs to: runs differing only in seed share one."""
+        return LABEL[self.algo] + (f" β={self.beta:g}" if self.beta is not None else "")
+
+
+def plan_runs(algos: list[str], seeds: list[int], betas: list[float] | None) -> list[RunSpec]:
+    return [RunSpec(a, s, b) for a in algos for b in (betas or [None]) for s in seeds]
+
+
+def _csv(text: str, kind, field: str) -> list:
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{field}: expected a comma-separated list of {kind.__name__}s; got {text!r}") from None
+    if not values:
+        raise ConfigError(f"{field}: empty list")
+    return values
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+def run_one(spec: RunSpec, task: str, run_dir: Path, train_flags: list[str]) -> dict:
+    """Train one run in its own process (or resume it); its wall seconds and peak RSS (MiB)."""
+    from rlhf_scratch.runs import STATUS_FILE
+
+    if (run_dir / STATUS_FILE).is_file():  # started before and interrupted: continue it
+        cmd = [sys.executable, "-m", "rlhf_scratch.train", "--resume", str(run_dir)]
+    else:
+        cmd = [sys.executable, "-m", "rlhf_scratch.train", task, "--algo", spec.algo, "--seed", str(spec.seed),
+               "--run-dir", str(run_dir), *train_flags]
+        if spec.beta is not None:
+            cmd += [BETA_FLAG[spec.algo], str(spec.beta)]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled")})
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+        raise RuntimeError(f"run {spec.name} failed (exit {proc.returncode}): "
+                           f"{errors[-1] if errors else stderr.strip().splitlines()[-1:]}")
+    return {"wall_s": time.perf_counter() - start, "peak_mib": usage.ru_maxrss / 1024}
+
+
+def summarize(run_dir: Path, measured: dict) -> dict:
+    """One row of the table from a finished run's metrics.jsonl."""
+    from rlhf_scratch.runs import read_metrics
+
+    m = read_metrics(run_dir)
+    last = m[-LAST:]
+
+    def final(key: str) -> float:
+        return statistics.mean(x[key] for x in last)
+
+    row = {"reward_start": m[0]["rewards/mean"], "reward_final": final("rewards/mean"),
+           "kl_final": final("objective/kl"), "length_final": final("completions/mean_length"),
+           "tokens_per_s": statistics.median(x["charts/tokens_per_s"] for x in m), **measured}
+    for key in ("eval/vader", "eval/ref_logprob_per_token", "eval/repeated_3grams"):
+        if key in m[0]:
+            row[key + "_start"], row[key + "_final"] = m[0][key], final(key)
+    return row
+
+
+# --- figures -------------------------------------------------------------------------------------
+
+
+def _by_group(specs: list[RunSpec], out: Path) -> dict[str, list[list[dict]]]:
+    from rlhf_scratch.runs import read_metrics
+
+    groups: dict[str, list[list[dict]]] = {}
+    for spec in specs:
+        groups.setdefault(spec.group, []).append(read_metrics(out / "runs" / spec.name))
+    return groups
+
+
+def _band(ax, runs: list[list[dict]], x_key: str, y_key: str, label: str) -> None:
+    """The mean over seeds as a line; min–max over seeds as a band (one seed: just the line)."""
+    n = min(len(r) for r in runs)
+    xs = [runs[0][i][x_key] for i in range(n)]
+    ys = [[r[i][y_key] for r in runs] for i in range(n)]
+    line, = ax.plot(xs, [statistics.mean(y) for y in ys], label=label)
+    if len(runs) > 1:
+        ax.fill_between(xs, [min(y) for y in ys], [max(y) for y in ys], color=line.get_color(), alpha=0.2)
+
+
+def plot_comparison(groups: dict[str, list[list[dict]]], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for label, runs in groups.items():
+        _band(ax, runs, "phase", "rewards/mean", label)
+    ax.set(xlabel="phase", ylabel="proxy reward (training reward)", title="reward per phase")
+    ax.grid(alpha=0.3), ax.legend()
+    paths.append(out / "reward_vs_phase.png")
+    fig.savefig(paths[-1], dpi=110, bbox_inches="tight"), plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for label, runs in groups.items():
+        for i, r in enumerate(runs):
+            ax.plot([x["objective/kl"] for x in r], [x["rewards/mean"] for x in r], marker=".", alpha=0.6,
+                    label=label if i == 0 else None, color=f"C{list(groups).index(label)}")
+    ax.set(xlabel="KL(π‖π_ref), nats per token", ylabel="proxy reward", title="the reward–KL frontier (a point per phase)")
+    ax.grid(alpha=0.3), ax.legend()
+    paths.append(out / "frontier.png")
+    fig.savefig(paths[-1], dpi=110, bbox_inches="tight"), plt.close(fig)
+
+    keys = [("rewards/mean", "proxy reward"), ("eval/vader", "held-out: VADER"),
+            ("eval/ref_logprob_per_token", "held-out: reference log-prob / token"),
+            ("eval/repeated_3grams", "held-out: repeated 3-grams")]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6))
+    for ax, (key, title) in zip(axes, keys):
+        for label, runs in groups.items():
+            if key in runs[0][0]:
+                _band(ax, runs, "phase", key, label)
+        ax.set(xlabel="phase", title=title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    paths.append(out / "heldout.png")
+    fig.savefig(paths[-1], dpi=110, bbox_inches="tight"), plt.close(fig)
+    return paths
+
+
+def inside_view(specs: list[RunSpec], out: Path) -> tuple[Path, dict]:
+    """interp.compare on the first run of each group: residual drift, head DLA change, similarity."""
+    from interp.compare import change_similarity, inside_changes, plot_inside_changes
+    from interp.report import REVIEW_PROMPTS
+    from rlhf_scratch.runs import load_run
+
+    firsts: dict[str, RunSpec] = {}
+    for spec in specs:
+        firsts.setdefault(spec.group, spec)
+    runs = {label: load_run(out / "runs" / spec.name) for label, spec in firsts.items()}
+    reference = next(iter(runs.values())).reference
+    changes = inside_changes(reference, {label: run.tuned for label, run in runs.items()}, list(REVIEW_PROMPTS))
+    sim = change_similarity(changes)
+    labels = [c.label for c in changes]
+    summary = {"labels": labels, "dla_change_cosine": [[None if v != v else round(v, 3) for v in row] for row in sim.tolist()],
+               "logit_diff_change": {c.label: round(c.logit_diff_change, 3) for c in changes},
+               "final_drift": {c.label: round(c.drift[-1].item(), 4) for c in changes}}
+    return plot_inside_changes(changes, out / "inside.png"), summary
+
+
+# --- the page ------------------------------------------------------------------------------------
+
+
+TABLE_COLUMNS = [("reward_start", "reward, phase 1", "{:.3f}"), ("reward_final", f"reward, last {LAST}", "{:.3f}"),
+                 ("kl_final", f"KL, last {LAST}", "{:.3f}"), ("eval/vader_final", "VADER (held out)", "{:.3f}"),
+                 ("eval/ref_logprob_per_token_final", "ref log-prob / token", "{:.2f}"),
+                 ("eval/repeated_3grams_final", "repeated 3-grams", "{:.2f}"), ("wall_s", "wall (s)", "{:.0f}"),
+                 ("peak_mib", "peak RSS (MiB)", "{:,.0f}"), ("tokens_per_s", "tokens/s", "{:.0f}")]
+
+
+def markdown_table(results: dict[str, dict]) -> str:
+    head = "| run | " + " | ".join(title for _, title, _ in TABLE_COLUMNS) + " |"
+    rows = ["| " + name + " | " + " | ".join(fmt.format(r[key]) if key in r else "" for key, _, fmt in TABLE_COLUMNS) + " |"
+            for name, r in results.items()]
+    return "\n".join([head, "|" + "---|" * (len(TABLE_COLUMNS) + 1), *rows])
+
+
+def last_samples(run_dir: Path, n: int = 3) -> str:
+    from rlhf_scratch.runs import SAMPLES_FILE
+
+    text = (run_dir / SAMPLES_FILE).read_text()
+    section = text.split("## phase ")[-1]
+    lines = section.splitlines()
+    return "\n".join([f"phase {lines[0]}", *[l for l in lines[1:] if l.startswith("|")][: n + 2]])
+
+
+def write_html(out: Path, results: dict, figures: list[Path], inside: dict | None, specs: list[RunSpec]) -> Path:
+    esc = html.escape
+
+    def img(path: Path) -> str:
+        return f'<img src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}" alt="{esc(path.name)}">'
+
+    table = "<table><tr><th>run</th>" + "".join(f"<th>{esc(t)}</th>" for _, t, _ in TABLE_COLUMNS) + "</tr>" + "".join(
+        f"<tr><th>{esc(name)}</th>" + "".join(f"<td>{esc(fmt.format(r[k])) if k in r else ''}</td>"
+                                              for k, _, fmt in TABLE_COLUMNS) + "</tr>" for name, r in results.items()) + "</table>"
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>rlhf_scratch comparison</title><style>"
+             "body{font-family:sans-serif;max-width:1200px;margin:2em auto}table{border-collapse:collapse;font-size:90%}"
+             "th,td{border:1px solid #ccc;padding:4px 8px}img{max-width:100%}pre{background:#f6f6f6;padding:8px;"
+             "overflow-x:auto;font-size:80%}</style></head><body><h1>PPO vs RLOO vs Online DPO</h1>",
+             "<p>Same prompts, seed, reward and generated tokens per phase. Proxy = the training reward. "
+             "Held out = judges the runs never trained on (rlhf_scratch/heldout.py). Final = mean of the last "
+             f"{LAST} phases.</p>", table]
+    parts += [f"<figure>{img(p)}</figure>" for p in figures]
+    if inside is not None:
+        labels = inside["labels"]
+        parts.append("<h2>What each changed inside</h2><p>Cosine of the per-head DLA-change vectors "
+                     "(1 = the same heads moved the same way):</p><table><tr><th></th>"
+                     + "".join(f"<th>{esc(l)}</th>" for l in labels) + "</tr>"
+                     + "".join(f"<tr><th>{esc(l)}</th>" + "".join(f"<td>{'nan' if v is None else f'{v:+.2f}'}</td>" for v in row)
+                               + "</tr>" for l, row in zip(labels, inside["dla_change_cosine"])) + "</table>")
+    parts.append("<h2>Last samples</h2>")
+    for spec in specs:
+        parts.append(f"<h3>{esc(spec.name)}</h3><pre>{esc(last_samples(out / 'runs' / spec.name))}</pre>")
+    parts.append("</body></html>")
+    path = out / "index.html"
+    path.write_text("\n".join(parts))
+    return path
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    train_flags: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, train_flags = argv[:cut], argv[cut + 1:]
+    parser = argparse.ArgumentParser(prog="python -m rlhf_scratch.compare", description=__doc__.split("\n\n")[0])
+    parser.add_argument("task", choices=TASKS)
+    parser.add_argument("--algos", default=",".join(ALGOS), help="comma-separated, of " + ", ".join(ALGOS))
+    parser.add_argument("--seeds", default="1", help="comma-separated seeds (a band over them in the figures)")
+    parser.add_argument("--kl-coefs", default=None, help="comma-separated β values: one run per β (the frontier)")
+    parser.add_argument("--total-phases", type=int, default=100)
+    parser.add_argument("--prompts", default=None, help="as train's --prompts (default: the blog's prefix)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=None, help="the comparison folder (default: comparisons/<task>-<time>)")
+    parser.add_argument("--no-interp", action="store_true", help="skip the inside view (interp.compare)")
+    opts = parser.parse_args(argv)
+    try:
+        algos = _csv(opts.algos, str, "algos")
+        if bad := [a for a in algos if a not in ALGOS]:
+            raise ConfigError(f"algos: unknown {', '.join(bad)}; choose from {', '.join(ALGOS)}")
+        seeds = _csv(opts.seeds, int, "seeds")
+        betas = _csv(opts.kl_coefs, float, "kl_coefs") if opts.kl_coefs else None
+        if betas and any(b < 0 for b in betas):
+            raise ConfigError(f"kl_coefs: must be >= 0; got {opts.kl_coefs}")
+        if opts.total_phases < 1:
+            raise ConfigError(f"total_phases: must be >= 1; got {opts.total_phases}")
+        out = Path(opts.out or f"comparisons/{opts.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+        flags = ["--total-phases", str(opts.total_phases), "--threads", str(opts.threads),
+                 *(["--prompts", opts.prompts] if opts.prompts else []), *train_flags]
+        plan = {"task": opts.task, "algos": algos, "seeds": seeds, "kl_coefs": betas, "train_flags": flags}
+        plan_path = out / PLAN_FILE
+        if plan_path.is_file():
+            if json.loads(plan_path.read_text()) != plan:
+                raise ConfigError(f"out: {out} holds a different comparison ({plan_path}); choose a new --out")
+        elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise ConfigError(f"out: {out} exists and is not a comparison folder; choose a new one (nothing was touched)")
+        out.mkdir(parents=True, exist_ok=True)
+        plan_path.write_text(json.dumps(plan, indent=1))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    from tqdm.auto import tqdm
+
+    from rlhf_scratch.runs import read_status
+
+    specs = plan_runs(algos, seeds, betas)
+    results_path = out / RESULTS_FILE
+    measured: dict[str, dict] = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    try:
+        for spec in tqdm(specs, desc="runs", file=sys.stderr):
+            run_dir = out / "runs" / spec.name
+            done = (run_dir / "status.json").is_file() and read_status(run_dir)["status"] == "finished"
+            if done and spec.name in measured:
+                continue  # finished in an earlier call: not redone
+            measured[spec.name] = {**asdict(spec), **run_one(spec, opts.task, run_dir, flags)}
+            results_path.write_text(json.dumps(measured, indent=1))
+        results = {s.name: summarize(out / "runs" / s.name, {k: measured[s.name][k] for k in ("wall_s", "peak_mib")})
+                   for s in specs}
+        figures = plot_comparison(_by_group(specs, out), out)
+        inside = None
+        if not opts.no_interp:
+            inside_png, inside = inside_view(specs, out)
+            figures.append(inside_png)
+    except (RuntimeError, OSError, ValueError) as e:
+        print(f"error: {str(e).splitlines()[0]}; run the same command again to continue", file=sys.stderr)
+        return 1
+    (out / "table.md").write_text(markdown_table(results) + "\n")
+    (out / "table.json").write_text(json.dumps({"runs": results, "inside": inside}, indent=1))
+    write_html(out, results, figures, inside, specs)
+    print(markdown_table(results))
+    if inside is not None:
+        print("\nper-head DLA-change cosine:", json.dumps(dict(zip(inside["labels"], inside["dla_change_cosine"]))))
+    print(f"\nwrote {out}/index.html")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""`python -m rlhf_scratch.compare` and `interp.compare`."""
+
+import json
+
+import pytest
+import torch
+
+from interp.compare import InsideChange, change_similarity, inside_changes
+from interp.toy import perturb_head, toy_model, toy_tokenizer
+from rlhf_scratch.compare import RunSpec, main, plan_runs
+
+SMALL = ["--", "--batch-size", "8", "--gen-len", "6", "--num-minibatches", "2"]
+
+
+def change(label, values):
+    return InsideChange(label, ["s"], torch.zeros(1), torch.tensor(values, dtype=torch.float32).view(1, -1), 0.0)
+
+
+def test_change_similarity_by_hand():
+    sim = change_similarity([change("a", [1, 0]), change("b", [0, 2]), change("c", [-3, 0]), change("z", [0, 0])])
+    assert sim[0, 0].item() == pytest.approx(1.0) and sim[0, 1].item() == pytest.approx(0.0)
+    assert sim[0, 2].item() == pytest.approx(-1.0), "opposite changes: −1, whatever their size"
+    assert torch.isnan(sim[3]).all(), "a model that changed nothing has no direction"
+
+
+def test_a_run_compared_with_itself_is_1():
+    ref = toy_model(seed=0, tokenizer=toy_tokenizer())
+    tuned = perturb_head(ref, 1, 2, scale=3.0)
+    changes = inside_changes(ref, {"x": tuned, "same x": tuned}, ["This movie was really", "The plot"])
+    sim = change_similarity(changes)
+    assert sim[0, 1].item() == pytest.approx(1.0, abs=1e-6)
+    assert changes[0].drift[0].item() == pytest.approx(0.0, abs=1e-6), "the embeddings did not change"
+
+
+def test_plan_and_names():
+    specs = plan_runs(["ppo", "rloo"], [0, 1], [0.1])
+    assert [s.name for s in specs] == ["ppo-s0-b0.1", "ppo-s1-b0.1", "rloo-s0-b0.1", "rloo-s1-b0.1"]
+    assert RunSpec("online_dpo", 3).name == "online_dpo-s3" and RunSpec("online_dpo", 3).group == "Online DPO"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["sentiment", "--algos", "ppo,sac"], "algos: unknown sac"),
+    (["sentiment", "--kl-coefs", "0.1,x"], "kl_coefs: expected a comma-separated list"),
+    (["sentiment", "--seeds", ""], "seeds: empty list"),
+])
+def test_bad_input_is_one_line(argv, message, tmp_path, capsys):
+    assert main([*argv, "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {message}")
+    assert not (tmp_path / "c").exists()
+
+
+def test_an_existing_folder_is_never_taken_over(tmp_path, capsys):
+    (tmp_path / "mine.txt").write_text("keep")
+    assert main(["sentiment", "--out", str(tmp_path)]) == 2
+    assert "not a comparison folder" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+
+
+def test_comparison_writes_every_file_and_does_not_redo_finished_runs(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    argv = ["sentiment", "--algos", "ppo,rloo", "--total-phases", "2", "--out", str(out), *SMALL]
+    assert main(argv) == 0
+    for name in ("reward_vs_phase.png", "frontier.png", "heldout.png", "inside.png", "table.md", "table.json",
+                 "index.html", "compare.json", "results.json"):
+        assert (out / name).is_file(), name
+    table = json.loads((out / "table.json").read_text())
+    assert set(table["runs"]) == {"ppo-s1", "rloo-s1"}
+    row = table["runs"]["ppo-s1"]
+    assert row["peak_mib"] > 100 and row["wall_s"] > 0 and "eval/vader_final" in row
+    assert table["inside"]["dla_change_cosine"][0][0] == pytest.approx(1.0)
+    html = (out / "index.html").read_text()
+    assert html.count("data:image/png;base64,") == 4 and "Last samples" in html
+    metrics = out / "runs" / "ppo-s1" / "metrics.jsonl"
+    before = (metrics.stat().st_mtime_ns, (out / "results.json").read_text())
+    assert main(argv) == 0  # again: both runs finished, nothing is retrained
+    assert (metrics.stat().st_mtime_ns, (out / "results.json").read_text()) == before
+    changed = [a if a != "ppo,rloo" else "ppo" for a in argv]
+    assert main(changed) == 2, "a different plan in the same folder is refused"
+    assert "holds a different comparison" in capsys.readouterr().err
