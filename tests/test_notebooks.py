@@ -10,7 +10,7 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():
-    assert [p.name for p in NOTEBOOKS] == ["01_ppo_objective_math.ipynb", "02_rlhf_end_to_end.ipynb", "03_rloo_and_dpo_math.ipynb",
+    assert [p.name for p in NOTEBOOKS] == ["01_ppo_objective_math.ipynb", "02_rlhf_end_to_end.ipynb", "03_ppo_rloo_dpo.ipynb",
                                           "04_interp_walkthrough.ipynb"]
 
 
