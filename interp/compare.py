@@ -79,10 +79,12 @@ def plot_inside_changes(changes: list[InsideChange], path: str | Path) -> Path:
     axes[0].set(title="residual drift, 1 − cos", ylabel="1 − cos(ref, tuned)")
     axes[0].legend(fontsize=8)
     vmax = max(c.head_dla_change.abs().max().item() for c in changes) or 1.0
-    for ax, c in zip(axes[1:], changes):
+    for i, (ax, c) in enumerate(zip(axes[1:], changes)):
+        layers, heads = c.head_dla_change.shape
         im = ax.imshow(c.head_dla_change.numpy(), cmap="RdBu", vmin=-vmax, vmax=vmax)
-        ax.set(title=f"{c.label}: head DLA change (nats)", xlabel="head", ylabel="layer")
-    fig.colorbar(im, ax=axes[1:], shrink=0.8)
+        ax.set_xticks(range(heads)), ax.set_yticks(range(layers))
+        ax.set(title=c.label, xlabel="head", ylabel="layer" if i == 0 else None)
+    fig.colorbar(im, ax=axes[1:], shrink=0.8, label="head DLA change, tuned − ref (nats)")
     path = Path(path)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -97,7 +97,7 @@ def run_one(spec: RunSpec, task: str, run_dir: Path, train_flags: list[str]) -> 
     if proc.returncode != 0:
         errors = [line for line in stderr.splitlines() if line.startswith("error:")]
         raise RuntimeError(f"run {spec.name} failed (exit {proc.returncode}): "
-                           f"{errors[-1] if errors else stderr.strip().splitlines()[-1:]}")
+                           f"{errors[-1] if errors else (stderr.strip().splitlines() or ['no output'])[-1]}")
     return {"wall_s": time.perf_counter() - start, "peak_mib": usage.ru_maxrss / 1024}
 
 
@@ -199,7 +199,8 @@ def inside_view(specs: list[RunSpec], out: Path) -> tuple[Path, dict]:
     labels = [c.label for c in changes]
     summary = {"labels": labels, "dla_change_cosine": [[None if v != v else round(v, 3) for v in row] for row in sim.tolist()],
                "logit_diff_change": {c.label: round(c.logit_diff_change, 3) for c in changes},
-               "final_drift": {c.label: round(c.drift[-1].item(), 4) for c in changes}}
+               "final_drift": {c.label: round(c.drift[-1].item(), 4) for c in changes},
+               "head_dla_change": {c.label: [[round(v, 4) for v in row] for row in c.head_dla_change.tolist()] for c in changes}}
     return plot_inside_changes(changes, out / "inside.png"), summary
 
 
@@ -207,15 +208,25 @@ def inside_view(specs: list[RunSpec], out: Path) -> tuple[Path, dict]:
 
 
 TABLE_COLUMNS = [("reward_start", "reward, phase 1", "{:.3f}"), ("reward_final", f"reward, last {LAST}", "{:.3f}"),
-                 ("kl_final", f"KL, last {LAST}", "{:.3f}"), ("eval/vader_final", "VADER (held out)", "{:.3f}"),
-                 ("eval/ref_logprob_per_token_final", "ref log-prob / token", "{:.2f}"),
-                 ("eval/repeated_3grams_final", "repeated 3-grams", "{:.2f}"), ("wall_s", "wall (s)", "{:.0f}"),
+                 ("kl_final", f"KL, last {LAST}", "{:.3f}"),
+                 ("eval/vader", "VADER (held out)", "{:.3f}"),
+                 ("eval/ref_logprob_per_token", "ref log-prob / token (held out)", "{:.2f}"),
+                 ("eval/repeated_3grams", "repeated 3-grams (held out)", "{:.3f}"), ("wall_s", "wall (s)", "{:.0f}"),
                  ("peak_mib", "peak RSS (MiB)", "{:,.0f}"), ("tokens_per_s", "tokens/s", "{:.0f}")]
+"""(key, title, format); a held-out key `eval/…` shows its phase-1 value and its mean over the last LAST phases, `start → final`."""
+
+
+def _cell(row: dict, key: str, fmt: str) -> str:
+    if key.startswith("eval/"):
+        if key + "_final" not in row:
+            return ""
+        return f"{fmt.format(row[key + '_start'])} → {fmt.format(row[key + '_final'])}"
+    return fmt.format(row[key]) if key in row else ""
 
 
 def markdown_table(results: dict[str, dict]) -> str:
     head = "| run | " + " | ".join(title for _, title, _ in TABLE_COLUMNS) + " |"
-    rows = ["| " + name + " | " + " | ".join(fmt.format(r[key]) if key in r else "" for key, _, fmt in TABLE_COLUMNS) + " |"
+    rows = ["| " + name + " | " + " | ".join(_cell(r, key, fmt) for key, _, fmt in TABLE_COLUMNS) + " |"
             for name, r in results.items()]
     return "\n".join([head, "|" + "---|" * (len(TABLE_COLUMNS) + 1), *rows])
 
@@ -236,7 +247,7 @@ def write_html(out: Path, results: dict, figures: list[Path], inside: dict | Non
         return f'<img src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}" alt="{esc(path.name)}">'
 
     table = "<table><tr><th>run</th>" + "".join(f"<th>{esc(t)}</th>" for _, t, _ in TABLE_COLUMNS) + "</tr>" + "".join(
-        f"<tr><th>{esc(name)}</th>" + "".join(f"<td>{esc(fmt.format(r[k])) if k in r else ''}</td>"
+        f"<tr><th>{esc(name)}</th>" + "".join(f"<td>{esc(_cell(r, k, fmt))}</td>"
                                               for k, _, fmt in TABLE_COLUMNS) + "</tr>" for name, r in results.items()) + "</table>"
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>rlhf_scratch comparison</title><style>"
              "body{font-family:sans-serif;max-width:1200px;margin:2em auto}table{border-collapse:collapse;font-size:90%}"

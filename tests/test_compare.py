@@ -7,7 +7,7 @@ import torch
 
 from interp.compare import InsideChange, change_similarity, inside_changes
 from interp.toy import perturb_head, toy_model, toy_tokenizer
-from rlhf_scratch.compare import RunSpec, main, plan_runs
+from rlhf_scratch.compare import RunSpec, main, markdown_table, plan_runs
 
 SMALL = ["--", "--batch-size", "8", "--gen-len", "6", "--num-minibatches", "2"]
 
@@ -78,3 +78,55 @@ def test_comparison_writes_every_file_and_does_not_redo_finished_runs(tmp_path, 
     changed = [a if a != "ppo,rloo" else "ppo" for a in argv]
     assert main(changed) == 2, "a different plan in the same folder is refused"
     assert "holds a different comparison" in capsys.readouterr().err
+
+
+def test_table_shows_held_out_scores_from_phase_1_to_the_end():
+    row = {"reward_start": 0.5, "reward_final": 0.91, "kl_final": 0.25, "eval/vader_start": 0.6, "eval/vader_final": 0.55,
+           "wall_s": 12.4, "peak_mib": 1234.5, "tokens_per_s": 100.0}
+    table = markdown_table({"ppo-s1": row}).splitlines()
+    assert table[0].startswith("| run | reward, phase 1 | reward, last 10 | KL, last 10 | VADER (held out) |")
+    assert table[2] == "| ppo-s1 | 0.500 | 0.910 | 0.250 | 0.600 → 0.550 |  |  | 12 | 1,234 | 100 |"
+
+
+def test_an_interrupted_comparison_continues_the_interrupted_run(tmp_path, monkeypatch):
+    """Ctrl-C reaches the training run after its first phase; the same command again resumes that run
+    from its checkpoint (`train --resume`): the phases already done are kept, not retrained."""
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    from rlhf_scratch import compare
+    from rlhf_scratch.runs import read_status
+
+    out = tmp_path / "cmp"
+    argv = ["sentiment", "--algos", "rloo", "--total-phases", "12", "--no-interp", "--out", str(out), *SMALL]
+    metrics = out / "runs" / "rloo-s1" / "metrics.jsonl"
+    real_popen, commands = subprocess.Popen, []
+
+    def popen_then_ctrl_c(cmd, **kwargs):
+        commands.append(cmd)
+        proc = real_popen(cmd, **kwargs)
+        if len(commands) > 1:
+            return proc
+
+        def after_first_phase():
+            while proc.poll() is None and not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGINT)
+
+        threading.Thread(target=after_first_phase, daemon=True).start()
+        return proc
+
+    monkeypatch.setattr(compare.subprocess, "Popen", popen_then_ctrl_c)
+    assert main(argv) == 1, "the interrupted run stops the comparison, which says how to continue"
+    status = read_status(out / "runs" / "rloo-s1")
+    assert status["status"] == "interrupted" and 1 <= status["phase"] < 12
+    done = metrics.read_text().splitlines()
+    assert main(argv) == 0
+    assert commands[0][3:5] == ["sentiment", "--algo"] and commands[1][3:] == ["--resume", str(out / "runs" / "rloo-s1")]
+    lines = metrics.read_text().splitlines()
+    assert lines[: len(done)] == done, "the phases done before Ctrl-C are kept"
+    assert [json.loads(line)["phase"] for line in lines] == list(range(1, 13))
+    assert read_status(out / "runs" / "rloo-s1")["status"] == "finished"
+    assert "rloo-s1" in json.loads((out / "results.json").read_text())
