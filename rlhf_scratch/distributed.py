@@ -17,6 +17,7 @@ Backend: NCCL when the run is on CUDA, Gloo on CPU; multi-node launch is torchru
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, TypeVar
 
 import torch
@@ -44,8 +45,20 @@ def init(device: str) -> str:
     return device
 
 
-def destroy() -> None:
+def destroy(finished: bool = True) -> None:
+    """Leave the process group; `finished=False` when this rank stops on an error, whatever the others do.
+
+    Why it waits first: Gloo's worker threads free a finished collective's work, which holds Python
+    tensors and so needs the GIL, a moment after the collective returns. If that moment falls after
+    the process group's destructor has started — it joins those threads while holding the GIL — the
+    process deadlocks at exit (seen in about one 2-process run in two). Waiting releases the GIL so
+    the threads finish first: in a barrier when every rank got here normally, else (the other ranks
+    may be anywhere, and a barrier could wait for ever) in a short sleep."""
     if dist.is_initialized():
+        if finished:
+            dist.barrier()
+        else:
+            time.sleep(0.2)
         dist.destroy_process_group()
 
 

@@ -150,11 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     module, name = TRAINER_OF_ALGO[algo]
     rank0 = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0 (or no torchrun): the one that prints
     run_dir = Path(resume) if resume is not None else None
+    finished = False
     try:
         if resume is None and rank0:  # (under torchrun rank 0 creates it)
             check_new_run_dir(args.run_dir)  # before the models load: refuse to overwrite at once
         trainer = getattr(importlib.import_module(module), name)(args)  # loads models and prompts
         run_dir = trainer.train(run_dir, resume=resume is not None)
+        finished = True
     except (ValueError, OSError, HubUnreachableError) as e:  # ConfigError, RunFolderError, PromptError, ...
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
@@ -163,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{e}; resume with: python -m rlhf_scratch.train --resume {e.run_dir}", file=sys.stderr)
         return e.exit_code
     finally:
-        distributed.destroy()
+        distributed.destroy(finished)
     if rank0:
         print(f"done: {run_dir}")
     return 0

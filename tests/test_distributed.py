@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,10 +20,23 @@ WORKER = Path(__file__).parent / "distributed_worker.py"
 TIMEOUT = 240  # seconds: a hang (a rank waiting on a collective the other never joins) fails, not blocks
 
 
+def run_bounded(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """`subprocess.run` in a session of its own; past TIMEOUT the whole session is killed — torchrun
+    *and* its workers, which a plain timeout would leave running — and the test fails with their output."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"hung for {TIMEOUT} s: {' '.join(cmd[2:])}\n{err[-2000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def torchrun(*args: str, cwd: Path, nproc: int = 2) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    return run_bounded(cmd, cwd=cwd, env=env)
 
 
 # --- one process: every helper is the identity -----------------------------------------------------
@@ -91,8 +105,7 @@ def saved_rollouts(tmp_path_factory):
 def grads_alone(algo: str, rollout_path: Path, out: Path, rows: tuple[int, int] | None = None) -> dict:
     args = [str(rollout_path), str(out), *(map(str, rows) if rows else [])]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(WORKER), algo, *args], capture_output=True, text=True,
-                          timeout=TIMEOUT, env=env)
+    done = run_bounded([sys.executable, str(WORKER), algo, *args], env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     return torch.load(out)
 
@@ -129,8 +142,8 @@ def test_two_process_run_writes_one_run_folder_from_rank_0(algo, tmp_path):
     assert [m["phase"] for m in metrics] == [1, 2], "one line per phase, not one per rank"
     assert all(m["completions/total_tokens"] == 8 * 6 for m in metrics), "the logged batch is the global one"
     if algo == "ppo":  # a checkpoint of 2 ranks resumes only with 2
-        alone = subprocess.run([sys.executable, "-m", "rlhf_scratch.train", "--resume", str(run_dir), "--total-phases", "3"],
-                               capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path)
+        alone = run_bounded([sys.executable, "-m", "rlhf_scratch.train", "--resume", str(run_dir), "--total-phases", "3"],
+                            cwd=tmp_path)
         assert alone.returncode == 2 and alone.stderr.strip().splitlines() == [
             "error: resume: the checkpoint was written by 2 process(es); resume it with the same number "
             "(torchrun --nproc-per-node 2)"]
