@@ -40,8 +40,8 @@ def init(device: str) -> str:
     if cuda:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
         torch.cuda.set_device(device)
-    if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if cuda else "gloo")
+    if not dist.is_initialized():  # NCCL: bound to this rank's GPU, so its collectives never guess the device
+        dist.init_process_group(backend="nccl" if cuda else "gloo", device_id=torch.device(device) if cuda else None)
     return device
 
 

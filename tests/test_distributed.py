@@ -132,7 +132,7 @@ def test_two_process_gradients_equal_one_process_on_the_global_batch(algo, saved
 def test_two_process_run_writes_one_run_folder_from_rank_0(algo, tmp_path):
     run_dir = tmp_path / "run"
     out = torchrun("-m", "rlhf_scratch.train", "sentiment", "--algo", algo, "--total-phases", "2", "--batch-size", "8",
-                   "--gen-len", "6", "--num-minibatches", "2", "--run-dir", str(run_dir), cwd=tmp_path)
+                   "--gen-len", "6", "--num-minibatches", "2", "--device", "cpu", "--run-dir", str(run_dir), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("done:") == 1, "only rank 0 prints"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"], "no second run folder"
