@@ -36,6 +36,8 @@ _EXPORTS = {
     "normalize_reward": "rewards", "reward_fn_sentiment_imdb": "rewards", "reward_fn_vader": "rewards",
     "reward_fn_char_count": "rewards", "load_lm": "loading", "load_reward_model": "loading",
     "load_run": "runs",
+    # using a tuned model; judging it with what it was never trained on
+    "to_hf_gpt2": "export", "sample_both": "sample", "heldout_metrics": "heldout",
 }
 __all__ = sorted(_EXPORTS)
 

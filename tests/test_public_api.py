@@ -12,10 +12,11 @@ BLOG_NAMES = [
     "load_reward_model", "load_run",
 ]
 SIBLING_NAMES = ["RLOOTrainer", "compute_rloo_advantages", "OnlineDPOTrainer", "calc_dpo_loss", "Rollout", "make_rollout"]
+USE_NAMES = ["to_hf_gpt2", "sample_both", "heldout_metrics"]
 
 
 def test_every_public_name_imports_from_the_top_level():
-    for name in BLOG_NAMES + SIBLING_NAMES:
+    for name in BLOG_NAMES + SIBLING_NAMES + USE_NAMES:
         assert name in rlhf_scratch.__all__, f"{name} missing from rlhf_scratch.__all__"
         assert getattr(rlhf_scratch, name) is not None
     for name in rlhf_scratch.__all__:
