@@ -1,12 +1,14 @@
 """Data parallelism under torchrun, tested with two CPU processes (gloo) on the tiny preset."""
 
+import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -20,16 +22,20 @@ WORKER = Path(__file__).parent / "distributed_worker.py"
 TIMEOUT = 240  # seconds: a hang (a rank waiting on a collective the other never joins) fails, not blocks
 
 
-def run_bounded(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    """`subprocess.run` in a session of its own; past TIMEOUT the whole session is killed — torchrun
-    *and* its workers, which a plain timeout would leave running — and the test fails with their output."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
+def run_bounded(cmd: list[str], timeout: float = TIMEOUT, **kwargs) -> subprocess.CompletedProcess:
+    """`subprocess.run` that cannot block the suite: past TIMEOUT every process it started is killed —
+    torchrun *and* its workers, which torchrun starts in sessions of their own, so that neither a plain
+    timeout nor killing torchrun's process group reaches them (and a surviving worker would hold the
+    output pipes open for ever) — and the test fails with their output."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
     try:
-        out, err = proc.communicate(timeout=TIMEOUT)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        for process in [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
         out, err = proc.communicate()
-        pytest.fail(f"hung for {TIMEOUT} s: {' '.join(cmd[2:])}\n{err[-2000:]}")
+        pytest.fail(f"hung for {timeout} s: {' '.join(cmd[2:])}\n{err[-2000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
@@ -37,6 +43,21 @@ def torchrun(*args: str, cwd: Path, nproc: int = 2) -> subprocess.CompletedProce
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
     return run_bounded(cmd, cwd=cwd, env=env)
+
+
+def test_a_hang_is_killed_with_the_workers_in_their_own_sessions():
+    """What torchrun does: a worker in a session of its own, holding the output pipe. The hang must
+    fail the test within the timeout and leave no process behind."""
+    marker = f"time.sleep(600 + 0 * {os.getpid()})"  # this test's processes, not another run's
+    worker = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; {marker}'], "
+              f"start_new_session=True); print('started', flush=True); {marker}")
+    start = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match="hung for 5 s"):
+        run_bounded([sys.executable, "-c", worker], timeout=5)
+    assert time.monotonic() - start < 30
+    alive = [p for p in psutil.process_iter(["cmdline", "status"]) if marker in " ".join(p.info["cmdline"] or [])
+             and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert not alive, "a worker survived"
 
 
 # --- one process: every helper is the identity -----------------------------------------------------
