@@ -76,9 +76,9 @@ def worker_ours(system: str, opts) -> dict:
         sys.path.insert(0, str(Path(__file__).parent))
         from phase_memory import gpt2_small_factory
 
-        from rlhf_scratch import loop
+        from rlhf_scratch import run_setup
 
-        loop.load_lm = gpt2_small_factory()
+        run_setup.load_lm = gpt2_small_factory()
         task = "periods"  # the tiny classifier's tokenizer does not cover GPT-2's vocabulary
     common = dict(task=task, total_phases=opts.warmup + opts.rounds, batch_size=BATCH, gen_len=GEN_LEN, top_k=TOP_K,
                   num_minibatches=MINIBATCHES, device=opts.device, threads=opts.threads, save_every=0,

@@ -41,12 +41,12 @@ def main() -> None:
         m = read_metrics(run)
         phases = [x["phase"] for x in m]
         reward = [x["rewards/mean"] for x in m]
-        kl = [x["objective/kl"] for x in m]
+        kl = [x["rollout/kl_full_vocab"] for x in m]
         ax_r.plot(phases, reward, label=label)
         ax_f.plot(kl, reward, marker=".", linestyle="-", alpha=0.7, label=label)
         last = m[-10:]
         rows.append([label, f"{reward[0]:.3f}", f"{statistics.mean(x['rewards/mean'] for x in last):.3f}",
-                     f"{statistics.mean(x['objective/kl'] for x in last):.3f}",
+                     f"{statistics.mean(x['rollout/kl_full_vocab'] for x in last):.3f}",
                      f"{statistics.mean(x['completions/mean_length'] for x in last):.1f}",
                      f"{statistics.median(x['charts/phase_time'] for x in m):.2f}",
                      f"{float(wall):.0f} s" if wall else "", f"{float(peak):,.0f} MiB" if peak else ""])

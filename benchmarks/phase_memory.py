@@ -59,22 +59,16 @@ def main() -> None:
 
     if opts.threads:
         torch.set_num_threads(opts.threads)
-    try:  # this package's layout
-        from rlhf_scratch.algorithms import ppo as trainer_module
-        from rlhf_scratch import loop as loading_site
-    except ImportError:  # the layout before the shared rollout layer
-        from rlhf_scratch import trainer as trainer_module
-        loading_site = trainer_module
+    from rlhf_scratch import run_setup
+    from rlhf_scratch.algorithms.ppo import RLHFTrainer
+
     task = "sentiment"
-    if opts.shape == "gpt2-small":
-        loading_site.load_lm = gpt2_small_factory()
+    if opts.shape == "gpt2-small":  # every model the run loads becomes the random GPT-2-small shape
+        run_setup.load_lm = gpt2_small_factory()
         task = "periods"
     values = dict(task=task, batch_size=opts.batch_size, total_phases=opts.phases, warmup_steps=1)
-    try:  # this package's trainer sets torch's threads from its args
-        args = make_args("tiny", threads=opts.threads, **values)
-    except Exception:  # older checkouts have no threads field
-        args = make_args("tiny", **values)
-    trainer = trainer_module.RLHFTrainer(args, quiet=True)
+    args = make_args("tiny", threads=opts.threads, **values)
+    trainer = RLHFTrainer(args, quiet=True)
     before = rss_peak_mib()
     times = []
     for _ in range(opts.phases):

@@ -27,15 +27,14 @@ from pathlib import Path
 import torch
 
 from interp import attention, logits, neurons, residual
+from interp.probes import REVIEW_PROMPTS
 
-# Review openings every report uses besides the run's own prompt (fixed, so reports compare).
-REVIEW_PROMPTS: tuple[str, ...] = (
-    "I thought this movie was",
-    "The acting in this film was",
-    "Overall, the story is",
-    "The ending of the movie was",
-    "This is one of the",
-)
+
+# The CSS of every interp page (this report, interp.features' page).
+PAGE_STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
+              "table{border-collapse:collapse;font-size:90%}"
+              "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}"
+              "img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}figcaption{color:#555;font-size:90%}")
 
 STEPS = ("logits", "logit lens", "decomposition", "residual drift", "residual patching",
          "head DLA", "weight change", "head ablation", "head patching", "neurons", "attention patterns",
@@ -460,14 +459,11 @@ def _html(title: str, S: dict, figures: list[tuple[str, Path, str]], attention_h
                  ("reward change with a head ablated (tuned)",
                   ", ".join(f"{a['head']} {a['change']:+.3f}" for a in r["ablation"]))]
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>"
-        "body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
-        "table{border-collapse:collapse;font-size:90%}"
-        "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}"
-        "img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}figcaption{color:#555;font-size:90%}"
-        "</style></head><body>",
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{PAGE_STYLE}</style></head><body>",
         f"<h1>{esc(title)}</h1><h2>Findings</h2><ul>"
         + "".join(f"<li>{esc(line)}</li>" for line in S["headline"]) + "</ul>",
+        "<p><a href='features.html'>Features: what RLHF changed in sparse-autoencoder features</a> "
+        "(written by <code>python -m interp.features RUN_DIR</code>)</p>",
         "<h2>Key numbers</h2>" + table(rows),
         "<p>Units: logit differences and attributions in nats of log-odds (mean logit of the positive words minus "
         "the negative ones, at the last token); KL in nats; patching fractions: (patched − reference) / (tuned − "
@@ -525,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:
-        from rlhf_scratch.runs import load_run
+        from rlhf_scratch.runs import load_run, reward_shown
 
         run = load_run(run_dir, device=args.device)
         reward_fn = None
@@ -533,9 +529,14 @@ def main(argv: list[str] | None = None) -> int:
             from rlhf_scratch.tasks import make_reward_fn
 
             reward_fn = make_reward_fn(run.args, device=args.device)
-    except (ValueError, OSError, RuntimeError) as err:  # RunFolderError, missing files, Hub offline
-        print(f"interp.report: error: {run_dir}: {str(err).splitlines()[0]}", file=sys.stderr)
+    except (ValueError, OSError, RuntimeError) as err:  # RunFolderError (still training: what to do), Hub offline
+        message = str(err).splitlines()[0]
+        print(f"interp.report: error: {'' if message.startswith(str(run_dir)) else f'{run_dir}: '}{message}",
+              file=sys.stderr)
         return 2
+    shown = reward_shown(run_dir, run.args)  # a Python reward the command line cannot load: said so
+    if reward_fn is not None:
+        print(shown)
     longest = max(len(run.reference.to_tokens(p)[0]) for p in [run.args.prefix, *REVIEW_PROMPTS])
     if longest + args.gen_len > run.reference.cfg.n_ctx:
         return fail(f"--gen-len: {args.gen_len} + the longest prompt ({longest} tokens) exceeds the model's "
@@ -547,7 +548,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = make_report(run.reference, run.tuned, list(REVIEW_PROMPTS), tmp, reward_fn=reward_fn,
                               run_prompt=run.args.prefix, n_samples=args.n_samples, gen_len=args.gen_len,
-                              title=f"What did RLHF change? {run_dir.name}")
+                              title=f"What did RLHF change? {run_dir.name}"
+                              + (f" ({shown})" if reward_fn is not None else ""))
+        for kept in ("features.html", "features"):  # interp.features' page lives beside the report: keep it
+            if (out / kept).exists():
+                os.replace(out / kept, tmp / kept)
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import tempfile
-import warnings
 
 import torch
 from jaxtyping import Float
@@ -17,7 +16,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from interp.logits import NEGATIVE_WORDS, POSITIVE_WORDS
-from rlhf_scratch import HOOKED_TRANSFORMER_DEPRECATION
+from rlhf_scratch.quiet import quiet_hooked_transformer
 
 ENDOFTEXT = "<|endoftext|>"
 FILLER_WORDS = (
@@ -61,9 +60,7 @@ def toy_model(seed: int = 0, tokenizer=None, n_layers: int = 2, n_heads: int = 4
         d_mlp=4 * n_heads * d_head, n_ctx=64, d_vocab=len(tokenizer), act_fn="gelu",
         normalization_type="LN", seed=seed,
     )
-    with warnings.catch_warnings():
-        # We knowingly use HookedTransformer (the package's model class) until TL 4.
-        warnings.filterwarnings("ignore", message=HOOKED_TRANSFORMER_DEPRECATION, category=DeprecationWarning)
+    with quiet_hooked_transformer():  # we knowingly use HookedTransformer until TL 4
         model = HookedTransformer(cfg, tokenizer=tokenizer)
     model.eval()
     return model

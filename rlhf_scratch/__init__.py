@@ -7,22 +7,23 @@ The public names below are imported on first use (PEP 562), so `import rlhf_scra
 """
 
 import importlib
-import warnings
 
-# TransformerLens 3.x deprecates HookedTransformer in favour of TransformerBridge; we knowingly
-# build on HookedTransformer (pinned <4), so silence exactly that warning and no other.
-HOOKED_TRANSFORMER_DEPRECATION = r".*HookedTransformer.* is deprecated"
-warnings.filterwarnings("ignore", message=HOOKED_TRANSFORMER_DEPRECATION, category=DeprecationWarning)
+from rlhf_scratch.quiet import silence_hooked_transformer_deprecation
+
+silence_hooked_transformer_deprecation()  # we knowingly build on HookedTransformer (see quiet.py)
 
 # public name -> module that defines it
 _EXPORTS = {
     # configs
     "CommonArgs": "config", "RLHFArgs": "config", "RLOOArgs": "config", "OnlineDPOArgs": "config",
+    "GRPOArgs": "config",
     "make_args": "config",
     # trainers
     "RLHFTrainer": "algorithms.ppo", "compute_rlhf_objective": "algorithms.ppo",
     "RLOOTrainer": "algorithms.rloo", "compute_rloo_advantages": "algorithms.rloo",
     "OnlineDPOTrainer": "algorithms.online_dpo", "calc_dpo_loss": "algorithms.online_dpo",
+    "GRPOTrainer": "algorithms.grpo", "compute_grpo_advantages": "algorithms.grpo",
+    "calc_grpo_objective": "algorithms.grpo",
     # the rollout
     "get_samples": "sampling", "sample_next_token": "sampling", "Rollout": "rollout", "make_rollout": "rollout",
     "PromptIterator": "prompts", "load_prompts": "prompts",

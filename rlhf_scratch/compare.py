@@ -19,7 +19,10 @@ DPO 32 × 2). Then the command writes to OUT:
     index.html            all of it, with the last samples of each run
 
 An interrupted comparison continues where it stopped. Finished runs are kept. An interrupted
-run is resumed from its checkpoint. The plan is saved in OUT/compare.json and must match.
+run is resumed from its checkpoint (one with none is started again); a run another process is
+still training is refused. One bar counts the phases of all runs and names the run and its phase.
+The final columns average the last 10 phases (fewer in a shorter run: the table says how many).
+The plan is saved in OUT/compare.json and must match.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ import base64
 import html
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -77,27 +82,48 @@ def _csv(text: str, kind, field: str) -> list:
 # --- running -------------------------------------------------------------------------------------
 
 
-def run_one(spec: RunSpec, task: str, run_dir: Path, train_flags: list[str]) -> dict:
-    """Train one run in its own process (or resume it); its wall seconds and peak RSS (MiB)."""
-    from rlhf_scratch.runs import STATUS_FILE
+def run_one(spec: RunSpec, task: str, run_dir: Path, train_flags: list[str], progress=None) -> dict:
+    """Train one run in its own process (or resume it); its wall seconds and peak RSS (MiB).
 
-    if (run_dir / STATUS_FILE).is_file():  # started before and interrupted: continue it
-        cmd = [sys.executable, "-m", "rlhf_scratch.train", "--resume", str(run_dir)]
-    else:
-        cmd = [sys.executable, "-m", "rlhf_scratch.train", task, "--algo", spec.algo, "--seed", str(spec.seed),
-               "--run-dir", str(run_dir), *train_flags]
-        if spec.beta is not None:
-            cmd += [BETA_FLAG[spec.algo], str(spec.beta)]
+    A run another process is training is refused (one line); an unfinished run with a checkpoint
+    is resumed, one without (or a finished run whose numbers were lost) is started again.
+    `progress(phase)` is called with the run's completed phases while it trains."""
+    from rlhf_scratch.runs import list_checkpoints, next_step, read_status
+
+    cmd = [sys.executable, "-m", "rlhf_scratch.train", task, "--algo", spec.algo, "--seed", str(spec.seed),
+           "--run-dir", str(run_dir), *train_flags]
+    if spec.beta is not None:
+        cmd += [BETA_FLAG[spec.algo], str(spec.beta)]
+    if run_dir.exists():
+        status = read_status(run_dir)
+        if status["status"] == "running":
+            raise RuntimeError(f"run {spec.name}: {next_step(run_dir, status)}")
+        if status["status"] != "finished" and list_checkpoints(run_dir):  # interrupted, failed or lost: continue it
+            cmd = [sys.executable, "-m", "rlhf_scratch.train", "--resume", str(run_dir)]
+        else:
+            shutil.rmtree(run_dir)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled")})
-    stderr = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    stderr: list[str] = []
+    reader = threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True)  # so the pipe never fills
+    reader.start()
+    while True:
+        pid, status_code, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if progress is not None and (run_dir / "status.json").is_file():
+            progress(read_status(run_dir).get("phase") or 0)
+        time.sleep(0.5)
+    reader.join()
+    proc.returncode = os.waitstatus_to_exitcode(status_code)
+    if progress is not None and (run_dir / "status.json").is_file():
+        progress(read_status(run_dir).get("phase") or 0)
     if proc.returncode != 0:
-        errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+        lines = "".join(stderr).splitlines()
+        errors = [line for line in lines if line.startswith("error:")]
         raise RuntimeError(f"run {spec.name} failed (exit {proc.returncode}): "
-                           f"{errors[-1] if errors else (stderr.strip().splitlines() or ['no output'])[-1]}")
+                           f"{errors[-1] if errors else ([l for l in lines if l.strip()] or ['no output'])[-1]}")
     return {"wall_s": time.perf_counter() - start, "peak_mib": usage.ru_maxrss / 1024}
 
 
@@ -111,8 +137,8 @@ def summarize(run_dir: Path, measured: dict) -> dict:
     def final(key: str) -> float:
         return statistics.mean(x[key] for x in last)
 
-    row = {"reward_start": m[0]["rewards/mean"], "reward_final": final("rewards/mean"),
-           "kl_final": final("objective/kl"), "length_final": final("completions/mean_length"),
+    row = {"phases": len(m), "averaged": len(last), "reward_start": m[0]["rewards/mean"], "reward_final": final("rewards/mean"),
+           "kl_final": final("rollout/kl_full_vocab"), "length_final": final("completions/mean_length"),
            "tokens_per_s": statistics.median(x["charts/tokens_per_s"] for x in m), **measured}
     for key in ("eval/vader", "eval/ref_logprob_per_token", "eval/repeated_3grams"):
         if key in m[0]:
@@ -160,7 +186,7 @@ def plot_comparison(groups: dict[str, list[list[dict]]], out: Path) -> list[Path
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for label, runs in groups.items():
         for i, r in enumerate(runs):
-            ax.plot([x["objective/kl"] for x in r], [x["rewards/mean"] for x in r], marker=".", alpha=0.6,
+            ax.plot([x["rollout/kl_full_vocab"] for x in r], [x["rewards/mean"] for x in r], marker=".", alpha=0.6,
                     label=label if i == 0 else None, color=f"C{list(groups).index(label)}")
     ax.set(xlabel="KL(π‖π_ref), nats per token", ylabel="proxy reward", title="the reward–KL frontier (a point per phase)")
     ax.grid(alpha=0.3), ax.legend()
@@ -186,7 +212,7 @@ def plot_comparison(groups: dict[str, list[list[dict]]], out: Path) -> list[Path
 def inside_view(specs: list[RunSpec], out: Path) -> tuple[Path, dict]:
     """interp.compare on the first run of each group: residual drift, head DLA change, similarity."""
     from interp.compare import change_similarity, inside_changes, plot_inside_changes
-    from interp.report import REVIEW_PROMPTS
+    from interp.probes import REVIEW_PROMPTS
     from rlhf_scratch.runs import load_run
 
     firsts: dict[str, RunSpec] = {}
@@ -207,13 +233,28 @@ def inside_view(specs: list[RunSpec], out: Path) -> tuple[Path, dict]:
 # --- the page ------------------------------------------------------------------------------------
 
 
-TABLE_COLUMNS = [("reward_start", "reward, phase 1", "{:.3f}"), ("reward_final", f"reward, last {LAST}", "{:.3f}"),
-                 ("kl_final", f"KL, last {LAST}", "{:.3f}"),
+TABLE_COLUMNS = [("reward_start", "reward, phase 1", "{:.3f}"), ("reward_final", "reward, {final}", "{:.3f}"),
+                 ("kl_final", "KL, {final}", "{:.3f}"),
                  ("eval/vader", "VADER (held out)", "{:.3f}"),
                  ("eval/ref_logprob_per_token", "ref log-prob / token (held out)", "{:.2f}"),
                  ("eval/repeated_3grams", "repeated 3-grams (held out)", "{:.3f}"), ("wall_s", "wall (s)", "{:.0f}"),
                  ("peak_mib", "peak RSS (MiB)", "{:,.0f}"), ("tokens_per_s", "tokens/s", "{:.0f}")]
-"""(key, title, format); a held-out key `eval/…` shows its phase-1 value and its mean over the last LAST phases, `start → final`."""
+"""(key, title, format); a held-out key `eval/…` shows its phase-1 value and its mean over the last LAST
+phases, `start → final`; `{final}` in a title says what was averaged (see `averaged_label`)."""
+
+
+def averaged_label(results: dict[str, dict]) -> str:
+    """What the final columns average, e.g. `last 5 of 5 phases` (LAST, or fewer in a shorter run)."""
+    spans = {(r["averaged"], r["phases"]) for r in results.values() if "averaged" in r}
+    if len(spans) == 1:
+        n, m = spans.pop()
+        return f"last {n} of {m} phases"
+    return f"last {LAST} phases (fewer in shorter runs)"
+
+
+def column_titles(results: dict[str, dict]) -> list[str]:
+    final = averaged_label(results)
+    return [title.format(final=final) for _, title, _ in TABLE_COLUMNS]
 
 
 def _cell(row: dict, key: str, fmt: str) -> str:
@@ -225,7 +266,7 @@ def _cell(row: dict, key: str, fmt: str) -> str:
 
 
 def markdown_table(results: dict[str, dict]) -> str:
-    head = "| run | " + " | ".join(title for _, title, _ in TABLE_COLUMNS) + " |"
+    head = "| run | " + " | ".join(column_titles(results)) + " |"
     rows = ["| " + name + " | " + " | ".join(_cell(r, key, fmt) for key, _, fmt in TABLE_COLUMNS) + " |"
             for name, r in results.items()]
     return "\n".join([head, "|" + "---|" * (len(TABLE_COLUMNS) + 1), *rows])
@@ -246,7 +287,7 @@ def write_html(out: Path, results: dict, figures: list[Path], inside: dict | Non
     def img(path: Path) -> str:
         return f'<img src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}" alt="{esc(path.name)}">'
 
-    table = "<table><tr><th>run</th>" + "".join(f"<th>{esc(t)}</th>" for _, t, _ in TABLE_COLUMNS) + "</tr>" + "".join(
+    table = "<table><tr><th>run</th>" + "".join(f"<th>{esc(t)}</th>" for t in column_titles(results)) + "</tr>" + "".join(
         f"<tr><th>{esc(name)}</th>" + "".join(f"<td>{esc(_cell(r, k, fmt))}</td>"
                                               for k, _, fmt in TABLE_COLUMNS) + "</tr>" for name, r in results.items()) + "</table>"
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>rlhf_scratch comparison</title><style>"
@@ -254,8 +295,8 @@ def write_html(out: Path, results: dict, figures: list[Path], inside: dict | Non
              "th,td{border:1px solid #ccc;padding:4px 8px}img{max-width:100%}pre{background:#f6f6f6;padding:8px;"
              "overflow-x:auto;font-size:80%}</style></head><body><h1>PPO vs RLOO vs Online DPO</h1>",
              "<p>Same prompts, seed, reward and generated tokens per phase. Proxy = the training reward. "
-             "Held out = judges the runs never trained on (rlhf_scratch/heldout.py). Final = mean of the last "
-             f"{LAST} phases.</p>", table]
+             "Held out = judges the runs never trained on (rlhf_scratch/heldout.py). Final = mean of the "
+             f"{esc(averaged_label(results))}.</p>", table]
     parts += [f"<figure>{img(p)}</figure>" for p in figures]
     if inside is not None:
         labels = inside["labels"]
@@ -282,15 +323,17 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, train_flags = argv[:cut], argv[cut + 1:]
-    parser = argparse.ArgumentParser(prog="python -m rlhf_scratch.compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("task", choices=TASKS)
+    parser = argparse.ArgumentParser(prog="python -m rlhf_scratch.compare", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                     epilog="Flags after -- go to every `python -m rlhf_scratch.train` run.")
+    parser.add_argument("task", choices=TASKS, help="the reward every run maximises")
     parser.add_argument("--algos", default=",".join(ALGOS), help="comma-separated, of " + ", ".join(ALGOS))
     parser.add_argument("--seeds", default="1", help="comma-separated seeds (a band over them in the figures)")
     parser.add_argument("--kl-coefs", default=None, help="comma-separated β values: one run per β (the frontier)")
-    parser.add_argument("--total-phases", type=int, default=100)
-    parser.add_argument("--prompts", default=None, help="as train's --prompts (default: the blog's prefix)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default=None, help="the comparison folder (default: comparisons/<task>-<time>)")
+    parser.add_argument("--total-phases", type=int, default=100, help="phases of every run")
+    parser.add_argument("--prompts", default=None, help="as train's --prompts (None: the blog's prefix)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads of every run")
+    parser.add_argument("--out", default=None, help="the comparison folder (None: comparisons/<task>-<time>)")
     parser.add_argument("--no-interp", action="store_true", help="skip the inside view (interp.compare)")
     opts = parser.parse_args(argv)
     try:
@@ -326,14 +369,23 @@ def main(argv: list[str] | None = None) -> int:
     specs = plan_runs(algos, seeds, betas)
     results_path = out / RESULTS_FILE
     measured: dict[str, dict] = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    bar = tqdm(total=len(specs) * opts.total_phases, desc="phases, all runs", unit="phase", file=sys.stderr)
     try:
-        for spec in tqdm(specs, desc="runs", file=sys.stderr):
+        for i, spec in enumerate(specs):
             run_dir = out / "runs" / spec.name
             done = (run_dir / "status.json").is_file() and read_status(run_dir)["status"] == "finished"
             if done and spec.name in measured:
+                bar.update(i * opts.total_phases + opts.total_phases - bar.n)
                 continue  # finished in an earlier call: not redone
-            measured[spec.name] = {**asdict(spec), **run_one(spec, opts.task, run_dir, flags)}
+
+            def progress(phase: int, i=i, spec=spec) -> None:
+                bar.set_postfix_str(f"run {i + 1}/{len(specs)} {spec.name}: phase {phase}/{opts.total_phases}")
+                bar.update(i * opts.total_phases + phase - bar.n)
+
+            progress(0)
+            measured[spec.name] = {**asdict(spec), **run_one(spec, opts.task, run_dir, flags, progress)}
             results_path.write_text(json.dumps(measured, indent=1))
+        bar.close()
         results = {s.name: summarize(out / "runs" / s.name, {k: measured[s.name][k] for k in ("wall_s", "peak_mib")})
                    for s in specs}
         figures = plot_comparison(_by_group(specs, out), out)
@@ -342,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             inside_png, inside = inside_view(specs, out)
             figures.append(inside_png)
     except (RuntimeError, OSError, ValueError) as e:
+        bar.close()
         print(f"error: {str(e).splitlines()[0]}; run the same command again to continue", file=sys.stderr)
         return 1
     (out / "table.md").write_text(markdown_table(results) + "\n")

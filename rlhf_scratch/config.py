@@ -3,7 +3,8 @@
     CommonArgs           what to train, the rollout (prompts, sampling, EOS), optimisation, output
     ├── RLHFArgs         PPO with the blog's names (value head, clipped surrogate, KL penalty)
     ├── RLOOArgs         RLOO with TRL's names (num_generations, epsilon_low/high, beta)
-    └── OnlineDPOArgs    Online DPO with TRL's names (beta, loss_type, judge)
+    ├── OnlineDPOArgs    Online DPO with TRL's names (beta, loss_type, judge)
+    └── GRPOArgs         GRPO with TRL's names (num_generations, loss_type, scale_rewards, beta)
 
 Presets fill in the model, the reward model and the hyper-parameters that suit them; anything
 given on the command line wins over the preset. `validate()` is called once at start and fails
@@ -22,6 +23,9 @@ TASKS = ("sentiment", "vader", "periods")
 DIRECTIONS = ("pos", "neg")
 ADVANTAGES = ("one_step", "gae")
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+SCALE_REWARDS = ("group", "batch", "none")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 JUDGES = ("tiny", "vader")
 PROMPT_PREFIX = "prefix"  # --prompts prefix: every sample continues args.prefix (the blog)
 
@@ -103,7 +107,9 @@ class CommonArgs:
     temperature: float = 1.0
     """Sampling temperature (> 0)."""
     top_k: int = 10
-    """Sample from the top-k tokens only (0 = all)."""
+    """Sample from the top-k tokens only (0 = all). 10 is the blog's, kept for PPO; the TRL algorithms
+    default to TRL's 0: top-k sampling scored with the full softmax biases the policy gradient
+    (docs/fidelity.md, "Top-k")."""
     stop_at_eos: bool | None = None
     """End a completion at its first EOS (the rest is padding, masked out of every term). Default:
     off for --prompts prefix (the blog's fixed-length samples), on for prompt datasets (a review
@@ -130,8 +136,9 @@ class CommonArgs:
     """Log one point per phase to Weights & Biases (offline mode without network)."""
     wandb_project: str = "rlhf_scratch"
     """W&B project name."""
-    table_every: int = 1
-    """Print the blog's sample table every this many phases (and at the first and last)."""
+    table_every: int = 10
+    """Print the blog's sample table every this many phases (and at the first and last); between
+    tables the console shows one phase bar with reward and KL (samples.md keeps the same tables)."""
     plot_every: int = 10
     """Redraw curves.png every this many phases (and at the first and last): a plot costs about as
     much as a tenth of a tiny phase, so not every phase."""
@@ -312,6 +319,8 @@ class RLOOArgs(CommonArgs):
     """β of the sequence-level KL folded into the reward: r <- R - β Σ_t (log π_old - log π_ref)."""
     normalize_advantages: bool = False
     """Whiten the advantages over the whole batch ((A - mean) / (std + 1e-4)); off as in TRL."""
+    top_k: int = 0
+    """Sample from the top-k tokens only (0 = all, TRL's default: see docs/fidelity.md, "Top-k")."""
 
     def samples_per_group(self) -> int:
         return self.num_generations
@@ -322,6 +331,62 @@ class RLOOArgs(CommonArgs):
                f"must be >= 2 (the leave-one-out baseline needs another completion); got {self.num_generations}")
         _check(self.batch_size % self.num_generations == 0, "batch_size",
                f"must be divisible by num_generations ({self.batch_size} % {self.num_generations} != 0)")
+        _check(_finite(self.epsilon_low) and 0 < self.epsilon_low < 1, "epsilon_low", f"must be in (0, 1); got {self.epsilon_low}")
+        _check(_finite(self.epsilon_high) and self.epsilon_high > 0, "epsilon_high", f"must be > 0; got {self.epsilon_high}")
+        return self
+
+    def _positive_ints(self) -> tuple[str, ...]:
+        return super()._positive_ints() + ("num_generations", "num_iterations")
+
+    def _nonnegative_floats(self) -> tuple[str, ...]:
+        return super()._nonnegative_floats() + ("beta",)
+
+
+@dataclass
+class GRPOArgs(CommonArgs):
+    """GRPO (Shao et al. 2024) and its length-bias fixes (Dr. GRPO, DAPO, GSPO), with TRL 1.16's names and defaults."""
+
+    ALGO: ClassVar[str] = "grpo"
+
+    num_generations: int = 8
+    """G: completions per prompt (consecutive in the batch); batch_size must divide by it. 8 as TRL:
+    the tiny preset's batch of 64 is then 8 prompts."""
+    num_iterations: int = 1
+    """Passes over each rollout batch (TRL's μ; 1: every ratio is 1 and the loss is REINFORCE-like)."""
+    epsilon_low: float = 0.2
+    """Lower clip of the ratio: 1 - epsilon_low (TRL's `epsilon`)."""
+    epsilon_high: float = 0.2
+    """Upper clip of the ratio: 1 + epsilon_high (DAPO's clip-higher recommends 0.28)."""
+    beta: float = 0.0
+    """β of the per-token k3 KL to the reference in the loss. 0 (TRL's default): no reference forward at all."""
+    loss_type: str = "dapo"
+    """Aggregation over tokens: `grpo` (per-sequence mean, then mean: length-biased), `bnpo` (mean over the
+    minibatch's tokens), `dr_grpo` (sum / (sequences x gen_len)) or `dapo` (sum / the generation batch's tokens)."""
+    scale_rewards: str = "group"
+    """Advantage scale: `group` (÷ the group's reward std), `batch` (÷ the whole batch's) or `none` (Dr. GRPO)."""
+    importance_sampling_level: str = "token"
+    """`token` (one ratio per token) or `sequence` (GSPO: one ratio per sequence, exp of the mean log-ratio)."""
+    top_k: int = 0
+    """Sample from the top-k tokens only (0 = all, TRL's default)."""
+    measure_kl: bool = False
+    """With beta = 0, still run the reference forward each rollout, only to log objective/kl and
+    eval/ref_logprob_per_token (a diagnostic, not in TRL; always on when beta > 0)."""
+
+    def samples_per_group(self) -> int:
+        return self.num_generations
+
+    def validate(self) -> "GRPOArgs":
+        super().validate()
+        _check(self.num_generations >= 2, "num_generations",
+               f"must be >= 2 (a group of one has no baseline); got {self.num_generations}")
+        _check(self.batch_size % self.num_generations == 0, "batch_size",
+               f"must be divisible by num_generations ({self.batch_size} % {self.num_generations} != 0)")
+        _check(self.loss_type in GRPO_LOSS_TYPES, "loss_type",
+               f"must be one of {', '.join(GRPO_LOSS_TYPES)}; got {self.loss_type!r}")
+        _check(self.scale_rewards in SCALE_REWARDS, "scale_rewards",
+               f"must be one of {', '.join(SCALE_REWARDS)}; got {self.scale_rewards!r}")
+        _check(self.importance_sampling_level in IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level",
+               f"must be one of {', '.join(IMPORTANCE_SAMPLING_LEVELS)}; got {self.importance_sampling_level!r}")
         _check(_finite(self.epsilon_low) and 0 < self.epsilon_low < 1, "epsilon_low", f"must be in (0, 1); got {self.epsilon_low}")
         _check(_finite(self.epsilon_high) and self.epsilon_high > 0, "epsilon_high", f"must be > 0; got {self.epsilon_high}")
         return self
@@ -348,6 +413,8 @@ class OnlineDPOArgs(CommonArgs):
     judge: str | None = None
     """Who picks the winner: None (the task's reward, higher wins), `tiny` (the tiny classifier as
     a pairwise judge) or `vader` (the VADER lexicon as a judge)."""
+    top_k: int = 0
+    """Sample from the top-k tokens only (0 = all, TRL's default: see docs/fidelity.md, "Top-k")."""
 
     def samples_per_group(self) -> int:
         return 2
@@ -366,7 +433,8 @@ class OnlineDPOArgs(CommonArgs):
         return super()._positive_ints() + ("num_iterations",)
 
 
-ARGS_OF_ALGO: dict[str, type[CommonArgs]] = {"ppo": RLHFArgs, "rloo": RLOOArgs, "online_dpo": OnlineDPOArgs}
+ARGS_OF_ALGO: dict[str, type[CommonArgs]] = {"ppo": RLHFArgs, "rloo": RLOOArgs, "online_dpo": OnlineDPOArgs,
+                                             "grpo": GRPOArgs}
 ALGOS = tuple(ARGS_OF_ALGO)
 
 # Each preset is a set of field values applied over the dataclass defaults (which are tuned for
@@ -389,7 +457,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         final_scale=0.1,
         kl_coef=2.5,
         gen_len=30,
-        top_k=10,
+        # top_k: each algorithm's default (the blog's 10 for PPO, TRL's 0 for the others)
     ),
 }
 

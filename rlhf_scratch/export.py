@@ -113,7 +113,7 @@ def to_hf_gpt2(model: HookedTransformer):
     check_exportable(model)
     cfg, tok = model.cfg, model.tokenizer
     config = GPT2Config(
-        vocab_size=cfg.d_vocab, n_positions=cfg.n_ctx, n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads,
+        vocab_size=cfg.d_vocab, n_positions=cfg.n_ctx, n_ctx=cfg.n_ctx, n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads,
         n_inner=cfg.d_mlp, activation_function=cfg.act_fn, layer_norm_epsilon=cfg.eps, tie_word_embeddings=False,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
         bos_token_id=getattr(tok, "bos_token_id", None), eos_token_id=getattr(tok, "eos_token_id", None),
@@ -131,7 +131,7 @@ def export(run_dir: str | Path, out_dir: str | Path, value_head: bool = False) -
     """Write the tuned policy of `run_dir` to `out_dir` as a Hugging Face GPT-2 folder."""
     from safetensors.torch import save_file
 
-    from rlhf_scratch.loading import _no_weight_loading_bars
+    from rlhf_scratch.loading import no_weight_loading_bars
     from rlhf_scratch.runs import load_run
 
     out_dir = Path(out_dir)
@@ -140,12 +140,61 @@ def export(run_dir: str | Path, out_dir: str | Path, value_head: bool = False) -
         raise ValueError(f"--value-head: {run_dir} is a {run.args.algo} run; only PPO runs have a value head")
     hf = to_hf_gpt2(run.tuned)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with _no_weight_loading_bars():
+    with no_weight_loading_bars():
         hf.save_pretrained(out_dir)  # config.json + model.safetensors
-    run.tuned.tokenizer.save_pretrained(out_dir)
+    tokenizer = run.tuned.tokenizer
+    tokenizer.model_max_length = run.tuned.cfg.n_ctx  # the model's real limit (a GPT-2 tokenizer says 1024)
+    tokenizer.save_pretrained(out_dir)
     if value_head:
         head = {k: v.detach().contiguous() for k, v in run.policy.value_head.state_dict().items()}
         save_file(head, str(out_dir / VALUE_HEAD_FILE), metadata={"reads": "ln_final.hook_normalized"})
+    return out_dir
+
+
+def to_hf_reward_model(model):
+    """A `transformers.GPT2ForSequenceClassification` (num_labels=1) giving the same scalar as a
+    `reward_modeling.RewardModel`, whose head reads n̂ = ln_final.hook_normalized.
+
+    The trunk is `to_hf_gpt2`'s, whose final LayerNorm has weight 1 and bias 1, so the hidden
+    state the `score` head reads is n̂ + 1. `score` has no bias; since n̂ · 1 = 0, the weight
+
+        w' = w + (b − w · 1) / d · 1      gives      w' · (n̂ + 1) = w · n̂ + b,
+
+    exactly the RewardModel's r = w · n̂ + b. Both read the last non-pad token.
+    """
+    from transformers import GPT2ForSequenceClassification
+
+    lm = to_hf_gpt2(model.base)
+    config = lm.config
+    config.architectures, config.num_labels = ["GPT2ForSequenceClassification"], 1
+    config.pad_token_id = model.pad_token_id
+    hf = GPT2ForSequenceClassification(config)
+    w, b = model.score.weight.detach().float().cpu()[0], model.score.bias.detach().float().cpu()[0]
+    d_model = w.shape[0]
+    score = w + (b - w.sum()) / d_model
+    state = {f"transformer.{k}": v for k, v in lm.transformer.state_dict().items()}
+    state["score.weight"] = score[None, :].contiguous()
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith((".attn.bias", ".attn.masked_bias"))]
+    if missing or unexpected:
+        raise RuntimeError(f"GPT-2 classifier layout mismatch: missing {missing}, unexpected {unexpected}")
+    return hf.eval()
+
+
+def export_reward_model(run_dir: str | Path, out_dir: str | Path) -> Path:
+    """Write the reward model of a `python -m rlhf_scratch.reward_model` run folder to `out_dir`
+    as a `GPT2ForSequenceClassification` folder (config, model.safetensors, tokenizer) that
+    `AutoModelForSequenceClassification.from_pretrained` loads and `--reward-model` accepts."""
+    from rlhf_scratch.loading import no_weight_loading_bars
+    from rlhf_scratch.reward_modeling import load_reward_model_run
+
+    out_dir = Path(out_dir)
+    model = load_reward_model_run(run_dir)
+    hf = to_hf_reward_model(model)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with no_weight_loading_bars():
+        hf.save_pretrained(out_dir)
+    model.base.tokenizer.save_pretrained(out_dir)
     return out_dir
 
 
@@ -165,7 +214,7 @@ def push_to_hub(out_dir: Path, repo: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlhf_scratch.export", description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", help="a finished run folder (policy.pt)")
+    parser.add_argument("run_dir", help="a finished run folder (policy.pt); refused while a process trains it")
     parser.add_argument("out_dir", help="new or empty folder for the Hugging Face model")
     parser.add_argument("--value-head", action="store_true", help=f"also write PPO's value head to {VALUE_HEAD_FILE}")
     parser.add_argument("--push-to-hub", metavar="REPO", help="then upload the folder to this Hub repo (online)")

@@ -56,6 +56,7 @@ def heldout_metrics(rollout: Rollout, direction: str = "pos") -> dict[str, float
     texts = [p + c for p, c in zip(rollout.prompts, rollout.completions)]
     return {
         "eval/vader": vader_score(texts, direction),
-        "eval/ref_logprob_per_token": ref_logprob_per_token(rollout.ref_logprobs, rollout.completion_mask),
+        "eval/ref_logprob_per_token": (ref_logprob_per_token(rollout.ref_logprobs, rollout.completion_mask)
+                                       if rollout.ref_logprobs is not None else float("nan")),  # no reference ran
         "eval/repeated_3grams": repeated_ngram_fraction(rollout.completion_ids, rollout.completion_mask),
     }

@@ -58,7 +58,10 @@ def make_judge(name: str | None, direction: str, device: str = "cpu") -> Judge |
     if name is None:
         return None
     if name == "tiny":
-        return ClassifierJudge(direction, "tiny", device)
-    if name == "vader":
-        return VaderJudge(direction)
-    raise ValueError(f"judge: unknown judge {name!r}")
+        judge = ClassifierJudge(direction, "tiny", device)
+    elif name == "vader":
+        judge = VaderJudge(direction)
+    else:
+        raise ValueError(f"judge: unknown judge {name!r}")
+    judge.made_for = (name, direction)  # so the run folder records it by name (tasks.rewarded_by)
+    return judge

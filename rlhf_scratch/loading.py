@@ -21,14 +21,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import warnings
+import tempfile
 from importlib.resources import as_file, files
 from pathlib import Path
 
 import torch
 from transformer_lens import HookedTransformer
 
-from rlhf_scratch import HOOKED_TRANSFORMER_DEPRECATION
+from rlhf_scratch.quiet import quiet_hooked_transformer
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
@@ -43,15 +43,6 @@ TINY_REWARD_DIR = "tiny_reward"
 # What from_pretrained does by default, for the Hub path and the local path alike.
 PROCESSING = dict(fold_ln=True, center_writing_weights=True, center_unembed=True,
                   fold_value_biases=True)
-
-
-@contextlib.contextmanager
-def _quiet_hooked_transformer():
-    """We use HookedTransformer knowingly (TransformerBridge is TransformerLens 3's new API):
-    silence only its deprecation notices, and only here (pytest resets global filters)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=HOOKED_TRANSFORMER_DEPRECATION, category=DeprecationWarning)
-        yield
 
 
 class HubUnreachableError(RuntimeError):
@@ -92,7 +83,7 @@ def _local_folder(name: str, tiny_subdir: str, field: str = "model") -> Path | N
     return path if path.is_dir() else None
 
 
-def _is_offline_error(err: BaseException) -> bool:
+def is_offline_error(err: BaseException) -> bool:
     """Does this exception (or its cause chain) mean "the Hub could not be reached and the files
     are not cached"? A repository the Hub says does not exist, or is gated, is not that."""
     from huggingface_hub import errors as hub_errors
@@ -154,7 +145,7 @@ def _in_hub_cache(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def _hub_errors(name: str):
+def hub_errors(name: str):
     """Turn "the Hub is unreachable" failures while loading `name` into HubUnreachableError
     (at once, when the Hub cannot be reached and nothing of `name` is cached)."""
     remote = name != TINY and not Path(name).expanduser().exists()
@@ -165,13 +156,13 @@ def _hub_errors(name: str):
     except HubUnreachableError:
         raise
     except Exception as err:  # noqa: BLE001 - classified below, re-raised if not network
-        if _is_offline_error(err):
+        if is_offline_error(err):
             raise HubUnreachableError(name) from err
         raise
 
 
 @contextlib.contextmanager
-def _no_weight_loading_bars():
+def no_weight_loading_bars():
     """Hide transformers' per-load "Loading weights" bar (restored afterwards)."""
     from transformers.utils import logging as hf_logging
 
@@ -221,7 +212,7 @@ def check_model_folder(folder: Path, field: str, classifier: bool) -> None:
 def load_tokenizer(name: str = TINY) -> PreTrainedTokenizerBase:
     """The LM's tokenizer: `tiny` (shipped), a local folder, or a Hub id."""
     folder = _local_folder(name, TINY_LM_DIR)
-    with _hub_errors(name):
+    with hub_errors(name):
         return AutoTokenizer.from_pretrained(str(folder) if folder else name)
 
 
@@ -238,15 +229,23 @@ def hooked_from_hf_folder(
     from transformer_lens import loading_from_pretrained as tl_loading
 
     folder = str(Path(folder).resolve())
-    with _no_weight_loading_bars():
+    with no_weight_loading_bars():
         hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    cfg = tl_loading.get_pretrained_model_config(
-        folder, hf_cfg=hf_model.config.to_dict(), fold_ln=PROCESSING["fold_ln"],
-        device=device, dtype=torch.float32,
-    )
+    config = json.loads((Path(folder) / "config.json").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        source = folder
+        if "n_ctx" not in config and "n_positions" in config:
+            # TransformerLens reads GPT-2's n_ctx, which a GPT2Config saved today no longer writes
+            (Path(tmp) / "config.json").write_text(json.dumps({**config, "n_ctx": config["n_positions"]}))
+            source = tmp
+        cfg = tl_loading.get_pretrained_model_config(
+            source, hf_cfg=hf_model.config.to_dict(), fold_ln=PROCESSING["fold_ln"],
+            device=device, dtype=torch.float32,
+        )
+    cfg.model_name = Path(folder).name
     state_dict = tl_loading.get_pretrained_state_dict(folder, cfg, hf_model, dtype=torch.float32)
-    with _quiet_hooked_transformer():
+    with quiet_hooked_transformer():
         model = HookedTransformer(cfg, tokenizer, move_to_device=False)
     model.load_and_process_state_dict(state_dict, **PROCESSING)
     model.move_model_modules_to_device()
@@ -273,10 +272,16 @@ def load_lm(name: str = TINY, device: str | torch.device = "cpu") -> HookedTrans
                 f"{name!r} is neither 'tiny', a local model folder, nor a TransformerLens "
                 f"pretrained model name (see transformer_lens.loading.OFFICIAL_MODEL_NAMES)"
             ) from None
-        with _hub_errors(name), _quiet_hooked_transformer(), contextlib.redirect_stdout(io.StringIO()):
+        with hub_errors(name), quiet_hooked_transformer(), contextlib.redirect_stdout(io.StringIO()):
             model = HookedTransformer.from_pretrained(name, device=device, dtype="float32")
     model.train()  # trainable; callers switch to eval() where they need determinism
     return model
+
+
+def _is_reward_model_run(folder: Path) -> bool:
+    from rlhf_scratch.reward_modeling import is_reward_model_run
+
+    return is_reward_model_run(folder)
 
 
 def load_reward_model(
@@ -286,15 +291,27 @@ def load_reward_model(
 
     `tiny` -> the shipped classifier; a local folder or a Hub id (e.g. `lvwerra/distilbert-imdb`)
     -> `AutoModelForSequenceClassification.from_pretrained`. Convention (as the IMDB model):
-    label index 1 = positive, 0 = negative. Returned in eval mode, float32, on `device`.
+    label index 1 = positive, 0 = negative. A reward model (one label, e.g. a folder written by
+    `python -m rlhf_scratch.reward_model` or its export) gives a scalar score instead; its run
+    folder is converted to a `GPT2ForSequenceClassification` on the fly (`export.to_hf_reward_model`).
+    Returned in eval mode, float32, on `device`.
     """
+    model = None
     folder = _local_folder(name, TINY_REWARD_DIR, "reward_model")
-    if folder is not None:
+    if folder is not None and _is_reward_model_run(folder):  # python -m rlhf_scratch.reward_model's run folder
+        from rlhf_scratch.export import to_hf_reward_model
+        from rlhf_scratch.reward_modeling import load_reward_model_run
+
+        scalar = load_reward_model_run(folder, device="cpu")
+        model, tokenizer = to_hf_reward_model(scalar), scalar.base.tokenizer
+        folder = None
+    elif folder is not None:
         check_model_folder(folder, "reward_model", classifier=True)
-    source = str(folder) if folder else name
-    with _hub_errors(name), _no_weight_loading_bars():
-        model = AutoModelForSequenceClassification.from_pretrained(source, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(source)
+    if model is None:
+        source = str(folder) if folder else name
+        with hub_errors(name), no_weight_loading_bars():
+            model = AutoModelForSequenceClassification.from_pretrained(source, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(source)
     architectures = getattr(model.config, "architectures", None) or []
     if not any(a.endswith("ForSequenceClassification") for a in architectures):
         raise ModelFolderError(f"reward_model: {name} is not a sequence classifier (architectures: "

@@ -23,10 +23,13 @@ Metrics = dict[str, float | int]
 
 def sample_table(rollout: Rollout, n: int = 5) -> str:
     """The blog's table of a rollout: reward, the reference's log-prob of the completion, sample."""
-    ref_logprob = rollout.ref_logprobs.masked_fill(~rollout.completion_mask, 0.0).sum(-1)
+    if rollout.ref_logprobs is None:  # no reference forward ran (GRPO at β = 0)
+        ref_logprob = [float("nan")] * len(rollout)
+    else:
+        ref_logprob = rollout.ref_logprobs.masked_fill(~rollout.completion_mask, 0.0).sum(-1).tolist()
     rows = [
         [f"{reward:.3f}", f"{ref_lp:.2f}", repr(text)]
-        for reward, ref_lp, text in zip(rollout.rewards[:n].tolist(), ref_logprob[:n].tolist(), rollout.texts[:n])
+        for reward, ref_lp, text in zip(rollout.rewards[:n].tolist(), ref_logprob[:n], rollout.texts[:n])
     ]
     return tabulate(rows, headers=["reward", "ref logprob", "sample"], tablefmt="github")
 
@@ -37,6 +40,7 @@ class RunLogger:
     def __init__(self, run_dir: Path, args: CommonArgs, quiet: bool = False):
         self.run_dir, self.args, self.quiet = run_dir, args, quiet
         self.history: list[Metrics] = []
+        self._summary = ""
         self._wandb = self._init_wandb() if args.wandb else None
 
     def resume_at(self, phase: int) -> None:
@@ -53,15 +57,15 @@ class RunLogger:
             samples_path.write_text(sections[0] + "".join("## phase " + sec for sec in keep))
 
     def log_phase(self, metrics: Metrics) -> None:
-        """Append one phase's metrics everywhere and print its one-line summary."""
+        """Append one phase's metrics everywhere; its one-line summary is printed with the next table."""
         self.history.append(metrics)
         append_metrics(self.run_dir, metrics)
         if self._wandb is not None:
             self._wandb.log(metrics, step=int(metrics["phase"]))
-        self.say(
+        self._summary = (  # printed with the next sample table: the bar shows every phase
             f"phase {int(metrics['phase']):>3}/{self.args.total_phases} | reward "
-            f"{metrics['rewards/mean']:.3f} ± {metrics['rewards/std']:.3f} | kl {metrics['objective/kl']:.4f} | "
-            f"entropy {metrics['objective/entropy']:.3f} | length {metrics['completions/mean_length']:.1f} | "
+            f"{metrics['rewards/mean']:.3f} ± {metrics['rewards/std']:.3f} | kl {metrics['rollout/kl_full_vocab']:.4f} | "
+            f"entropy {metrics['rollout/entropy_full_vocab']:.3f} | length {metrics['completions/mean_length']:.1f} | "
             f"{metrics['charts/phase_time']:.1f}s"
         )
 
@@ -73,7 +77,7 @@ class RunLogger:
         if not (force or phase == 1 or phase % self.args.table_every == 0):
             return
         table = sample_table(rollout)
-        self.say(f"\nphase {phase} samples\n{table}\n")
+        self.say(f"{self._summary}\nphase {phase} samples\n{table}\n")
         with open(self.run_dir / SAMPLES_FILE, "a") as f:
             f.write(f"## phase {phase}\n\n{table}\n\n")
 

@@ -12,8 +12,10 @@ module holds the loop around it, so no trainer knows about files, W&B or progres
 
 from __future__ import annotations
 
+import copy
 import random
 import signal
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -32,17 +34,25 @@ from rlhf_scratch.logger import Metrics, RunLogger
 from rlhf_scratch.prompts import PromptIterator, check_prompt_lengths, load_prompts
 from rlhf_scratch.rollout import Rollout
 from rlhf_scratch import distributed as dist
-from rlhf_scratch.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
-from rlhf_scratch.runs import new_run_dir, save_run_policy, write_status
+from rlhf_scratch.checkpoint import (CheckpointError, list_checkpoints, load_latest_checkpoint, rng_state, save_checkpoint,
+                                     set_rng_state)
+from rlhf_scratch.runs import (describe_rewarded_by, load_rewarded_by, lock_run, new_run_dir, next_step, resume_hint, save_run_policy,
+                               write_status)
+from rlhf_scratch.tasks import rewarded_by
 from rlhf_scratch.timing import PARTS, take_times, timed
+from rlhf_scratch.run_setup import (  # noqa: F401  (until every trainer is on trainer.Trainer)
+    load_policy_and_reference, make_prompt_iterator, resolve_device, set_seed, setup_torch,
+)
 
 # Logged every phase by every algorithm, computed from the rollout (TRL's names where TRL has one).
 SHARED_METRICS = (
     "phase",
     "rewards/mean",  # mean reward of the rollout batch (after any missing-EOS penalty)
     "rewards/std",
-    "objective/kl",  # mean per-token KL(π‖π_ref) over kept completion tokens, nats
-    "objective/entropy",  # mean per-token entropy of π over kept completion tokens, nats
+    # Our own names, not TRL's: TRL's objective/kl and objective/entropy are per-SEQUENCE sums of the
+    # sampled log-ratio and of −log π (Online DPO logs those under TRL's names; docs/fidelity.md).
+    "rollout/kl_full_vocab",  # mean per-token KL(π_old‖π_ref) over the vocabulary, kept tokens, nats (at T)
+    "rollout/entropy_full_vocab",  # mean per-token entropy of π_old over the vocabulary, kept tokens, nats (at T)
     "completions/mean_length",  # kept tokens per completion
     "completions/clipped_ratio",  # fraction of completions that never produced EOS
     "completions/mean_terminated_length",  # mean length of those that did (0 if none)
@@ -70,56 +80,6 @@ class Trainer(Protocol):
     def learning_phase(self, rollout: Rollout) -> dict[str, float]: ...
 
 
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def setup_torch(args: CommonArgs) -> str:
-    """Validate the args, seed every RNG, set the CPU threads; return the device to run on."""
-    args.validate()
-    device = resolve_device(args.device)
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device: {args.device!r} requested but no CUDA GPU is available to this torch "
-                          f"(torch {torch.__version__}); use --device cpu or auto")
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("device: 'mps' requested but the MPS backend is not available; use --device cpu or auto")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = dist.init(device)  # under torchrun: join the process group, one GPU per rank
-    args.check_world_size(dist.world_size())
-    set_seed(args.seed + dist.rank())  # each rank samples its own completions (DDP syncs the weights)
-    return device
-
-
-def load_policy_and_reference(model: str, device: str) -> tuple[HookedTransformer, HookedTransformer]:
-    """Two copies of `model`: the policy to tune and the frozen reference."""
-    policy = load_lm(model, device=device).train()
-    reference = load_lm(model, device=device).eval()
-    for p in reference.parameters():
-        p.requires_grad_(False)
-    return policy, reference
-
-
-def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIterator:
-    """The run's prompts, checked against the context length, shuffled with the run's seed."""
-    if args.gen_len >= model.cfg.n_ctx:
-        raise ConfigError(f"gen_len: {args.gen_len} leaves no room for a prompt in the model's context n_ctx={model.cfg.n_ctx}")
-    prompts = load_prompts(args.prompts, prefix=args.prefix, seed=args.seed)
-    check_prompt_lengths(
-        prompts, lambda p: model.to_tokens(p, prepend_bos=args.prepend_bos, truncate=False).shape[1],
-        model.cfg.n_ctx, args.gen_len, "prefix" if args.prompts == PROMPT_PREFIX else args.prompts,
-    )
-    return PromptIterator(prompts, args.seed)
-
-
 def rollout_metrics(rollout: Rollout) -> Metrics:
     """The shared per-phase numbers of a rollout, every mean over kept tokens only (over the
     whole global batch in a distributed run: each rank's tensors are gathered first)."""
@@ -127,12 +87,14 @@ def rollout_metrics(rollout: Rollout) -> Metrics:
     lengths = dist.all_gather(rollout.lengths).float()
     terminated = dist.all_gather(rollout.is_terminated)
     rewards = dist.all_gather(rollout.rewards)
-    kl, entropy = dist.all_gather(rollout.kl), dist.all_gather(rollout.entropy)
+    entropy = dist.all_gather(rollout.entropy)
+    # no reference forward (GRPO at β = 0): the KL was not measured, logged as NaN
+    kl = dist.all_gather(rollout.kl)[mask].mean().item() if rollout.kl is not None else float("nan")
     return {
         "rewards/mean": rewards.mean().item(),
         "rewards/std": rewards.std().item() if len(rewards) > 1 else 0.0,
-        "objective/kl": kl[mask].mean().item(),
-        "objective/entropy": entropy[mask].mean().item(),
+        "rollout/kl_full_vocab": kl,
+        "rollout/entropy_full_vocab": entropy[mask].mean().item(),
         "completions/total_tokens": lengths.sum().item(),
         "completions/mean_length": lengths.mean().item(),
         "completions/clipped_ratio": (~terminated).float().mean().item(),
@@ -149,7 +111,8 @@ def phase_times(phase_seconds: float) -> Metrics:
 
 
 class TrainingStopped(RuntimeError):
-    """The run stopped before its last phase (a signal, or too many skipped steps); a checkpoint was written."""
+    """The run stopped before its last phase (a signal, or too many skipped steps); a checkpoint
+    was written, and the message ends with the command that resumes it."""
 
     def __init__(self, message: str, exit_code: int, run_dir: Path):
         super().__init__(message)
@@ -218,16 +181,76 @@ class _StopSignals:
             signal.signal(sig, handler)
 
 
+class _LastCompleted:
+    """The state after the last completed phase, kept so that an exception in the next phase
+    (a reward function raising, say) still leaves a checkpoint of it. Kept: everything but the
+    weights, optimizer and scheduler, deep-copied (small: RNGs, prompt position, controllers), and
+    how many optimizer and scheduler steps had been taken. While those counts are unchanged the
+    live weights are still that phase's (an exception in the rollout, or in a judge before the
+    first step); after a step they are not, and the last periodic checkpoint stands."""
+
+    BIG = ("policy", "optimizer", "scheduler")
+
+    def __init__(self, trainer: Trainer):
+        self.phase, self.small, self.at, self.steps = 0, None, None, 0
+        self._hook = trainer.optimizer.register_step_post_hook(self._count)
+
+    def _count(self, *_) -> None:
+        self.steps += 1
+
+    def keep(self, trainer: Trainer, state: dict) -> None:
+        self.phase = state["phase"]
+        self.small = copy.deepcopy({k: v for k, v in state.items() if k not in self.BIG})
+        self.at = (self.steps, trainer.scheduler.last_epoch)
+
+    def state(self, trainer: Trainer) -> dict | None:
+        """The full state of the last completed phase, or None if the weights have moved since."""
+        if self.small is None or self.at != (self.steps, trainer.scheduler.last_epoch):
+            return None
+        return {**self.small, "policy": trainer.policy.state_dict(), "optimizer": trainer.optimizer.state_dict(),
+                "scheduler": trainer.scheduler.state_dict()}
+
+    def close(self) -> None:
+        self._hook.remove()
+
+
+def one_line(err: BaseException) -> str:
+    """`Type: first line of the message`, for status.json and the console."""
+    text = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
 def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = False, resume: bool = False) -> Path:
     """Run every phase of `trainer`; write the run folder (created here unless given); return it.
 
     With `resume`, `run_dir` is an existing run folder: its latest checkpoint is loaded and the
     run continues from the next phase, appending to metrics.jsonl and samples.md.
+
+    The process owns the folder while it trains (`runs.lock_run`: a second process resuming it
+    is refused). status.json is rewritten after every phase. An exception (a reward function
+    raising, say) writes a checkpoint of the last completed phase where it can, marks the run
+    `failed` with the error's one line, and is re-raised with the resume command as a note.
     """
     args, main = trainer.args, dist.is_main()  # in a distributed run only rank 0 writes
-    if not resume:  # rank 0 creates the folder and tells the others its name
-        run_dir = dist.gather_objects(new_run_dir(args, run_dir) if main else None)[0]
+    record = rewarded_by(args, trainer.reward_fn, getattr(trainer, "judge", None))
+    if resume:
+        saved = load_rewarded_by(run_dir)
+        if saved is not None and saved != record:
+            raise ConfigError(f"resume: {run_dir} was rewarded by {describe_rewarded_by(saved)}, this trainer by "
+                              f"{describe_rewarded_by(record)}; resume it with the same reward function (and judge)")
+    else:  # rank 0 creates the folder and tells the others its name
+        run_dir = dist.gather_objects(new_run_dir(args, run_dir, rewarded_by=record) if main else None)[0]
     run_dir = Path(run_dir)
+    lock = lock_run(run_dir) if main else None  # before anything in the folder is written
+    try:
+        return _run_phases(trainer, run_dir, quiet, resume)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run_phases(trainer: Trainer, run_dir: Path, quiet: bool, resume: bool) -> Path:
+    args, main = trainer.args, dist.is_main()
     early_stopping = (
         EarlyStopping(args.patience, args.kl_threshold, args.reward_threshold, args.window_size)
         if args.early_stopping else None
@@ -236,72 +259,109 @@ def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = Fa
     done = 0
     if resume:
         done = restore_state(trainer, load_latest_checkpoint(run_dir, logger.say), early_stopping)
+        if done >= args.total_phases:
+            raise ConfigError(f"total_phases: {run_dir} has completed {done} phases, so total_phases="
+                              f"{args.total_phases} leaves none to run; give a larger --total-phases to continue it")
         logger.resume_at(done)
         logger.say(f"resumed {run_dir} after phase {done}")
     ranks = f", {dist.world_size()} processes" if dist.world_size() > 1 else ""
     logger.say(f"run folder: {run_dir}  ({args.algo}, device {getattr(trainer, 'device', 'cpu')}{ranks})")
     if main:
-        write_status(run_dir, "running", done)
+        write_status(run_dir, "running", done, args.total_phases)
     stopped: TrainingStopped | None = None
     phase = done
+    last_completed = _LastCompleted(trainer)
+    last_completed.keep(trainer, capture_state(trainer, done, early_stopping))
     take_times()  # start the per-part clocks from zero
-    with _StopSignals() as signals:
-        bar = tqdm(range(done + 1, args.total_phases + 1), desc="phases", disable=quiet or not main,
-                   initial=done, total=args.total_phases)
-        for phase in bar:
-            start = time.perf_counter()
-            lr = trainer.optimizer.param_groups[0]["lr"]
-            rollout = trainer.rollout_phase()
-            rollout_time = time.perf_counter() - start
-            learn_stats = trainer.learning_phase(rollout)
-            seconds = time.perf_counter() - start
-            metrics: Metrics = {
-                "phase": phase,
-                **rollout_metrics(rollout),
-                **dist.mean_over_ranks(heldout_metrics(rollout, args.direction)),  # judges never trained on
-                **dist.mean_over_ranks(learn_stats),
-                "charts/learning_rate": lr,
-                "charts/rollout_time": rollout_time,
-                "charts/phase_time": seconds,
-                "charts/tokens_per_s": 0.0,  # filled in below, from every rank's tokens
-                **phase_times(seconds),
-            }
-            metrics["charts/tokens_per_s"] = metrics["completions/total_tokens"] / seconds
-            with timed("logging"):
-                logger.log_phase(metrics)
-            bar.set_postfix(reward=f"{metrics['rewards/mean']:.3f}", kl=f"{metrics['objective/kl']:.3f}")
-            last = phase == args.total_phases
-            if early_stopping is not None and early_stopping.update(metrics["objective/kl"], metrics["rewards/mean"]):
-                logger.say(f"early stopping after phase {phase}: {early_stopping.reason}")
-                last = True
-            with timed("logging"):
-                logger.log_samples(phase, rollout, force=last)
-            skipped_in_a_row = getattr(trainer, "skipped_in_a_row", 0)
-            if skipped_in_a_row >= args.max_skipped_steps:
-                stopped = TrainingStopped(
-                    f"stopped after phase {phase}: {skipped_in_a_row} optimizer steps in a row had a non-finite "
-                    f"loss or gradient norm (max_skipped_steps={args.max_skipped_steps})", exit_code=3, run_dir=run_dir)
-            elif dist.any_rank(signals.received is not None):  # every rank stops after the same phase
-                signum = signals.received or signal.SIGTERM
-                stopped = TrainingStopped(f"interrupted after phase {phase} ({signal.Signals(signum).name})",
-                                          exit_code=128 + signum, run_dir=run_dir)
-            if last or stopped or (args.save_every and phase % args.save_every == 0):
+    bar = tqdm(desc="phases", disable=quiet or not main, initial=done, total=args.total_phases)
+    try:
+        with _StopSignals() as signals:
+            for phase in range(done + 1, args.total_phases + 1):
+                start = time.perf_counter()
+                lr = trainer.optimizer.param_groups[0]["lr"]
+                rollout = trainer.rollout_phase()
+                rollout_time = time.perf_counter() - start
+                learn_stats = trainer.learning_phase(rollout)
+                seconds = time.perf_counter() - start
+                metrics: Metrics = {
+                    "phase": phase,
+                    **rollout_metrics(rollout),
+                    **dist.mean_over_ranks(heldout_metrics(rollout, args.direction)),  # judges never trained on
+                    **dist.mean_over_ranks(learn_stats),
+                    "charts/learning_rate": lr,
+                    "charts/rollout_time": rollout_time,
+                    "charts/phase_time": seconds,
+                    "charts/tokens_per_s": 0.0,  # filled in below, from every rank's tokens
+                    **phase_times(seconds),
+                }
+                metrics["charts/tokens_per_s"] = metrics["completions/total_tokens"] / seconds
+                with timed("logging"):
+                    logger.log_phase(metrics)
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics['rewards/mean']:.3f}", kl=f"{metrics['rollout/kl_full_vocab']:.3f}")
+                last = phase == args.total_phases
+                if early_stopping is not None and early_stopping.update(metrics["rollout/kl_full_vocab"], metrics["rewards/mean"]):
+                    logger.say(f"early stopping after phase {phase}: {early_stopping.reason}")
+                    last = True
+                with timed("logging"):
+                    logger.log_samples(phase, rollout, force=last)
+                skipped_in_a_row = getattr(trainer, "skipped_in_a_row", 0)
+                if skipped_in_a_row >= args.max_skipped_steps:
+                    stopped = TrainingStopped(
+                        f"stopped after phase {phase}: {skipped_in_a_row} optimizer steps in a row had a non-finite "
+                        f"loss or gradient norm (max_skipped_steps={args.max_skipped_steps})", exit_code=3, run_dir=run_dir)
+                elif dist.any_rank(signals.received is not None):  # every rank stops after the same phase
+                    signum = signals.received or signal.SIGTERM
+                    stopped = TrainingStopped(f"interrupted after phase {phase} ({signal.Signals(signum).name})",
+                                              exit_code=128 + signum, run_dir=run_dir)
                 if skipped_in_a_row == 0:  # right after a skipped (non-finite) step: keep the older checkpoint
                     state = capture_state(trainer, phase, early_stopping)  # every rank: it gathers their RNGs
-                    if main:
+                    last_completed.keep(trainer, state)
+                    if main and (last or stopped or (args.save_every and phase % args.save_every == 0)):
                         save_checkpoint(run_dir, phase, state, args.keep_checkpoints)
-            if stopped or last:
-                break
+                if main and not (stopped or last):
+                    write_status(run_dir, "running", phase, args.total_phases)
+                if stopped or last:
+                    break
+    except (Exception, KeyboardInterrupt) as err:  # not SystemExit: nothing to save there
+        bar.close()
+        if main:
+            _record_failure(trainer, run_dir, last_completed, err, phase - 1 if phase > done else done)
+        raise
+    finally:
+        last_completed.close()
+    bar.close()
     logger.finish()
     if stopped is not None:
         if main:
-            write_status(run_dir, "interrupted", phase)
+            write_status(run_dir, "interrupted", phase, args.total_phases)
+        stopped.args = (f"{stopped}; {resume_hint(run_dir)}",)
         raise stopped
     if main:
         if args.save_model:
             save_run_policy(run_dir, trainer.policy)
-        write_status(run_dir, "finished", phase)
+        for old in list_checkpoints(run_dir)[:-1]:  # a finished run keeps one: enough to continue it
+            shutil.rmtree(old, ignore_errors=True)
+        write_status(run_dir, "finished", phase, args.total_phases)
     return run_dir
+
+
+def _record_failure(trainer: Trainer, run_dir: Path, last_completed: _LastCompleted, err: BaseException,
+                    completed: int) -> None:
+    """After an exception in a phase: checkpoint the last completed phase if the weights are still
+    its own, write status `failed` (Ctrl-C twice: `interrupted`) with the error's one line, and
+    add the next step to the exception as a note (shown under its traceback)."""
+    state = last_completed.state(trainer)
+    if state is not None and not isinstance(err, CheckpointError):  # a failed write would fail again
+        try:
+            save_checkpoint(run_dir, state["phase"], state, trainer.args.keep_checkpoints)
+        except Exception as save_err:  # keep the first error; the older checkpoint stays
+            tqdm.write(f"could not write a checkpoint of phase {state['phase']} ({one_line(save_err)})")
+    status = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
+    record = write_status(run_dir, status, last_completed.phase if state is not None else completed,
+                          trainer.args.total_phases, error=one_line(err))
+    if hasattr(err, "add_note"):  # Python 3.11+
+        err.add_note(f"{run_dir}: {next_step(run_dir, record)}")  # (this process still holds the lock)
 
 
 class _SilentLogger:

@@ -71,20 +71,35 @@ def gather_log_probs(
         return eindex(logprobs, tokens, "b s [b s]")
 
 
+def temperature_scaled(logits: Float[Tensor, "*shape d_vocab"], temperature: float) -> Float[Tensor, "*shape d_vocab"]:
+    """The logits of the distribution that was sampled: z / T (softmax(z / T) is what `generate` draws from).
+
+    The one place every log-prob, KL and entropy of a completion goes through — the rollout's
+    log π_old and log π_ref, and each algorithm's learning-phase log π — so the ratio, the k1 KL
+    and the policy gradient are all of the distribution the tokens came from (TRL divides the
+    logits by T for old, reference and new log-probs alike). At T = 1 the division is skipped,
+    not done: the result is the very tensor passed in, so a T = 1 run is bit-identical to one
+    from before temperatures were applied.
+    """
+    return logits if temperature == 1.0 else logits / temperature
+
+
 def get_log_probs(
     logits: Float[Tensor, "batch seq_len d_vocab"],
     tokens: Int[Tensor, "batch seq_len"],
     prefix_len: int | None = None,
+    temperature: float = 1.0,
 ) -> Float[Tensor, "batch gen_len"]:
-    """Log-probability the model gave to each token that actually came next.
+    """Log-probability the model gave to each token that actually came next, at sampling temperature T.
 
-        out[b, t] = log pi(tokens[b, t+1] | tokens[b, :t+1]) = log_softmax(logits[b, t])[tokens[b, t+1]]
-                  = logits[b, t, tokens[b, t+1]] - logsumexp_v logits[b, t, v]
+        out[b, t] = log pi_T(tokens[b, t+1] | tokens[b, :t+1]) = log_softmax(logits[b, t] / T)[tokens[b, t+1]]
+                  = z[b, t, tokens[b, t+1]] - logsumexp_v z[b, t, v],      z = logits / T
 
     computed the second way: it needs one number per position, so no [batch, seq, d_vocab]
     log-softmax is written out (the logsumexp is as stable: it subtracts the max first).
     With `prefix_len`, only the generated tokens: t = prefix_len-1 ... seq_len-2, so
     gen_len = seq_len - prefix_len. Without it, every next token: gen_len = seq_len - 1.
+    `temperature` is the one the tokens were sampled at (`temperature_scaled`; T = 1 divides nothing).
     """
     seq_len = tokens.shape[1]
     if prefix_len is None:
@@ -92,7 +107,7 @@ def get_log_probs(
     elif not 1 <= prefix_len < seq_len:
         raise ValueError(f"prefix_len must be in [1, seq_len) = [1, {seq_len}); got {prefix_len}")
     # the positions that predict tokens[:, prefix_len:]; float32 even from bf16 autocast (precision)
-    logits = logits[:, generated_span(prefix_len)].float()
+    logits = temperature_scaled(logits[:, generated_span(prefix_len)].float(), temperature)
     return gather_log_probs(logits, tokens[:, prefix_len:]) - logits.logsumexp(dim=-1)
 
 

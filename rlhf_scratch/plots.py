@@ -20,7 +20,7 @@ def plot_training_curves(history: list[dict[str, float | int]], run_dir: str | P
     ax_r.fill_between(phases, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
                       color="tab:blue", alpha=0.2)
     ax_r.set(xlabel="phase", ylabel="reward", title="reward (mean ± std)")
-    ax_kl.plot(phases, [m["objective/kl"] for m in history], color="tab:red")
+    ax_kl.plot(phases, [m["rollout/kl_full_vocab"] for m in history], color="tab:red")
     ax_kl.set(xlabel="phase", ylabel="nats / token", title="KL(π ‖ π_ref)")
     for ax in (ax_r, ax_kl):
         ax.grid(alpha=0.3)

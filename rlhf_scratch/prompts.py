@@ -46,7 +46,7 @@ def review_openings(seed: int) -> list[str]:
     """The first k words of each TRAIN-split snippet, k ~ U{2..8} from `random.Random(seed)`,
     capped at the snippet's length; snippets of fewer than 2 words are dropped, and duplicate
     openings kept once (at their first occurrence)."""
-    from rlhf_scratch.tiny_preset.corpus import CorpusUnavailableError, get_splits
+    from rlhf_scratch.corpus import CorpusUnavailableError, get_splits
 
     try:
         train = get_splits()["train"]
@@ -102,14 +102,14 @@ def prompts_from_dataset(name: str) -> list[str]:
     `save_to_disk` (`load_from_disk`), else a Hub id or a folder of data files (`load_dataset`)."""
     import datasets
 
-    from rlhf_scratch.loading import _hub_errors, _is_offline_error
+    from rlhf_scratch.loading import hub_errors, is_offline_error
 
     path = Path(name).expanduser()
     if path.is_file():
         raise PromptError(f"prompts: {name}: a prompt file must be .txt or .jsonl")
     if not path.exists() and name.startswith(("/", "./", "../", "~")):
         raise PromptError(f"prompts: {name}: no such file or folder")
-    with _hub_errors(name):  # offline and not cached -> HubUnreachableError, at once
+    with hub_errors(name):  # offline and not cached -> HubUnreachableError, at once
         try:
             if any((path / f).is_file() for f in SAVED_DATASET_FILES):
                 data = datasets.load_from_disk(str(path))
@@ -120,7 +120,7 @@ def prompts_from_dataset(name: str) -> list[str]:
             else:
                 data = datasets.load_dataset(name, split="train")
         except Exception as e:  # noqa: BLE001 - not found, no train split, no data files, datasets' own failures
-            if isinstance(e, PromptError) or _is_offline_error(e):
+            if isinstance(e, PromptError) or is_offline_error(e):
                 raise  # (the Hub's absence is HubUnreachableError's job)
             first_line = (str(e).strip().splitlines() or [""])[0]
             raise PromptError(f"prompts: {name}: {type(e).__name__}: {first_line}".rstrip(": ")) from None

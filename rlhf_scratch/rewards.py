@@ -58,6 +58,14 @@ def classifier_probs(
     samples: list[str], classifier: tuple, batch_size: int = 64, max_length: int = 512
 ) -> Float[Tensor, "batch n_labels"]:
     """Softmax over a sequence classifier's labels, batched with padding and truncation."""
+    return classifier_logits(samples, classifier, batch_size, max_length).softmax(dim=-1)
+
+
+@torch.inference_mode()
+def classifier_logits(
+    samples: list[str], classifier: tuple, batch_size: int = 64, max_length: int = 512
+) -> Float[Tensor, "batch n_labels"]:
+    """A sequence classifier's logits, batched with padding and truncation."""
     model, tokenizer = classifier
     device = next(model.parameters()).device
     max_length = min(max_length, getattr(model.config, "n_positions", None)
@@ -66,7 +74,7 @@ def classifier_probs(
     for start in range(0, len(samples), batch_size):
         batch = tokenizer(samples[start : start + batch_size], padding=True, truncation=True,
                           max_length=max_length, return_tensors="pt").to(device)
-        probs.append(model(**batch).logits.float().softmax(dim=-1).cpu())
+        probs.append(model(**batch).logits.float().cpu())
     n_labels = model.config.num_labels
     return torch.cat(probs) if probs else torch.zeros(0, n_labels)
 
@@ -82,8 +90,10 @@ def reward_fn_sentiment_imdb(
     """
     _check_direction(direction)
     classifier = classifier or _cached_classifier(TINY, "cpu")
-    probs = classifier_probs(_as_list(gen_sample), classifier)
-    return probs[:, 1 if direction == "pos" else 0]
+    logits = classifier_logits(_as_list(gen_sample), classifier)
+    if logits.shape[-1] == 1:  # a reward model (python -m rlhf_scratch.reward_model): its scalar is the reward
+        return logits[:, 0] if direction == "pos" else -logits[:, 0]
+    return logits.softmax(dim=-1)[:, 1 if direction == "pos" else 0]
 
 
 @lru_cache(maxsize=1)

@@ -6,6 +6,13 @@
         ──reference forward──► log π_ref(o_t), per-token KL(π_old‖π_ref), entropy
         ──reward function──► scores; rewards = scores − missing_eos_penalty·[no EOS]
 
+Every log-prob, KL and entropy here is of the distribution that was sampled, softmax(z / T)
+(`objectives.temperature_scaled`), and the learning phase scores with the same T (the rollout
+remembers it: `Rollout.temperature`), so at the first step log π = log π_old and the ratio is 1.
+With --bf16 the policy's scoring forward runs under the same autocast as the learning forward
+(`policy_precision`): old and new log-probs then round alike, and a ratio is never ≠ 1 from
+rounding alone.
+
 PPO uses G = 1 (one completion per prompt), RLOO G completions per prompt, Online DPO G = 2
 (a pair). The G completions of one prompt are consecutive in the batch (prompt-major).
 
@@ -17,6 +24,8 @@ the batch times the vocabulary. (At the gpt2 preset the old design kept 128 × 3
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +36,7 @@ from transformer_lens import HookedTransformer
 from rlhf_scratch.model import TransformerWithValueHead
 from rlhf_scratch.objectives import (
     entropy_per_token, gather_log_probs, generated_span, get_log_probs, kl_per_token, sequence_log_probs,
+    temperature_scaled,
 )
 from rlhf_scratch.sampling import attention_mask_or_none, decode_completions, generate, tokenize_prompts
 from rlhf_scratch.tasks import score_completions
@@ -46,11 +56,14 @@ class Rollout:
     completion_mask: Bool[Tensor, "batch gen_len"]
     """True for the tokens the policy chose (up to and including the first EOS when stopping)."""
     logprobs: Float[Tensor, "batch gen_len"]
-    """log π_old(o_t | q, o_<t) of each completion token, from the policy that sampled it."""
-    ref_logprobs: Float[Tensor, "batch gen_len"]
-    """log π_ref(o_t | q, o_<t) from the frozen reference model."""
-    kl: Float[Tensor, "batch gen_len"]
-    """KL(π_old ‖ π_ref) over the full vocabulary at each completion position (a diagnostic)."""
+    """log π_old(o_t | q, o_<t) of each completion token, from the policy that sampled it, at the
+    sampling temperature (every log-prob, KL and entropy of a rollout is of softmax(z / T))."""
+    ref_logprobs: Float[Tensor, "batch gen_len"] | None
+    """log π_ref(o_t | q, o_<t) from the frozen reference model; None when the rollout was made
+    without one (`ref_model=None`: GRPO at β = 0 runs no reference forward)."""
+    kl: Float[Tensor, "batch gen_len"] | None
+    """KL(π_old ‖ π_ref) over the full vocabulary at each completion position (a diagnostic);
+    None without a reference."""
     entropy: Float[Tensor, "batch gen_len"]
     """Entropy of π_old at each completion position, nats (a diagnostic)."""
     scores: Float[Tensor, "batch"]
@@ -70,6 +83,8 @@ class Rollout:
     """log π_ref(· | q, o_<t) over the whole vocabulary at each completion position, when asked
     for (`keep_ref_distribution`): PPO's full-vocabulary KL then needs no reference forward per
     minibatch, for batch × gen_len × d_vocab floats of memory."""
+    temperature: float = 1.0
+    """T the completions were sampled at: every log-prob of them, old and new, is of softmax(z / T)."""
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -101,15 +116,23 @@ class Rollout:
 @torch.no_grad()
 def score_tokens(
     policy: HookedTransformer | TransformerWithValueHead,
-    ref_model: HookedTransformer,
+    ref_model: HookedTransformer | None,
     sample_ids: Int[Tensor, "batch seq_len"],
     attention_mask: Bool[Tensor, "batch seq_len"],
     prefix_len: int,
     chunk_size: int,
     keep_ref_distribution: bool = False,
+    temperature: float = 1.0,
+    policy_precision: Callable[[], AbstractContextManager] = nullcontext,
 ) -> dict[str, Tensor]:
     """Per-token log π, log π_ref, KL, entropy (and values) of the completions, `chunk_size` rows
-    at a time; with `keep_ref_distribution`, also the reference's whole log-prob vectors."""
+    at a time; with `keep_ref_distribution`, also the reference's whole log-prob vectors. With
+    `ref_model=None` the reference forward is skipped (no ref_logprobs, kl or ref_distribution).
+
+    Every distribution is at `temperature` (`temperature_scaled`), the one the tokens were drawn
+    from. The policy's forward runs inside `policy_precision()` — the learning phase's autocast
+    under --bf16 — so that log π_old is computed as log π will be; the reference stays float32
+    (the same number in every phase, and it enters no ratio)."""
     out: dict[str, list[Tensor]] = {"logprobs": [], "ref_logprobs": [], "kl": [], "entropy": [], "values": [],
                                      "ref_distribution": []}
     span = generated_span(prefix_len)
@@ -117,17 +140,21 @@ def score_tokens(
         ids, mask = sample_ids[start : start + chunk_size], attention_mask[start : start + chunk_size]
         tl_mask, completion_ids = attention_mask_or_none(mask), ids[:, prefix_len:]
         with timed("policy_forward"):
-            if isinstance(policy, TransformerWithValueHead):
-                logits, values = policy(ids, attention_mask=tl_mask)
-                out["values"].append(values)
-            else:
-                logits = policy(ids, attention_mask=tl_mask)
-            logprobs_v = logits[:, span].log_softmax(-1)  # one log-softmax, shared by log-probs, entropy, KL
+            with policy_precision():
+                if isinstance(policy, TransformerWithValueHead):
+                    logits, values = policy(ids, attention_mask=tl_mask)
+                    out["values"].append(values.float())
+                else:
+                    logits = policy(ids, attention_mask=tl_mask)
+            # one log-softmax (float32, at T), shared by log-probs, entropy, KL
+            logprobs_v = temperature_scaled(logits[:, span].float(), temperature).log_softmax(-1)
             del logits
             out["logprobs"].append(gather_log_probs(logprobs_v, completion_ids))
             out["entropy"].append(entropy_per_token(logprobs_v, from_logprobs=True))
+        if ref_model is None:
+            continue
         with timed("reference_forward"):
-            ref_logprobs_v = ref_model(ids, attention_mask=tl_mask)[:, span].log_softmax(-1)
+            ref_logprobs_v = temperature_scaled(ref_model(ids, attention_mask=tl_mask)[:, span], temperature).log_softmax(-1)
             out["ref_logprobs"].append(gather_log_probs(ref_logprobs_v, completion_ids))
             out["kl"].append(kl_per_token(logprobs_v, ref_logprobs_v, from_logprobs=True))
             if keep_ref_distribution:
@@ -138,7 +165,7 @@ def score_tokens(
 @torch.no_grad()
 def make_rollout(
     policy: HookedTransformer | TransformerWithValueHead,
-    ref_model: HookedTransformer,
+    ref_model: HookedTransformer | None,
     prompts: list[str],
     reward_fn,
     *,
@@ -151,12 +178,16 @@ def make_rollout(
     missing_eos_penalty: float | None = None,
     chunk_size: int = 16,
     keep_ref_distribution: bool = False,
+    policy_precision: Callable[[], AbstractContextManager] = nullcontext,
 ) -> Rollout:
     """Sample `num_generations` completions of each prompt and score them: the one function that
     builds a `Rollout`, for every algorithm.
 
     `policy` is the HookedTransformer being tuned, or PPO's `TransformerWithValueHead` (then the
     rollout also keeps V(s_t)). `reward_fn` follows either contract of `tasks.score_completions`.
+    `ref_model=None` skips the reference forward: the rollout's ref_logprobs and kl are None.
+    Log-probs are at `temperature` (see `score_tokens`); `policy_precision` is the learning phase's
+    autocast (`accel.learning_autocast`), so old and new log-probs are computed in one precision.
     """
     lm = policy.base if isinstance(policy, TransformerWithValueHead) else policy
     group_prompts = [p for p in prompts for _ in range(num_generations)]
@@ -168,7 +199,7 @@ def make_rollout(
     sample_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1)
     scored = score_tokens(policy, ref_model, sample_ids, attention_mask, prompt_ids.shape[1], chunk_size,
-                          keep_ref_distribution)
+                          keep_ref_distribution, temperature, policy_precision)
 
     with timed("reward"):
         completions = decode_completions(lm, completion_ids, completion_mask, stop_at_eos)
@@ -178,11 +209,11 @@ def make_rollout(
         ).to(sample_ids.device)
     rollout = Rollout(
         prompt_ids=prompt_ids, completion_ids=completion_ids, attention_mask=attention_mask,
-        completion_mask=completion_mask, logprobs=scored["logprobs"], ref_logprobs=scored["ref_logprobs"],
-        kl=scored["kl"], entropy=scored["entropy"], scores=scores, rewards=scores,
+        completion_mask=completion_mask, logprobs=scored["logprobs"], ref_logprobs=scored.get("ref_logprobs"),
+        kl=scored.get("kl"), entropy=scored["entropy"], scores=scores, rewards=scores,
         prompts=group_prompts, completions=completions, num_generations=num_generations,
         eos_token_id=lm.tokenizer.eos_token_id, values=scored.get("values"),
-        ref_distribution=scored.get("ref_distribution"),
+        ref_distribution=scored.get("ref_distribution"), temperature=temperature,
     )
     if missing_eos_penalty:
         rollout.rewards = scores - missing_eos_penalty * (~rollout.is_terminated).float()
@@ -191,8 +222,10 @@ def make_rollout(
 
 def policy_sequence_log_probs(policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"]) -> Float[Tensor, "rows"]:
     """log π(o | q) of the rollout's completions in `rows` under `policy` now, with gradient:
-    one forward pass, the generated span's log-probs, summed over kept tokens (RLOO's ratio and
-    DPO's loss are built on it)."""
+    one forward pass, the generated span's log-probs at the rollout's sampling temperature,
+    summed over kept tokens (RLOO's ratio and DPO's loss are built on it). Call it inside the
+    same `learning_autocast` the rollout scored under, so the first pass's ratio is exactly 1."""
     ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
     logits = policy(ids, attention_mask=attention_mask_or_none(mask))
-    return sequence_log_probs(get_log_probs(logits, ids, rollout.prefix_len), rollout.completion_mask[rows])
+    logprobs = get_log_probs(logits, ids, rollout.prefix_len, temperature=rollout.temperature)
+    return sequence_log_probs(logprobs, rollout.completion_mask[rows])

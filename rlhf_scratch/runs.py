@@ -1,14 +1,25 @@
-"""The run folder: what a training run writes, and `load_run` to read it back.
+"""The run folder: what a training run writes, who owns it, and `load_run` to read it back.
 
-    runs/<task>-<direction>-<YYYYmmdd-HHMMSS>/
-        config.json      the algorithm and every field of its args
+    runs/<task>-<direction>-<algo>-<YYYYmmdd-HHMMSS>/
+        config.json      the algorithm, every field of its args, and `rewarded_by`: what scored the
+                         samples (the task's reward, or a Python function's qualified name; a judge)
         metrics.jsonl    one JSON object per phase (see loop.SHARED_METRICS and each trainer's)
         samples.md       the sample tables printed during training
         curves.png       reward and KL per phase
         policy.pt        state_dict of the tuned policy: PPO's TransformerWithValueHead (trunk +
                          value head), or the HookedTransformer for RLOO and Online DPO
-        status.json      {"status": running | finished | interrupted, "phase": completed phases}
-        checkpoints/     phase-XXXX/checkpoint.pt and `latest` (see checkpoint.py)
+        status.json      {"status": running | finished | interrupted | failed, "phase": completed
+                         phases, "total_phases", "pid", "error" (failed: the exception's one line)},
+                         rewritten after every phase
+        train.lock       held (flock) by the process training the run, for as long as it lives
+        checkpoints/     phase-XXXX/checkpoint.pt and `latest` (see checkpoint.py): weights,
+                         optimizer moments, RNGs — what `--resume` needs; a finished run keeps one
+
+A run folder has one owner: the training process holds an exclusive `flock` on train.lock from
+start to exit. The OS drops the lock when the process ends, however it ends (kill -9 included),
+so a lock is never stale. Every command that reads or resumes a run (`--resume`, `export`,
+`sample`, `interp.report`, `compare`) asks `read_status`, which combines status.json with the
+lock: "running" with nobody holding the lock is `lost` (the process died without a word).
 
 The reference model is not copied: it is `loading.load_lm(config.model)`, the untouched model
 the run started from. `load_run` rebuilds both.
@@ -16,8 +27,10 @@ the run started from. `load_run` rebuilds both.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +38,7 @@ from pathlib import Path
 import torch
 from transformer_lens import HookedTransformer
 
+from rlhf_scratch.checkpoint import list_checkpoints
 from rlhf_scratch.config import CommonArgs, ConfigError
 from rlhf_scratch.loading import load_lm
 from rlhf_scratch.model import TransformerWithValueHead
@@ -35,6 +49,8 @@ METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.md"
 CURVES_FILE = "curves.png"
 POLICY_FILE = "policy.pt"
+LOCK_FILE = "train.lock"
+REWARDED_BY = "rewarded_by"  # config.json's key for what scored the run (not an args field)
 
 
 class RunFolderError(ConfigError):
@@ -52,42 +68,235 @@ def check_new_run_dir(path: str | Path | None) -> None:
         raise RunFolderError(f"run_dir: {path} exists and is not empty; choose another --run-dir")
 
 
-def new_run_dir(args: CommonArgs, path: str | Path | None = None, root: str | Path = "runs") -> Path:
-    """Create the run folder: `path`, `args.run_dir`, or `root/<task>-<direction>-<timestamp>`.
-    Never reuse a non-empty folder, so no earlier run is overwritten."""
+def new_run_dir(args: CommonArgs, path: str | Path | None = None, root: str | Path = "runs",
+                rewarded_by: dict | None = None) -> Path:
+    """Create the run folder: `path`, `args.run_dir`, or `root/<task>-<direction>-<algo>-<timestamp>`,
+    and write config.json (the args, and `rewarded_by`). Never reuse a non-empty folder, so no
+    earlier run is overwritten."""
     path = path if path is not None else args.run_dir
     if path is not None:
         path = Path(path)
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = Path(root) / f"{args.task}-{args.direction}-{stamp}"
+        path = Path(root) / f"{args.task}-{args.direction}-{args.algo}-{stamp}"
         n = 1
         while path.exists():
             n += 1
-            path = Path(root) / f"{args.task}-{args.direction}-{stamp}-{n}"
+            path = Path(root) / f"{args.task}-{args.direction}-{args.algo}-{stamp}-{n}"
     check_new_run_dir(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        (path / CONFIG_FILE).write_text(json.dumps(args.to_dict(), indent=2) + "\n")
+        config = {**args.to_dict(), REWARDED_BY: rewarded_by}
+        (path / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     except OSError as e:
         raise RunFolderError(f"run_dir: cannot write to {path} ({e.strerror or type(e).__name__})") from None
     return path
 
 
-def write_status(run_dir: Path, status: str, phase: int) -> None:
-    """Record whether the run is running, finished or interrupted (written atomically)."""
+# --- who owns the folder -------------------------------------------------------------------------
+
+
+class RunLock:
+    """The training process's ownership of a run folder: an exclusive `flock` on train.lock, with
+    the owner's PID written in the file. Released by `release()` or, whatever happens, by the OS
+    when the process ends."""
+
+    def __init__(self, run_dir: Path, fd: int):
+        self.run_dir, self._fd = run_dir, fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor drops the flock
+            self._fd = None
+
+
+def lock_run(run_dir: str | Path) -> RunLock:
+    """Take ownership of `run_dir` for this process, or refuse in one line if a live process
+    holds it (`read_status` readers hold a shared lock for an instant: retried for a second)."""
+    run_dir = Path(run_dir)
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    for _ in range(20):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            time.sleep(0.05)
+    else:
+        os.close(fd)
+        raise RunFolderError(f"{run_dir}: {next_step(run_dir)}")
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return RunLock(run_dir, fd)
+
+
+def lock_holder(run_dir: str | Path) -> int | None:
+    """The PID of the process training `run_dir` now (0 if it is unreadable), or None if no
+    process holds the folder's lock."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # no lock file: never trained, or a run from before locks
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 32).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+# --- status and the advice that fits it ------------------------------------------------------------
+
+
+def write_status(run_dir: Path, status: str, phase: int, total_phases: int | None = None,
+                 error: str | None = None) -> dict:
+    """Record the run's state after `phase` completed phases (written atomically): running,
+    finished, interrupted (a signal; a checkpoint of `phase` was written) or failed (`error`: the
+    exception's one line). Returns the record."""
     path = Path(run_dir) / STATUS_FILE
     tmp = path.with_name(f".{STATUS_FILE}.tmp")
-    tmp.write_text(json.dumps({"status": status, "phase": phase}) + "\n")
+    record = {"status": status, "phase": phase, "total_phases": total_phases, "pid": os.getpid()}
+    if error is not None:
+        record["error"] = error
+    tmp.write_text(json.dumps(record) + "\n")
     os.replace(tmp, path)
+    return record
 
 
 def read_status(run_dir: str | Path) -> dict:
-    """The run's status; a run folder from before status files counts as finished if it has a policy."""
-    path = Path(run_dir) / STATUS_FILE
+    """The run's state: status.json, checked against the lock. `running` needs a live owner:
+    without one it is `lost` (killed, or the machine stopped, before it could say so); a folder
+    whose owner has not written status.json yet is `running` at phase 0. A run folder from before
+    status files counts as finished if it has a policy."""
+    run_dir = Path(run_dir)
+    path = run_dir / STATUS_FILE
+    holder = lock_holder(run_dir)
     if path.is_file():
-        return json.loads(path.read_text())
-    return {"status": "finished" if (Path(run_dir) / POLICY_FILE).is_file() else "unknown", "phase": None}
+        try:
+            status = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            status = {"status": "unknown", "phase": None}
+    else:
+        status = {"status": "finished" if (run_dir / POLICY_FILE).is_file() else "unknown", "phase": None}
+    if holder is not None:
+        status = {**status, "status": "running", "pid": holder or status.get("pid")}
+        status.setdefault("phase", 0)
+    elif status["status"] == "running":
+        status = {**status, "status": "lost"}
+    return status
+
+
+def resume_command(run_dir: str | Path) -> str:
+    """The shell command that continues `run_dir`, quoted so it pastes as it is (spaces, quotes)."""
+    return f"python -m rlhf_scratch.train --resume {shlex.quote(str(run_dir))}"
+
+
+def next_step(run_dir: str | Path, status: dict | None = None) -> str:
+    """What the run's state is and what to do about it, as one sentence: running → wait or stop it;
+    interrupted, failed or lost → the exact resume command (or the Python call, for a reward the
+    command line cannot rebuild); finished → nothing to do."""
+    run_dir = Path(run_dir)
+    status = status or read_status(run_dir)
+    state, phase, total = status["status"], status.get("phase"), status.get("total_phases")
+    of = f"{phase}/{total}" if total else f"{phase}"
+    if state == "running":
+        pid = status.get("pid") or "?"
+        return (f"the run is still training (process {pid}, phase {of}); wait for it to finish, or stop it "
+                f"with `kill -INT {pid}` (it saves a checkpoint) and resume it later")
+    if state == "finished":
+        return f"the run finished after {phase} phases"
+    what = {"interrupted": f"the run was interrupted after phase {of}",
+            "failed": f"the run failed after phase {of} ({status.get('error', 'no error recorded')})",
+            "lost": f"the run stopped without a word after phase {of} (killed, or the machine stopped)"}.get(
+        state, "the run has no status")
+    return f"{what}; {resume_hint(run_dir)}"
+
+
+def resume_hint(run_dir: str | Path) -> str:
+    """How to continue `run_dir` from its latest checkpoint: the shell command, or — when a Python
+    function rewarded it, which the command line cannot rebuild — the Python call."""
+    run_dir = Path(run_dir)
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        return "it has no checkpoint to resume from: start it again"
+    at = int(checkpoints[-1].name.split("-")[1])
+    rewarded = load_rewarded_by(run_dir)
+    if not cli_can_rebuild(rewarded, load_args(run_dir)):
+        return (f"resume it from phase {at} in Python with the same reward ({describe_rewarded_by(rewarded)}): "
+                f"Trainer(load_args({str(run_dir)!r}), reward_fn=...).train({str(run_dir)!r}, resume=True)")
+    return f"resume it from phase {at} with: {resume_command(run_dir)}"
+
+
+def refuse_if_training(run_dir: str | Path) -> None:
+    """One line, if a live process is training `run_dir` (its files are changing under us)."""
+    status = read_status(run_dir)
+    if status["status"] == "running":
+        raise RunFolderError(f"{run_dir}: {next_step(run_dir, status)}")
+
+
+def reward_shown(run_dir: str | Path, args: CommonArgs) -> str:
+    """Which reward `sample` and `interp.report` show: the run's own (its task's, rebuilt from
+    config.json), or — for a run a Python function rewarded — the task's, saying it is not the run's."""
+    rewarded = load_rewarded_by(run_dir)
+    if cli_can_rebuild(rewarded, args):
+        return f"reward shown: task {args.task}, the run's own"
+    return (f"reward shown: task {args.task}, NOT the run's own: it was rewarded by {describe_rewarded_by(rewarded)}, "
+            "which the command line cannot load")
+
+
+def _mb(path: Path) -> float:
+    files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
+    return sum(f.stat().st_size for f in files) / 1e6
+
+
+def finished_summary(run_dir: str | Path) -> str:
+    """What a finished run left and the two commands to look at it (printed by `train` at the end)."""
+    run_dir = Path(run_dir)
+    metrics, quoted = read_metrics(run_dir), shlex.quote(str(run_dir))
+    reward = (f", reward {metrics[0]['rewards/mean']:.3f} → {metrics[-1]['rewards/mean']:.3f}"
+              if metrics else "")
+    kept = [f"{name} {_mb(run_dir / name):.0f} MB" for name in (POLICY_FILE, "checkpoints") if (run_dir / name).exists()]
+    checkpoints = list_checkpoints(run_dir)
+    why = (f" ({checkpoints[-1].name}: weights + optimizer, to continue it with --resume and a larger "
+           f"--total-phases; delete checkpoints/ if you will not)") if checkpoints else ""
+    return "\n".join([
+        f"done: {run_dir}  ({len(metrics)} phases{reward}; {_mb(run_dir):.0f} MB: {', '.join(kept)}{why})",
+        f"  look inside:  python -m interp.report {quoted}",
+        f"  sample it:    python -m rlhf_scratch.sample {quoted}",
+    ])
+
+
+# --- what rewarded the run ---------------------------------------------------------------------------
+
+
+def load_rewarded_by(run_dir: str | Path) -> dict | None:
+    """config.json's `rewarded_by` ({"reward": ..., "judge": ...}); None for runs from before it."""
+    path = Path(run_dir) / CONFIG_FILE
+    try:
+        return json.loads(path.read_text()).get(REWARDED_BY)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def cli_can_rebuild(rewarded_by: dict | None, args: CommonArgs) -> bool:
+    """Whether the command line rebuilds what rewarded the run: the task's reward (and the named
+    judge), not a Python function."""
+    if rewarded_by is None:
+        return True
+    return rewarded_by.get("reward") == f"task {args.task}" and rewarded_by.get("judge") in (
+        None, f"judge {getattr(args, 'judge', None)}")
+
+
+def describe_rewarded_by(rewarded_by: dict | None) -> str:
+    """E.g. `task sentiment` or `python my_rewards.count_words, judged by judge vader`."""
+    if rewarded_by is None:
+        return "the task's reward"
+    judge = rewarded_by.get("judge")
+    return rewarded_by["reward"] + (f", judged by {judge}" if judge else "")
 
 
 def append_metrics(run_dir: Path, metrics: dict[str, float | int]) -> None:
@@ -135,21 +344,24 @@ def load_args(run_dir: str | Path) -> CommonArgs:
     if not path.is_file():
         raise RunFolderError(f"{path}: not found (is {run_dir} a run folder?)")
     try:
-        return CommonArgs.from_dict(json.loads(path.read_text()))
+        values = json.loads(path.read_text())
+        values.pop(REWARDED_BY, None)
+        return CommonArgs.from_dict(values)
     except (json.JSONDecodeError, ValueError, TypeError) as e:
         raise RunFolderError(f"{path}: unreadable config ({e})") from None
 
 
 def load_run(run_dir: str | Path, device: str = "cpu") -> LoadedRun:
-    """Rebuild the tuned policy and the reference model of a finished run."""
+    """Rebuild the tuned policy and the reference model of a finished run (refused, in one line
+    saying what to do, while a process is training it)."""
     run_dir = Path(run_dir)
     args = load_args(run_dir)
+    refuse_if_training(run_dir)  # its policy.pt may be old, or half-written
     weights = run_dir / POLICY_FILE
     if not weights.is_file():
         status = read_status(run_dir)
-        if status["status"] in ("running", "interrupted"):
-            raise RunFolderError(f"{run_dir}: the run is {status['status']} after phase {status['phase']} and has no "
-                                 f"{POLICY_FILE} yet; finish it with: python -m rlhf_scratch.train --resume {run_dir}")
+        if status["status"] in ("interrupted", "failed", "lost"):
+            raise RunFolderError(f"{run_dir}: no {POLICY_FILE} yet: {next_step(run_dir, status)}")
         raise RunFolderError(f"{weights}: not found (did the run finish with save_model on?)")
     try:
         state = torch.load(weights, map_location=device, weights_only=True)

@@ -39,6 +39,11 @@ def sample_both(run, prompts: list[str], n: int, gen_len: int, temperature: floa
     return rollouts[0], rollouts[1]
 
 
+def one_line(text: str) -> str:
+    """A completion on one table row: newlines shown as \\n (a raw one would break the row)."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def sequence_kl(rollout: Rollout) -> torch.Tensor:
     """Σ_t KL_t over each sample's kept tokens, nats."""
     return torch.where(rollout.completion_mask, rollout.kl, torch.zeros_like(rollout.kl)).sum(-1)
@@ -46,7 +51,7 @@ def sequence_kl(rollout: Rollout) -> torch.Tensor:
 
 def side_by_side(reference: Rollout, tuned: Rollout) -> str:
     rows = [
-        [prompt, ref_text, f"{ref_r:.3f}", text, f"{r:.3f}", f"{kl:.2f}"]
+        [one_line(prompt), one_line(ref_text), f"{ref_r:.3f}", one_line(text), f"{r:.3f}", f"{kl:.2f}"]
         for prompt, ref_text, ref_r, text, r, kl in zip(
             tuned.prompts, reference.completions, reference.scores.tolist(), tuned.completions,
             tuned.scores.tolist(), sequence_kl(tuned).tolist())
@@ -56,7 +61,7 @@ def side_by_side(reference: Rollout, tuned: Rollout) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlhf_scratch.sample", description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", help="a finished run folder")
+    parser.add_argument("run_dir", help="a finished run folder (refused while a process trains it)")
     parser.add_argument("prompts", nargs="*", help="prompts (default: stdin lines if piped, else the run's prefix)")
     parser.add_argument("-n", type=int, default=4, help="completions per prompt and model")
     parser.add_argument("--gen-len", type=int, help="tokens per completion (default: the run's)")
@@ -68,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
 
     from rlhf_scratch.config import ConfigError
-    from rlhf_scratch.runs import load_run
+    from rlhf_scratch.runs import load_run, reward_shown
 
     try:
         if opts.n < 1:
@@ -91,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:  # ConfigError, RunFolderError, a reward-model error
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
+    print(reward_shown(run.path, run.args))
     print(side_by_side(reference, tuned))
     print(f"\nmean reward: reference {reference.scores.mean():.3f}, tuned {tuned.scores.mean():.3f}; "
           f"mean KL of a tuned sample to the reference {sequence_kl(tuned).mean():.2f} nats")

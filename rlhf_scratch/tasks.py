@@ -56,12 +56,47 @@ def make_reward_fn(args: CommonArgs, device: str = "cpu") -> RewardFn:
     - `periods`: the number of '.' in the sample (the blog's first toy reward).
     """
     if args.task == "sentiment":
-        return SentimentReward(args.reward_model, direction=args.direction, device=device)
-    if args.task == "vader":
-        return _named_partial(reward_fn_vader, direction=args.direction)
-    if args.task == "periods":
-        return _named_partial(reward_fn_char_count, char=".")
-    raise ValueError(f"task: unknown task {args.task!r}")
+        fn = SentimentReward(args.reward_model, direction=args.direction, device=device)
+    elif args.task == "vader":
+        fn = _named_partial(reward_fn_vader, direction=args.direction)
+    elif args.task == "periods":
+        fn = _named_partial(reward_fn_char_count, char=".")
+    else:
+        raise ValueError(f"task: unknown task {args.task!r}")
+    fn.made_for = _task_key(args)  # so `rewarded_by` recognises the task's own reward
+    return fn
+
+
+def _task_key(args: CommonArgs) -> tuple:
+    return (args.task, args.direction, args.reward_model)
+
+
+def qualified_name(fn: Callable) -> str:
+    """`module.qualname` of a function, or of a callable instance's class (a partial: its function's)."""
+    if isinstance(fn, partial):
+        return qualified_name(fn.func)
+    target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isclass(fn) else type(fn)
+    return f"{getattr(target, '__module__', None) or '?'}.{getattr(target, '__qualname__', type(fn).__name__)}"
+
+
+def rewarded_by(args: CommonArgs, reward_fn: RewardFn | None, judge: Callable | None = None) -> dict:
+    """What scores a run's samples, as its config.json records it: `task <name>` for the task's
+    own reward (`make_reward_fn(args)`, which `--resume` rebuilds from the config), else
+    `python <module>.<qualname>` of the callable (which only Python can pass again); a judge the
+    same way (`judge <name>` for `make_judge(args.judge, ...)`), or None."""
+    if reward_fn is None or getattr(reward_fn, "made_for", None) == _task_key(args):
+        reward = f"task {args.task}"
+    else:
+        reward = f"python {qualified_name(reward_fn)}"
+    if judge is None:
+        judged = None
+    elif getattr(judge, "made_for", None) == (getattr(args, "judge", None), args.direction):
+        judged = f"judge {args.judge}"
+    else:
+        judged = f"python {qualified_name(judge)}"
+    return {"reward": reward, "judge": judged}
+
+
 
 
 def reward_fn_name(fn: RewardFn) -> str:

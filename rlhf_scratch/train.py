@@ -14,129 +14,125 @@ field, before torch is imported.
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
-import inspect
 import os
 import sys
-import textwrap
 
-from rlhf_scratch.config import ALGOS, ARGS_OF_ALGO, PRESETS, TASKS, ConfigError, make_args
+from rlhf_scratch.cli import flag_of, given_fields, parse_dataclass
+from rlhf_scratch.config import ALGOS, ARGS_OF_ALGO, PRESETS, TASKS, CommonArgs, ConfigError
 
 TRAINER_OF_ALGO = {
     "ppo": ("rlhf_scratch.algorithms.ppo", "RLHFTrainer"),
     "rloo": ("rlhf_scratch.algorithms.rloo", "RLOOTrainer"),
     "online_dpo": ("rlhf_scratch.algorithms.online_dpo", "OnlineDPOTrainer"),
+    "grpo": ("rlhf_scratch.algorithms.grpo", "GRPOTrainer"),
 }
 
-
-def field_docs(cls: type) -> dict[str, str]:
-    """The docstring written under each dataclass field, by field name (base classes first, so a
-    subclass's own docstring wins)."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if klass is object or not dataclasses.is_dataclass(klass):
-            continue
-        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        body = tree.body[0].body  # type: ignore[attr-defined]
-        for node, nxt in zip(body, body[1:]):
-            if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-                docs[node.target.id] = " ".join(str(nxt.value.value).split())  # type: ignore[union-attr]
-    return docs
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (`error: ...`) and exit code 2, like a bad value."""
-
-    def error(self, message: str):
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def build_parser(algo: str = "ppo") -> argparse.ArgumentParser:
-    cls = ARGS_OF_ALGO[algo]
-    parser = _OneLineParser(
-        prog="python -m rlhf_scratch.train",
-        description=f"RLHF of a language model toward a reward — {algo} ({cls.__doc__.strip()})",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"Presets: {', '.join(PRESETS)}; the gpt2 preset overrides: "
-        + ", ".join(f"{k}={v}" for k, v in PRESETS["gpt2"].items()),
-    )
-    parser.add_argument("task", nargs="?", help=f"reward to maximise: {', '.join(TASKS)}")
-    parser.add_argument("--algo", default="ppo", help=f"algorithm: {', '.join(ALGOS)} (default: ppo)")
-    parser.add_argument("--resume", metavar="RUN_DIR", default=None,
-                        help="continue an interrupted run from its latest checkpoint, with its saved config; "
-                             f"only {', '.join('--' + f.replace('_', '-') for f in RESUMABLE)} may be given too")
-    docs = field_docs(cls)
-    for f in dataclasses.fields(cls):
-        if f.name == "task":
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        kwargs: dict = dict(default=None, help=docs.get(f.name, "") + f" (default: {f.default})", dest=f.name)
-        if str(f.type) in ("bool", "bool | None"):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
-        else:
-            kind = {"int": int, "float": float, "float | None": float}.get(str(f.type), str)
-            parser.add_argument(flag, type=kind, **kwargs)
-    return parser
-
+PROG = "python -m rlhf_scratch.train"
 
 # Fields a resumed run may change; any other flag must agree with the saved config.
 RESUMABLE = ("total_phases", "save_every", "keep_checkpoints", "table_every", "plot_every", "threads", "wandb", "device")
 
 
-def parse_algo_and_resume(argv: list[str]) -> tuple[str, str | None]:
-    """--algo (default ppo) and --resume, read before the full parser is built for that algorithm."""
+def description(algo: str) -> str:
+    cls = ARGS_OF_ALGO[algo]
+    return (f"RLHF of a language model toward a reward: {algo} ({cls.__doc__.strip()})\n\n"
+            f"usage: {PROG} TASK [--algo {{{','.join(ALGOS)}}}] [--FIELD VALUE ...]   |   {PROG} --resume RUN_DIR\n"
+            f"TASK: {', '.join(TASKS)} (the same as --task). --algo picks the algorithm (default ppo; "
+            f"`--algo ALGO --help` lists its fields). --resume continues an interrupted run from its latest "
+            f"checkpoint with its saved config; only {', '.join(flag_of(f) for f in RESUMABLE)} may be given too. "
+            f"Presets: {', '.join(PRESETS)}; the gpt2 preset sets "
+            + ", ".join(f"{k}={v}" for k, v in PRESETS["gpt2"].items()) + ".")
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """The pre-scan for --algo/--resume/--preset: a usage error is one line, exit code 2."""
+
+    def error(self, message: str):
+        raise ConfigError(message)
+
+
+def parse_dispatch(argv: list[str]) -> tuple[str | None, str | None, str | None, list[str]]:
+    """--algo, --resume and --preset, read before the algorithm's command line is parsed (they
+    decide which dataclass and which defaults it is parsed into), and the rest of argv for it,
+    with the positional TASK turned into --task and the tri-state --[no-]stop-at-eos spelled out."""
     pre = _OneLineParser(add_help=False)
-    pre.add_argument("--algo", default=None)
-    pre.add_argument("--resume", default=None)
-    known = pre.parse_known_args(argv)[0]
-    algo = known.algo or "ppo"
-    if known.resume is not None:
+    for flag in ("--algo", "--resume", "--preset"):
+        pre.add_argument(flag, default=None)
+    known, rest = pre.parse_known_args(argv)
+    positional = [i for i, token in enumerate(rest) if not token.startswith("-")
+                  and (i == 0 or not rest[i - 1].startswith("--") or "=" in rest[i - 1] or _is_switch(rest[i - 1]))]
+    if positional:  # the first bare word is the task
+        i = positional[0]
+        rest = rest[:i] + ["--task", rest[i]] + rest[i + 1:]
+    rest = [{"--stop-at-eos": "--stop-at-eos=True", "--no-stop-at-eos": "--stop-at-eos=False"}.get(t, t) for t in rest]
+    return known.algo, known.resume, known.preset, rest
+
+
+def _is_switch(token: str) -> bool:
+    """Whether a flag takes no value (a boolean field's --x / --no-x, or --help)."""
+    name = token[2:].removeprefix("no-").replace("-", "_")
+    return token in ("-h", "--help") or any(
+        f.name == name and f.type in ("bool", bool) for cls in ARGS_OF_ALGO.values() for f in dataclasses.fields(cls))
+
+
+def parse_args(argv: list[str]) -> tuple[CommonArgs, str | None]:
+    """The run's validated args and the run folder to resume (None for a new run)."""
+    algo, resume, preset, rest = parse_dispatch(argv)
+    if resume is not None:
         from rlhf_scratch.runs import load_args  # reads config.json only
 
-        saved = load_args(known.resume)
-        if known.algo is not None and known.algo != saved.algo:
-            raise ConfigError(f"resume: --algo {known.algo} conflicts with the run's saved algo {saved.algo}")
-        algo = saved.algo
+        saved = load_args(resume)
+        if algo is not None and algo != saved.algo:
+            raise ConfigError(f"resume: --algo {algo} conflicts with the run's saved algo {saved.algo}")
+        if preset is not None:
+            rest += ["--preset", preset]
+        args = parse_dataclass(type(saved), rest, default=saved, prog=PROG, description=description(saved.algo))
+        for name, value in given_fields(args, saved).items():
+            if name not in RESUMABLE:
+                allowed = ", ".join(flag_of(f) for f in RESUMABLE)
+                raise ConfigError(f"resume: {flag_of(name)} {value} conflicts with the run's saved "
+                                  f"{name}={getattr(saved, name)!r} (only {allowed} may change)")
+        return args.validate(), resume
+    algo, preset = algo or "ppo", preset or "tiny"
     if algo not in ARGS_OF_ALGO:
         raise ConfigError(f"algo: must be one of {', '.join(ALGOS)}; got {algo!r}")
-    return algo, known.resume
+    if preset not in PRESETS:
+        raise ConfigError(f"preset: must be one of {', '.join(PRESETS)}; got {preset!r}")
+    cls = ARGS_OF_ALGO[algo]
+    names = {f.name for f in dataclasses.fields(cls)}
+    default = cls(preset=preset, task="", **{k: v for k, v in PRESETS[preset].items() if k in names})
+    try:
+        args = parse_dataclass(cls, rest, default=default, prog=PROG, description=description(algo))
+    except ConfigError as e:
+        raise ConfigError(other_algorithm_hint(str(e), algo)) from None
+    if args.task == "":
+        raise ConfigError(f"task: required, one of {', '.join(TASKS)} (or --resume RUN_DIR)")
+    return args.validate(), None
 
 
-def resumed_args(run_dir: str, opts: dict):
-    """The saved config of `run_dir`, with the flags a resumed run may change applied."""
-    from rlhf_scratch.runs import load_args
-
-    args = load_args(run_dir)
-    for name, value in opts.items():
-        if value is None or name == "preset" and value == args.preset:
-            continue
-        if name in RESUMABLE:
-            setattr(args, name, value)
-        elif value != getattr(args, name):
-            allowed = ", ".join("--" + f.replace("_", "-") for f in RESUMABLE)
-            raise ConfigError(f"resume: --{name.replace('_', '-')} {value} conflicts with the run's saved "
-                              f"{name}={getattr(args, name)!r} (only {allowed} may change)")
-    return args.validate()
+def other_algorithm_hint(message: str, algo: str) -> str:
+    """An unknown flag that another algorithm has: say which (`--judge` is Online DPO's)."""
+    if not message.startswith("unrecognized arguments: "):
+        return message
+    flags = [t.split("=")[0] for t in message.split(": ", 1)[1].split() if t.startswith("--")]
+    for flag in flags:
+        owners = [a for a, cls in ARGS_OF_ALGO.items() if a != algo
+                  and flag.removeprefix("--").removeprefix("no-").replace("-", "_") in cls.__dataclass_fields__]
+        if owners:
+            return f"{message} ({flag} is an option of --algo {' / --algo '.join(owners)}, not of {algo})"
+    return message
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        algo, resume = parse_algo_and_resume(argv)
-        opts = vars(build_parser(algo).parse_args(argv))
-        opts.pop("algo"), opts.pop("resume")
-        if resume is not None:
-            args = resumed_args(resume, opts)
-        else:
-            if opts["task"] is None:
-                raise ConfigError(f"task: required, one of {', '.join(TASKS)} (or --resume RUN_DIR)")
-            args = make_args(opts.pop("preset") or "tiny", algo=algo, **opts)
+        args, resume = parse_args(argv)
+        algo = args.algo
     except ConfigError as e:  # RunFolderError is one too
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except SystemExit as e:  # argparse: --help (0) or a usage error, already printed in one line (2)
+    except SystemExit as e:  # --help (0)
         return int(e.code or 0)
 
     import importlib
@@ -145,30 +141,51 @@ def main(argv: list[str] | None = None) -> int:
     from rlhf_scratch import distributed
     from rlhf_scratch.loading import HubUnreachableError
     from rlhf_scratch.loop import TrainingStopped
-    from rlhf_scratch.runs import check_new_run_dir
+    from rlhf_scratch.runs import check_new_run_dir, finished_summary
 
     module, name = TRAINER_OF_ALGO[algo]
     rank0 = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0 (or no torchrun): the one that prints
     run_dir = Path(resume) if resume is not None else None
     finished = False
     try:
-        if resume is None and rank0:  # (under torchrun rank 0 creates it)
+        if resume is not None:
+            refuse_unresumable(resume, args)  # before the models load
+        elif rank0:  # (under torchrun rank 0 creates it)
             check_new_run_dir(args.run_dir)  # before the models load: refuse to overwrite at once
         trainer = getattr(importlib.import_module(module), name)(args)  # loads models and prompts
         run_dir = trainer.train(run_dir, resume=resume is not None)
         finished = True
     except (ValueError, OSError, HubUnreachableError) as e:  # ConfigError, RunFolderError, PromptError, ...
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        for note in getattr(e, "__notes__", []) if rank0 else []:  # a run that failed: what to do next
+            print(note, file=sys.stderr)
         return 2
     except TrainingStopped as e:
         if rank0:
-            print(f"{e}; resume with: python -m rlhf_scratch.train --resume {e.run_dir}", file=sys.stderr)
+            print(e, file=sys.stderr)  # ends with the resume command
         return e.exit_code
     finally:
         distributed.destroy(finished)
     if rank0:
-        print(f"done: {run_dir}")
+        print(finished_summary(run_dir))
     return 0
+
+
+def refuse_unresumable(run_dir: str, args: CommonArgs) -> None:
+    """One line, before any model loads, if `--resume run_dir` cannot work: a live process is
+    training it, or a Python reward function (or judge) rewarded it, which the command line
+    cannot rebuild."""
+    from rlhf_scratch.runs import cli_can_rebuild, describe_rewarded_by, load_rewarded_by, next_step, read_status
+
+    status = read_status(run_dir)
+    if status["status"] == "running":
+        raise ConfigError(f"resume: {run_dir}: {next_step(run_dir, status)}")
+    rewarded = load_rewarded_by(run_dir)
+    if not cli_can_rebuild(rewarded, args):
+        raise ConfigError(f"resume: {run_dir} was rewarded by {describe_rewarded_by(rewarded)}, which the command "
+                          f"line cannot rebuild; resume it from Python with the same function: "
+                          f"{TRAINER_OF_ALGO[args.algo][1]}(load_args({run_dir!r}), reward_fn=...).train({run_dir!r}, "
+                          "resume=True)")
 
 
 if __name__ == "__main__":

@@ -5,15 +5,22 @@ import subprocess
 import sys
 
 from rlhf_scratch.config import RLHFArgs
-from rlhf_scratch.train import build_parser, main
+from rlhf_scratch.config import ALGOS
+from rlhf_scratch.train import main
+
+
+def help_text(capsys, *argv) -> str:
+    """`--help` of the train command, box characters and line breaks folded into single spaces."""
+    assert main([*argv, "--help"]) == 0
+    return " ".join(capsys.readouterr().out.replace("│", " ").split())
 
 
 def _run(*argv):
     return subprocess.run([sys.executable, "-m", "rlhf_scratch.train", *argv], capture_output=True, text=True, timeout=120)
 
 
-def test_help_lists_every_field_with_its_default():
-    text = build_parser().format_help()
+def test_help_lists_every_field_with_its_default(capsys):
+    text = help_text(capsys)
     for f in dataclasses.fields(RLHFArgs):
         if f.name != "task":
             assert "--" + f.name.replace("_", "-") in text, f"--help is missing --{f.name}"
@@ -40,9 +47,31 @@ def test_batch_not_divisible(capsys):
 
 
 def test_algo_flag_builds_that_algorithms_parser(capsys):
-    text = build_parser("rloo").format_help()
+    text = help_text(capsys, "--algo", "rloo")
     assert "--num-generations" in text and "--epsilon-high" in text and "--kl-coef" not in text
     assert main(["sentiment", "--algo", "rloo", "--kl-coef", "1"]) == 2
-    assert capsys.readouterr().err.strip() == "error: unrecognized arguments: --kl-coef 1"
+    assert capsys.readouterr().err.strip() == (
+        "error: unrecognized arguments: --kl-coef 1 (--kl-coef is an option of --algo ppo, not of rloo)")
+    assert main(["sentiment", "--algo", "rloo", "--kl-coeff", "1"]) == 2  # nobody's flag: no hint
+    assert capsys.readouterr().err.strip() == "error: unrecognized arguments: --kl-coeff 1"
     assert main(["sentiment", "--algo", "sac"]) == 2
-    assert capsys.readouterr().err.strip() == "error: algo: must be one of ppo, rloo, online_dpo; got 'sac'"
+    assert capsys.readouterr().err.strip() == f"error: algo: must be one of {', '.join(ALGOS)}; got 'sac'"
+
+
+def test_task_is_the_first_bare_word_wherever_it_stands(capsys):
+    from rlhf_scratch.train import parse_args
+
+    args, resume = parse_args(["--kl-coef", "0.3", "vader", "--no-prepend-bos", "--algo", "ppo"])
+    assert (args.task, args.kl_coef, args.prepend_bos, resume) == ("vader", 0.3, False, None)
+    args, _ = parse_args(["periods", "--stop-at-eos", "--top-k", "3"])
+    assert (args.task, args.stop_at_eos, args.top_k) == ("periods", True, 3)
+    args, _ = parse_args(["periods", "--no-stop-at-eos"])
+    assert args.stop_at_eos is False
+    assert parse_args(["periods"])[0].stop_at_eos is None  # not given: the per-source default
+
+
+def test_preset_fills_fields_the_command_line_does_not_give():
+    from rlhf_scratch.train import parse_args
+
+    args, _ = parse_args(["sentiment", "--preset", "gpt2", "--batch-size", "64"])
+    assert (args.kl_coef, args.base_lr, args.batch_size, args.model) == (2.5, 2e-5, 64, "gpt2")

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from rlhf_scratch.tiny_preset import corpus
+from rlhf_scratch import corpus
 from rlhf_scratch.loading import load_tokenizer
 from rlhf_scratch.tiny_preset.tokenizer import ENDOFTEXT, train_tokenizer
 

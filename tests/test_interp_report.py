@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from interp.logits import residual_sentiment_direction, sentiment_tokens
-from interp.report import REVIEW_PROMPTS, main, make_report
+from interp.probes import REVIEW_PROMPTS
+from interp.report import main, make_report
 from interp.toy import perturb_head, toy_model, toy_tokenizer
 
 

@@ -26,6 +26,7 @@ from rlhf_scratch.objectives import (
     masked_mean,
     masked_whiten,
     sequence_log_probs,
+    temperature_scaled,
 )
 
 LN2, LN3 = math.log(2), math.log(3)
@@ -110,6 +111,29 @@ def test_from_logprobs_is_the_same_function_on_shared_log_softmax(gen):
         torch.testing.assert_close(g_shared, g_plain, atol=1e-6, rtol=0)
     # and it is not a no-op: raw logits read as log-probs are not a distribution
     assert not torch.allclose(entropy_per_token(logits, from_logprobs=True), entropy_per_token(logits))
+
+
+def test_get_log_probs_at_a_temperature_by_hand():
+    """Sampled from softmax(z / T), scored at T: logits [0, ln 2, ln 3] at T = 0.5 are [0, 2 ln 2, 2 ln 3],
+    softmax ∝ [1, 4, 9] = [1/14, 4/14, 9/14]."""
+    logits = torch.tensor([[[0.0, LN2, LN3], [0.0, 0.0, 0.0]]])
+    tokens = torch.tensor([[7, 1, 2]])
+    out = get_log_probs(torch.cat([logits, logits[:, :1]], 1), tokens, prefix_len=1, temperature=0.5)
+    expected = [math.log(4 / 14), math.log(1 / 3)]  # uniform logits stay uniform at any T
+    torch.testing.assert_close(out, torch.tensor([expected]))
+    at_one = get_log_probs(torch.cat([logits, logits[:, :1]], 1), tokens, prefix_len=1)
+    assert not torch.allclose(out, at_one), f"T ignored: {out.tolist()} = the T = 1 log-probs (ln 2/6 = {math.log(2 / 6):.4f})"
+    # T = 2: softmax ∝ [1, √2, √3]; log-prob of token 2 = ln(√3 / (1 + √2 + √3))
+    t2 = get_log_probs(torch.tensor([[[0.0, LN2, LN3], [0.0, 0.0, 0.0]]]), torch.tensor([[0, 2]]), temperature=2.0)
+    assert close(t2[0, 0], math.log(3**0.5 / (1 + 2**0.5 + 3**0.5))), "logits are divided by T, not multiplied"
+
+
+def test_temperature_one_divides_nothing_so_t1_runs_are_bit_identical(gen):
+    logits = torch.randn(2, 5, 7, generator=gen)
+    assert temperature_scaled(logits, 1.0) is logits, "T = 1 must not even divide (bit-identical runs)"
+    tokens = torch.randint(0, 7, (2, 5), generator=gen)
+    assert torch.equal(get_log_probs(logits, tokens, 2, temperature=1.0), get_log_probs(logits, tokens, 2))
+    torch.testing.assert_close(temperature_scaled(logits, 0.7), logits / 0.7, atol=0, rtol=0)
 
 
 def test_get_log_probs_rejects_bad_prefix_len():

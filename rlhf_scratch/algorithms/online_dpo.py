@@ -16,8 +16,13 @@ Layout: pairs are consecutive rows — the two completions of prompt i are rows 
 rollout (`make_rollout(num_generations=2)` is prompt-major). The reference's sequence log-probs
 come from the rollout (`rollout.ref_logprobs`), so learning needs no second reference forward.
 
-objective/kl and objective/entropy are logged by the loop over kept completion tokens only
-(masked; TRL's online trainer averages them over the padding after EOS too).
+Pairs a judge cannot decide (−1) stay in the batch with weight 0 (`pair_weights`): every process
+then runs the same minibatches and the same backward passes, which DDP's all-reduces need.
+
+Logged with TRL's names and TRL's meanings (docs/fidelity.md): objective/kl is the mean over
+completions of the SEQUENCE sum of log π_old − log π_ref, objective/entropy the mean of −Σ_t log π_old,
+objective/scores the reward after the missing-EOS penalty. Masked: TRL's sums run over the padding
+after EOS too. (The loop's rollout/kl_full_vocab is our own per-token, full-vocabulary number.)
 """
 
 from __future__ import annotations
@@ -51,11 +56,15 @@ DPO_METRICS = (
     "rewards/accuracies",  # fraction of pairs whose chosen implicit reward is the larger
     "logps/chosen",  # summed log π of the chosen completions
     "logps/rejected",
-    "objective/scores",  # mean score of the reward function, before any missing-EOS penalty
-    "objective/scores_margin",  # mean (chosen − rejected) reward, after the penalty (what picked them)
+    "objective/kl",  # mean over completions of Σ_t (log π_old − log π_ref) on kept tokens (TRL's)
+    "objective/entropy",  # mean over completions of −Σ_t log π_old on kept tokens (TRL's)
+    "objective/non_score_reward",  # −β · objective/kl (TRL's)
+    "objective/rlhf_reward",  # mean of reward − β Σ_t (log π_old − log π_ref) (TRL's)
+    "objective/scores",  # mean reward, after the missing-EOS penalty (TRL's)
+    "objective/scores_margin",  # mean (chosen − rejected) reward over the decided pairs (what picked them)
     "val/contain_eos_token",  # fraction of completions that produced EOS
     "beta",
-    "judge/skipped",  # pairs the judge could not decide (-1), left out of the loss (0 without a judge)
+    "judge/skipped",  # pairs the judge could not decide (-1) this phase, every rank's total (weight 0 in the loss)
     "charts/skipped_steps",  # optimizer steps skipped this phase for a non-finite loss or gradient
 )
 
@@ -75,12 +84,14 @@ def calc_dpo_loss(
     ref_rejected_logps: Float[Tensor, "pairs"],
     beta: float,
     loss_type: str = "sigmoid",
+    weights: Float[Tensor, "pairs"] | None = None,
 ) -> DPOLoss:
     """The DPO loss on summed, masked completion log-probs (MINIMISED), and the implicit rewards.
 
         h = (π_c − π_r) − (ref_c − ref_r)
-        sigmoid:  loss = mean −log σ(β h)          (F.logsigmoid: finite for |β h| in the thousands)
-        ipo:      loss = mean (h − 1/(2β))²        (IPO's target margin instead of "as large as possible")
+        sigmoid:  ℓ = −log σ(β h)                  (F.logsigmoid: finite for |β h| in the thousands)
+        ipo:      ℓ = (h − 1/(2β))²                (IPO's target margin instead of "as large as possible")
+        loss = mean ℓ,  or with 0/1 `weights`:  Σ w ℓ / max(Σ w, 1)   (a pair of weight 0 adds nothing)
         implicit rewards: β (π_c − ref_c), β (π_r − ref_r)
 
     No length normalisation, as TRL's online trainer: the two completions of a pair share a
@@ -96,7 +107,8 @@ def calc_dpo_loss(
         raise ValueError(f"loss_type: must be sigmoid or ipo; got {loss_type!r}")
     chosen_rewards = beta * (policy_chosen_logps - ref_chosen_logps).detach()
     rejected_rewards = beta * (policy_rejected_logps - ref_rejected_logps).detach()
-    return DPOLoss(losses.mean(), chosen_rewards, rejected_rewards)
+    loss = losses.mean() if weights is None else (weights * losses).sum() / weights.sum().clamp(min=1)
+    return DPOLoss(loss, chosen_rewards, rejected_rewards)
 
 
 @torch.no_grad()
@@ -127,17 +139,67 @@ def select_chosen(rewards: Float[Tensor, "batch"]) -> tuple[Int[Tensor, "pairs"]
     return torch.where(second_wins, first + 1, first), torch.where(second_wins, first, first + 1)
 
 
-def select_chosen_by_judge(judge: Judge, rollout: Rollout) -> tuple[Int[Tensor, "kept"], Int[Tensor, "kept"], int]:
-    """Rows of chosen and rejected by a judge's verdicts (0 first, 1 second); pairs it could not
-    judge (-1) are dropped. Returns (chosen, rejected, number skipped)."""
+def select_chosen_by_judge(
+    judge: Judge, rollout: Rollout
+) -> tuple[Int[Tensor, "pairs"], Int[Tensor, "pairs"], Float[Tensor, "pairs"]]:
+    """Rows of chosen and rejected by a judge's verdicts (0 first, 1 second), and each pair's weight
+    in the loss: 1, or 0 for a pair the judge could not decide (−1; its rows are then first, second).
+
+    An undecided pair is weighted out, not dropped: every process keeps as many pairs, so each
+    runs as many minibatches and backward passes (dropping them deadlocks DDP when one rank's
+    judge abstains more than another's). Returns (chosen, rejected, weights)."""
     first = list(range(0, len(rollout), 2))
     verdicts = list(judge([rollout.prompts[i] for i in first],
                           [(rollout.completions[i], rollout.completions[i + 1]) for i in first]))
     if len(verdicts) != len(first) or any(v not in (-1, 0, 1) for v in verdicts):
         raise ValueError(f"judge: must return one of 0, 1, -1 per pair; got {verdicts[:8]} for {len(first)} pairs")
-    chosen = [i + int(v) for i, v in zip(first, verdicts) if v != -1]
-    rejected = [i + 1 - int(v) for i, v in zip(first, verdicts) if v != -1]
-    return torch.tensor(chosen, dtype=torch.long), torch.tensor(rejected, dtype=torch.long), verdicts.count(-1)
+    second = [int(v) == 1 for v in verdicts]
+    chosen = [i + s for i, s in zip(first, second)]
+    rejected = [i + 1 - s for i, s in zip(first, second)]
+    weights = [float(v != -1) for v in verdicts]
+    device = rollout.completion_ids.device
+    return (torch.tensor(chosen, dtype=torch.long, device=device), torch.tensor(rejected, dtype=torch.long, device=device),
+            torch.tensor(weights, device=device))
+
+
+@torch.no_grad()
+def rollout_objective_stats(
+    rollout: Rollout, chosen: Int[Tensor, "pairs"], rejected: Int[Tensor, "pairs"], weights: Float[Tensor, "pairs"],
+    beta: float,
+) -> dict[str, float]:
+    """TRL's per-batch objective/* numbers of Online DPO, over every rank's completions:
+
+        kl_i = Σ_t m_t (log π_old(o_t) − log π_ref(o_t))       (the sampled log-ratio, a sequence sum)
+        objective/kl                = mean_i kl_i
+        objective/entropy           = mean_i −Σ_t m_t log π_old(o_t)
+        objective/non_score_reward  = mean_i −β kl_i
+        objective/scores            = mean_i R_i                 (R after the missing-EOS penalty)
+        objective/rlhf_reward       = mean_i (R_i − β kl_i)
+        objective/scores_margin     = mean over decided pairs of R_chosen − R_rejected
+        val/contain_eos_token       = mean_i [o_i has an EOS]
+        judge/skipped               = number of pairs of weight 0 (the judge said −1), every rank's total
+
+    m masks the padding after EOS (TRL's sums include it). Every log-prob is at the sampling temperature.
+    """
+    mask = rollout.completion_mask
+    kl = dist.all_gather(sequence_log_probs(rollout.logprobs - rollout.ref_logprobs, mask))  # [batch]
+    neg_logp = dist.all_gather(-sequence_log_probs(rollout.logprobs, mask))
+    rewards = dist.all_gather(rollout.rewards)
+    margin = (rollout.rewards[chosen] - rollout.rewards[rejected]) * weights
+    margin_sum, decided = dist.all_gather(torch.stack([margin.sum(), weights.sum()])[None]).sum(dim=0)
+    stats = {
+        "objective/kl": kl.mean().item(),
+        "objective/entropy": neg_logp.mean().item(),
+        "objective/non_score_reward": (-beta * kl).mean().item(),
+        "objective/rlhf_reward": (rewards - beta * kl).mean().item(),
+        "objective/scores": rewards.mean().item(),
+        "val/contain_eos_token": dist.all_gather(rollout.is_terminated).float().mean().item(),
+        "judge/skipped": int(round((dist.all_gather(torch.tensor([float(len(weights))], device=weights.device)).sum()
+                                    - decided).item())),
+    }
+    if decided > 0:
+        stats["objective/scores_margin"] = (margin_sum / decided).item()
+    return stats
 
 
 class OnlineDPOTrainer:
@@ -164,59 +226,65 @@ class OnlineDPOTrainer:
             num_generations=2, gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k,
             prepend_bos=args.prepend_bos, stop_at_eos=args.eos_stops(),
             missing_eos_penalty=args.missing_eos_penalty, chunk_size=args.minibatch_size(),
+            policy_precision=lambda: learning_autocast(args, self.device),  # π_old as π will be computed
         )
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
         """Pick winners (reward or judge), then num_iterations passes over the pairs in minibatches,
-        each one ascent step on −loss; one scheduler step. A phase whose pairs the judge all
-        skipped takes no step and logs no loss/rewards/logps/scores_margin (nothing to average)."""
+        each one ascent step on −loss; one scheduler step.
+
+        Every rank runs the same minibatches (a judge's undecided pairs weigh 0, they are not
+        dropped), and the loss of a step is normalised by the decided pairs of every rank, so
+        that DDP's mean of the ranks' gradients is the gradient of Σ_decided ℓ / #decided over
+        the global minibatch: what one process computes on all the pairs. A step with no decided
+        pair on any rank is skipped on every rank."""
         args = self.args
-        skipped_pairs = 0
         if self.judge is None:
             chosen, rejected = select_chosen(rollout.rewards)
+            weights = torch.ones(len(chosen), device=chosen.device)
         else:
-            chosen, rejected, skipped_pairs = select_chosen_by_judge(self.judge, rollout)
+            chosen, rejected, weights = select_chosen_by_judge(self.judge, rollout)
         ref_logps = sequence_log_probs(rollout.ref_logprobs, rollout.completion_mask)
 
         stats: list[dict[str, float]] = []
         skipped = 0
         pairs_per_minibatch = max(1, args.minibatch_size() // 2 // dist.world_size())  # this rank's share
-        for _ in range(args.num_iterations if len(chosen) else 0):  # (no pair kept: no step)
+        for _ in range(args.num_iterations):
             for idx in tqdm(torch.randperm(len(chosen)).split(pairs_per_minibatch), desc="minibatches",
                             leave=False, disable=self.quiet):
-                c, r = chosen[idx], rejected[idx]
+                c, r, w = chosen[idx], rejected[idx], weights[idx]
+                decided = w.sum()
+                decided_everywhere = dist.all_gather(decided.view(1)).sum()  # this step's decided pairs, all ranks
+                if decided_everywhere == 0:
+                    continue  # the same on every rank: nobody steps
                 self.optimizer.zero_grad()
                 with timed("learning_forward"), learning_autocast(args, self.device):
                     logps = policy_sequence_log_probs(self.learner, rollout, torch.cat([c, r]))
                     out = calc_dpo_loss(logps[: len(c)], logps[len(c):], ref_logps[c], ref_logps[r],
-                                        args.beta, args.loss_type)
-                    objective = -out.loss  # the optimizer ascends (maximize=True)
+                                        args.beta, args.loss_type, weights=w)
+                    # DDP averages the ranks' gradients: scale each rank's weighted mean by its share of the
+                    # decided pairs (× 1.0 exactly in one process)
+                    share = decided * dist.world_size() / decided_everywhere
+                    objective = -out.loss * share  # the optimizer ascends (maximize=True)
                 with timed("backward"):
                     objective.backward()
                 with timed("optimizer_step"):
                     stepped = clip_and_step(self.optimizer, self.policy, objective, args.max_grad_norm)
                 self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
                 skipped += not stepped
-                stats.append({
-                    "loss/dpo": out.loss.item(),
-                    **implicit_reward_stats(out.chosen_rewards, out.rejected_rewards),
-                    "logps/chosen": logps[: len(c)].mean().item(),
-                    "logps/rejected": logps[len(c):].mean().item(),
-                })
+                if decided > 0:  # the diagnostics are over the decided pairs
+                    keep = w > 0
+                    stats.append({
+                        "loss/dpo": out.loss.item(),
+                        **implicit_reward_stats(out.chosen_rewards[keep], out.rejected_rewards[keep]),
+                        "logps/chosen": logps[: len(c)][keep].mean().item(),
+                        "logps/rejected": logps[len(c):][keep].mean().item(),
+                    })
         self.scheduler.step()
 
         learned = {k: float(np.mean([s[k] for s in stats])) for k in stats[0]} if stats else {}
-        if len(chosen):
-            learned["objective/scores_margin"] = (rollout.rewards[chosen] - rollout.rewards[rejected]).mean().item()
-        return {
-            **learned,
-            "objective/scores": rollout.scores.mean().item(),
-            "val/contain_eos_token": rollout.is_terminated.float().mean().item(),
-            "beta": args.beta,
-            "judge/skipped": sum(dist.gather_objects(skipped_pairs)) / dist.world_size(),  # the loop averages ranks
-            "charts/skipped_steps": skipped,
-        }
-
+        return {**learned, **rollout_objective_stats(rollout, chosen, rejected, weights, args.beta),
+                "beta": args.beta, "charts/skipped_steps": skipped}
 
     def train(self, run_dir=None, resume: bool = False):
         """Run every phase (see `loop.run_training`); return the run folder."""

@@ -38,6 +38,7 @@ from rlhf_scratch.objectives import (
     explained_variance,
     gather_log_probs,
     generated_span,
+    temperature_scaled,
 )
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.rewards import normalize_reward
@@ -78,12 +79,17 @@ def compute_rlhf_objective(
     as its logits, or (`ref_logits=None`) as the log-probs the rollout kept in
     `mb.ref_distribution`. Returns J and each term (with its coefficient applied, as the
     functions in `objectives` return them).
+
+    Every distribution is the sampled one, softmax(z / T) at `args.temperature`
+    (`temperature_scaled`, as the rollout scored π_old and π_ref): at T = 1 nothing is divided
+    and J is bit-identical to the blog's.
     """
     prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
-    gen, mask = generated_span(prefix_len), mb.completion_mask
-    # One log-softmax per model, shared by the log-probs, the entropy and the KL.
-    logprobs_v = logits[:, gen].log_softmax(-1)
-    ref_logprobs_v = mb.ref_distribution if ref_logits is None else ref_logits[:, gen].log_softmax(-1)
+    gen, mask, T = generated_span(prefix_len), mb.completion_mask, args.temperature
+    # One log-softmax per model (float32, at T), shared by the log-probs, the entropy and the KL.
+    logprobs_v = temperature_scaled(logits[:, gen].float(), T).log_softmax(-1)
+    ref_logprobs_v = (mb.ref_distribution if ref_logits is None
+                      else temperature_scaled(ref_logits[:, gen], T).log_softmax(-1))
     logprobs = gather_log_probs(logprobs_v, mb.sample_ids[:, prefix_len:])
     terms = {
         "clipped_surrogate": calc_clipped_sur_obj(logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),
@@ -125,6 +131,7 @@ class RLHFTrainer:
             prepend_bos=args.prepend_bos, stop_at_eos=args.eos_stops(),
             missing_eos_penalty=args.missing_eos_penalty, chunk_size=args.minibatch_size(),
             keep_ref_distribution=args.cache_ref_logprobs,
+            policy_precision=lambda: learning_autocast(args, self.device),  # π_old as π will be computed
         )
 
     @torch.no_grad()

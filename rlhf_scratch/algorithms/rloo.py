@@ -38,9 +38,9 @@ from rlhf_scratch.timing import timed
 RLOO_METRICS = (
     "reward",  # mean score of the reward function (before the KL shaping and any EOS penalty)
     "reward_std",  # std of the scores over the batch
-    "frac_reward_zero_std",  # fraction of prompts whose G rewards (before KL) are all equal: no signal
-    "kl",  # mean SEQUENCE k1 KL Σ_t (log π_old − log π_ref), what β multiplies (TRL logs it per token)
-    "entropy",  # mean per-token entropy of π_old over kept tokens
+    "frac_reward_zero_std",  # fraction of prompts whose G KL-shaped rewards are all equal (TRL's: after shaping)
+    "kl",  # per-TOKEN mean of k1 = log π_old − log π_ref over every kept token of the batch (TRL's)
+    "entropy",  # mean per-token entropy of π_old (at T) over kept tokens (TRL: of π at the loss forward)
     "rewards/shaped_mean",  # mean of R − β·KL, what the advantages are built from
     "objective/rloo",  # J, mean over minibatches
     "objective/beta",
@@ -167,6 +167,7 @@ class RLOOTrainer:
             temperature=args.temperature, top_k=args.top_k, prepend_bos=args.prepend_bos,
             stop_at_eos=args.eos_stops(), missing_eos_penalty=args.missing_eos_penalty,
             chunk_size=args.minibatch_size(),
+            policy_precision=lambda: learning_autocast(args, self.device),  # π_old as π will be computed
         )
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
@@ -203,15 +204,15 @@ class RLOOTrainer:
         self.scheduler.step()
 
         # the logged batch statistics are over the global batch (every rank's rows)
-        scores, rewards, all_mask = (dist.all_gather(x) for x in (rollout.scores, rollout.rewards, mask))
-        group_std = rewards.view(-1, args.num_generations).std(dim=1)  # [prompts]
+        scores, all_mask = dist.all_gather(rollout.scores), dist.all_gather(mask)
+        group_std = dist.all_gather(shaped).view(-1, args.num_generations).std(dim=1)  # [prompts], after KL shaping
         zero_std = torch.isclose(group_std, torch.zeros_like(group_std))  # == 0 would miss float dust
-        seq_kl = dist.all_gather(old_seq_logprobs - sequence_log_probs(rollout.ref_logprobs, mask))
+        token_kl = dist.all_gather(rollout.logprobs - rollout.ref_logprobs)[all_mask]  # k1 per kept token
         return {
             "reward": scores.mean().item(),
             "reward_std": scores.std().item() if len(scores) > 1 else 0.0,
             "frac_reward_zero_std": zero_std.float().mean().item(),
-            "kl": seq_kl.mean().item(),
+            "kl": token_kl.mean().item(),
             "entropy": dist.all_gather(rollout.entropy)[all_mask].mean().item(),
             "rewards/shaped_mean": dist.all_gather(shaped).mean().item(),
             **{k: float(np.mean([s[k] for s in stats])) for k in stats[0]},

@@ -24,7 +24,6 @@ Both models are saved as Hugging Face folders in fp16, each with the tokenizer.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import math
@@ -42,7 +41,9 @@ from tqdm.auto import tqdm
 from transformers.utils import logging as hf_logging
 from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel
 
-from rlhf_scratch.tiny_preset import corpus
+from rlhf_scratch.cli import given_fields, parse_dataclass
+from rlhf_scratch.config import ConfigError
+from rlhf_scratch import corpus
 from rlhf_scratch.loading import TINY_LM_DIR, TINY_REWARD_DIR, asset_path, load_lm
 from rlhf_scratch.rewards import SentimentReward, reward_fn_vader
 from rlhf_scratch.tiny_preset.tokenizer import save_tokenizer, train_tokenizer
@@ -68,21 +69,33 @@ class PretrainArgs:
     vocab_size: int = 8192
     """BPE vocabulary size, <|endoftext|> included"""
     n_layer: int = 4
+    """transformer blocks"""
     n_head: int = 4
+    """attention heads per block"""
     d_model: int = 128
+    """width of the residual stream"""
     n_ctx: int = 128
     """context length; also the training window"""
     dropout: float = 0.1
+    """dropout of LM pretraining and classifier fine-tuning"""
     lm_steps: int = 700
     """optimizer steps of LM pretraining"""
     lm_batch_size: int = 32
+    """windows per LM optimizer step"""
     lm_lr: float = 1.5e-3
+    """peak AdamW learning rate of LM pretraining (cosine decay to 10%)"""
     lm_warmup: int = 50
+    """linear warmup steps of LM pretraining"""
     lm_eval_every: int = 100
+    """validation loss every this many steps (the best step is kept)"""
     weight_decay: float = 0.1
+    """AdamW weight decay (LM and classifier)"""
     clf_epochs: int = 3
+    """epochs of classifier fine-tuning"""
     clf_batch_size: int = 32
+    """reviews per classifier optimizer step"""
     clf_lr: float = 3e-4
+    """AdamW learning rate of classifier fine-tuning"""
     clf_max_len: int = 64
     """classifier inputs are truncated to this many tokens"""
     n_samples: int = 256
@@ -442,29 +455,31 @@ def pretrain(args: PretrainArgs) -> dict:
     return metrics
 
 
+@dataclass
+class PretrainCommand(PretrainArgs):
+    smoke: bool = False
+    """tiny sizes (PretrainArgs.smoke); finishes in seconds. Flags given beside it still win."""
+
+
 def parse_args(argv=None) -> PretrainArgs:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes; finishes in seconds")
-    for f in fields(PretrainArgs):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type == "bool":
-            parser.add_argument(flag, action="store_true", help=f"(default {f.default})")
-        else:
-            parser.add_argument(flag, type={"int": int, "float": float}.get(f.type, str),
-                                default=None, help=f"(default {f.default})")
-    ns = vars(parser.parse_args(argv))
-    smoke = ns.pop("smoke")
-    given = {k: v for k, v in ns.items() if v is not None and v is not False}
+    """PretrainArgs from the command line (tyro: every field a flag, its docstring the help)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cmd = parse_dataclass(PretrainCommand, argv, default=PretrainCommand(), prog="python -m rlhf_scratch.pretrain",
+                          description=__doc__.split("\n\n")[0])
+    given = given_fields(cmd, PretrainCommand())
+    smoke = given.pop("smoke", False)
     return PretrainArgs.smoke(**given) if smoke else PretrainArgs(**given)
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
     try:
+        args = parse_args(argv)
         check_outputs(args)
-    except PretrainError as e:
+    except (ConfigError, PretrainError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
     pretrain(args)
     return 0
 

@@ -1,0 +1,349 @@
+"""`GRPOTrainer`: Group Relative Policy Optimization (Shao et al. 2024, DeepSeekMath) and its
+length-bias fixes, Dr. GRPO (Liu et al. 2025), DAPO (Yu et al. 2025) and GSPO (Zheng et al. 2025),
+as TRL 1.16 computes them (`GRPOTrainer._compute_loss` and `_generate_and_score_completions`).
+
+    for phase in range(total_phases):
+        rollout = rollout_phase()       # G completions of each prompt, scored (no reference at β = 0)
+        learning_phase(rollout)         # group-relative advantages → per-token clipped surrogate → ascent
+
+RLOO's sibling (algorithms/rloo.py): G completions per prompt, no critic. Where they differ:
+
+                  RLOO                                   GRPO
+    baseline      mean of the OTHER G − 1 rewards        mean of all G, r_i included
+    scale         none                                   ÷ (std + 1e-4): the group's, the batch's or none
+    KL            k1, summed, folded into the reward     k3 per token in the loss (β = 0 by default)
+    ratio         one per sequence                       one per token (GSPO: one per sequence)
+    aggregation   mean over sequences                    `loss_type`: grpo, bnpo, dr_grpo, dapo
+
+    A_i     = (r_i − mean_j r_j) / (std_j r_j + 1e-4)                       compute_grpo_advantages
+    ρ_{i,t} = exp(log π(o_{i,t}) − log π_old(o_{i,t}))                      calc_importance_ratio
+    ℓ_{i,t} = min(ρ A_i, clip(ρ, 1−ε_low, 1+ε_high) A_i) − β k3_{i,t}        calc_grpo_objective
+    J       = Σ_{i,t} mask · ℓ / (the loss_type's normaliser)                (maximised: J = −TRL's loss)
+
+How J is averaged over tokens decides what it teaches about length: see `calc_grpo_objective`
+and docs/grpo.md, where the length bias of `grpo` is measured against `dr_grpo`, `dapo` and RLOO.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer
+
+from rlhf_scratch import distributed as dist
+from rlhf_scratch.accel import compiled, learning_autocast
+from rlhf_scratch.config import GRPOArgs
+from rlhf_scratch.loading import load_lm
+from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
+from rlhf_scratch.objectives import get_log_probs
+from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
+from rlhf_scratch.rollout import Rollout, make_rollout
+from rlhf_scratch.sampling import attention_mask_or_none
+from rlhf_scratch.tasks import RewardFn, make_reward_fn
+from rlhf_scratch.timing import timed
+
+# Logged by GRPO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names, then ours).
+GRPO_METRICS = (
+    "reward",  # mean score of the reward function (before any missing-EOS penalty)
+    "reward_std",  # std of the scores over the batch
+    "frac_reward_zero_std",  # fraction of prompts whose G rewards are all equal: advantage 0, no signal
+    "entropy",  # mean per-token entropy of π_old over kept tokens (TRL: of π in the loss forward; equal at ρ = 1)
+    "clip_ratio/low_mean",  # fraction of kept tokens (sequences, for GSPO) with ρ < 1−ε_low and A < 0
+    "clip_ratio/high_mean",  # fraction with ρ > 1+ε_high and A > 0
+    "clip_ratio/region_mean",  # fraction clipped on either side
+    "objective/grpo",  # J, mean over minibatches
+    "objective/beta",
+    "completions/mean_length_neg_adv",  # ours: mean length of the completions with A < 0 (NaN if none)
+    "completions/mean_length_pos_adv",  # ours: mean length of the completions with A > 0 (NaN if none)
+    "charts/skipped_steps",
+)
+KL_METRIC = "kl"  # logged only when β > 0, as TRL: mean per-token k3 of π to π_ref in the loss forward
+
+
+def compute_grpo_advantages(
+    rewards: Float[Tensor, "batch"], num_generations: int, scale_rewards: str = "group"
+) -> Float[Tensor, "batch"]:
+    """The group-relative advantage (the G completions of a prompt are consecutive in the batch):
+
+        A_i = (r_i − mean_{j∈g} r_j) / (σ + 1e-4)      σ = std_{j∈g} r_j   ("group", TRL's default)
+                                                        σ = std of the whole batch   ("batch")
+        A_i =  r_i − mean_{j∈g} r_j                                         ("none", Dr. GRPO)
+
+    std is the unbiased (n − 1) one, as TRL's `nanstd`. A group whose G rewards are equal gets
+    A = 0 exactly (it is counted in frac_reward_zero_std): it teaches nothing.
+
+    Beside RLOO's leave-one-out A_i = r_i − mean_{j≠i} r_j = G/(G−1)·(r_i − mean_j r_j): the same
+    direction — GRPO's baseline includes r_i itself, which only shrinks A by (G−1)/G. The std
+    division is the real difference, and what Dr. GRPO criticises: a prompt whose G rewards barely
+    differ (too easy or too hard) has a small σ, so its advantages are blown up to ±1 size and it
+    weighs as much as a prompt with a real spread — a per-question weighting by difficulty that
+    the policy-gradient theorem does not ask for. "none" removes it.
+    """
+    G = num_generations
+    if G < 2:
+        raise ValueError(f"compute_grpo_advantages: num_generations must be >= 2 (a group of one has no baseline); got {G}")
+    if rewards.shape[0] % G != 0:
+        raise ValueError(f"compute_grpo_advantages: batch of {rewards.shape[0]} is not a multiple of num_generations {G}")
+    grouped = rewards.view(-1, G)  # [prompts, G]
+    centred = (grouped - grouped.mean(dim=1, keepdim=True)).flatten()  # [batch]
+    if scale_rewards == "none":
+        return centred
+    if scale_rewards == "group":
+        std = grouped.std(dim=1).repeat_interleave(G)  # [batch]
+    elif scale_rewards == "batch":
+        std = rewards.std().expand_as(rewards)  # [batch]
+    else:
+        raise ValueError(f"compute_grpo_advantages: scale_rewards must be group, batch or none; got {scale_rewards!r}")
+    return centred / (std + 1e-4)
+
+
+def calc_importance_ratio(
+    logprobs: Float[Tensor, "batch gen_len"],
+    old_logprobs: Float[Tensor, "batch gen_len"],
+    mask: Bool[Tensor, "batch gen_len"],
+    importance_sampling_level: str = "token",
+) -> Float[Tensor, "batch gen_len"] | Float[Tensor, "batch 1"]:
+    """The importance weight of the clipped surrogate:
+
+        "token":     ρ_{i,t} = exp(log π(o_{i,t}) − log π_old(o_{i,t}))                    [batch, gen_len]
+        "sequence":  ρ_i     = exp(Σ_t mask·(log π − log π_old) / max(Σ_t mask, 1))         [batch, 1]  (GSPO)
+
+    GSPO's is the geometric mean of the token ratios: one weight per sequence, as the reward is
+    one per sequence, whose log does not grow with the length (RLOO's exp of the SUM does).
+    """
+    log_ratio = logprobs - old_logprobs
+    if importance_sampling_level == "token":
+        return log_ratio.exp()
+    if importance_sampling_level == "sequence":
+        m = mask.float()
+        return ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1).exp()
+    raise ValueError(f"importance_sampling_level must be token or sequence; got {importance_sampling_level!r}")
+
+
+def calc_k3_kl(
+    logprobs: Float[Tensor, "batch gen_len"], ref_logprobs: Float[Tensor, "batch gen_len"]
+) -> Float[Tensor, "batch gen_len"]:
+    """Schulman's k3 estimator of KL(π ‖ π_ref) at each sampled token, as GRPO puts it in the loss:
+
+        k3 = exp(log π_ref − log π) − (log π_ref − log π) − 1   ≥ 0   (e^x − x − 1 with x = log π_ref/π)
+
+    Unbiased (E_π[π_ref/π] = 1) and never negative, unlike k1 = log π − log π_ref, with gradient
+    ∇k3 = (1 − π_ref/π) ∇log π: zero where π = π_ref.
+    """
+    x = ref_logprobs - logprobs
+    return x.exp() - x - 1
+
+
+def calc_grpo_objective(
+    logprobs: Float[Tensor, "batch gen_len"],
+    old_logprobs: Float[Tensor, "batch gen_len"],
+    advantages: Float[Tensor, "batch"],
+    mask: Bool[Tensor, "batch gen_len"],
+    *,
+    epsilon_low: float,
+    epsilon_high: float,
+    loss_type: str,
+    max_completion_length: int,
+    importance_sampling_level: str = "token",
+    ref_logprobs: Float[Tensor, "batch gen_len"] | None = None,
+    beta: float = 0.0,
+    num_items_in_batch: int | float | Tensor | None = None,
+    num_splits: int = 1,
+) -> Float[Tensor, ""]:
+    """GRPO's clipped surrogate on a minibatch, MAXIMISED (= −TRL 1.16's loss):
+
+        ℓ_{i,t} = min(ρ A_i, clip(ρ, 1 − ε_low, 1 + ε_high) A_i) − β k3_{i,t}     (ρ: calc_importance_ratio)
+
+    then summed over kept tokens and divided as `loss_type` says (B rows, L = max_completion_length,
+    |o_i| = Σ_t mask_{i,t}, N = num_items_in_batch):
+
+        "grpo"     J = 1/B Σ_i 1/|o_i| Σ_t ℓ_{i,t}        each sequence's mean, then the mean
+        "bnpo"     J = Σ_{i,t} ℓ / Σ_{i,t} mask           the minibatch's token mean
+        "dr_grpo"  J = Σ_{i,t} ℓ / (B · L)                a constant denominator
+        "dapo"     J = Σ_{i,t} ℓ / (N / num_splits)       N: kept tokens of the WHOLE generation batch
+
+    Why it matters (the Dr. GRPO paper's length bias): under "grpo" a token of completion i weighs
+    1/|o_i|. For A > 0 a short completion's tokens are pushed up harder than a long one's: short
+    right answers are favoured. For A < 0 a long completion's tokens are pushed down more gently
+    than a short one's: long wrong answers are penalised less, so wrong answers drift longer.
+    "dr_grpo" and "dapo" give every token the same weight whatever its completion's length.
+
+    "dapo" as TRL: N counts the kept tokens of the generation batch over every minibatch and every
+    process, and each optimizer step divides its sum by N / num_splits (num_splits = minibatches ×
+    processes; TRL's num_processes · steps_per_generation / gradient_accumulation_steps). Each
+    step's denominator is then the same constant whatever tokens its rows hold, so a batch split
+    into minibatches or over processes (DDP averages the gradients) gives the gradient of one
+    process on the whole batch. Without N, the minibatch's own count is used (= "bnpo").
+    """
+    m = mask.float()
+    ratio = calc_importance_ratio(logprobs, old_logprobs, mask, importance_sampling_level)
+    A = advantages.unsqueeze(-1)  # [batch, 1]
+    per_token = torch.minimum(ratio * A, ratio.clamp(1 - epsilon_low, 1 + epsilon_high) * A)
+    if beta != 0.0:
+        if ref_logprobs is None:
+            raise ValueError("calc_grpo_objective: beta != 0 needs ref_logprobs")
+        per_token = per_token - beta * calc_k3_kl(logprobs, ref_logprobs)
+    kept = per_token * m  # [batch, gen_len] (a [batch, 1] sequence term broadcasts over its tokens)
+    if loss_type == "grpo":
+        return (kept.sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "bnpo":
+        return kept.sum() / m.sum().clamp(min=1.0)
+    if loss_type == "dr_grpo":
+        return kept.sum() / (per_token.shape[0] * max_completion_length)
+    if loss_type == "dapo":
+        n = m.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch, dtype=m.dtype)
+        return kept.sum() / (n.clamp(min=1.0) / num_splits)
+    raise ValueError(f"calc_grpo_objective: loss_type must be grpo, bnpo, dr_grpo or dapo; got {loss_type!r}")
+
+
+@torch.no_grad()
+def calc_clip_counts(
+    logprobs: Float[Tensor, "batch gen_len"],
+    old_logprobs: Float[Tensor, "batch gen_len"],
+    advantages: Float[Tensor, "batch"],
+    mask: Bool[Tensor, "batch gen_len"],
+    epsilon_low: float,
+    epsilon_high: float,
+    importance_sampling_level: str = "token",
+) -> Float[Tensor, "3"]:
+    """[low, high, n]: how many kept tokens (sequences, for "sequence") are clipped on each side, of n.
+
+        low  = #[ρ < 1 − ε_low  and A < 0]      high = #[ρ > 1 + ε_high and A > 0]
+
+    TRL's clip_ratio/low_mean is low / n with the counts summed over every process, per optimizer
+    step (region = low + high: the sides never overlap); counts, not fractions, so the trainer can
+    sum them over processes first.
+    """
+    ratio = calc_importance_ratio(logprobs, old_logprobs, mask, importance_sampling_level)
+    A = advantages.unsqueeze(-1)
+    weight = mask.float() if ratio.shape[1] > 1 else torch.ones_like(ratio)  # tokens, or one per sequence
+    low = ((ratio < 1 - epsilon_low) & (A < 0)).float() * weight
+    high = ((ratio > 1 + epsilon_high) & (A > 0)).float() * weight
+    return torch.stack([low.sum(), high.sum(), weight.sum()])
+
+
+def mean_length_by_advantage_sign(
+    lengths: Int[Tensor, "batch"], advantages: Float[Tensor, "batch"]
+) -> dict[str, float]:
+    """The mean length of the completions the update pushes down (A < 0) and up (A > 0); NaN
+    where there are none. The lesson's probe: under loss_type "grpo" the first should grow."""
+    lengths = lengths.float()
+    neg, pos = advantages < 0, advantages > 0
+    return {
+        "completions/mean_length_neg_adv": lengths[neg].mean().item() if neg.any() else float("nan"),
+        "completions/mean_length_pos_adv": lengths[pos].mean().item() if pos.any() else float("nan"),
+    }
+
+
+def policy_token_log_probs(policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"]) -> Float[Tensor, "rows gen_len"]:
+    """log π(o_t | q, o_<t) of every completion token of the rollout's `rows` under `policy` now, at
+    the rollout's sampling temperature, with gradient (one forward pass; padding positions are
+    there but masked by every user). Call it inside the `learning_autocast` the rollout scored under."""
+    ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
+    logits = policy(ids, attention_mask=attention_mask_or_none(mask))
+    return get_log_probs(logits, ids, rollout.prefix_len, temperature=rollout.temperature)
+
+
+class GRPOTrainer:
+    """GRPO of `args.model` toward the reward of `args.task` (or `reward_fn`): no value head, and no
+    reference model at all when β = 0 (unless `measure_kl`)."""
+
+    def __init__(self, args: GRPOArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
+        self.device = setup_torch(args)
+        self.args, self.quiet = args, quiet or not dist.is_main()  # one progress bar: rank 0's
+        if args.beta > 0 or args.measure_kl:
+            self.policy, self.ref_model = load_policy_and_reference(args.model, self.device)
+        else:  # as TRL at β = 0: the reference is never loaded nor run
+            self.policy, self.ref_model = load_lm(args.model, device=self.device).train(), None
+        self.prompts = make_prompt_iterator(args, self.policy)
+        self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
+        self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.policy)
+        self.learner = compiled(dist.wrap_for_training(self.policy), args)  # the learning forward (DDP, compile)
+        self.skipped_in_a_row = 0
+
+    @torch.no_grad()
+    def rollout_phase(self) -> Rollout:
+        """G completions of each of batch_size / G prompts, scored by the policy (and the reference if any) and the reward."""
+        args = self.args
+        return make_rollout(
+            self.policy, self.ref_model, dist.shard(self.prompts.next_batch(args.batch_size // args.num_generations)),
+            self.reward_fn, num_generations=args.num_generations, gen_len=args.gen_len,
+            temperature=args.temperature, top_k=args.top_k, prepend_bos=args.prepend_bos,
+            stop_at_eos=args.eos_stops(), missing_eos_penalty=args.missing_eos_penalty,
+            chunk_size=args.minibatch_size(),
+            policy_precision=lambda: learning_autocast(args, self.device),  # π_old as π will be computed
+        )
+
+    def learning_phase(self, rollout: Rollout) -> dict[str, float]:
+        """Group-relative advantages → num_iterations passes of minibatch ascent on J.
+
+        The advantages are computed from the GLOBAL batch's rewards (every rank's; a group never
+        splits over ranks, the batch std spans all of them) and so is dapo's token count N. Then a
+        row stands alone: minibatches are drawn from all rows shuffled, as in RLOO."""
+        args = self.args
+        mask = rollout.completion_mask
+        all_rewards = dist.all_gather(rollout.rewards)
+        all_advantages = compute_grpo_advantages(all_rewards, args.num_generations, args.scale_rewards)
+        advantages = dist.local_rows(all_advantages)
+        num_items_in_batch = dist.all_gather(mask.sum().view(1)).sum()  # kept tokens, whole generation batch
+        num_splits = args.num_minibatches * dist.world_size()
+        use_ref = args.beta != 0.0
+
+        objectives: list[float] = []
+        counts: list[Tensor] = []  # per step: [clip low, clip high, clip n, k3 sum, kept tokens] on this rank
+        skipped = 0
+        passes = [torch.randperm(len(rollout)).view(args.num_minibatches, -1) for _ in range(args.num_iterations)]
+        for rows in tqdm(torch.cat(passes), desc="minibatches", leave=False, disable=self.quiet):
+            self.optimizer.zero_grad()
+            with timed("learning_forward"), learning_autocast(args, self.device):
+                logprobs = policy_token_log_probs(self.learner, rollout, rows)
+                ref_logprobs = rollout.ref_logprobs[rows] if use_ref else None
+                objective = calc_grpo_objective(
+                    logprobs, rollout.logprobs[rows], advantages[rows], mask[rows],
+                    epsilon_low=args.epsilon_low, epsilon_high=args.epsilon_high, loss_type=args.loss_type,
+                    max_completion_length=args.gen_len, importance_sampling_level=args.importance_sampling_level,
+                    ref_logprobs=ref_logprobs, beta=args.beta, num_items_in_batch=num_items_in_batch,
+                    num_splits=num_splits,
+                )
+            with timed("backward"):
+                objective.backward()
+            with timed("optimizer_step"):
+                stepped = clip_and_step(self.optimizer, self.policy, objective, args.max_grad_norm)
+            self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
+            skipped += not stepped
+            objectives.append(objective.item())
+            with torch.no_grad():
+                clip = calc_clip_counts(logprobs, rollout.logprobs[rows], advantages[rows], mask[rows],
+                                        args.epsilon_low, args.epsilon_high, args.importance_sampling_level)
+                k3 = calc_k3_kl(logprobs, ref_logprobs)[mask[rows]].sum() if use_ref else logprobs.new_zeros(())
+                counts.append(torch.cat([clip, torch.stack([k3, mask[rows].sum().float()])]))
+        self.scheduler.step()
+
+        # TRL's per-step means over every process's tokens, then the mean over steps
+        steps = dist.all_gather(torch.stack(counts)).view(dist.world_size(), len(counts), 5).sum(0)  # [steps, 5]
+        low, high = (steps[:, 0] / steps[:, 2]).mean().item(), (steps[:, 1] / steps[:, 2]).mean().item()
+        scores, all_mask = dist.all_gather(rollout.scores), dist.all_gather(mask)
+        group_std = all_rewards.view(-1, args.num_generations).std(dim=1)  # [prompts]
+        zero_std = torch.isclose(group_std, torch.zeros_like(group_std))  # == 0 would miss float dust
+        stats = {
+            "reward": scores.mean().item(),
+            "reward_std": scores.std().item() if len(scores) > 1 else 0.0,
+            "frac_reward_zero_std": zero_std.float().mean().item(),
+            **({KL_METRIC: (steps[:, 3] / steps[:, 4]).mean().item()} if use_ref else {}),
+            "entropy": dist.all_gather(rollout.entropy)[all_mask].mean().item(),
+            "clip_ratio/low_mean": low,
+            "clip_ratio/high_mean": high,
+            "clip_ratio/region_mean": low + high,
+            "objective/grpo": float(np.mean(objectives)),
+            "objective/beta": args.beta,
+            **mean_length_by_advantage_sign(dist.all_gather(rollout.lengths), all_advantages),
+            "charts/skipped_steps": skipped,
+        }
+        return stats
+
+    def train(self, run_dir=None, resume: bool = False):
+        """Run every phase (see `loop.run_training`); return the run folder."""
+        return run_training(self, run_dir, self.quiet, resume)

@@ -1,0 +1,87 @@
+"""Command lines from dataclasses, built by tyro (CleanRL's choice): every field is a flag, the
+docstring under it is the flag's help, its default is shown.
+
+    args = parse_dataclass(RLOOArgs, ["--beta", "0.1"], default=RLOOArgs(), prog="...")
+
+What we add to tyro is the package's error contract: a bad command line is ONE line on stderr
+(`error: argument --kl-coef: invalid float value: 'abc'`) and exit code 2, never a box or a
+traceback. tyro reports a rejected command line through its parse-error hook
+(`tyro._errors.on_parse_error`, pinned with tyro's version in pyproject.toml); the hook here turns
+each kind of rejection into a `ConfigError` with one line, which the command prints. Unknown
+flags come back from tyro as a list and are reported the way argparse words them.
+
+This module imports no torch: a command answers a bad flag at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TypeVar
+
+import tyro
+from tyro import _errors as tyro_errors
+
+from rlhf_scratch.config import ConfigError
+
+T = TypeVar("T")
+
+
+def flag_of(name: str) -> str:
+    """The flag of a dataclass field: `kl_coef` -> `--kl-coef`."""
+    return "--" + name.replace("_", "-")
+
+
+def _value_after(flag: str, argv: list[str]) -> str | None:
+    """The token given for `flag` (`--flag VALUE` or `--flag=VALUE`), the last one if repeated."""
+    value = None
+    for i, token in enumerate(argv):
+        if token == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif token.startswith(flag + "="):
+            value = token[len(flag) + 1 :]
+    return value
+
+
+def one_line_error(event: tyro_errors.ParseErrorEvent, argv: list[str]) -> str:
+    """The one line a rejected command line gets, worded as argparse words it."""
+    argument = getattr(event, "argument", None)
+    flag = argument.lowered.name_or_flags[0] if argument is not None else None
+    if isinstance(event, tyro_errors.InstantiationFailure) and argument is not None:
+        kind = getattr(argument.field.type_stripped, "__name__", "")
+        value = _value_after(flag, argv)
+        if kind in ("int", "float") and value is not None:
+            return f"argument {flag}: invalid {kind} value: {value!r}"
+        return f"argument {flag}: {event.message}"
+    if isinstance(event, tyro_errors.InvalidChoice):
+        return f"argument {flag}: invalid choice: {event.value!r} (choose from {', '.join(event.choices)})"
+    if isinstance(event, tyro_errors.BadValue):
+        return f"argument {flag}: expected one value" if event.reason == "too_few_values" else \
+            f"argument {flag}: takes no value; got {event.offending_value!r}"
+    if isinstance(event, tyro_errors.UnrecognizedArgs):
+        return "unrecognized arguments: " + " ".join(event.tokens)
+    if isinstance(event, tyro_errors.MissingArgs):
+        return "the following arguments are required: " + ", ".join(
+            a.arg.lowered.name_or_flags[0] for a in event.missing_arguments)
+    return f"invalid command line ({type(event).__name__})"
+
+
+def parse_dataclass(cls: type[T], argv: list[str], *, default: T, prog: str, description: str) -> T:
+    """`cls` from `argv` over `default` (fields not given keep default's values). Raises
+    `ConfigError` with one line for anything tyro rejects or does not know; `--help` prints the
+    help and raises SystemExit(0). The result is not validated: that is the caller's next step."""
+
+    def reject(event: tyro_errors.ParseErrorEvent) -> None:
+        raise ConfigError(one_line_error(event, argv))
+
+    with tyro_errors.on_parse_error(reject):
+        value, unknown = tyro.cli(cls, args=argv, default=default, prog=prog, description=description,
+                                  return_unknown_args=True)
+    if unknown:
+        raise ConfigError("unrecognized arguments: " + " ".join(unknown))
+    return value
+
+
+def given_fields(value: object, default: object) -> dict[str, object]:
+    """The fields of `value` that differ from `default` (what the command line changed)."""
+    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)  # type: ignore[arg-type]
+            if getattr(value, f.name) != getattr(default, f.name)}

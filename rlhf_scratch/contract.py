@@ -1,0 +1,36 @@
+"""The trainer contract: everything the phase loop (`loop.run_training`) reads or calls on an
+algorithm's trainer, and nothing else. `trainer.Trainer` implements the shared part of it; an
+algorithm adds its two phases (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
+
+import torch
+
+from rlhf_scratch.config import CommonArgs
+from rlhf_scratch.prompts import PromptIterator
+from rlhf_scratch.rollout import Rollout
+
+
+class TrainerContract(Protocol):
+    """Everything `loop.run_training` reads or calls on a trainer."""
+
+    args: CommonArgs
+    device: str
+    policy: torch.nn.Module
+    """What the run folder and the checkpoints save (PPO: the LM with its value head)."""
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    prompts: PromptIterator
+    skipped_in_a_row: int
+    """Optimizer steps skipped in a row for a non-finite objective or gradient (the loop stops at
+    args.max_skipped_steps)."""
+    METRICS: ClassVar[tuple[str, ...]]
+    """The names learning_phase returns (besides the loop's shared ones)."""
+
+    def rollout_phase(self) -> Rollout: ...
+    def learning_phase(self, rollout: Rollout) -> dict[str, float]: ...
+    def extra_state(self) -> dict[str, Any]: ...
+    def load_extra_state(self, state: dict[str, Any]) -> None: ...

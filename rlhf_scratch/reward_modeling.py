@@ -1,0 +1,439 @@
+"""A Bradley–Terry reward model: the LM with a scalar head, trained on preference pairs.
+
+    r_θ(x) = w · n̂_last(x) + b        n̂ = ln_final.hook_normalized, at the last kept token of x
+    P(chosen ≻ rejected) = σ(r_θ(chosen) − r_θ(rejected))                    (Bradley–Terry)
+    loss = mean −log σ(r_c − r_r − m) + c · mean((r_c + r_r)²)               (TRL's RewardTrainer)
+
+The head reads the same vector as PPO's value head (`model.TransformerWithValueHead`) and the
+unembedding: the residual stream after the final LayerNorm. It reads it at the last token the
+tokenizer kept (right padding, so the causal mask alone keeps the padding out of every kept
+token's computation), which is where `GPT2ForSequenceClassification` reads its `score` head too,
+so the model exports to that class exactly (`export.to_hf_reward_model`).
+
+Training, the run folder and `load_reward_model_run` live here; the command line is
+`python -m rlhf_scratch.reward_model` (see `reward_model.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+from transformer_lens import HookedTransformer
+from transformer_lens.hook_points import HookPoint
+
+# Logged every `log_every` steps (train, TRL RewardTrainer's names) and after every epoch on the
+# held-out pairs (the same names with an `eval/` prefix; TRL writes `eval_`).
+REWARD_MODEL_METRICS = ("loss", "accuracy", "margin", "min_reward", "mean_reward", "max_reward")
+KIND = "reward_model"  # config.json's "algo" in a reward-model run folder
+WEIGHTS_FILE = "reward_model.pt"
+
+
+def calc_reward_model_loss(
+    chosen_rewards: Float[Tensor, "batch"],
+    rejected_rewards: Float[Tensor, "batch"],
+    margin: Float[Tensor, "batch"] | float | None = None,
+    center_rewards_coefficient: float | None = None,
+) -> Float[Tensor, ""]:
+    """The Bradley–Terry negative log-likelihood of TRL's `RewardTrainer.compute_loss` (minimised):
+
+        loss = mean_i −log σ(r_c,i − r_r,i − m_i)  +  c · mean_i (r_c,i + r_r,i)²
+
+    `margin` m (per pair, or one number; None = 0) asks the chosen side to win by at least m;
+    `center_rewards_coefficient` c (None = no term; TRL recommends 0.01, Eisenstein et al. 2023)
+    pulls the rewards toward mean zero, since the BT likelihood sees only differences.
+    −log σ(z) is computed as softplus(−z) (`F.logsigmoid`), stable for any |z|.
+    """
+    if chosen_rewards.shape != rejected_rewards.shape:
+        raise ValueError(f"calc_reward_model_loss: chosen_rewards {tuple(chosen_rewards.shape)} and "
+                         f"rejected_rewards {tuple(rejected_rewards.shape)} must have the same shape")
+    diff = chosen_rewards - rejected_rewards
+    if margin is not None:
+        diff = diff - margin
+    loss = -F.logsigmoid(diff).mean()
+    if center_rewards_coefficient is not None:
+        loss = loss + center_rewards_coefficient * torch.mean((chosen_rewards + rejected_rewards) ** 2)
+    return loss
+
+
+def reward_model_metrics(
+    chosen_rewards: Float[Tensor, "batch"], rejected_rewards: Float[Tensor, "batch"]
+) -> dict[str, float]:
+    """TRL RewardTrainer's numbers for a batch of pairs:
+
+        accuracy = mean [r_c > r_r]     margin = mean (r_c − r_r)
+        min/mean/max_reward over all 2·batch rewards
+    """
+    both = torch.cat([chosen_rewards, rejected_rewards]).detach()
+    return {
+        "accuracy": (chosen_rewards > rejected_rewards).float().mean().item(),
+        "margin": (chosen_rewards - rejected_rewards).mean().item(),
+        "min_reward": both.min().item(),
+        "mean_reward": both.mean().item(),
+        "max_reward": both.max().item(),
+    }
+
+
+class RewardModel(nn.Module):
+    """A HookedTransformer plus a scalar head: r(x) = w · n̂_last(x) + b.
+
+    `n̂` is `ln_final.hook_normalized` (read by a forward hook, as `TransformerWithValueHead`
+    reads it), taken at the last kept token that is not the pad token — the position
+    `GPT2ForSequenceClassification` reads, so `export.to_hf_reward_model` scores alike. Texts
+    are tokenized by the LM's tokenizer as TransformerLens set it up (BOS first; the export
+    saves that tokenizer, so a `transformers` user gets the same ids), right-padded, cut at n_ctx.
+    """
+
+    base: HookedTransformer
+    score: nn.Linear
+
+    def __init__(self, base: HookedTransformer):
+        super().__init__()
+        self.base = base
+        self.score = nn.Linear(base.cfg.d_model, 1).to(base.cfg.device)
+        nn.init.normal_(self.score.weight, std=1 / math.sqrt(base.cfg.d_model + 1))
+        nn.init.zeros_(self.score.bias)
+        self._resid: Tensor | None = None
+
+    @property
+    def pad_token_id(self) -> int:
+        tok = self.base.tokenizer
+        return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+    def tokenize(self, texts: list[str]) -> tuple[Int[Tensor, "batch seq"], Int[Tensor, "batch seq"]]:
+        """Right-padded token ids and attention mask of `texts` (BOS first, cut at n_ctx)."""
+        tok = self.base.tokenizer
+        tok.padding_side = "right"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        batch = tok(list(texts), padding=True, truncation=True, max_length=self.base.cfg.n_ctx,
+                    return_tensors="pt")
+        device = self.base.cfg.device
+        return batch["input_ids"].to(device), batch["attention_mask"].to(device)
+
+    def _store(self, resid: Float[Tensor, "batch seq d_model"], hook: HookPoint) -> None:
+        self._resid = resid
+
+    def forward(
+        self, input_ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"]
+    ) -> Float[Tensor, "batch"]:
+        """r(x) for each right-padded row: the head on n̂ at the last kept, non-pad token.
+        (Right padding needs no attention mask: the causal mask keeps every kept token from
+        seeing the padding after it.)"""
+        self.base.run_with_hooks(input_ids, return_type=None,
+                                 fwd_hooks=[("ln_final.hook_normalized", self._store)])
+        resid, self._resid = self._resid, None
+        assert resid is not None
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        keep = attention_mask.bool() & (input_ids != self.pad_token_id)
+        keep[:, 0] |= ~keep.any(-1)  # a text of pad tokens only: read its first token
+        last = (positions * keep).argmax(-1)
+        return self.score(resid[torch.arange(len(last)), last]).squeeze(-1)
+
+    @torch.no_grad()
+    def score_texts(self, texts: list[str], batch_size: int = 64) -> Float[Tensor, "batch"]:
+        """r(x) of every text, `batch_size` at a time, without gradients (on the CPU)."""
+        out = [self(*self.tokenize(texts[i : i + batch_size])).cpu() for i in range(0, len(texts), batch_size)]
+        return torch.cat(out) if out else torch.zeros(0)
+
+
+# --- preference data ---------------------------------------------------------------------------
+
+
+class PairsError(ValueError):
+    """A bad preference file or dataset: one line naming it (and the line)."""
+
+
+def load_pairs(source: str) -> list[dict]:
+    """Preference pairs in TRL's format: a `.jsonl` file (one object per line) or a `datasets`
+    dataset (id or folder, train split), each row with string `chosen` and `rejected` and
+    optionally `prompt` (then the scored texts are prompt + chosen and prompt + rejected),
+    `margin`, and the gold scores `score_chosen`, `score_rejected`."""
+    path = Path(source).expanduser()
+    rows: list[dict] = []
+    if path.suffix == ".jsonl" or path.is_file():
+        if not path.is_file():
+            raise PairsError(f"pairs: {source}: not found")
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise PairsError(f"pairs: {source} line {number}: not valid JSON ({e.msg})") from None
+            rows.append(_check_pair(row, f"{source} line {number}"))
+    else:
+        import datasets
+
+        from rlhf_scratch.loading import hub_errors
+
+        with hub_errors(source):
+            try:
+                data = (datasets.load_from_disk(str(path)) if (path / "dataset_info.json").is_file()
+                        or (path / "dataset_dict.json").is_file() else datasets.load_dataset(source, split="train"))
+            except Exception as e:  # noqa: BLE001 - not found, no train split, datasets' own failures
+                from rlhf_scratch.loading import is_offline_error
+
+                if is_offline_error(e):
+                    raise
+                raise PairsError(f"pairs: {source}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}") from None
+        if isinstance(data, datasets.DatasetDict):
+            data = data["train"]
+        rows = [_check_pair(dict(row), f"{source} row {i}") for i, row in enumerate(data)]
+    if len(rows) < 2:
+        raise PairsError(f"pairs: {source}: {len(rows)} pair(s); need at least 2 (one to train, one held out)")
+    return rows
+
+
+def _check_pair(row: object, where: str) -> dict:
+    if not isinstance(row, dict):
+        raise PairsError(f"pairs: {where}: not a JSON object")
+    for key in ("chosen", "rejected"):
+        if key not in row:
+            raise PairsError(f'pairs: {where}: no "{key}" field')
+        if not isinstance(row[key], str):
+            raise PairsError(f'pairs: {where}: "{key}" is {type(row[key]).__name__}, not a string '
+                             "(conversational pairs are not supported)")
+    if not isinstance(row.get("prompt", ""), str):
+        raise PairsError(f'pairs: {where}: "prompt" is not a string')
+    return row
+
+
+def pair_texts(rows: list[dict]) -> tuple[list[str], list[str]]:
+    """(prompt + chosen, prompt + rejected) of every row."""
+    return ([r.get("prompt", "") + r["chosen"] for r in rows], [r.get("prompt", "") + r["rejected"] for r in rows])
+
+
+def gold_accuracy(rm_chosen: Float[Tensor, "batch"], rm_rejected: Float[Tensor, "batch"], rows: list[dict]) -> float | None:
+    """mean [sign(r_c − r_r) = sign(g_c − g_r)] over the pairs whose gold scores differ: how often
+    the reward model orders a pair as the gold reward does (not as the possibly noisy label);
+    None when the rows carry no gold scores."""
+    if not rows or "score_chosen" not in rows[0]:
+        return None
+    gold = torch.tensor([r["score_chosen"] - r["score_rejected"] for r in rows])
+    ok = gold != 0
+    if not ok.any():
+        return None
+    return ((rm_chosen - rm_rejected)[ok].sign() == gold[ok].sign()).float().mean().item()
+
+
+# --- training ------------------------------------------------------------------------------------
+
+
+@dataclass
+class RewardModelArgs:
+    """Training a Bradley–Terry reward model on preference pairs."""
+
+    pairs: str = ""
+    """Preference pairs: a .jsonl file (from `python -m rlhf_scratch.preferences`) or a dataset id/folder."""
+    model: str = "tiny"
+    """The LM to start from: `tiny`, a local GPT-2 folder or a TransformerLens model name."""
+    run_dir: str | None = None
+    """Run folder; default runs/reward_model-<timestamp>. An existing non-empty folder is refused."""
+    eval_fraction: float = 0.1
+    """Fraction of the pairs held out (at least one pair), chosen with the seed."""
+    epochs: int = 2
+    """Passes over the training pairs."""
+    batch_size: int = 32
+    """Pairs per optimizer step (2·batch_size texts per forward)."""
+    lr: float = 1e-4
+    """AdamW learning rate (trunk and head), constant."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+    center_rewards_coefficient: float | None = None
+    """c of the centring term c · mean((r_c + r_r)²) (TRL recommends 0.01); None: no term."""
+    seed: int = 1
+    """Seeds the split, the shuffles and the head's initialisation."""
+    threads: int = 1
+    """torch CPU threads (0 = torch's default)."""
+    device: str = "auto"
+    """`auto`, `cpu` or `cuda`."""
+    log_every: int = 10
+    """Log the training metrics (averaged since the last log) every this many steps."""
+    save_every: int = 50
+    """Checkpoint every this many steps and at the end (0 = only at the end)."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints to keep."""
+    quiet: bool = False
+    """No progress bar or messages."""
+
+    def validate(self) -> "RewardModelArgs":
+        from rlhf_scratch.config import ConfigError
+
+        def check(ok: bool, field: str, rule: str) -> None:
+            if not ok:
+                raise ConfigError(f"{field}: {rule}")
+
+        check(bool(self.pairs), "pairs", "required: a .jsonl file of preference pairs or a dataset id")
+        check(0 < self.eval_fraction < 1, "eval_fraction", f"must be in (0, 1); got {self.eval_fraction}")
+        for name in ("epochs", "batch_size", "log_every", "keep_checkpoints"):
+            check(getattr(self, name) >= 1, name, f"must be >= 1; got {getattr(self, name)}")
+        check(self.save_every >= 0, "save_every", f"must be >= 0; got {self.save_every}")
+        check(math.isfinite(self.lr) and self.lr > 0, "lr", f"must be > 0; got {self.lr}")
+        check(self.center_rewards_coefficient is None or self.center_rewards_coefficient >= 0,
+              "center_rewards_coefficient", f"must be >= 0; got {self.center_rewards_coefficient}")
+        check(self.threads >= 0, "threads", f"must be >= 0; got {self.threads}")
+        return self
+
+    def to_dict(self) -> dict:
+        return {"algo": KIND, **asdict(self)}
+
+
+def split_pairs(n: int, eval_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train, held-out) indices: a seeded permutation, the last max(1, round(f·n)) held out."""
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    n_eval = min(max(1, round(eval_fraction * n)), n - 1)
+    return sorted(order[: n - n_eval]), sorted(order[n - n_eval :])
+
+
+def evaluate_pairs(model: RewardModel, rows: list[dict], batch_size: int = 64) -> dict[str, float]:
+    """`eval/`-prefixed TRL metrics (and the loss) on `rows`, plus `eval/gold_accuracy` when
+    the rows carry gold scores."""
+    chosen, rejected = pair_texts(rows)
+    was_training = model.training
+    model.eval()
+    r_c, r_r = model.score_texts(chosen, batch_size), model.score_texts(rejected, batch_size)
+    model.train(was_training)
+    metrics = {"loss": calc_reward_model_loss(r_c, r_r).item(), **reward_model_metrics(r_c, r_r)}
+    gold = gold_accuracy(r_c, r_r, rows)
+    if gold is not None:
+        metrics["gold_accuracy"] = gold
+    return {f"eval/{k}": v for k, v in metrics.items()}
+
+
+def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
+    """Train a reward model on `args.pairs`; write and return its run folder.
+
+        run_dir/config.json       {"algo": "reward_model", every field of args}
+        run_dir/metrics.jsonl     step, epoch, TRL's metrics (train) and eval/… after each epoch
+        run_dir/status.json       running | finished | interrupted, and the steps done
+        run_dir/checkpoints/      phase-XXXX (XXXX = optimizer steps) as the trainers write them
+        run_dir/reward_model.pt   the final weights (trunk + head)
+
+    With `resume`, continues `args.run_dir` from its latest checkpoint (same order of batches).
+    """
+    from tqdm.auto import tqdm
+
+    from rlhf_scratch.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+    from rlhf_scratch.loading import load_lm
+    from rlhf_scratch.loop import resolve_device, set_seed
+    from rlhf_scratch.runs import CONFIG_FILE, append_metrics, check_new_run_dir, write_status
+
+    args.validate()
+    say = (lambda text: None) if args.quiet else tqdm.write
+    rows = load_pairs(args.pairs)
+    run_dir = Path(args.run_dir or f"runs/reward_model-{time.strftime('%Y%m%d-%H%M%S')}")
+    args.run_dir = str(run_dir)
+    if not resume:
+        check_new_run_dir(run_dir)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    set_seed(args.seed)
+    model = RewardModel(load_lm(args.model, device=device)).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    train_idx, eval_idx = split_pairs(len(rows), args.eval_fraction, args.seed)
+    eval_rows = [rows[i] for i in eval_idx]
+    steps_per_epoch = math.ceil(len(train_idx) / args.batch_size)
+    total_steps = steps_per_epoch * args.epochs
+    step = 0
+    if resume:
+        state = load_latest_checkpoint(run_dir, say)
+        model.load_state_dict(state["policy"])
+        optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"])
+        step = int(state["phase"])
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / CONFIG_FILE).write_text(json.dumps(args.to_dict(), indent=2) + "\n")
+    write_status(run_dir, "running", step)
+    say(f"reward model: {len(train_idx)} training pairs, {len(eval_idx)} held out, {total_steps} steps -> {run_dir}")
+
+    def save(at: int) -> None:
+        state = {"phase": at, "algo": KIND, "policy": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "rng": rng_state()}
+        save_checkpoint(run_dir, at, state, args.keep_checkpoints)
+
+    window: list[dict[str, float]] = []
+    bar = tqdm(total=total_steps, initial=step, desc="reward model", disable=args.quiet)
+    try:
+        while step < total_steps:
+            epoch, within = divmod(step, steps_per_epoch)
+            order = list(train_idx)
+            random.Random(args.seed * 1000 + epoch).shuffle(order)  # the epoch's order, from (seed, epoch) alone
+            batch = [rows[i] for i in order[within * args.batch_size : (within + 1) * args.batch_size]]
+            chosen, rejected = pair_texts(batch)
+            ids, mask = model.tokenize(chosen + rejected)  # one forward for both sides, as TRL
+            rewards = model(ids, mask)
+            r_c, r_r = rewards[: len(batch)], rewards[len(batch) :]
+            margin = (torch.tensor([float(r["margin"]) for r in batch], device=rewards.device)
+                      if "margin" in batch[0] else None)
+            loss = calc_reward_model_loss(r_c, r_r, margin, args.center_rewards_coefficient)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+            optimizer.step()
+            step += 1
+            bar.update(1)
+            window.append({"loss": loss.item(), **reward_model_metrics(r_c, r_r)})
+            end_of_epoch = step % steps_per_epoch == 0
+            if step % args.log_every == 0 or end_of_epoch:
+                metrics = {"step": step, "epoch": step / steps_per_epoch,
+                           **{k: sum(w[k] for w in window) / len(window) for k in window[0]}}
+                window = []
+                if end_of_epoch:
+                    metrics.update(evaluate_pairs(model, eval_rows))
+                    say(f"epoch {step // steps_per_epoch}: eval/accuracy {metrics['eval/accuracy']:.3f}"
+                        + (f", eval/gold_accuracy {metrics['eval/gold_accuracy']:.3f}" if "eval/gold_accuracy" in metrics else ""))
+                append_metrics(run_dir, metrics)
+                bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['accuracy']:.2f}")
+            if args.save_every and step % args.save_every == 0 and step < total_steps:
+                save(step)
+    except KeyboardInterrupt:
+        bar.close()
+        save(step)
+        write_status(run_dir, "interrupted", step)
+        raise
+    bar.close()
+    save(step)
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, run_dir / WEIGHTS_FILE)
+    write_status(run_dir, "finished", step)
+    return run_dir
+
+
+# --- reading a run folder back -------------------------------------------------------------------
+
+
+def is_reward_model_run(folder: str | Path) -> bool:
+    """Is `folder` a run folder written by `train_reward_model` (config.json's algo is reward_model)?"""
+    config = Path(folder) / "config.json"
+    if not config.is_file():
+        return False
+    try:
+        return json.loads(config.read_text()).get("algo") == KIND
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return False
+
+
+def load_reward_model_run(run_dir: str | Path, device: str = "cpu") -> RewardModel:
+    """The trained RewardModel of a finished reward-model run folder, in eval mode."""
+    from rlhf_scratch.loading import ModelFolderError, load_lm
+
+    run_dir = Path(run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    weights = run_dir / WEIGHTS_FILE
+    if not weights.is_file():
+        raise ModelFolderError(f"reward_model: {run_dir} has no {WEIGHTS_FILE} (unfinished? resume it with "
+                               f"python -m rlhf_scratch.reward_model --resume {run_dir})")
+    model = RewardModel(load_lm(config.get("model", "tiny"), device=device))
+    model.load_state_dict(torch.load(weights, map_location=device, weights_only=True))
+    return model.eval()

@@ -1,0 +1,75 @@
+"""Run setup, before the first phase: validate the config, seed every RNG, pick the device and the
+CPU threads, join the process group under torchrun, load the policy and the reference, and load
+the prompts (checked against the model's context)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+from transformer_lens import HookedTransformer
+
+from rlhf_scratch import distributed as dist
+from rlhf_scratch.config import PROMPT_PREFIX, CommonArgs, ConfigError
+from rlhf_scratch.loading import load_lm
+from rlhf_scratch.prompts import PromptIterator, check_prompt_lengths, load_prompts
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def setup_torch(args: CommonArgs) -> str:
+    """Validate the args, seed every RNG, set the CPU threads; return the device to run on."""
+    args.validate()
+    device = resolve_device(args.device)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device: {args.device!r} requested but no CUDA GPU is available to this torch "
+                          f"(torch {torch.__version__}); use --device cpu or auto")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device: 'mps' requested but the MPS backend is not available; use --device cpu or auto")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = dist.init(device)  # under torchrun: join the process group, one GPU per rank
+    args.check_world_size(dist.world_size())
+    set_seed(args.seed + dist.rank())  # each rank samples its own completions (DDP syncs the weights)
+    return device
+
+
+def load_policy(model: str, device: str) -> HookedTransformer:
+    """The model to tune, in training mode."""
+    return load_lm(model, device=device).train()
+
+
+def load_reference(model: str, device: str) -> HookedTransformer:
+    """A frozen copy of `model`: the reference the KL is measured against (no gradients)."""
+    reference = load_lm(model, device=device).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return reference
+
+
+def load_policy_and_reference(model: str, device: str) -> tuple[HookedTransformer, HookedTransformer]:
+    """Two copies of `model`: the policy to tune and the frozen reference."""
+    return load_policy(model, device), load_reference(model, device)
+
+
+def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIterator:
+    """The run's prompts, checked against the context length, shuffled with the run's seed."""
+    if args.gen_len >= model.cfg.n_ctx:
+        raise ConfigError(f"gen_len: {args.gen_len} leaves no room for a prompt in the model's context n_ctx={model.cfg.n_ctx}")
+    prompts = load_prompts(args.prompts, prefix=args.prefix, seed=args.seed)
+    check_prompt_lengths(
+        prompts, lambda p: model.to_tokens(p, prepend_bos=args.prepend_bos, truncate=False).shape[1],
+        model.cfg.n_ctx, args.gen_len, "prefix" if args.prompts == PROMPT_PREFIX else args.prompts,
+    )
+    return PromptIterator(prompts, args.seed)

@@ -1,0 +1,147 @@
+"""interp.features: SAE feature diffing, explained fraction, steering and ablation, on known answers.
+
+The known-answer SAE is built by hand: its decoder rows are an orthonormal basis Q of the residual
+stream, its encoder is Q^T and its encoder bias is large, so every feature is active and
+a(x) = x Q^T + b_enc exactly. A synthetic "tuned" model is the reference with ALPHA · Q[FEATURE]
+added to block 0's MLP output bias, i.e. to the residual at blocks.0.hook_resid_post at every
+position: the one right answer is "feature FEATURE went up by ALPHA, nothing else moved".
+"""
+
+import copy
+import json
+import sys
+
+import pytest
+import torch
+from sae_lens.saes.standard_sae import StandardSAE, StandardSAEConfig  # the `sae` extra, part of `dev`
+
+from interp import features as F
+
+SITE = "blocks.0.hook_resid_post"
+FEATURE, ALPHA = 5, 0.7
+
+
+@pytest.fixture
+def pair(tiny_random_lm):
+    """(reference, synthetic tuned, hand-built SAE, tokens)."""
+    reference = tiny_random_lm.eval()
+    d = reference.cfg.d_model
+    Q = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(1)))[0].T.contiguous()  # rows orthonormal
+    sae = StandardSAE(StandardSAEConfig(d_in=d, d_sae=d, apply_b_dec_to_input=False))
+    with torch.no_grad():
+        sae.W_dec.copy_(Q)
+        sae.W_enc.copy_(Q.T)
+        sae.b_enc.fill_(10.0)  # every feature active: a(x) = x Q^T + 10 (|x·q| is far below 10 here)
+        sae.b_dec.zero_()
+    tuned = copy.deepcopy(reference)
+    with torch.no_grad():
+        tuned.blocks[0].mlp.b_out += ALPHA * Q[FEATURE]
+    tokens = torch.randint(0, reference.cfg.d_vocab, (3, 9), generator=torch.Generator().manual_seed(2))
+    return reference, tuned, sae, tokens
+
+
+def test_the_added_decoder_direction_ranks_first_with_its_exact_activation_change(pair):
+    reference, tuned, sae, tokens = pair
+    diff = F.feature_diff(reference, tuned, sae, SITE, tokens)
+    assert int(diff.ranked[0]) == FEATURE
+    assert diff.change[FEATURE].item() == pytest.approx(ALPHA, abs=1e-4)
+    others = torch.ones_like(diff.change, dtype=torch.bool)
+    others[FEATURE] = False
+    assert diff.change[others].abs().max().item() < 1e-4, "only the chosen feature moved"
+    assert diff.freq_ref[FEATURE].item() == diff.freq_tuned[FEATURE].item() == 1.0
+    explained = F.explained_fraction(diff, sae.W_dec.detach(), ks=(1, 2))
+    assert explained["top_1"] == pytest.approx(1.0, abs=1e-4)
+    assert explained["error_change"] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_steering_the_reference_with_the_feature_reproduces_the_tuned_logits(pair):
+    reference, tuned, sae, tokens = pair
+    diff = F.feature_diff(reference, tuned, sae, SITE, tokens)
+    top = [int(diff.ranked[0])]
+    v = F.steering_vector(sae.W_dec.detach(), top, diff.change[top])
+    steered = reference.run_with_hooks(tokens, fwd_hooks=[(SITE, F.add_vector_hook(v))])
+    tuned_logits, ref_logits = tuned(tokens), reference(tokens)
+    assert (tuned_logits - ref_logits).abs().max() > 1e-2, "the synthetic tuned model must differ"
+    torch.testing.assert_close(steered, tuned_logits, atol=1e-4, rtol=1e-4)
+    # the opposite sign moves the logits away from the tuned model, not onto it
+    away = reference.run_with_hooks(tokens, fwd_hooks=[(SITE, F.add_vector_hook(-v))])
+    assert (away - tuned_logits).abs().max() > 1e-2
+
+
+def test_ablating_the_feature_zeroes_it_and_leaves_the_others(pair):
+    reference, tuned, sae, tokens = pair
+    _, cache = tuned.run_with_cache(tokens, names_filter=SITE)
+    x = cache[SITE]
+    ablated = F.ablate_features_hook(sae, [FEATURE])(x.clone(), None)
+    a_before, a_after = sae.encode(x), sae.encode(ablated)
+    assert a_after[..., FEATURE].abs().max().item() < 1e-4
+    keep = [i for i in range(sae.cfg.d_sae) if i != FEATURE]
+    torch.testing.assert_close(a_after[..., keep], a_before[..., keep], atol=1e-4, rtol=0)
+
+
+def test_a_zeroed_decoder_row_reports_zero_effect(pair):
+    reference, tuned, sae, tokens = pair
+    with torch.no_grad():
+        sae.W_dec[FEATURE] = 0.0
+    diff = F.feature_diff(reference, tuned, sae, SITE, tokens)
+    v = F.steering_vector(sae.W_dec.detach(), [FEATURE], diff.change[[FEATURE]])
+    assert v.abs().max().item() == 0.0
+    steered = reference.run_with_hooks(tokens, fwd_hooks=[(SITE, F.add_vector_hook(v))])
+    torch.testing.assert_close(steered, reference(tokens))
+    assert F.explained_fraction(diff, sae.W_dec.detach(), ks=(1,))["top_1"] == pytest.approx(0.0, abs=1e-6)
+    assert F.direction_logits(tuned, sae.W_dec[FEATURE].detach(), 1.3).abs().max().item() == 0.0
+
+
+def test_a_model_diffed_against_itself_reports_no_change(pair):
+    reference, _, sae, tokens = pair
+    diff = F.feature_diff(reference, reference, sae, SITE, tokens)
+    assert diff.change.abs().max().item() == 0.0
+    torch.testing.assert_close(diff.freq_ref, diff.freq_tuned)
+    assert diff.resid_change.abs().max().item() == 0.0
+    explained = F.explained_fraction(diff, sae.W_dec.detach())
+    assert all(v != v for v in explained.values()), "no change to explain: nan, not a made-up fraction"
+
+
+def test_direction_logits_use_the_given_models_final_layernorm_scale(tiny_random_lm):
+    model = tiny_random_lm
+    d = torch.arange(model.cfg.d_model, dtype=torch.float32)
+    expected = ((d - d.mean()) / 2.0 * model.ln_final.w) @ model.W_U
+    torch.testing.assert_close(F.direction_logits(model, d, 2.0), expected)
+    torch.testing.assert_close(F.direction_logits(model, d, 4.0), expected / 2)
+
+
+def test_missing_sae_lens_fails_in_one_line_naming_the_extra(monkeypatch, tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{}")
+    monkeypatch.setitem(sys.modules, "sae_lens", None)  # import sae_lens -> ImportError
+    assert F.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "[sae]" in err and "SAE Lens" in err
+
+
+@pytest.mark.slow
+def test_features_command_end_to_end_on_a_tiny_run(tuned_ppo_run, tmp_path, capsys, one_thread):
+    cache = tmp_path / "saes"
+    small = ["--layer", "1", "--d-sae", "64", "--k", "4", "--training-tokens", "4096", "--eval-batches", "1",
+             "--n-samples", "4", "--n-diff", "4", "--n-snippets", "16", "--top-n", "3", "--cache-dir", str(cache),
+             "--out", str(tmp_path / "interp")]
+    assert F.main([str(tuned_ppo_run), *small]) == 0
+    err = capsys.readouterr().err
+    assert "trained and cached" in err
+    page = (tmp_path / "interp" / "features.html").read_text()
+    assert "explained_variance" in page and "Steering the reference" in page and "report.html" in page
+    summary = json.loads((tmp_path / "interp" / "features" / "features.json").read_text())
+    assert summary["site"] == "blocks.1.hook_resid_post"
+    assert len(summary["top_features"]) == 3
+    assert set(summary["explained"]) == {"top_1", "top_10", "top_100", "all_features", "error_change"}
+    assert {"ce_loss_increase", "l0", "dead_features", "explained_variance"} <= set(summary["sae"])
+    c = summary["causal"]
+    assert c["reference"]["kl"] == pytest.approx(0.0, abs=1e-4), "the reference's KL to itself is 0"
+    assert len(c["steered_random"]) == 3
+    # the second time the SAE comes from the cache (same reference, site and settings)
+    assert F.main([str(tuned_ppo_run), *small, "--no-reward"]) == 0
+    assert "loaded from" in capsys.readouterr().err
+    assert len(list(cache.iterdir())) == 1
+    # a bad layer: one line
+    assert F.main([str(tuned_ppo_run), *small, "--layer", "9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--layer" in err
