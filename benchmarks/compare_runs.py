@@ -19,7 +19,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from rlhf_scratch.runs import read_metrics  # noqa: E402
+from rlhf_scratch.runs import load_args, read_metrics  # noqa: E402
+
+
+def default_label(run: str) -> str:
+    """The folder name (runs/<task>-<direction>-<algo>-<time>), led by the algorithm for an older
+    folder whose name does not carry it."""
+    name, algo = Path(run).name, load_args(run).algo
+    return name if f"-{algo}-" in name else f"{algo} {name}"
 
 
 def main() -> None:
@@ -31,14 +38,15 @@ def main() -> None:
     parser.add_argument("--peak-mib", default=None, help="comma-separated peak RSS in MiB, one per run")
     parser.add_argument("--title", default="")
     opts = parser.parse_args()
-    labels = opts.labels.split(",") if opts.labels else [Path(r).name for r in opts.runs]
+    labels = opts.labels.split(",") if opts.labels else [default_label(r) for r in opts.runs]
     walls = opts.wall.split(",") if opts.wall else [""] * len(opts.runs)
     peaks = opts.peak_mib.split(",") if opts.peak_mib else [""] * len(opts.runs)
 
     fig, (ax_r, ax_f) = plt.subplots(1, 2, figsize=(11, 4))
-    rows = []
+    rows, lengths = [], []
     for run, label, wall, peak in zip(opts.runs, labels, walls, peaks):
         m = read_metrics(run)
+        lengths.append(len(m))
         phases = [x["phase"] for x in m]
         reward = [x["rewards/mean"] for x in m]
         kl = [x["rollout/kl_full_vocab"] for x in m]
@@ -59,7 +67,9 @@ def main() -> None:
         fig.suptitle(opts.title)
     fig.tight_layout()
     fig.savefig(opts.out, dpi=110)
-    header = ["run", "reward, phase 1", "reward, last 10", "KL, last 10", "length, last 10",
+    spans = {(min(10, n), n) for n in lengths}
+    last = f"last {spans.pop()[0]} of {lengths[0]}" if len(spans) == 1 else "last 10 (fewer in shorter runs)"
+    header = ["run", "reward, phase 1", f"reward, {last}", f"KL, {last}", f"length, {last}",
               "median phase s", "wall", "peak RSS"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))

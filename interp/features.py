@@ -45,10 +45,8 @@ task's units; KL in nats per sample (summed over its completion tokens).
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import hashlib
-import html
 import json
 import logging
 import os
@@ -66,10 +64,13 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
+from interp.figures import bars
+from interp.pages import Html, esc, figure, page, pyplot, rounded, save_figure, table
+
 HOOKS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 EXPLAINED_KS = (1, 10, 100)
 OUT_NAME = "features"  # RUN_DIR/interp/features.html and RUN_DIR/interp/features/
-STEPS = ("SAE", "diff", "explained", "snippets", "causal", "write")
+STEPS = ("diff", "explained", "snippets", "causal", "write")
 
 
 class FeaturesError(ValueError):
@@ -289,12 +290,12 @@ class FeatureDiff:
     """Per-feature statistics of the reference and the tuned model on the same tokens (see the
     module docstring); `ranked` orders the features by |change|, largest first."""
 
-    mean_ref: Float[Tensor, d_sae]
-    mean_tuned: Float[Tensor, d_sae]
-    freq_ref: Float[Tensor, d_sae]
-    freq_tuned: Float[Tensor, d_sae]
-    change: Float[Tensor, d_sae]
-    ranked: Int[Tensor, d_sae]
+    mean_ref: Float[Tensor, "d_sae"]
+    mean_tuned: Float[Tensor, "d_sae"]
+    freq_ref: Float[Tensor, "d_sae"]
+    freq_tuned: Float[Tensor, "d_sae"]
+    change: Float[Tensor, "d_sae"]
+    ranked: Int[Tensor, "d_sae"]
     resid_change: Float[Tensor, "n d_model"] = field(repr=False)
     """x_tuned − x_ref at each real position."""
     act_change: Float[Tensor, "n d_sae"] = field(repr=False)
@@ -348,7 +349,7 @@ def final_ln_scale(model: HookedTransformer, tokens: Int[Tensor, "batch pos"],
     return scale[real_positions(model, tokens, attention_mask)].mean().item()
 
 
-def direction_logits(model: HookedTransformer, direction: Float[Tensor, d_model], scale: float) -> Float[Tensor, d_vocab]:
+def direction_logits(model: HookedTransformer, direction: Float[Tensor, "d_model"], scale: float) -> Float[Tensor, "d_vocab"]:
     """What adding `direction` to the final residual does to `model`'s logits at final-LN scale
     `scale`: ((d − mean d) / scale) · w_ln · W_U (w_ln = 1 when the LayerNorm weights are folded in)."""
     d = (direction - direction.mean()) / scale
@@ -357,7 +358,7 @@ def direction_logits(model: HookedTransformer, direction: Float[Tensor, d_model]
     return d @ model.W_U
 
 
-def promoted_tokens(model: HookedTransformer, direction: Float[Tensor, d_model], scale: float,
+def promoted_tokens(model: HookedTransformer, direction: Float[Tensor, "d_model"], scale: float,
                     k: int = 8) -> list[tuple[str, float]]:
     """The k tokens whose logits `direction` raises most (token, logit change)."""
     logits = direction_logits(model, direction, scale)
@@ -402,12 +403,12 @@ def top_activating_snippets(model: HookedTransformer, sae, hook_name: str, texts
 
 
 def steering_vector(W_dec: Float[Tensor, "d_sae d_model"], features: list[int],
-                    coefficients: Float[Tensor, n]) -> Float[Tensor, d_model]:
+                    coefficients: Float[Tensor, "n"]) -> Float[Tensor, "d_model"]:
     """v = Σ_i coefficients[i] · W_dec[features[i]]."""
     return coefficients.to(W_dec) @ W_dec[features]
 
 
-def add_vector_hook(vector: Float[Tensor, d_model]):
+def add_vector_hook(vector: Float[Tensor, "d_model"]):
     """A hook adding `vector` to the activations at every position."""
     def hook(x: Tensor, hook) -> Tensor:
         return x + vector.to(x)
@@ -427,7 +428,7 @@ def ablate_features_hook(sae, features: list[int]):
 class SampleSettings:
     """How the causal checks sample: the run's own settings by default (`from_args`)."""
 
-    n_samples: int = 32
+    n_samples: int = 64
     gen_len: int = 20
     temperature: float = 1.0
     top_k: int = 0
@@ -456,7 +457,7 @@ def sample(model: HookedTransformer, prompts: list[str], s: SampleSettings, fwd_
 
 @torch.no_grad()
 def completion_logprobs(model: HookedTransformer, prompt_ids, prompt_mask, ids, mask,
-                        fwd_hooks: list = ()) -> Float[Tensor, batch]:
+                        fwd_hooks: list = ()) -> Float[Tensor, "batch"]:
     """Σ_t log p(completion token t) under `model` (with `fwd_hooks`), over the kept tokens."""
     seq = torch.cat([prompt_ids, ids], 1)
     attend = torch.cat([prompt_mask, torch.ones_like(mask)], 1)
@@ -469,9 +470,10 @@ def completion_logprobs(model: HookedTransformer, prompt_ids, prompt_mask, ids, 
 
 
 def sampled_reward_and_kl(model: HookedTransformer, reference: HookedTransformer, prompts: list[str],
-                          reward_fn, s: SampleSettings, fwd_hooks: list = ()) -> tuple[float, float]:
-    """(mean reward, mean sampled KL(model+hooks ‖ reference) in nats per sample) of samples from
-    `model` with `fwd_hooks`. The reward is called by the trainer's contract."""
+                          reward_fn, s: SampleSettings, fwd_hooks: list = ()) -> tuple[float, float, float]:
+    """(mean reward, its standard error, mean sampled KL(model+hooks ‖ reference) in nats per sample)
+    of samples from `model` with `fwd_hooks`. The reward is called by the trainer's contract; the KL
+    is the log-ratio Σ_t log p_model − log p_ref summed over each sample's completion tokens."""
     from rlhf_scratch.sampling import decode_completions
     from rlhf_scratch.tasks import score_completions
 
@@ -480,7 +482,8 @@ def sampled_reward_and_kl(model: HookedTransformer, reference: HookedTransformer
     rewards = score_completions(reward_fn, used, completions, [row[k].tolist() for row, k in zip(ids, mask)])
     kl = (completion_logprobs(model, prompt_ids, prompt_mask, ids, mask, fwd_hooks)
           - completion_logprobs(reference, prompt_ids, prompt_mask, ids, mask))
-    return rewards.mean().item(), kl.mean().item()
+    se = rewards.std().item() / len(rewards) ** 0.5 if len(rewards) > 1 else float("nan")
+    return rewards.mean().item(), se, kl.mean().item()
 
 
 def _random_live(alive: Tensor, exclude: list[int], n: int, generator: torch.Generator) -> list[int]:
@@ -506,34 +509,35 @@ def causal_checks(reference: HookedTransformer, tuned: HookedTransformer, sae, h
         tick()
         return sampled_reward_and_kl(model, reference, prompts, reward_fn, s, hooks)
 
-    ref_r, ref_kl = run(reference, [])
-    tuned_r, tuned_kl = run(tuned, [])
-    steer_r, steer_kl = run(reference, [(hook_name, add_vector_hook(v))])
+    ref_r, ref_se, ref_kl = run(reference, [])
+    tuned_r, tuned_se, tuned_kl = run(tuned, [])
+    steer_r, steer_se, steer_kl = run(reference, [(hook_name, add_vector_hook(v))])
     random_steer = []
     for _ in range(n_random):
         feats = _random_live(alive, top, len(top), gen)
         u = steering_vector(W_dec, feats, coeff[torch.randperm(len(feats), generator=gen)])
         u = u * (v.norm() / u.norm().clamp_min(1e-12))
-        r, kl = run(reference, [(hook_name, add_vector_hook(u))])
-        random_steer.append({"features": feats, "reward": r, "kl": kl})
+        r, se, kl = run(reference, [(hook_name, add_vector_hook(u))])
+        random_steer.append({"features": feats, "reward": r, "reward_se": se, "kl": kl})
     up = [f for f in top if float(diff.change[f]) > 0]
-    abl_r, abl_kl = run(tuned, [(hook_name, ablate_features_hook(sae, up))]) if up else (tuned_r, tuned_kl)
+    abl_r, abl_se, abl_kl = run(tuned, [(hook_name, ablate_features_hook(sae, up))]) if up else (tuned_r, tuned_se, tuned_kl)
     random_abl = []
     for _ in range(n_random if up else 0):
         feats = _random_live(alive, top, len(up), gen)
-        r, kl = run(tuned, [(hook_name, ablate_features_hook(sae, feats))])
-        random_abl.append({"features": feats, "reward": r, "kl": kl})
+        r, se, kl = run(tuned, [(hook_name, ablate_features_hook(sae, feats))])
+        random_abl.append({"features": feats, "reward": r, "reward_se": se, "kl": kl})
 
     def mean(rows, key):
         return sum(r[key] for r in rows) / len(rows) if rows else float("nan")
 
     return {
         "n_samples": s.n_samples, "gen_len": s.gen_len, "top_n": len(top), "steering_norm": v.norm().item(),
-        "reference": {"reward": ref_r, "kl": ref_kl}, "tuned": {"reward": tuned_r, "kl": tuned_kl},
-        "steered": {"features": top, "reward": steer_r, "kl": steer_kl},
+        "reference": {"reward": ref_r, "reward_se": ref_se, "kl": ref_kl},
+        "tuned": {"reward": tuned_r, "reward_se": tuned_se, "kl": tuned_kl},
+        "steered": {"features": top, "reward": steer_r, "reward_se": steer_se, "kl": steer_kl},
         "steered_random": random_steer,
         "steered_random_mean": {"reward": mean(random_steer, "reward"), "kl": mean(random_steer, "kl")},
-        "ablated": {"features": up, "reward": abl_r, "kl": abl_kl, "reward_drop": tuned_r - abl_r},
+        "ablated": {"features": up, "reward": abl_r, "reward_se": abl_se, "kl": abl_kl, "reward_drop": tuned_r - abl_r},
         "ablated_random": random_abl,
         "ablated_random_mean": {"reward": mean(random_abl, "reward"), "kl": mean(random_abl, "kl"),
                                 "reward_drop": tuned_r - mean(random_abl, "reward")},
@@ -554,8 +558,6 @@ def make_features_report(reference: HookedTransformer, tuned: HookedTransformer,
     them. reward_fn=None skips the causal checks. Returns the summary (also features.json)."""
     from tqdm.auto import tqdm
 
-    from interp.report import _bars, _round
-
     out_dir = Path(out_dir)
     fig_dir = out_dir / OUT_NAME
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -564,7 +566,6 @@ def make_features_report(reference: HookedTransformer, tuned: HookedTransformer,
     t0 = time.time()
     bar = tqdm(STEPS, desc="interp features", disable=not progress, file=sys.stderr)
     step = iter(bar)
-    bar.set_postfix_str(next(step))
     S: dict = {"site": hook_name, "sae": quality, "prompts": prompts[:5], **(extra or {})}
 
     # diff on the same sequences: completions from each model, read by both
@@ -604,7 +605,7 @@ def make_features_report(reference: HookedTransformer, tuned: HookedTransformer,
     bar.set_postfix_str(next(step))
     figures = []
     labels = [f"F{f}" for f in top]
-    figures.append(("Top changed features", _bars(
+    figures.append(("Top changed features", bars(
         labels, {"reference": [t["mean_ref"] for t in S["top_features"]],
                  "tuned": [t["mean_tuned"] for t in S["top_features"]]},
         fig_dir, "features_top_changed.png", f"the {len(top)} features whose mean activation changed most",
@@ -613,7 +614,7 @@ def make_features_report(reference: HookedTransformer, tuned: HookedTransformer,
                     "Each point a feature: how often it fires in the reference vs the tuned model "
                     "(log scale; features that never fire in a model sit on its axis floor)."))
     ks = [k for k in EXPLAINED_KS] + ["all"]
-    figures.append(("Explained change", _bars(
+    figures.append(("Explained change", bars(
         [f"top {k}" for k in ks], {"fraction": [S["explained"][f"top_{k}"] if k != "all" else S["explained"]["all_features"]
                                                for k in ks]},
         fig_dir, "features_explained.png", "share of the residual-stream change explained by the top-k features",
@@ -624,13 +625,13 @@ def make_features_report(reference: HookedTransformer, tuned: HookedTransformer,
         names = ["reference", "steered (top)", "steered (random)", "tuned", "ablated (top)", "ablated (random)"]
         rewards = [c["reference"]["reward"], c["steered"]["reward"], c["steered_random_mean"]["reward"],
                    c["tuned"]["reward"], c["ablated"]["reward"], c["ablated_random_mean"]["reward"]]
-        figures.append(("Steering and ablation", _bars(
+        figures.append(("Steering and ablation", bars(
             names, {"reward": rewards}, fig_dir, "features_causal.png", "mean reward of samples", "reward"),
             f"{c['n_samples']} samples of {c['gen_len']} tokens per bar, one seed for all; random bars: mean of "
             f"{len(c['steered_random'])} draws."))
     S["headline"] = _headline(S)
     S["seconds"] = time.time() - t0
-    summary = _round(S)
+    summary = rounded(S)
     (fig_dir / "features.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out_dir / "features.html").write_text(_html(title, summary, figures))
     bar.close()
@@ -638,9 +639,7 @@ def make_features_report(reference: HookedTransformer, tuned: HookedTransformer,
 
 
 def _frequency_scatter(diff: FeatureDiff, top: list[int], path: Path) -> Path:
-    from interp.report import _plt
-
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.6, 4.2))
     floor = 1e-5
     x, y = diff.freq_ref.clamp_min(floor).cpu(), diff.freq_tuned.clamp_min(floor).cpu()
@@ -652,10 +651,7 @@ def _frequency_scatter(diff: FeatureDiff, top: list[int], path: Path) -> Path:
     ax.set_xlabel("firing frequency, reference")
     ax.set_ylabel("firing frequency, tuned")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _headline(S: dict) -> list[str]:
@@ -674,7 +670,8 @@ def _headline(S: dict) -> list[str]:
     if "causal" in S:
         c = S["causal"]
         lines.append(f"Steering the reference with the top {c['top_n']} features: reward {c['reference']['reward']:.3f} → "
-                     f"{c['steered']['reward']:.3f} (KL {c['steered']['kl']:.3f}); random features of equal norm: "
+                     f"{c['steered']['reward']:.3f} ± {c['steered']['reward_se']:.3f} s.e. (KL {c['steered']['kl']:.3f}); "
+                     "random features of equal norm: "
                      f"{c['steered_random_mean']['reward']:.3f} (KL {c['steered_random_mean']['kl']:.3f}); "
                      f"tuned model {c['tuned']['reward']:.3f} (KL {c['tuned']['kl']:.3f}).")
         lines.append(f"Ablating the {len(c['ablated']['features'])} top features RLHF turned up from the tuned model: reward "
@@ -683,39 +680,29 @@ def _headline(S: dict) -> list[str]:
 
 
 def _html(title: str, S: dict, figures: list[tuple[str, Path, str]]) -> str:
-    from interp.report import PAGE_STYLE
-
-    esc = html.escape
-
-    def img(path: Path) -> str:
-        return f'<img src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}" alt="{esc(path.name)}">'
-
-    q = S["sae"]
-    quality_rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in q.items() if k != "settings")
-    feature_rows = "".join(
-        f"<tr><td>F{t['feature']}</td><td>{t['mean_ref']:.3f} → {t['mean_tuned']:.3f}</td>"
-        f"<td>{t['freq_ref']:.3f} → {t['freq_tuned']:.3f}</td>"
-        f"<td>{esc(', '.join(f'{tok!r} {v:+.2f}' for tok, v in t['promotes']))}</td>"
-        f"<td>{'<br>'.join(esc(f'{a:.2f}: {snip}') for a, snip in t['snippets'])}</td></tr>"
-        for t in S["top_features"])
+    quality = table([(k, v) for k, v in S["sae"].items() if k != "settings"])
+    features = table(
+        [(f"F{t['feature']}", f"{t['mean_ref']:.3f} → {t['mean_tuned']:.3f}", f"{t['freq_ref']:.3f} → {t['freq_tuned']:.3f}",
+          ", ".join(f"{tok!r} {v:+.2f}" for tok, v in t["promotes"]),
+          Html("<br>".join(esc(f"{a:.2f}: {snip}") for a, snip in t["snippets"])))
+         for t in S["top_features"]],
+        header=["feature", "mean activation ref → tuned", "firing frequency ref → tuned",
+                "tokens its decoder direction promotes (tuned unembedding; logit change per unit of activation)",
+                "top-activating review snippets (reference; activation: text, token in [[ ]])"],
+        row_headers=False)
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{PAGE_STYLE}</style></head><body>",
         f"<h1>{esc(title)}</h1><p><a href='report.html'>← the interp report</a></p><h2>Findings</h2><ul>"
         + "".join(f"<li>{esc(line)}</li>" for line in S["headline"]) + "</ul>",
-        "<h2>The SAE (SAE Lens evals, validation split)</h2><table>" + quality_rows + "</table>",
+        "<h2>The SAE (SAE Lens evals, validation split)</h2>" + quality,
         "<p>Explained variance: 1 − E|x − x̂|² / Var(x). CE loss in nats per token with the SAE's reconstruction "
         "spliced in at the site; zero-ablated: the site's activations set to 0. Dead: never fires on the eval tokens. "
         "If explained variance is low or the CE increase is a large part of the zero-ablation increase, the features "
         "below are a coarse view.</p>",
-        "<h2>Top changed features</h2><table><tr><th>feature</th><th>mean activation ref → tuned</th>"
-        "<th>firing frequency ref → tuned</th><th>tokens its decoder direction promotes (tuned unembedding, logit change)"
-        "</th><th>top-activating review snippets (reference; activation: text, token in [[ ]])</th></tr>"
-        + feature_rows + "</table>",
+        "<h2>Top changed features</h2>" + features,
     ]
-    for fig_title, path, caption in figures:
-        parts.append(f"<figure><h3>{esc(fig_title)}</h3>{img(path)}<figcaption>{esc(caption)}</figcaption></figure>")
-    parts.append(f"<p><small>Generated in {S['seconds']:.1f} s.</small></p></body></html>")
-    return "\n".join(parts)
+    parts += [figure(path, fig_title, caption) for fig_title, path, caption in figures]
+    parts.append(f"<p><small>Generated in {S['seconds']:.1f} s.</small></p>")
+    return page(title, parts)
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -737,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--training-tokens", type=int, default=SAESettings.training_tokens, help="default %(default)s")
     parser.add_argument("--eval-batches", type=int, default=SAESettings.eval_batches, help="default %(default)s")
     parser.add_argument("--top-n", type=int, default=10, help="top changed features shown, steered and ablated (default 10)")
-    parser.add_argument("--n-samples", type=int, default=32, help="samples per steering/ablation condition (default 32)")
+    parser.add_argument("--n-samples", type=int, default=64, help="samples per steering/ablation condition (default 64)")
     parser.add_argument("--n-diff", type=int, default=64, help="completions per model for the diff (default 64)")
     parser.add_argument("--n-snippets", type=int, default=300, help="validation snippets searched for examples (default 300)")
     parser.add_argument("--no-reward", action="store_true", help="skip steering and ablation")

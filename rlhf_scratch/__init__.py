@@ -23,22 +23,31 @@ _EXPORTS = {
     "RLOOTrainer": "algorithms.rloo", "compute_rloo_advantages": "algorithms.rloo",
     "OnlineDPOTrainer": "algorithms.online_dpo", "calc_dpo_loss": "algorithms.online_dpo",
     "GRPOTrainer": "algorithms.grpo", "compute_grpo_advantages": "algorithms.grpo",
-    "calc_grpo_objective": "algorithms.grpo",
+    "calc_grpo_objective": "algorithms.grpo", "calc_importance_ratio": "algorithms.grpo",
+    "calc_k3_kl": "algorithms.grpo", "calc_clip_counts": "algorithms.grpo",
+    "mean_length_by_advantage_sign": "algorithms.grpo",
     # the rollout
     "get_samples": "sampling", "sample_next_token": "sampling", "Rollout": "rollout", "make_rollout": "rollout",
+    "policy_token_log_probs": "rollout",
     "PromptIterator": "prompts", "load_prompts": "prompts",
     # PPO's pieces, with the blog's names
     "get_log_probs": "objectives", "calc_kl_penalty": "objectives", "calc_entropy_bonus": "objectives",
     "calc_value_fn_loss": "objectives", "calc_clipped_sur_obj": "objectives",
     "compute_advantages": "advantages", "compute_gae_advantages": "advantages",
     "ReplayMemory": "memory", "ReplayMinibatch": "memory",
-    "TransformerWithValueHead": "model", "EarlyStopping": "control", "AdaptiveKLController": "control",
+    "TransformerWithValueHead": "model", "EarlyStopping": "kl_control", "AdaptiveKLController": "kl_control",
     # rewards, models, runs
     "normalize_reward": "rewards", "reward_fn_sentiment_imdb": "rewards", "reward_fn_vader": "rewards",
     "reward_fn_char_count": "rewards", "load_lm": "loading", "load_reward_model": "loading",
-    "load_run": "runs",
+    "load_run": "runs", "load_args": "runs",
     # using a tuned model; judging it with what it was never trained on
     "to_hf_gpt2": "export", "sample_both": "sample", "heldout_metrics": "heldout",
+    # human feedback: preference pairs, a Bradley–Terry reward model, over-optimisation (docs/human-feedback.md)
+    "make_preference_pairs": "preferences", "bradley_terry_label": "preferences", "gold_scores": "preferences",
+    "calc_reward_model_loss": "reward_modeling", "reward_model_metrics": "reward_modeling",
+    "RewardModel": "reward_modeling", "RewardModelArgs": "reward_modeling", "train_reward_model": "reward_modeling",
+    "load_reward_model_run": "reward_modeling", "to_hf_reward_model": "export", "export_reward_model": "export",
+    "kl_bon": "overoptimization", "best_of_n_expectation": "overoptimization", "fit_gao": "overoptimization",
 }
 __all__ = sorted(_EXPORTS)
 

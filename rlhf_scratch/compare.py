@@ -3,18 +3,21 @@
     python -m rlhf_scratch.compare sentiment                                   # the three, defaults
     python -m rlhf_scratch.compare sentiment --algos ppo,rloo --seeds 0,1,2 --total-phases 50
     python -m rlhf_scratch.compare sentiment --algos rloo --kl-coefs 0.02,0.1,0.5   # a β sweep: the frontier
+    python -m rlhf_scratch.compare sentiment --algos ppo,rloo,online_dpo,grpo        # GRPO too (docs/grpo.md)
     python -m rlhf_scratch.compare sentiment --out comparisons/x -- --prompts rt    # flags after -- go to every run
 
 Every (algorithm, seed, β) is one `python -m rlhf_scratch.train` run in its own process, so each
 gets its own wall time and peak memory and a crash stays in one run. The runs write to
 OUT/runs/<algo>-s<seed>[-b<β>]/. Every run has the same prompts, seed, reward and generated
 tokens per phase (batch_size completions of gen_len tokens: PPO 64 prompts × 1, RLOO 16 × 4,
-DPO 32 × 2). Then the command writes to OUT:
+DPO 32 × 2, GRPO 8 × 8). GRPO's default β is 0, which needs no reference model and so logs no KL;
+its runs here are given `--measure-kl` so that they have a point on the reward–KL frontier. Then
+the command writes to OUT:
 
     reward_vs_phase.png   proxy reward per phase, one line per algorithm (the band spans the seeds)
     frontier.png          proxy reward vs KL(π‖π_ref), each point a phase
     heldout.png           proxy reward and the held-out scores (eval/*) per phase, per algorithm
-    inside.png            residual drift and per-head DLA change of each tuned model (interp.compare)
+    inside.png            residual drift and per-head DLA change of each tuned model (interp.across_runs)
     table.md, table.json  start/final reward, KL, held-out scores, wall, peak memory, tokens/s
     index.html            all of it, with the last samples of each run
 
@@ -28,8 +31,6 @@ The plan is saved in OUT/compare.json and must match.
 from __future__ import annotations
 
 import argparse
-import base64
-import html
 import json
 import os
 import shutil
@@ -41,10 +42,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from interp.pages import esc, figure, page, pyplot, table
 from rlhf_scratch.config import ALGOS, TASKS, ConfigError
 
-BETA_FLAG = {"ppo": "--kl-coef", "rloo": "--beta", "online_dpo": "--beta"}  # each algorithm's β
-LABEL = {"ppo": "PPO", "rloo": "RLOO", "online_dpo": "Online DPO"}
+BETA_FLAG = {"ppo": "--kl-coef", "rloo": "--beta", "online_dpo": "--beta", "grpo": "--beta"}  # each algorithm's β
+LABEL = {"ppo": "PPO", "rloo": "RLOO", "online_dpo": "Online DPO", "grpo": "GRPO"}
+DEFAULT_ALGOS = ("ppo", "rloo", "online_dpo")  # the three of the blog post; --algos adds grpo
+# Flags an algorithm's runs get in a comparison: GRPO at β = 0 skips the reference and logs a NaN
+# KL; --measure-kl runs the reference anyway, only to log the KL the frontier plots.
+ALGO_FLAGS = {"grpo": ["--measure-kl"]}
 PLAN_FILE, RESULTS_FILE = "compare.json", "results.json"
 LAST = 10  # "final" = the mean of the last 10 phases (fewer if the run is shorter)
 
@@ -92,6 +98,7 @@ def run_one(spec: RunSpec, task: str, run_dir: Path, train_flags: list[str], pro
 
     cmd = [sys.executable, "-m", "rlhf_scratch.train", task, "--algo", spec.algo, "--seed", str(spec.seed),
            "--run-dir", str(run_dir), *train_flags]
+    cmd += ALGO_FLAGS.get(spec.algo, [])
     if spec.beta is not None:
         cmd += [BETA_FLAG[spec.algo], str(spec.beta)]
     if run_dir.exists():
@@ -169,11 +176,7 @@ def _band(ax, runs: list[list[dict]], x_key: str, y_key: str, label: str) -> Non
 
 
 def plot_comparison(groups: dict[str, list[list[dict]]], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     paths = []
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for label, runs in groups.items():
@@ -210,8 +213,8 @@ def plot_comparison(groups: dict[str, list[list[dict]]], out: Path) -> list[Path
 
 
 def inside_view(specs: list[RunSpec], out: Path) -> tuple[Path, dict]:
-    """interp.compare on the first run of each group: residual drift, head DLA change, similarity."""
-    from interp.compare import change_similarity, inside_changes, plot_inside_changes
+    """interp.across_runs on the first run of each group: residual drift, head DLA change, similarity."""
+    from interp.across_runs import change_similarity, inside_changes, plot_inside_changes
     from interp.probes import REVIEW_PROMPTS
     from rlhf_scratch.runs import load_run
 
@@ -282,35 +285,25 @@ def last_samples(run_dir: Path, n: int = 3) -> str:
 
 
 def write_html(out: Path, results: dict, figures: list[Path], inside: dict | None, specs: list[RunSpec]) -> Path:
-    esc = html.escape
-
-    def img(path: Path) -> str:
-        return f'<img src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}" alt="{esc(path.name)}">'
-
-    table = "<table><tr><th>run</th>" + "".join(f"<th>{esc(t)}</th>" for t in column_titles(results)) + "</tr>" + "".join(
-        f"<tr><th>{esc(name)}</th>" + "".join(f"<td>{esc(_cell(r, k, fmt))}</td>"
-                                              for k, _, fmt in TABLE_COLUMNS) + "</tr>" for name, r in results.items()) + "</table>"
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>rlhf_scratch comparison</title><style>"
-             "body{font-family:sans-serif;max-width:1200px;margin:2em auto}table{border-collapse:collapse;font-size:90%}"
-             "th,td{border:1px solid #ccc;padding:4px 8px}img{max-width:100%}pre{background:#f6f6f6;padding:8px;"
-             "overflow-x:auto;font-size:80%}</style></head><body><h1>PPO vs RLOO vs Online DPO</h1>",
+    runs = table([[name, *(_cell(r, k, fmt) for k, _, fmt in TABLE_COLUMNS)] for name, r in results.items()],
+                 header=["run", *column_titles(results)])
+    title = " vs ".join(dict.fromkeys(LABEL[spec.algo] for spec in specs))
+    parts = [f"<h1>{esc(title)}</h1>",
              "<p>Same prompts, seed, reward and generated tokens per phase. Proxy = the training reward. "
              "Held out = judges the runs never trained on (rlhf_scratch/heldout.py). Final = mean of the "
-             f"{esc(averaged_label(results))}.</p>", table]
-    parts += [f"<figure>{img(p)}</figure>" for p in figures]
+             f"{esc(averaged_label(results))}.</p>", runs]
+    parts += [figure(p) for p in figures]
     if inside is not None:
         labels = inside["labels"]
+        cosines = [[l, *("nan" if v is None else f"{v:+.2f}" for v in row)]
+                   for l, row in zip(labels, inside["dla_change_cosine"])]
         parts.append("<h2>What each changed inside</h2><p>Cosine of the per-head DLA-change vectors "
-                     "(1 = the same heads moved the same way):</p><table><tr><th></th>"
-                     + "".join(f"<th>{esc(l)}</th>" for l in labels) + "</tr>"
-                     + "".join(f"<tr><th>{esc(l)}</th>" + "".join(f"<td>{'nan' if v is None else f'{v:+.2f}'}</td>" for v in row)
-                               + "</tr>" for l, row in zip(labels, inside["dla_change_cosine"])) + "</table>")
+                     "(1 = the same heads moved the same way):</p>" + table(cosines, header=["", *labels]))
     parts.append("<h2>Last samples</h2>")
     for spec in specs:
         parts.append(f"<h3>{esc(spec.name)}</h3><pre>{esc(last_samples(out / 'runs' / spec.name))}</pre>")
-    parts.append("</body></html>")
     path = out / "index.html"
-    path.write_text("\n".join(parts))
+    path.write_text(page("rlhf_scratch comparison", parts))
     return path
 
 
@@ -327,14 +320,14 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                                      epilog="Flags after -- go to every `python -m rlhf_scratch.train` run.")
     parser.add_argument("task", choices=TASKS, help="the reward every run maximises")
-    parser.add_argument("--algos", default=",".join(ALGOS), help="comma-separated, of " + ", ".join(ALGOS))
+    parser.add_argument("--algos", default=",".join(DEFAULT_ALGOS), help="comma-separated, of " + ", ".join(ALGOS))
     parser.add_argument("--seeds", default="1", help="comma-separated seeds (a band over them in the figures)")
     parser.add_argument("--kl-coefs", default=None, help="comma-separated β values: one run per β (the frontier)")
     parser.add_argument("--total-phases", type=int, default=100, help="phases of every run")
     parser.add_argument("--prompts", default=None, help="as train's --prompts (None: the blog's prefix)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads of every run")
     parser.add_argument("--out", default=None, help="the comparison folder (None: comparisons/<task>-<time>)")
-    parser.add_argument("--no-interp", action="store_true", help="skip the inside view (interp.compare)")
+    parser.add_argument("--no-interp", action="store_true", help="skip the inside view (interp.across_runs)")
     opts = parser.parse_args(argv)
     try:
         algos = _csv(opts.algos, str, "algos")

@@ -67,10 +67,10 @@ class CommonArgs:
     threads: int = 1
     """torch CPU threads (0 = torch's default, one per core). 1 by default: the tiny model's
     matrices gain little from a second thread, and on a CPU another process is using, extra
-    threads made phases ~10x slower (README, "Threads")."""
+    threads made phases 20-30x slower (docs/speed.md, "Threads")."""
     compile: bool = False
     """torch.compile the policy's forward in the learning phase (generation and scoring stay
-    eager). The first phase pays for compiling (about 40 s on a 2-core CPU); see README, "Speed"."""
+    eager). The first phase pays for compiling (about 40 s on a 2-core CPU); see docs/speed.md."""
     bf16: bool = False
     """bfloat16 autocast on the learning phase's forward (weights, optimizer and log-softmaxes stay
     float32). Meant for GPUs; on a CPU it is slower."""
@@ -131,7 +131,7 @@ class CommonArgs:
 
     # --- output ----------------------------------------------------------------------------
     run_dir: str | None = None
-    """Run folder; default runs/<task>-<direction>-<timestamp>. An existing non-empty folder is refused."""
+    """Run folder; default runs/<task>-<direction>-<algo>-<timestamp>. An existing non-empty folder is refused."""
     wandb: bool = False
     """Log one point per phase to Weights & Biases (offline mode without network)."""
     wandb_project: str = "rlhf_scratch"
@@ -359,6 +359,10 @@ class GRPOArgs(CommonArgs):
     """Upper clip of the ratio: 1 + epsilon_high (DAPO's clip-higher recommends 0.28)."""
     beta: float = 0.0
     """β of the per-token k3 KL to the reference in the loss. 0 (TRL's default): no reference forward at all."""
+    use_bias_correction_kl: bool = True
+    """Weigh each token's k3 by the importance ratio ρ (unclipped, with its gradient), as TRL's default
+    (DeepSeek-V3.2): the KL term's gradient is then the unbiased one of KL(π‖π_ref) for tokens sampled
+    from π_old. Changes the gradient whenever beta > 0, even at ρ = 1; no effect at beta = 0."""
     loss_type: str = "dapo"
     """Aggregation over tokens: `grpo` (per-sequence mean, then mean: length-biased), `bnpo` (mean over the
     minibatch's tokens), `dr_grpo` (sum / (sequences x gen_len)) or `dapo` (sum / the generation batch's tokens)."""
@@ -369,8 +373,8 @@ class GRPOArgs(CommonArgs):
     top_k: int = 0
     """Sample from the top-k tokens only (0 = all, TRL's default)."""
     measure_kl: bool = False
-    """With beta = 0, still run the reference forward each rollout, only to log objective/kl and
-    eval/ref_logprob_per_token (a diagnostic, not in TRL; always on when beta > 0)."""
+    """With beta = 0, still run the reference forward each rollout, only to log rollout/kl_full_vocab
+    and eval/ref_logprob_per_token (a diagnostic, not in TRL; always on when beta > 0)."""
 
     def samples_per_group(self) -> int:
         return self.num_generations
@@ -438,7 +442,7 @@ ARGS_OF_ALGO: dict[str, type[CommonArgs]] = {"ppo": RLHFArgs, "rloo": RLOOArgs, 
 ALGOS = tuple(ARGS_OF_ALGO)
 
 # Each preset is a set of field values applied over the dataclass defaults (which are tuned for
-# the tiny preset: see README, "Results"). A preset value for a field an algorithm does not have
+# the tiny preset: see docs/results.md). A preset value for a field an algorithm does not have
 # (e.g. PPO's kl_coef for RLOO) is skipped.
 PRESETS: dict[str, dict[str, Any]] = {
     # The shipped 4-layer review LM and classifier: runs offline on 2 CPU cores in minutes.

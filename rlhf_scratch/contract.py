@@ -5,17 +5,21 @@ algorithm adds its two phases (see docs/architecture.md).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
 from rlhf_scratch.config import CommonArgs
+from rlhf_scratch.judges import Judge
 from rlhf_scratch.prompts import PromptIterator
 from rlhf_scratch.rollout import Rollout
+from rlhf_scratch.tasks import RewardFn
 
 
+@runtime_checkable
 class TrainerContract(Protocol):
-    """Everything `loop.run_training` reads or calls on a trainer."""
+    """Everything `loop.run_training` reads or calls on a trainer. Runtime-checkable: with the
+    test suite's type checking on, a trainer missing any of these fails at the loop's door."""
 
     args: CommonArgs
     device: str
@@ -24,6 +28,10 @@ class TrainerContract(Protocol):
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     prompts: PromptIterator
+    reward_fn: RewardFn
+    """What rewards the run (recorded in the run folder, so a resume can check it is the same)."""
+    judge: Judge | None
+    """Who picks the winner of a pair instead of the reward (Online DPO), recorded likewise."""
     skipped_in_a_row: int
     """Optimizer steps skipped in a row for a non-finite objective or gradient (the loop stops at
     args.max_skipped_steps)."""

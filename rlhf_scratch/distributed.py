@@ -11,7 +11,7 @@ the run folder, the checkpoints and W&B.
 
 Without torchrun (no RANK in the environment) nothing here creates a process group, and every
 function is the identity on one process: `python -m rlhf_scratch.train` is unchanged.
-Backend: NCCL when the run is on CUDA, Gloo on CPU; multi-node launch is torchrun's (README).
+Backend: NCCL when the run is on CUDA, Gloo on CPU; multi-node launch is torchrun's (docs/distributed.md).
 """
 
 from __future__ import annotations

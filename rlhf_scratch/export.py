@@ -3,9 +3,13 @@
     python -m rlhf_scratch.export runs/<run> exported/           # config, model.safetensors, tokenizer
     python -m rlhf_scratch.export runs/<run> exported/ --value-head   # + PPO's value head, separately
     python -m rlhf_scratch.export runs/<run> exported/ --push-to-hub you/my-model
+    python -m rlhf_scratch.export runs/rm rm_hf/    # a reward-model run -> GPT2ForSequenceClassification
 
     from transformers import pipeline
     pipeline("text-generation", model="exported/")("This movie was really")
+
+A run folder of `python -m rlhf_scratch.reward_model` (config.json's algo is reward_model, the rule
+`loading.load_reward_model` uses) is exported by `export_reward_model` instead; see `to_hf_reward_model`.
 
 TransformerLens loaded the model with its default processing (`loading.PROCESSING`): every
 LayerNorm's weight and bias are folded into the layer that reads it (the LayerNorms become bare
@@ -187,8 +191,10 @@ def export_reward_model(run_dir: str | Path, out_dir: str | Path) -> Path:
     `AutoModelForSequenceClassification.from_pretrained` loads and `--reward-model` accepts."""
     from rlhf_scratch.loading import no_weight_loading_bars
     from rlhf_scratch.reward_modeling import load_reward_model_run
+    from rlhf_scratch.runs import refuse_if_training
 
     out_dir = Path(out_dir)
+    refuse_if_training(run_dir)  # its reward_model.pt may be old, or half-written
     model = load_reward_model_run(run_dir)
     hf = to_hf_reward_model(model)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -214,7 +220,8 @@ def push_to_hub(out_dir: Path, repo: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlhf_scratch.export", description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", help="a finished run folder (policy.pt); refused while a process trains it")
+    parser.add_argument("run_dir", help="a finished run folder: a policy run (policy.pt) or a reward-model run "
+                                        "(reward_model.pt); refused while a process trains it")
     parser.add_argument("out_dir", help="new or empty folder for the Hugging Face model")
     parser.add_argument("--value-head", action="store_true", help=f"also write PPO's value head to {VALUE_HEAD_FILE}")
     parser.add_argument("--push-to-hub", metavar="REPO", help="then upload the folder to this Hub repo (online)")
@@ -224,9 +231,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {out} exists and is not an empty folder; choose a new one (nothing was overwritten)",
               file=sys.stderr)
         return 2
+    from rlhf_scratch.reward_modeling import is_reward_model_run
+
     try:
-        export(opts.run_dir, out, opts.value_head)
-        print(f"exported {opts.run_dir} -> {out}  (AutoModelForCausalLM.from_pretrained({str(out)!r}))")
+        if is_reward_model_run(opts.run_dir):  # the rule loading.load_reward_model uses
+            if opts.value_head:
+                raise ValueError(f"--value-head: {opts.run_dir} is a reward-model run; only PPO runs have a value head")
+            export_reward_model(opts.run_dir, out)
+            auto_class = "AutoModelForSequenceClassification"
+        else:
+            export(opts.run_dir, out, opts.value_head)
+            auto_class = "AutoModelForCausalLM"
+        print(f"exported {opts.run_dir} -> {out}  ({auto_class}.from_pretrained({str(out)!r}))")
         if opts.push_to_hub:
             print(f"pushed: {push_to_hub(out, opts.push_to_hub)}")
     except (ValueError, OSError, RuntimeError) as e:  # RunFolderError, ConnectionError, HF errors

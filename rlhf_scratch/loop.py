@@ -1,4 +1,5 @@
-"""What every algorithm's run shares: loading the two models, the prompts, and the phase loop.
+"""The phase loop every algorithm runs in, and what it writes: the run folder, metrics, samples,
+checkpoints, status, W&B, the progress bar.
 
     for phase in 1..total_phases:
         rollout = trainer.rollout_phase()            # sample, score, reward — no gradients
@@ -6,43 +7,50 @@
         log(shared metrics of the rollout + stats), sample table every table_every phases
         early stopping (optional)
 
-A trainer (PPO's `RLHFTrainer`, `RLOOTrainer`, `OnlineDPOTrainer`) holds its algorithm; this
-module holds the loop around it, so no trainer knows about files, W&B or progress bars.
+A trainer (`RLHFTrainer`, `RLOOTrainer`, `OnlineDPOTrainer`, `GRPOTrainer`) holds its algorithm;
+this module holds the loop around it, so no trainer knows about files, W&B or progress bars. The
+loop touches a trainer only through `contract.TrainerContract`; run setup (seeds, device, models,
+prompts) is `run_setup`'s, before the loop starts.
 """
 
 from __future__ import annotations
 
 import copy
-import random
-import signal
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
-import numpy as np
-import torch
 from tqdm.auto import tqdm
-from transformer_lens import HookedTransformer
 
-from rlhf_scratch.config import PROMPT_PREFIX, CommonArgs, ConfigError
-from rlhf_scratch.control import EarlyStopping
-from rlhf_scratch.heldout import HELDOUT_METRICS, heldout_metrics
-from rlhf_scratch.loading import load_lm
-from rlhf_scratch.logger import Metrics, RunLogger
-from rlhf_scratch.prompts import PromptIterator, check_prompt_lengths, load_prompts
-from rlhf_scratch.rollout import Rollout
 from rlhf_scratch import distributed as dist
-from rlhf_scratch.checkpoint import (CheckpointError, list_checkpoints, load_latest_checkpoint, rng_state, save_checkpoint,
-                                     set_rng_state)
-from rlhf_scratch.runs import (describe_rewarded_by, load_rewarded_by, lock_run, new_run_dir, next_step, resume_hint, save_run_policy,
-                               write_status)
+from rlhf_scratch.checkpoint import (
+    CheckpointError,
+    list_checkpoints,
+    load_latest_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from rlhf_scratch.config import ConfigError
+from rlhf_scratch.contract import TrainerContract
+from rlhf_scratch.kl_control import EarlyStopping
+from rlhf_scratch.heldout import HELDOUT_METRICS, heldout_metrics
+from rlhf_scratch.logger import Metrics, RunLogger
+from rlhf_scratch.rollout import Rollout
+from rlhf_scratch.runs import (
+    describe_rewarded_by,
+    load_rewarded_by,
+    lock_run,
+    new_run_dir,
+    next_step,
+    resume_hint,
+    save_run_policy,
+    write_status,
+)
 from rlhf_scratch.tasks import rewarded_by
 from rlhf_scratch.timing import PARTS, take_times, timed
-from rlhf_scratch.run_setup import (  # noqa: F401  (until every trainer is on trainer.Trainer)
-    load_policy_and_reference, make_prompt_iterator, resolve_device, set_seed, setup_torch,
-)
 
 # Logged every phase by every algorithm, computed from the rollout (TRL's names where TRL has one).
 SHARED_METRICS = (
@@ -66,18 +74,6 @@ SHARED_METRICS = (
     # time/logging is the previous phase's (this phase's is not over when its metrics are written)
     "time/other",  # phase_time minus the parts: prompts, advantages, minibatching, bookkeeping
 )
-
-
-@runtime_checkable
-class Trainer(Protocol):
-    args: CommonArgs
-    policy: torch.nn.Module  # what the run folder and the checkpoints save
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    prompts: PromptIterator
-
-    def rollout_phase(self) -> Rollout: ...
-    def learning_phase(self, rollout: Rollout) -> dict[str, float]: ...
 
 
 def rollout_metrics(rollout: Rollout) -> Metrics:
@@ -119,7 +115,7 @@ class TrainingStopped(RuntimeError):
         self.exit_code, self.run_dir = exit_code, run_dir
 
 
-def capture_state(trainer: Trainer, phase: int, early_stopping: EarlyStopping | None) -> dict:
+def capture_state(trainer: TrainerContract, phase: int, early_stopping: EarlyStopping | None) -> dict:
     """Everything a bit-exact resume needs after `phase` completed phases (see `checkpoint`)."""
     return {
         "phase": phase,
@@ -128,22 +124,21 @@ def capture_state(trainer: Trainer, phase: int, early_stopping: EarlyStopping | 
         "optimizer": trainer.optimizer.state_dict(),
         "scheduler": trainer.scheduler.state_dict(),
         "prompts": trainer.prompts.state_dict(),
-        "trainer": trainer.extra_state() if hasattr(trainer, "extra_state") else {},
-        "skipped_in_a_row": getattr(trainer, "skipped_in_a_row", 0),
+        "trainer": trainer.extra_state(),
+        "skipped_in_a_row": trainer.skipped_in_a_row,
         "early_stopping": vars(early_stopping).copy() if early_stopping is not None else None,
         "rng": rng_state(),
         "rng_per_rank": dist.gather_objects(rng_state()),  # every rank's, in a distributed run
     }
 
 
-def restore_state(trainer: Trainer, state: dict, early_stopping: EarlyStopping | None) -> int:
+def restore_state(trainer: TrainerContract, state: dict, early_stopping: EarlyStopping | None) -> int:
     """Put `state` back into the trainer; return the number of completed phases."""
     trainer.policy.load_state_dict(state["policy"])
     trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.scheduler.load_state_dict(state["scheduler"])
     trainer.prompts.load_state_dict(state["prompts"])
-    if hasattr(trainer, "load_extra_state"):
-        trainer.load_extra_state(state["trainer"])
+    trainer.load_extra_state(state["trainer"])
     trainer.skipped_in_a_row = state["skipped_in_a_row"]
     if early_stopping is not None and state["early_stopping"] is not None:
         vars(early_stopping).update(state["early_stopping"])
@@ -220,7 +215,7 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = False, resume: bool = False) -> Path:
+def run_training(trainer: TrainerContract, run_dir: Path | None = None, quiet: bool = False, resume: bool = False) -> Path:
     """Run every phase of `trainer`; write the run folder (created here unless given); return it.
 
     With `resume`, `run_dir` is an existing run folder: its latest checkpoint is loaded and the
@@ -232,7 +227,7 @@ def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = Fa
     `failed` with the error's one line, and is re-raised with the resume command as a note.
     """
     args, main = trainer.args, dist.is_main()  # in a distributed run only rank 0 writes
-    record = rewarded_by(args, trainer.reward_fn, getattr(trainer, "judge", None))
+    record = rewarded_by(args, trainer.reward_fn, trainer.judge)
     if resume:
         saved = load_rewarded_by(run_dir)
         if saved is not None and saved != record:
@@ -249,7 +244,7 @@ def run_training(trainer: Trainer, run_dir: Path | None = None, quiet: bool = Fa
             lock.release()
 
 
-def _run_phases(trainer: Trainer, run_dir: Path, quiet: bool, resume: bool) -> Path:
+def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bool) -> Path:
     args, main = trainer.args, dist.is_main()
     early_stopping = (
         EarlyStopping(args.patience, args.kl_threshold, args.reward_threshold, args.window_size)
@@ -265,7 +260,7 @@ def _run_phases(trainer: Trainer, run_dir: Path, quiet: bool, resume: bool) -> P
         logger.resume_at(done)
         logger.say(f"resumed {run_dir} after phase {done}")
     ranks = f", {dist.world_size()} processes" if dist.world_size() > 1 else ""
-    logger.say(f"run folder: {run_dir}  ({args.algo}, device {getattr(trainer, 'device', 'cpu')}{ranks})")
+    logger.say(f"run folder: {run_dir}  ({args.algo}, device {trainer.device}{ranks})")
     if main:
         write_status(run_dir, "running", done, args.total_phases)
     stopped: TrainingStopped | None = None
@@ -305,7 +300,7 @@ def _run_phases(trainer: Trainer, run_dir: Path, quiet: bool, resume: bool) -> P
                     last = True
                 with timed("logging"):
                     logger.log_samples(phase, rollout, force=last)
-                skipped_in_a_row = getattr(trainer, "skipped_in_a_row", 0)
+                skipped_in_a_row = trainer.skipped_in_a_row
                 if skipped_in_a_row >= args.max_skipped_steps:
                     stopped = TrainingStopped(
                         f"stopped after phase {phase}: {skipped_in_a_row} optimizer steps in a row had a non-finite "
@@ -346,7 +341,7 @@ def _run_phases(trainer: Trainer, run_dir: Path, quiet: bool, resume: bool) -> P
     return run_dir
 
 
-def _record_failure(trainer: Trainer, run_dir: Path, last_completed: _LastCompleted, err: BaseException,
+def _record_failure(trainer: TrainerContract, run_dir: Path, last_completed: _LastCompleted, err: BaseException,
                     completed: int) -> None:
     """After an exception in a phase: checkpoint the last completed phase if the weights are still
     its own, write status `failed` (Ctrl-C twice: `interrupted`) with the error's one line, and

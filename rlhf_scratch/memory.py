@@ -97,17 +97,29 @@ class ReplayMemory:
         `generator` (a CPU torch.Generator) makes the shuffles reproducible; by default torch's
         global RNG. Each minibatch is gathered only when the loop reaches it.
         """
-        batch = self.sample_ids.shape[0]
-        minibatch_size = batch // self.num_minibatches
-        for _ in range(self.batches_per_learning_phase):
-            perm = torch.randperm(batch, generator=generator).to(self.sample_ids.device)
-            for idx in perm.reshape(self.num_minibatches, minibatch_size):
-                yield ReplayMinibatch(
-                    sample_ids=self.sample_ids[idx],
-                    attention_mask=self.attention_mask[idx],
-                    completion_mask=self.completion_mask[idx],
-                    logprobs=self.logprobs[idx],
-                    advantages=self.advantages[idx],
-                    returns=self.returns[idx],
-                    ref_distribution=None if self.ref_distribution is None else self.ref_distribution[idx],
-                )
+        rows = minibatch_rows(self.sample_ids.shape[0], self.num_minibatches, self.batches_per_learning_phase,
+                              generator)
+        for idx in rows:
+            idx = idx.to(self.sample_ids.device)
+            yield ReplayMinibatch(
+                sample_ids=self.sample_ids[idx],
+                attention_mask=self.attention_mask[idx],
+                completion_mask=self.completion_mask[idx],
+                logprobs=self.logprobs[idx],
+                advantages=self.advantages[idx],
+                returns=self.returns[idx],
+                ref_distribution=None if self.ref_distribution is None else self.ref_distribution[idx],
+            )
+
+
+def minibatch_rows(
+    batch: int, num_minibatches: int, passes: int = 1, generator: torch.Generator | None = None
+) -> Iterator[Int[Tensor, "minibatch"]]:
+    """Row indices of each minibatch, the one way every algorithm cuts a batch: `passes` random
+    permutations of the batch, each cut into `num_minibatches` equal minibatches, so every row is
+    used exactly once per pass. Each permutation is drawn when its pass begins, from `generator`
+    (a CPU torch.Generator) or torch's global RNG."""
+    if batch % num_minibatches:
+        raise ValueError(f"minibatch_rows: {batch} rows do not split into {num_minibatches} equal minibatches")
+    for _ in range(passes):
+        yield from torch.randperm(batch, generator=generator).view(num_minibatches, -1)

@@ -79,7 +79,7 @@ def best_of_n_expectation(proxy: list[float], values: list[float], n: int) -> fl
 def fit_gao(ds: list[float], rs: list[float], form: str) -> dict[str, float] | None:
     """Least-squares α, β of R_bon(d) = d(α − βd) (`form="bon"`) or R_RL(d) = d(α − β log d)
     (`form="rl"`) through the points (d, R) with d > 0, and the peak d*, R* (inf when β ≤ 0:
-    no peak within the fit). None with fewer than 2 points."""
+    no peak within the fit; 0 for a best-of-n curve that only falls). None with fewer than 2 points."""
     import numpy as np
 
     pts = [(d, r) for d, r in zip(ds, rs) if d > 1e-6 and math.isfinite(r)]
@@ -91,6 +91,8 @@ def fit_gao(ds: list[float], rs: list[float], form: str) -> dict[str, float] | N
     (alpha, beta), *_ = np.linalg.lstsq(X, r, rcond=None)
     if beta <= 0:
         d_star, r_star = math.inf, math.inf
+    elif form == "bon" and alpha <= 0:  # falling from the start: the peak is the reference itself
+        d_star, r_star = 0.0, 0.0
     elif form == "bon":
         d_star, r_star = alpha / (2 * beta), alpha**2 / (4 * beta)
     else:
@@ -231,8 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rm-epochs", type=int, default=2, help="epochs of each proxy reward model")
     p.add_argument("--gen-len", type=int, default=16, help="tokens per completion (the most)")
     p.add_argument("--batch-size", type=int, default=32, help="completions per RL phase")
+    p.add_argument("--base-lr", type=float, default=1e-4, help="learning rate of every RL run")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--report", action="store_true",
+                   help="train nothing more: write the table, figure and page from the runs so far")
     return p
 
 
@@ -255,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         if opts.bon_max < 2 or opts.bon_max & (opts.bon_max - 1):
             raise ConfigError(f"bon_max: must be a power of 2 >= 2; got {opts.bon_max}")
         out = Path(opts.out)
-        plan = {k: v for k, v in vars(opts).items() if k != "threads"} | {"rm_pairs": sizes, "algos": methods}
+        plan = {k: v for k, v in vars(opts).items() if k not in ("threads", "report")} | {"rm_pairs": sizes, "algos": methods}
         plan_path = out / PLAN_FILE
         if plan_path.is_file():
             if json.loads(plan_path.read_text()) != plan:
@@ -336,21 +341,21 @@ def run_study(opts, sizes: list[int], methods: list[str], out: Path) -> None:
         _timed(out, f"rm-{n}_s", run_process(cmd, f"reward model rm-{n}"))
     accuracy = proxy_accuracies(proxies, test_rows, out)
     # 4a. best-of-n
-    if "bon" in methods and not (out / "bon.json").is_file():
+    if "bon" in methods and not (out / "bon.json").is_file() and not opts.report:
         start = time.perf_counter()
         (out / "bon.json").write_text(json.dumps(best_of_n_study(proxies, eval_prompts, opts), indent=1))
         _timed(out, "bon_s", time.perf_counter() - start)
     # 4b. RL runs, each in its own process
     algos = [m for m in methods if m != "bon"]
     specs = [(a, n) for a in algos for n in sizes]
-    for algo, n in tqdm(specs, desc="RL runs", file=sys.stderr):
+    for algo, n in tqdm([] if opts.report else specs, desc="RL runs", file=sys.stderr):
         run_dir = out / "runs" / f"{algo}-rm{n}"
         if (run_dir / "status.json").is_file() and json.loads((run_dir / "status.json").read_text())["status"] == "finished":
             continue
         spec = {"algo": algo, "proxy": str(proxies[n]), "run_dir": str(run_dir), "train_prompts": str(train_file),
                 "eval_prompts": str(eval_file), "per_prompt": opts.eval_per_prompt,
                 "train_fields": {"total_phases": opts.total_phases, "batch_size": opts.batch_size,
-                                 "gen_len": opts.gen_len, "top_k": 0, "threads": opts.threads, "seed": opts.seed,
+                                 "gen_len": opts.gen_len, "top_k": 0, "base_lr": opts.base_lr, "warmup_steps": 2, "threads": opts.threads, "seed": opts.seed,
                                  "save_every": 5, "table_every": 10**6, "plot_every": 10**6}}
         _timed(out, f"{algo}-rm{n}_s",
                run_process([sys.executable, "-m", "rlhf_scratch.overoptimization", "_train", json.dumps(spec)],
@@ -414,27 +419,42 @@ def best_of_n_study(proxies: dict[int, Path], eval_prompts: list[str], opts) -> 
     return result
 
 
+def reference_means(out: Path, size: int) -> tuple[float, float] | None:
+    """Mean gold and proxy of the reference policy on the held-out prompts, from best-of-n's
+    samples (bon_max per prompt: a far tighter estimate than one phase's evaluation), or None."""
+    path = out / "bon.json"
+    if not path.is_file():
+        return None
+    s = json.loads(path.read_text())["sizes"][str(size)]
+    return s["gold"][0], s["proxy"][0]
+
+
 def collect_curves(out: Path, sizes: list[int], methods: list[str]) -> dict:
     """{method: {size: {"d": [...], "gold": [...], "proxy": [...]}}}, gold and proxy as gains over
-    the reference (phase 0 / n = 1)."""
+    the reference policy (its best-of-n samples' means when there are any, else phase 0)."""
     curves: dict = {}
     for method in methods:
         curves[method] = {}
         for n in sizes:
             if method == "bon":
+                if not (out / "bon.json").is_file():
+                    continue
                 bon = json.loads((out / "bon.json").read_text())
                 s = bon["sizes"][str(n)]
                 curves[method][str(n)] = {"d": bon["d"], "gold": [g - s["gold"][0] for g in s["gold"]],
                                           "proxy": [p - s["proxy"][0] for p in s["proxy"]], "n": bon["n"]}
                 continue
             run_dir = out / "runs" / f"{method}-rm{n}"
+            if not (run_dir / START_FILE).is_file():  # not started, or not past its first phase (--report)
+                continue
             start = json.loads((run_dir / START_FILE).read_text())
             phases = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
             points = [start] + phases
+            gold0, proxy0 = reference_means(out, n) or (start["study/gold"], start["study/proxy"])
             curves[method][str(n)] = {
                 "d": [m["study/d"] for m in points],
-                "gold": [m["study/gold"] - start["study/gold"] for m in points],
-                "proxy": [m["study/proxy"] - start["study/proxy"] for m in points],
+                "gold": [m["study/gold"] - gold0 for m in points],
+                "proxy": [m["study/proxy"] - proxy0 for m in points],
                 "phase": [0] + [m["phase"] for m in phases],
             }
     return curves
@@ -444,13 +464,16 @@ def make_table(curves: dict, accuracy: dict, sizes: list[int], methods: list[str
     rows = []
     for method in methods:
         for n in sizes:
-            c = curves[method][str(n)]
+            c = curves[method].get(str(n))
+            if c is None:
+                continue
             fit = fit_gao(c["d"], c["gold"], "bon" if method == "bon" else "rl") or {}
             peak = max(range(len(c["gold"])), key=lambda i: c["gold"][i])
             rows.append({"method": method, "rm_pairs": n, "rm_gold_accuracy": accuracy.get(str(n)),
                          **{k: fit.get(k) for k in ("alpha", "beta", "d_star", "R_star")},
                          "peak_gold": c["gold"][peak], "peak_d": c["d"][peak],
-                         "final_gold": c["gold"][-1], "final_proxy": c["proxy"][-1], "final_d": c["d"][-1]})
+                         "final_gold": c["gold"][-1], "final_proxy": c["proxy"][-1], "final_d": c["d"][-1],
+                         "points": len(c["d"])})
     return rows
 
 
@@ -480,7 +503,9 @@ def plot_study(curves: dict, sizes: list[int], methods: list[str], out: Path) ->
     colours = plt.cm.viridis(np.linspace(0.1, 0.85, len(sizes)))
     for ax, method in zip(axes[0], methods):
         for colour, n in zip(colours, sizes):
-            c = curves[method][str(n)]
+            c = curves[method].get(str(n))
+            if c is None:
+                continue
             ax.plot(c["d"], c["gold"], "-o", ms=2.5, color=colour, label=f"gold, RM {n} pairs")
             ax.plot(c["d"], c["proxy"], "--", color=colour, alpha=0.8, label=f"proxy, RM {n} pairs")
             fit = fit_gao(c["d"], c["gold"], "bon" if method == "bon" else "rl")

@@ -28,14 +28,19 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlhf_scratch.config import PROMPT_PREFIX, ConfigError
+
+if TYPE_CHECKING:  # torch is imported when used, so a bad flag is answered at once
+    import torch
+    from torch import Tensor
 
 GOLDS = ("tiny", "vader")
 LABELS = ("bt", "argmax")
 
 
-def gold_scores(texts: list[str], gold: str = "tiny", classifier: tuple | None = None) -> "Tensor":  # noqa: F821
+def gold_scores(texts: list[str], gold: str = "tiny", classifier: tuple | None = None) -> Tensor:
     """g(text) for every text: `vader` -> VADER's compound score; else the classifier `gold`
     (or the loaded `classifier` pair): logit₁ − logit₀ for two labels, the scalar for one."""
     import torch
@@ -50,8 +55,8 @@ def gold_scores(texts: list[str], gold: str = "tiny", classifier: tuple | None =
 
 
 def bradley_terry_label(
-    gold_a: "Tensor", gold_b: "Tensor", label: str, generator: "torch.Generator | None" = None  # noqa: F821
-) -> "Tensor":
+    gold_a: Tensor, gold_b: Tensor, label: str, generator: torch.Generator | None = None
+) -> Tensor:
     """Whether a is chosen over b, per pair: `bt` draws u ~ U(0,1) and chooses a iff
     u < σ(g(a) − g(b)); `argmax` chooses a iff g(a) ≥ g(b)."""
     import torch

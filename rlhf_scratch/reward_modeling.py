@@ -325,8 +325,8 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
 
     from rlhf_scratch.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
     from rlhf_scratch.loading import load_lm
-    from rlhf_scratch.loop import resolve_device, set_seed
-    from rlhf_scratch.runs import CONFIG_FILE, append_metrics, check_new_run_dir, write_status
+    from rlhf_scratch.run_setup import resolve_device, set_seed
+    from rlhf_scratch.runs import CONFIG_FILE, append_metrics, check_new_run_dir, lock_run, write_status
 
     args.validate()
     say = (lambda text: None) if args.quiet else tqdm.write
@@ -355,6 +355,7 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / CONFIG_FILE).write_text(json.dumps(args.to_dict(), indent=2) + "\n")
+    lock = lock_run(run_dir)  # one process trains a folder at a time (released when this one ends)
     write_status(run_dir, "running", step)
     say(f"reward model: {len(train_idx)} training pairs, {len(eval_idx)} held out, {total_steps} steps -> {run_dir}")
 
@@ -402,11 +403,13 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
         bar.close()
         save(step)
         write_status(run_dir, "interrupted", step)
+        lock.release()
         raise
     bar.close()
     save(step)
     torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, run_dir / WEIGHTS_FILE)
     write_status(run_dir, "finished", step)
+    lock.release()
     return run_dir
 
 

@@ -220,12 +220,19 @@ def make_rollout(
     return rollout
 
 
-def policy_sequence_log_probs(policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"]) -> Float[Tensor, "rows"]:
-    """log π(o | q) of the rollout's completions in `rows` under `policy` now, with gradient:
-    one forward pass, the generated span's log-probs at the rollout's sampling temperature,
-    summed over kept tokens (RLOO's ratio and DPO's loss are built on it). Call it inside the
-    same `learning_autocast` the rollout scored under, so the first pass's ratio is exactly 1."""
+def policy_token_log_probs(policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"]) -> Float[Tensor, "rows gen_len"]:
+    """log π(o_t | q, o_<t) of every completion token of the rollout's `rows` under `policy` now, with
+    gradient: one forward pass, the generated span's log-probs at the rollout's sampling temperature
+    (padding positions are there, masked by every user; GRPO's per-token ratio is built on it). Call
+    it inside the same `learning_autocast` the rollout scored under, so the first pass's ratio is exactly 1."""
     ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
     logits = policy(ids, attention_mask=attention_mask_or_none(mask))
-    logprobs = get_log_probs(logits, ids, rollout.prefix_len, temperature=rollout.temperature)
+    return get_log_probs(logits, ids, rollout.prefix_len, temperature=rollout.temperature)
+
+
+def policy_sequence_log_probs(policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"]) -> Float[Tensor, "rows"]:
+    """log π(o | q) of the rollout's completions in `rows` under `policy` now, with gradient: the
+    per-token log-probs of `policy_token_log_probs` summed over kept tokens (RLOO's ratio and DPO's
+    loss are built on it). The same `learning_autocast` rule applies."""
+    logprobs = policy_token_log_probs(policy, rollout, rows)
     return sequence_log_probs(logprobs, rollout.completion_mask[rows])

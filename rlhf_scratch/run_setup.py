@@ -58,11 +58,6 @@ def load_reference(model: str, device: str) -> HookedTransformer:
     return reference
 
 
-def load_policy_and_reference(model: str, device: str) -> tuple[HookedTransformer, HookedTransformer]:
-    """Two copies of `model`: the policy to tune and the frozen reference."""
-    return load_policy(model, device), load_reference(model, device)
-
-
 def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIterator:
     """The run's prompts, checked against the context length, shuffled with the run's seed."""
     if args.gen_len >= model.cfg.n_ctx:

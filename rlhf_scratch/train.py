@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rlhf_scratch import distributed
     from rlhf_scratch.loading import HubUnreachableError
-    from rlhf_scratch.loop import TrainingStopped
+    from rlhf_scratch.loop import TrainingStopped, run_training
     from rlhf_scratch.runs import check_new_run_dir, finished_summary
 
     module, name = TRAINER_OF_ALGO[algo]
@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             refuse_unresumable(resume, args)  # before the models load
         elif rank0:  # (under torchrun rank 0 creates it)
             check_new_run_dir(args.run_dir)  # before the models load: refuse to overwrite at once
-        trainer = getattr(importlib.import_module(module), name)(args)  # loads models and prompts
-        run_dir = trainer.train(run_dir, resume=resume is not None)
+        trainer = getattr(importlib.import_module(module), name)(args)  # run setup: models, prompts, reward
+        run_dir = run_training(trainer, run_dir, trainer.quiet, resume=resume is not None)  # the phase loop
         finished = True
     except (ValueError, OSError, HubUnreachableError) as e:  # ConfigError, RunFolderError, PromptError, ...
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)

@@ -25,22 +25,20 @@ import each other.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from jaxtyping import Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from rlhf_scratch import distributed as dist
 from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.config import CommonArgs
+from rlhf_scratch.judges import Judge
 from rlhf_scratch.loop import run_training
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
-from rlhf_scratch.prompts import PromptIterator
 from rlhf_scratch.rollout import Rollout, make_rollout
 from rlhf_scratch.run_setup import load_policy, load_reference, make_prompt_iterator, setup_torch
 from rlhf_scratch.tasks import RewardFn, make_reward_fn
@@ -62,6 +60,7 @@ class Trainer:
         self.policy = self.build_policy(lm)
         self.prompts = make_prompt_iterator(args, lm)
         self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
+        self.judge: Judge | None = None  # Online DPO may set one
         self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.policy)
         self.learner = compiled(dist.wrap_for_training(self.policy), args)  # the learning forward (DDP, compile)
         self.skipped_in_a_row = 0
@@ -109,14 +108,15 @@ class Trainer:
         return learning_autocast(self.args, self.device)
 
     def optimizer_step(self, objective: Tensor) -> bool:
-        """One ascent step on `objective` (MAXIMISED): backward, clip the gradient norm, step —
-        or skip the step when the objective or the gradient norm is not finite. Returns whether
+        """One ascent step on `objective` (MAXIMISED): zero the gradients, backward, clip the
+        gradient norm, step — or skip the step when the objective or the gradient norm is not
+        finite (the gradients stay on the parameters until the next step, for inspection). Returns whether
         it stepped; counts skipped steps in a row (the loop stops at max_skipped_steps)."""
+        self.optimizer.zero_grad()
         with timed("backward"):
             objective.backward()
         with timed("optimizer_step"):
             stepped = clip_and_step(self.optimizer, self.policy, objective, self.args.max_grad_norm)
-        self.optimizer.zero_grad(set_to_none=True)
         self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
         return stepped
 
@@ -124,16 +124,6 @@ class Trainer:
         """Run every phase (`loop.run_training`): a new run folder (or `run_dir`), or with
         `resume=True` continue the run in `run_dir` from its latest checkpoint. Returns the folder."""
         return run_training(self, None if run_dir is None else Path(run_dir), self.quiet, resume)
-
-
-def minibatch_rows(batch: int, num_minibatches: int, passes: int = 1) -> Iterator[Int[Tensor, "minibatch"]]:
-    """Row indices of each minibatch: `passes` random permutations of the batch, each cut into
-    `num_minibatches` equal minibatches, so every row is used exactly once per pass. Each
-    permutation is drawn (from torch's global RNG) when its pass begins."""
-    if batch % num_minibatches:
-        raise ValueError(f"minibatch_rows: {batch} rows do not split into {num_minibatches} equal minibatches")
-    for _ in range(passes):
-        yield from torch.randperm(batch).view(num_minibatches, -1)
 
 
 def mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:

@@ -21,15 +21,18 @@ SETTINGS = dict(batch_size=BATCH, gen_len=6, num_minibatches=1, max_grad_norm=1e
 # but over the half in the one-process run of a half that the test compares with.
 PER_ALGO = {"ppo": dict(batches_per_learning_phase=1, normalize_reward=False),
             "rloo": dict(num_generations=2, num_iterations=1),
-            "online_dpo": dict(num_iterations=1)}
+            "online_dpo": dict(num_iterations=1),
+            # GRPO: the batch std and dapo's token count must be the global batch's (β > 0: the k3 term too)
+            "grpo": dict(num_generations=2, num_iterations=1, scale_rewards="batch", loss_type="dapo", beta=0.04)}
 
 
 def make_trainer(algo: str):
+    from rlhf_scratch.algorithms.grpo import GRPOTrainer
     from rlhf_scratch.algorithms.online_dpo import OnlineDPOTrainer
     from rlhf_scratch.algorithms.ppo import RLHFTrainer
     from rlhf_scratch.algorithms.rloo import RLOOTrainer
 
-    cls = {"ppo": RLHFTrainer, "rloo": RLOOTrainer, "online_dpo": OnlineDPOTrainer}[algo]
+    cls = {"ppo": RLHFTrainer, "rloo": RLOOTrainer, "online_dpo": OnlineDPOTrainer, "grpo": GRPOTrainer}[algo]
     return cls(make_args("tiny", algo, **SETTINGS, **PER_ALGO[algo]), quiet=True)
 
 
@@ -42,16 +45,29 @@ def rows(rollout: Rollout, start: int, stop: int) -> Rollout:
     return Rollout(**cut)
 
 
+def judge_undecided_on(undecided: set[str]):
+    """A judge that cannot decide (−1) the pairs whose first completion is in `undecided`, and
+    otherwise prefers the shorter completion."""
+    def judge(prompts, pairs):
+        return [-1 if a in undecided else int(len(b) < len(a)) for a, b in pairs]
+    return judge
+
+
 def main(algo: str, rollout_path: str, grads_path: str, start: int | None = None, stop: int | None = None) -> None:
-    trainer = make_trainer(algo)  # joins the process group under torchrun
+    judged = algo == "online_dpo_judge"  # Online DPO with a judge that abstains on the last pair only
+    trainer = make_trainer("online_dpo" if judged else algo)  # joins the process group under torchrun
     rollout = torch.load(rollout_path, weights_only=False)
+    if judged:  # the last pair of the batch: rank 1's under torchrun, so the ranks decide different numbers
+        trainer.judge = judge_undecided_on({rollout.completions[-2]})
     n = len(rollout) // dist.world_size()
     start = dist.rank() * n if start is None else start
     stop = start + n if stop is None else stop
-    trainer.learning_phase(rows(rollout, start, stop))
+    stats = trainer.learning_phase(rows(rollout, start, stop))
+    stats = dist.mean_over_ranks(stats)  # as the loop logs them
     if dist.is_main():
         model = trainer.policy
-        torch.save({k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}, grads_path)
+        grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+        torch.save({**grads, "stats/judge/skipped": torch.tensor(stats.get("judge/skipped", 0.0))}, grads_path)
     dist.destroy()
 
 

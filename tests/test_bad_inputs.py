@@ -135,7 +135,7 @@ def test_interp_report_bad_inputs(finished_run, tmp_path, capsys):
     half = _copy_run(finished_run, tmp_path / "half")
     (half / "policy.pt").unlink()
     (half / "status.json").write_text('{"status": "interrupted", "phase": 3}')
-    cases.append(([str(half)], f"the run is interrupted after phase 3 and has no policy.pt yet; finish it with"))
+    cases.append(([str(half)], f"{half}: no policy.pt yet: the run was interrupted after phase 3; "))
     for argv, message in cases:
         assert report(argv) == 2, argv
         err = capsys.readouterr().err.strip()

@@ -75,3 +75,15 @@ def test_preset_fills_fields_the_command_line_does_not_give():
 
     args, _ = parse_args(["sentiment", "--preset", "gpt2", "--batch-size", "64"])
     assert (args.kl_coef, args.base_lr, args.batch_size, args.model) == (2.5, 2e-5, 64, "gpt2")
+
+
+def test_a_flag_of_another_algorithm_names_it(capsys):
+    assert main(["sentiment", "--algo", "rloo", "--judge", "vader"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: unrecognized arguments: --judge vader (--judge is an option of --algo online_dpo, not of rloo)")
+
+
+def test_a_table_now_and_then_by_default():
+    from rlhf_scratch.config import make_args
+
+    assert make_args("tiny").table_every == 10, "not every phase: the bar with reward and KL shows each phase"

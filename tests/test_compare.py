@@ -1,11 +1,11 @@
-"""`python -m rlhf_scratch.compare` and `interp.compare`."""
+"""`python -m rlhf_scratch.compare` and `interp.across_runs`."""
 
 import json
 
 import pytest
 import torch
 
-from interp.compare import InsideChange, change_similarity, inside_changes
+from interp.across_runs import InsideChange, change_similarity, inside_changes
 from interp.toy import perturb_head, toy_model, toy_tokenizer
 from rlhf_scratch.compare import RunSpec, main, markdown_table, plan_runs
 
@@ -83,8 +83,9 @@ def test_comparison_writes_every_file_and_does_not_redo_finished_runs(tmp_path, 
 def test_table_shows_held_out_scores_from_phase_1_to_the_end():
     row = {"reward_start": 0.5, "reward_final": 0.91, "kl_final": 0.25, "eval/vader_start": 0.6, "eval/vader_final": 0.55,
            "wall_s": 12.4, "peak_mib": 1234.5, "tokens_per_s": 100.0}
-    table = markdown_table({"ppo-s1": row}).splitlines()
-    assert table[0].startswith("| run | reward, phase 1 | reward, last 10 | KL, last 10 | VADER (held out) |")
+    table = markdown_table({"ppo-s1": {"phases": 5, "averaged": 5, **row}}).splitlines()
+    assert table[0].startswith("| run | reward, phase 1 | reward, last 5 of 5 phases | KL, last 5 of 5 phases | "
+                               "VADER (held out) |"), "says what was averaged: a 5-phase run has no last 10"
     assert table[2] == "| ppo-s1 | 0.500 | 0.910 | 0.250 | 0.600 → 0.550 |  |  | 12 | 1,234 | 100 |"
 
 
@@ -130,3 +131,46 @@ def test_an_interrupted_comparison_continues_the_interrupted_run(tmp_path, monke
     assert [json.loads(line)["phase"] for line in lines] == list(range(1, 13))
     assert read_status(out / "runs" / "rloo-s1")["status"] == "finished"
     assert "rloo-s1" in json.loads((out / "results.json").read_text())
+
+
+def test_help_shows_every_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: 100)", "(default: 1)", "(default: ppo,rloo,online_dpo"):
+        assert default in text, default
+
+
+def test_a_running_comparison_shows_each_runs_phase(tmp_path, monkeypatch):
+    """`run_one` reports the run's completed phases (status.json) while its process runs."""
+    import subprocess
+    import sys
+
+    from rlhf_scratch import compare
+
+    run_dir = tmp_path / "ppo-s1"
+    fake_train = ("import json, os, sys, time\n"
+                  f"d = {str(run_dir)!r}; os.makedirs(d, exist_ok=True)\n"
+                  "for phase in (1, 2, 3):\n"
+                  "    time.sleep(0.7)\n"
+                  "    open(os.path.join(d, 'status.json'), 'w').write(json.dumps({'status': 'running', 'phase': phase}))\n")
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(compare.subprocess, "Popen", lambda cmd, **kw: real_popen([sys.executable, "-c", fake_train], **kw))
+    seen = []
+    measured = compare.run_one(RunSpec("ppo", 1), "sentiment", run_dir, [], progress=seen.append)
+    assert seen[-1] == 3 and {1, 2} & set(seen), seen
+    assert seen == sorted(seen), "phases only go forward"
+    assert measured["wall_s"] > 2 and measured["peak_mib"] > 0
+
+
+def test_grpo_is_compared_with_its_kl_measured(tmp_path):
+    """GRPO's default β = 0 logs a NaN KL; a comparison runs it with --measure-kl, so it has a frontier point."""
+    import math
+
+    out = tmp_path / "cmp"
+    argv = ["sentiment", "--algos", "grpo", "--total-phases", "2", "--no-interp", "--out", str(out), *SMALL]
+    assert main(argv) == 0
+    assert json.loads((out / "runs" / "grpo-s1" / "config.json").read_text())["measure_kl"] is True
+    row = json.loads((out / "table.json").read_text())["runs"]["grpo-s1"]
+    assert math.isfinite(row["kl_final"]), "no KL: the run was not given --measure-kl"
+    assert "<h1>GRPO</h1>" in (out / "index.html").read_text()

@@ -88,6 +88,7 @@ def test_shard_keeps_prompt_groups_on_one_rank():
     ("ppo", dict(batch_size=16, num_minibatches=8), "num_minibatches"),  # 4 per rank, 8 minibatches
     ("rloo", dict(batch_size=24, num_generations=4, num_minibatches=1), "batch_size"),  # 6 groups over 4 ranks
     ("online_dpo", dict(batch_size=12, num_minibatches=1), "batch_size"),  # 6 pairs over 4 ranks
+    ("grpo", dict(batch_size=24, num_generations=4, num_minibatches=1), "batch_size"),  # 6 groups over 4 ranks
 ])
 def test_batch_must_split_into_whole_groups_and_minibatches(algo, overrides, field):
     args = make_args("tiny", algo, **overrides)
@@ -116,7 +117,7 @@ def saved_rollouts(tmp_path_factory):
     """One rollout of 8 samples per algorithm from a single process, saved for the workers."""
     folder = tmp_path_factory.mktemp("rollouts")
     paths = {}
-    for algo in ("ppo", "rloo", "online_dpo"):
+    for algo in ("ppo", "rloo", "online_dpo", "grpo"):
         trainer = make_trainer(algo)
         rollout = trainer.rollout_phase()
         paths[algo] = folder / f"{algo}.pt"
@@ -132,7 +133,7 @@ def grads_alone(algo: str, rollout_path: Path, out: Path, rows: tuple[int, int] 
     return torch.load(out)
 
 
-@pytest.mark.parametrize("algo", ["rloo", "online_dpo", "ppo"])
+@pytest.mark.parametrize("algo", ["rloo", "online_dpo", "ppo", "grpo"])
 def test_two_process_gradients_equal_one_process_on_the_global_batch(algo, saved_rollouts, tmp_path):
     out = torchrun(str(WORKER), algo, str(saved_rollouts[algo]), str(tmp_path / "ddp.pt"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -145,9 +146,27 @@ def test_two_process_gradients_equal_one_process_on_the_global_batch(algo, saved
     else:
         expected = grads_alone(algo, saved_rollouts[algo], tmp_path / "one.pt", (0, 8))
     assert set(ddp) == set(expected) and len(ddp) > 10
+    assert ddp.pop("stats/judge/skipped") == expected.pop("stats/judge/skipped") == 0
     for name, grad in expected.items():
         torch.testing.assert_close(ddp[name], grad, atol=1e-5, rtol=0, msg=f"{algo}: {name}")
     assert any(g.abs().max() > 1e-4 for g in expected.values()), "a test of zero gradients proves nothing"
+
+
+def test_online_dpo_with_a_judge_undecided_on_one_rank_only_finishes_with_one_process_gradient(saved_rollouts, tmp_path):
+    """The judge abstains (−1) on the last pair only, which rank 1 holds: rank 0 decides 2 pairs,
+    rank 1 one. Dropping the pair made the ranks run different numbers of backward passes (a DDP
+    deadlock); weighted 0, both step once, and DDP's mean equals one process's gradient over the 3
+    decided pairs. judge/skipped is the total (1), not the total over the number of processes."""
+    out = torchrun(str(WORKER), "online_dpo_judge", str(saved_rollouts["online_dpo"]), str(tmp_path / "ddp.pt"),
+                   cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ddp = torch.load(tmp_path / "ddp.pt")
+    expected = grads_alone("online_dpo_judge", saved_rollouts["online_dpo"], tmp_path / "one.pt", (0, 8))
+    assert ddp.pop("stats/judge/skipped").item() == expected.pop("stats/judge/skipped").item() == 1
+    assert set(ddp) == set(expected) and len(ddp) > 10
+    for name, grad in expected.items():
+        torch.testing.assert_close(ddp[name], grad, atol=1e-5, rtol=0, msg=name)
+    assert any(g.abs().max() > 1e-4 for g in expected.values())
 
 
 @pytest.mark.parametrize("algo", ["ppo", "rloo", "online_dpo"])

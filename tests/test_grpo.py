@@ -1,6 +1,7 @@
-"""GRPO: group-relative advantages, the four loss aggregations, GSPO's sequence ratio and the k3 KL by
-hand; the clipped side has no gradient; a bandit that learns (and one with the sign flipped that
-does not); the trainer's learning phase checked by hand; an end-to-end run from the command line."""
+"""GRPO: group-relative advantages, the four loss aggregations, GSPO's sequence ratio, the k3 KL and
+TRL's ratio-weighted k3 (value and gradient) by hand; the clipped side has no gradient; a bandit
+that learns (and one with the sign flipped that does not); the trainer's learning phase checked by
+hand; an end-to-end run from the command line."""
 
 import json
 import math
@@ -17,10 +18,10 @@ from rlhf_scratch.algorithms.grpo import (
     calc_k3_kl,
     compute_grpo_advantages,
     mean_length_by_advantage_sign,
-    policy_token_log_probs,
 )
 from rlhf_scratch.config import ConfigError, make_args
 from rlhf_scratch.loop import SHARED_METRICS
+from rlhf_scratch.rollout import policy_token_log_probs
 from rlhf_scratch.runs import read_metrics
 
 # --- advantages ---------------------------------------------------------------------------------------
@@ -154,6 +155,69 @@ def test_k3_kl_by_hand_and_in_the_objective():
         calc_grpo_objective(OLD, OLD, ADV, MASK, loss_type="bnpo", max_completion_length=5, beta=0.1, **EPS)
 
 
+# --- TRL's use_bias_correction_kl: the k3 term weighed by the raw ratio, gradient included ----------------
+
+# x = log π_ref − log π at NEW, largest where clip(ρ) ≠ ρ (row 0's 2nd and 3rd, row 1's 1st and 2nd):
+# weighing k3 by the clipped ratio would move the value; 2.0 on the padding must count for nothing.
+X = torch.tensor([[0.5, -0.9, 0.7], [-0.6, 0.8, 2.0]])
+BETA = 0.5
+
+
+def kl_objective_and_grad(new, ref, level, use_bias_correction_kl):
+    logp = new.clone().requires_grad_(True)
+    got = calc_grpo_objective(logp, OLD, ADV, MASK, loss_type="bnpo", max_completion_length=5, **EPS,
+                              importance_sampling_level=level, ref_logprobs=ref, beta=BETA,
+                              use_bias_correction_kl=use_bias_correction_kl)
+    got.backward()
+    return got.item(), logp.grad
+
+
+def test_bias_corrected_kl_weighs_k3_by_the_raw_token_ratio_by_hand():
+    """ℓ = surrogate − β ρ k3 (TRL's default) vs − β k3; ∇(ρ k3) = ρ (log π − log π_ref) ∇log π = −ρ x ∇log π."""
+    rho = [[math.exp(0.1), math.exp(0.4), math.exp(-0.5)], [math.exp(-0.3), math.exp(0.3)]]  # kept tokens
+    x = [[0.5, -0.9, 0.7], [-0.6, 0.8]]
+    k3 = [[math.exp(v) - v - 1 for v in row] for row in x]  # [[0.1487, 0.3066, 0.3138], [0.1488, 0.4255]]
+    weighted = sum(r * k for rr, kk in zip(rho, k3) for r, k in zip(rr, kk))  # Σ ρ k3 = 1.4967
+    clipped = sum(min(max(r, 0.8), 1.28) * k for rr, kk in zip(rho, k3) for r, k in zip(rr, kk))  # 1.4715
+    plain = sum(map(sum, k3))  # Σ k3 = 1.3434
+    got, grad = kl_objective_and_grad(NEW, NEW + X, "token", True)
+    assert got != pytest.approx((S0 + S1 - BETA * clipped) / 5, abs=1e-4), \
+        "k3 is weighed by the CLIPPED ratio: TRL weighs it by the raw ρ (coef_1, before the clamp)"
+    assert got != pytest.approx((S0 + S1 - BETA * plain) / 5, abs=1e-4), \
+        "k3 is not weighed by the token ratio (the flag ignored, or GSPO's ρ_i, 1 for both rows here, used)"
+    assert got == pytest.approx((S0 + S1 - BETA * weighted) / 5, abs=1e-6)  # 0.617041
+    off, grad_off = kl_objective_and_grad(NEW, NEW + X, "token", False)
+    assert off == pytest.approx((S0 + S1 - BETA * plain) / 5, abs=1e-6)  # 0.632369
+
+    # ∇J·5 = the surrogate's (A ρ where unclipped: row 0's 1st and 3rd, row 1's 2nd; 0 where clipped)
+    #        + β ρ x with the weight (−β ρ (1 − e^x) if ρ were detached), − β (1 − e^x) without it
+    surrogate = [[2 * rho[0][0], 0.0, 2 * rho[0][2]], [0.0, -rho[1][1]]]
+    with_rho = [[s + BETA * r * v for s, r, v in zip(*row)] for row in zip(surrogate, rho, x)]
+    detached = [[s - BETA * r * (1 - math.exp(v)) for s, r, v in zip(*row)] for row in zip(surrogate, rho, x)]
+    without = [[s - BETA * (1 - math.exp(v)) for s, v in zip(*row)] for row in zip(surrogate, x)]
+
+    def pad(rows):  # row 1's padding gets no gradient; bnpo's ÷ 5 kept tokens
+        return torch.tensor([rows[0], rows[1] + [0.0]]) / 5
+
+    assert not torch.allclose(grad, pad(detached), atol=1e-4), "ρ is detached: TRL's weight carries its gradient"
+    torch.testing.assert_close(grad, pad(with_rho))
+    torch.testing.assert_close(grad_off, pad(without))
+
+
+def test_gspo_weighs_k3_by_the_sequence_ratio_whose_gradient_spreads_over_the_row():
+    """With one ρ_i per sequence, ∂ρ_i/∂log π_{i,s} = ρ_i / |o_i|: every token of row i gets β ρ_i Σ_t k3_{i,t} / |o_i|."""
+    new = OLD + torch.tensor([[0.3, 0.3, 0.0], [-0.6, 0.0, 5.0]])  # ρ_0 = e^0.2 inside, ρ_1 = e^-0.3 < 0.8 clipped
+    x = [[0.5, -0.9, 0.7], [-0.6, 0.8]]
+    k3 = [[math.exp(v) - v - 1 for v in row] for row in x]
+    r0, r1 = math.exp(0.2), math.exp(-0.3)
+    got, grad = kl_objective_and_grad(new, new + X, "sequence", True)
+    surrogate = 3 * 2 * r0 + 2 * -0.8  # row 0: 2 ρ_0 per token; row 1: clipped to 0.8 · (−1) per token
+    assert got == pytest.approx((surrogate - BETA * (r0 * sum(k3[0]) + r1 * sum(k3[1]))) / 5, abs=1e-6)
+    row0 = [2 * r0 - BETA * (r0 * sum(k3[0]) / 3 + r0 * (1 - math.exp(v))) for v in x[0]]
+    row1 = [0.0 - BETA * (r1 * sum(k3[1]) / 2 + r1 * (1 - math.exp(v))) for v in x[1]]  # clipped: no surrogate
+    torch.testing.assert_close(grad, torch.tensor([row0, row1 + [0.0]]) / 5)
+
+
 def test_gradient_is_zero_where_the_ratio_is_clipped_on_the_side_the_advantage_pushes():
     # four one-token completions: ρ = e^0.5 with A > 0 (clipped), e^-0.5 with A < 0 (clipped),
     # e^0.5 with A < 0 and e^-0.5 with A > 0 (moving back: not clipped)
@@ -251,8 +315,8 @@ def test_a_bad_field_is_one_line_naming_it(field, value):
 def test_defaults_are_trls():
     args = make_args("tiny", "grpo")
     assert (args.num_generations, args.loss_type, args.scale_rewards, args.importance_sampling_level, args.beta,
-            args.epsilon_low, args.epsilon_high, args.top_k, args.num_iterations) == \
-        (8, "dapo", "group", "token", 0.0, 0.2, 0.2, 0, 1)
+            args.epsilon_low, args.epsilon_high, args.top_k, args.num_iterations, args.use_bias_correction_kl) == \
+        (8, "dapo", "group", "token", 0.0, 0.2, 0.2, 0, 1, True)
 
 
 # --- the trainer -----------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from interp.probes import REVIEW_PROMPTS
 from interp.report import main, make_report
 from interp.toy import perturb_head, toy_model, toy_tokenizer
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -107,3 +106,70 @@ def test_report_neuron_section_finds_the_changed_neuron(tmp_path):
     assert top["activation_change"] == 0.0, "only its output weights changed"
     assert (tmp_path / "neuron_dla.png").stat().st_size > 1000
     assert "top neurons by DLA change" in (tmp_path / "report.html").read_text()
+
+
+def test_the_progress_bar_names_the_analyses_and_every_one_runs(tmp_path, monkeypatch):
+    """The steps are `report.ANALYSES`: the bar's names come from it (add one, it shows), each runs once in order."""
+    import functools
+
+    import tqdm.auto
+
+    from interp import report
+
+    assert [report.step_name(a) for a in report.ANALYSES] == [
+        "logits", "logit lens", "decomposition", "residual drift", "residual patching", "head dla", "weight change",
+        "head ablation", "head patching", "neurons", "attention patterns", "reward"]
+    ran, shown = [], []
+
+    def recorded(analysis):
+        @functools.wraps(analysis)
+        def run(ctx):
+            ran.append(analysis.__name__)
+            return analysis(ctx)
+        return run
+
+    def analyse_extra_check(ctx):
+        return {"extra": sorted(ctx.summary)[:2]}
+
+    class Bar:  # tqdm's part that make_report uses, recording the step names shown
+        def __init__(self, total, **kwargs):
+            self.total, self.n = total, 0
+
+        def set_postfix_str(self, text):
+            shown.append(text)
+
+        def update(self):
+            self.n += 1
+
+        def close(self):
+            assert self.n == self.total, "the bar counts every step"
+
+    steps = tuple(recorded(a) for a in report.ANALYSES) + (analyse_extra_check,)
+    monkeypatch.setattr(report, "ANALYSES", steps)
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    ref = toy_model(seed=0, tokenizer=toy_tokenizer())
+    summary = make_report(ref, perturb_head(ref, 1, 2, torch.randn(ref.cfg.d_model), scale=1.0),
+                          list(REVIEW_PROMPTS[:2]), tmp_path, reward_fn=_count_good, n_samples=2, gen_len=3)
+    assert ran == [a.__name__ for a in steps[:-1]], "every analysis runs once, in ANALYSES' order"
+    assert shown == [report.step_name(a) for a in steps] + ["write"], shown
+    assert shown[-2] == "extra check" and summary["extra"] == ["attention_heads_shown", "decomposition"]
+    assert "reward" in summary and "neurons" in summary
+
+
+def test_page_helpers_escape_and_build_tables_and_figures_by_hand(tmp_path):
+    from interp.pages import Html, esc, figure, page, table
+
+    assert esc("<b class=\"x\">Tom's & co</b>") == "&lt;b class=&quot;x&quot;&gt;Tom&#x27;s &amp; co&lt;/b&gt;"
+    assert esc(Html("<br>")) == "<br>" and esc(1.5) == "1.5"
+    assert table([("a<b", 1.5), ("c", Html("<i>d</i>"))], header=["k", "v"]) == (
+        "<table><tr><th>k</th><th>v</th></tr><tr><th>a&lt;b</th><td>1.5</td></tr>"
+        "<tr><th>c</th><td><i>d</i></td></tr></table>")
+    assert table([("x", "y")], row_headers=False) == "<table><tr><td>x</td><td>y</td></tr></table>"
+    png = tmp_path / "f.png"
+    png.write_bytes(b"abc")  # base64 "YWJj"
+    assert figure(png) == '<figure><img src="data:image/png;base64,YWJj" alt="f.png"></figure>'
+    assert figure(png, "T<", "c&d") == ('<figure><h3>T&lt;</h3><img src="data:image/png;base64,YWJj" alt="f.png">'
+                                        "<figcaption>c&amp;d</figcaption></figure>")
+    html = page("a<b", ["<p>x</p>", "<p>y</p>"])
+    assert html.startswith("<!doctype html><html><head><meta charset='utf-8'><title>a&lt;b</title><style>")
+    assert html.endswith("</style></head><body>\n<p>x</p>\n<p>y</p></body></html>")

@@ -56,6 +56,18 @@ def test_implicit_reward_accuracy_counts_ties_as_wrong():
     assert stats["rewards/margins"] == pytest.approx((0.2 + 0.0 - 0.6) / 3)
 
 
+def test_weighted_loss_is_the_mean_over_the_pairs_of_weight_one():
+    pi_c = t(-10.0, -1.0, -3.0).requires_grad_(True)
+    out = calc_dpo_loss(pi_c, t(-12.0, -1.0, -2.0), t(-11.0, 0.0, 0.0), t(-11.0, 0.0, 0.0), beta=0.1,
+                        weights=t(1.0, 0.0, 1.0))
+    ell = [math.log(1 + math.exp(-0.2)), math.log(1 + math.exp(0.1))]  # h = 2 and h = −1
+    assert out.loss.item() == pytest.approx(sum(ell) / 2, abs=1e-6), "Σ w ℓ / Σ w (not / 3, nor ℓ of pair 2)"
+    out.loss.backward()
+    assert pi_c.grad[1].item() == 0.0, "a pair of weight 0 gets no gradient"
+    none = calc_dpo_loss(t(-1.0), t(-1.0), t(0.0), t(0.0), beta=0.1, weights=t(0.0))
+    assert none.loss.item() == 0.0, "no decided pair: loss 0, not NaN"
+
+
 def test_policy_equal_to_reference_gives_ln_2():
     out = calc_dpo_loss(t(-3.0, -7.0), t(-5.0, -1.0), t(-3.0, -7.0), t(-5.0, -1.0), beta=0.5)
     assert out.loss.item() == pytest.approx(math.log(2))
@@ -84,7 +96,7 @@ def _pair_rollout(completion_ids, scores, penalty=None):
         prompt_ids=torch.zeros(n, 1, dtype=torch.long), completion_ids=ids,
         attention_mask=torch.ones(n, 4, dtype=torch.bool), completion_mask=mask,
         logprobs=torch.zeros(n, 3), ref_logprobs=torch.zeros(n, 3), kl=torch.zeros(n, 3), entropy=torch.zeros(n, 3),
-        scores=scores, rewards=scores, prompts=["p"] * n, completions=["a", "b", "c", "d"][:n], num_generations=2, eos_token_id=0,
+        scores=scores, rewards=scores, prompts=["p"] * n, completions=[chr(97 + i) for i in range(n)], num_generations=2, eos_token_id=0,
     )
     if penalty:
         rollout.rewards = scores - penalty * (~rollout.is_terminated).float()
@@ -101,10 +113,11 @@ def test_missing_eos_penalty_can_flip_a_pair_and_looks_at_the_completion_only():
     assert select_chosen(no_penalty.rewards)[0].tolist() == [0]
 
 
-def test_a_judge_returning_minus_one_skips_the_pair():
-    rollout = _pair_rollout([[5, 6, 7], [5, 6, 8], [1, 2, 3], [3, 2, 1]], t(0, 0, 0, 0))
-    chosen, rejected, skipped = select_chosen_by_judge(lambda prompts, pairs: [-1, 1], rollout)
-    assert (chosen.tolist(), rejected.tolist(), skipped) == ([3], [2], 1)
+def test_a_judge_returning_minus_one_weights_the_pair_zero():
+    rollout = _pair_rollout([[5, 6, 7], [5, 6, 8], [1, 2, 3], [3, 2, 1], [4, 4, 4], [9, 9, 9]], t(0, 0, 0, 0, 0, 0))
+    chosen, rejected, weights = select_chosen_by_judge(lambda prompts, pairs: [-1, 1, 0], rollout)
+    assert (chosen.tolist(), rejected.tolist(), weights.tolist()) == ([0, 3, 4], [1, 2, 5], [0.0, 1.0, 1.0]), (
+        "an undecided pair stays (rows first, second) with weight 0, so every rank keeps as many pairs")
     with pytest.raises(ValueError, match="judge: must return one of 0, 1, -1 per pair"):
         select_chosen_by_judge(lambda prompts, pairs: [2, 0], rollout)
 
@@ -135,8 +148,8 @@ def test_a_two_token_preference_toy_learns():
 
 
 def _trainer(**overrides):
-    args = make_args("tiny", algo="online_dpo", total_phases=4, batch_size=8, num_minibatches=2, gen_len=8,
-                     warmup_steps=0, base_lr=1e-3, seed=3, **overrides)
+    settings = dict(total_phases=4, batch_size=8, num_minibatches=2, gen_len=8, warmup_steps=0, base_lr=1e-3, seed=3)
+    args = make_args("tiny", algo="online_dpo", **{**settings, **overrides})
     return OnlineDPOTrainer(args, quiet=True)
 
 
@@ -176,6 +189,80 @@ def test_a_judge_that_cannot_tell_skips_every_pair(one_thread):
     assert all(torch.equal(v, before[k]) for k, v in trainer.policy.state_dict().items())
 
 
+def test_the_two_rows_of_a_pair_share_their_prompt_tokens_and_pairs_differ(tmp_path, one_thread):
+    """Distinct prompts (a .txt of 4, of 2 to 7 tokens): rows 2i and 2i+1 hold the same prompt tokens,
+    which differ from the next pair's (with one shared prefix, any pairing would pass)."""
+    (tmp_path / "prompts.txt").write_text("A\nThe acting\nI thought the film\nWorst of all,\n")
+    trainer = _trainer(prompts=str(tmp_path / "prompts.txt"))
+    rollout = trainer.rollout_phase()
+    rows = [rollout.prompt_ids[i][rollout.attention_mask[i, : rollout.prefix_len]] for i in range(len(rollout))]
+    for i in range(0, len(rollout), 2):
+        assert torch.equal(rows[i], rows[i + 1]), f"rows {i}, {i + 1}: a pair's completions continue one prompt"
+    assert len({tuple(r.tolist()) for r in rows[0::2]}) == len(rollout) // 2, "each pair its own prompt"
+
+
+@pytest.mark.parametrize("swap", [None, "chosen_rejected", "policy_reference"])
+def test_learning_phase_gradient_and_metrics_equal_a_hand_computation(swap, one_thread):
+    """The trainer's gradient on a rollout with hand-set values equals the DPO gradient written out
+    here, with a judge that cannot decide one pair (weight 0). Swapping chosen/rejected or policy/
+    reference in the hand computation gives another gradient, so a trainer that swapped them fails.
+
+        4 pairs; the judge says [1, −1, 0, 1]; log π_ref = log π − d at each row's first token,
+        d = [0.3, −0.2, 0.9, 0.1, −0.4, 0.5, 0.0, 1.2]; h = (π_c − π_r) − (ref_c − ref_r) = d_c − d_r at the start
+    """
+    trainer = _trainer(batch_size=8, num_minibatches=1, beta=0.5, max_grad_norm=1e9)
+    trainer.judge = lambda prompts, pairs: [1, -1, 0, 1]
+    rollout = trainer.rollout_phase()
+    d = t(0.3, -0.2, 0.9, 0.1, -0.4, 0.5, 0.0, 1.2)
+    rollout.ref_logprobs = rollout.logprobs.clone()
+    rollout.ref_logprobs[:, 0] -= d
+    rollout.rewards = rollout.scores = t(0.1, 0.9, 0.4, 0.2, 0.7, 0.3, 0.0, 1.0)
+    chosen, rejected = torch.tensor([1, 4, 7]), torch.tensor([0, 5, 6])  # pair 1 (rows 2, 3) undecided
+    if swap == "chosen_rejected":
+        chosen, rejected = rejected, chosen
+    params = [p for p in trainer.policy.parameters() if p.requires_grad]
+    logps = policy_sequence_log_probs(trainer.policy, rollout, torch.arange(8))
+    ref = sequence_log_probs(rollout.ref_logprobs, rollout.completion_mask)
+    if swap == "policy_reference":
+        logps, ref = ref + 0 * logps, logps
+    h = (logps[chosen] - logps[rejected]) - (ref[chosen] - ref[rejected])
+    hand = -torch.nn.functional.logsigmoid(0.5 * h).mean()
+    expected = torch.autograd.grad(-hand, params, allow_unused=True)  # the trainer ascends −loss
+
+    stats = trainer.learning_phase(rollout)
+    same = all(torch.allclose(p.grad, e, atol=1e-6, rtol=1e-4) for p, e in zip(params, expected) if e is not None)
+    if swap is None:
+        assert same, "the trainer's gradient is not the DPO gradient over the decided pairs"
+        assert stats["loss/dpo"] == pytest.approx(hand.item(), abs=1e-6)
+        assert stats["judge/skipped"] == 1
+        assert stats["objective/scores_margin"] == pytest.approx(((0.9 - 0.1) + (0.7 - 0.3) + (1.0 - 0.0)) / 3)
+        hd = (d[chosen] - d[rejected]) * 0.5  # implicit rewards β (π − ref) = β d at the start
+        assert stats["rewards/margins"] == pytest.approx(hd.mean().item(), abs=1e-5)
+        assert stats["rewards/chosen"] == pytest.approx(0.5 * d[chosen].mean().item(), abs=1e-5)
+        assert stats["rewards/accuracies"] == pytest.approx(1 / 3), "d_c > d_r in the last pair only"
+    else:
+        assert not same, f"swapping {swap} gives the same gradient: the test cannot tell"
+
+
+def test_objective_metrics_have_trls_meaning(one_thread):
+    """TRL's objective/kl is the mean SEQUENCE sum of log π − log π_ref, objective/entropy the mean of
+    −Σ_t log π, objective/scores the reward after the missing-EOS penalty."""
+    trainer = _trainer(batch_size=4, num_minibatches=1, beta=0.5)
+    rollout = trainer.rollout_phase()
+    rollout.completion_mask = rollout.completion_mask.clone()
+    rollout.completion_mask[1, 2:] = False  # padding after an EOS must not count
+    rollout.logprobs = torch.full_like(rollout.logprobs, -2.0)
+    rollout.ref_logprobs = torch.full_like(rollout.logprobs, -3.0)
+    rollout.scores, rollout.rewards = t(1.0, 2.0, 3.0, 4.0), t(0.0, 2.0, 3.0, 4.0)  # as after a penalty on row 0
+    n = rollout.completion_mask.sum(-1).float()  # kept tokens per row
+    stats = trainer.learning_phase(rollout)
+    assert stats["objective/kl"] == pytest.approx(n.mean().item()), "Σ_t (−2 − (−3)) = kept tokens, averaged"
+    assert stats["objective/entropy"] == pytest.approx(2 * n.mean().item())
+    assert stats["objective/non_score_reward"] == pytest.approx(-0.5 * n.mean().item())
+    assert stats["objective/scores"] == pytest.approx(2.25), "after the missing-EOS penalty (before: 2.5)"
+    assert stats["objective/rlhf_reward"] == pytest.approx(2.25 - 0.5 * n.mean().item())
+
+
 @pytest.mark.parametrize("judge", [None, "tiny", "vader"])
 def test_online_dpo_runs_on_the_tiny_preset(tmp_path, judge, one_thread):
     run_dir = tmp_path / "run"
@@ -184,8 +271,6 @@ def test_online_dpo_runs_on_the_tiny_preset(tmp_path, judge, one_thread):
     trainer = OnlineDPOTrainer(args, quiet=True)
     ref_before = {k: v.clone() for k, v in trainer.ref_model.state_dict().items()}
     policy_before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
-    rollout = trainer.rollout_phase()
-    assert rollout.prompts[0::2] == rollout.prompts[1::2], "the two completions of a prompt are rows 2i, 2i+1"
     trainer.train(run_dir)
     metrics = read_metrics(run_dir)
     assert [m["phase"] for m in metrics] == [1, 2]

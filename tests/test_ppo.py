@@ -78,6 +78,57 @@ def test_compute_rlhf_objective_by_hand():
     )
 
 
+def _random_minibatch(gen):
+    logits = torch.randn(3, 6, 5, generator=gen) * 2
+    ref_logits = torch.randn(3, 6, 5, generator=gen) * 2
+    values = torch.randn(3, 6, generator=gen)
+    sample_ids = torch.randint(0, 5, (3, 6), generator=gen)
+    mb = ReplayMinibatch(
+        sample_ids=sample_ids, attention_mask=torch.ones(3, 6, dtype=torch.bool),
+        completion_mask=torch.tensor([[True] * 4, [True, True, False, False], [True] * 4]),
+        logprobs=torch.randn(3, 4, generator=gen) - 2, advantages=torch.randn(3, 4, generator=gen),
+        returns=torch.randn(3, 4, generator=gen),
+    )
+    return logits, ref_logits, values, mb
+
+
+def test_at_temperature_one_the_objective_is_bit_identical_to_the_blogs():
+    """T = 1 divides nothing: every term equals, bit for bit, the blog's formula on log_softmax(logits)."""
+    from rlhf_scratch.objectives import (calc_clipped_sur_obj, calc_entropy_bonus, calc_kl_penalty,
+                                         calc_value_fn_loss, gather_log_probs)
+
+    logits, ref_logits, values, mb = _random_minibatch(torch.Generator().manual_seed(1))
+    args = make_args(clip_coef=0.2, vf_coef=0.2, ent_coef=0.01)
+    assert args.temperature == 1.0
+    total, terms = compute_rlhf_objective(logits, values, ref_logits, mb, args, kl_coef=0.5)
+    lp_v, ref_v, mask = logits[:, 1:-1].log_softmax(-1), ref_logits[:, 1:-1].log_softmax(-1), mb.completion_mask
+    blog = {"clipped_surrogate": calc_clipped_sur_obj(gather_log_probs(lp_v, mb.sample_ids[:, 2:]), mb.logprobs,
+                                                      mb.advantages, 0.2, mask=mask),
+            "value_loss": calc_value_fn_loss(values[:, 1:-1], mb.returns, 0.2, mask=mask),
+            "entropy_bonus": calc_entropy_bonus(lp_v, 0.01, mask=mask, from_logprobs=True),
+            "kl_penalty": calc_kl_penalty(lp_v, ref_v, 0.5, mask=mask, from_logprobs=True)}
+    for name, value in blog.items():
+        assert torch.equal(terms[name], value), f"{name} changed at T = 1"
+
+
+def test_the_objective_is_of_the_sampled_distribution_at_temperature_t():
+    """At T = 0.5 every term — ratio, entropy, KL to the reference — is of softmax(z / T): the same J
+    as T = 1 on logits and reference logits both divided by T. Forgetting T for the policy, for
+    the reference, or in either the KL or the entropy changes J."""
+    logits, ref_logits, values, mb = _random_minibatch(torch.Generator().manual_seed(2))
+    at_half = make_args(clip_coef=0.2, vf_coef=0.2, ent_coef=0.01, temperature=0.5)
+    at_one = make_args(clip_coef=0.2, vf_coef=0.2, ent_coef=0.01)
+    total, terms = compute_rlhf_objective(logits, values, ref_logits, mb, at_half, kl_coef=0.5)
+    want, want_terms = compute_rlhf_objective(logits / 0.5, values, ref_logits / 0.5, mb, at_one, kl_coef=0.5)
+    for name in ("clipped_surrogate", "entropy_bonus", "kl_penalty", "value_loss"):
+        torch.testing.assert_close(terms[name], want_terms[name], msg=name)
+    for wrong in (compute_rlhf_objective(logits, values, ref_logits / 0.5, mb, at_one, 0.5)[1],
+                  compute_rlhf_objective(logits / 0.5, values, ref_logits, mb, at_one, 0.5)[1]):
+        assert not torch.allclose(wrong["kl_penalty"], terms["kl_penalty"]), "only one side at T"
+    cached = ReplayMinibatch(**{**vars(mb), "ref_distribution": (ref_logits[:, 1:-1] / 0.5).log_softmax(-1)})
+    torch.testing.assert_close(compute_rlhf_objective(logits, values, None, cached, at_half, 0.5)[0], total)
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "smoke"
@@ -101,7 +152,7 @@ def test_run_folder_contents(finished_run):
     for m in metrics:
         assert set(PHASE_METRICS) <= set(m), f"missing metrics: {set(PHASE_METRICS) - set(m)}"
         assert 0.0 <= m["rewards/mean"] <= 1.0
-        assert m["objective/kl"] >= 0.0
+        assert m["rollout/kl_full_vocab"] >= 0.0
         parts = [m[f"time/{part}"] for part in PARTS if part != "logging"]
         assert all(t > 0 for t in parts), f"PPO uses every part: {parts}"
         assert sum(parts) + m["time/other"] == pytest.approx(m["charts/phase_time"]), "the parts split the phase"

@@ -23,7 +23,7 @@ def small_args(run_dir, prompts_file, **overrides):
     # k = 2 of 4 phases falls in the middle of the 3-phase warmup
     values = dict(total_phases=4, batch_size=8, num_minibatches=2, batches_per_learning_phase=1, gen_len=6,
                   warmup_steps=3, base_lr=1e-3, save_every=1, keep_checkpoints=2, prompts=str(prompts_file),
-                  seed=5, run_dir=str(run_dir))
+                  seed=5, run_dir=str(run_dir), table_every=1)
     return make_args("tiny", **{**values, **overrides})
 
 
@@ -32,6 +32,11 @@ def prompts_file(tmp_path):
     path = tmp_path / "prompts.txt"
     path.write_text("This movie was really\nI thought the film\nThe acting\nA\nWorst of all,\n")
     return path
+
+
+def status_and_phase(run_dir):
+    status = read_status(run_dir)
+    return status["status"], status["phase"]
 
 
 def without_timing(metrics):
@@ -52,14 +57,15 @@ def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, prompts_file, on
         return stats
 
     interrupted.learning_phase = learn_then_ctrl_c
-    with pytest.raises(TrainingStopped, match=r"^interrupted after phase 2 \(SIGINT\)$"):
-        interrupted.train(tmp_path / "b")
-    assert read_status(tmp_path / "b") == {"status": "interrupted", "phase": 2}
+    with pytest.raises(TrainingStopped, match=r"^interrupted after phase 2 \(SIGINT\); resume it from phase 2 with: "
+                                              rf"python -m rlhf_scratch.train --resume {tmp_path / 'b'}$"):
+        interrupted.train(tmp_path / "b")  # (Ctrl-C in Python: the message says how to continue)
+    assert status_and_phase(tmp_path / "b") == ("interrupted", 2)
     assert not (tmp_path / "b" / "policy.pt").exists()
 
     resumed = RLHFTrainer(small_args(tmp_path / "b", prompts_file), quiet=True)
     resumed.train(tmp_path / "b", resume=True)
-    assert read_status(tmp_path / "b") == {"status": "finished", "phase": 4}
+    assert status_and_phase(tmp_path / "b") == ("finished", 4)
     for name, tensor in straight.policy.state_dict().items():
         assert torch.equal(tensor, resumed.policy.state_dict()[name]), f"{name} differs after resume"
     a, b = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
@@ -107,7 +113,7 @@ def test_kill_9_at_any_instant_leaves_a_run_that_resumes(tmp_path, prompts_file)
     _run_and_kill(resume, env, lambda: len(read_metrics(run_dir)) > logged, delay=0.3)  # mid-phase
     final = subprocess.run(resume, env=env, capture_output=True, text=True, timeout=300)
     assert final.returncode == 0, final.stderr[-2000:]
-    assert read_status(run_dir) == {"status": "finished", "phase": 6}
+    assert status_and_phase(run_dir) == ("finished", 6)
     assert [m["phase"] for m in read_metrics(run_dir)] == [1, 2, 3, 4, 5, 6], "no phase duplicated or missing"
     assert (run_dir / "policy.pt").is_file()
     assert json.loads((run_dir / "config.json").read_text())["total_phases"] == 6
@@ -132,13 +138,15 @@ def test_resume_refuses_a_conflicting_flag_and_a_missing_folder(tmp_path, prompt
     assert (run_dir / "metrics.jsonl").read_text() == before, "a refused resume touches nothing"
 
 
-@pytest.mark.parametrize("algo", ["rloo", "online_dpo"])
+@pytest.mark.parametrize("algo", ["rloo", "online_dpo", "grpo"])
 def test_rloo_and_dpo_resume_bit_identical(tmp_path, prompts_file, one_thread, algo):
+    from rlhf_scratch.algorithms.grpo import GRPOTrainer
     from rlhf_scratch.algorithms.online_dpo import OnlineDPOTrainer
     from rlhf_scratch.algorithms.rloo import RLOOTrainer
 
-    cls = {"rloo": RLOOTrainer, "online_dpo": OnlineDPOTrainer}[algo]
-    extra = {"num_generations": 4} if algo == "rloo" else {}
+    cls = {"rloo": RLOOTrainer, "online_dpo": OnlineDPOTrainer, "grpo": GRPOTrainer}[algo]
+    # GRPO with β > 0: at β = 0 no reference runs and its KL is logged as NaN, which never equals itself
+    extra = {"rloo": {"num_generations": 4}, "grpo": {"num_generations": 4, "beta": 0.04}}.get(algo, {})
 
     def args(run):
         return make_args("tiny", algo=algo, total_phases=3, batch_size=8, num_minibatches=2, gen_len=6, warmup_steps=2,
@@ -194,7 +202,7 @@ def test_a_reward_function_returning_nan_stops_the_run_naming_it(tmp_path, promp
         return [0.5] * (len(completions) - 1) + [float("nan")]
 
     trainer = RLHFTrainer(small_args(tmp_path / "r", prompts_file), reward_fn=flaky_reward, quiet=True)
-    with pytest.raises(RewardFunctionError, match=r"^reward function 'flaky_reward' returned nan for completion 7$"):
+    with pytest.raises(RewardFunctionError, match=r"^reward function 'flaky_reward' returned nan for completion 7\n"):
         trainer.train(tmp_path / "r")
 
 

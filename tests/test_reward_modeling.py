@@ -181,6 +181,30 @@ def test_export_loads_in_transformers_and_scores_like_the_run(marker_run, tmp_pa
     torch.testing.assert_close(SentimentReward(str(out), direction="neg")(texts), -expected, atol=1e-4, rtol=0)
 
 
+def test_export_command_takes_a_reward_model_run_folder(marker_run, tmp_path, capsys):
+    """`python -m rlhf_scratch.export RUN OUT` tells a reward-model run (config.json's algo) from a
+    policy run and writes a GPT2ForSequenceClassification folder scoring like the run."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from rlhf_scratch.export import main
+    from rlhf_scratch.reward_modeling import load_reward_model_run
+
+    texts = ["The film was marvelous.", "The film was table.", "ok"]
+    expected = load_reward_model_run(marker_run).score_texts(texts)
+    out = tmp_path / "hf"
+    assert main([str(marker_run), str(out)]) == 0, capsys.readouterr().err
+    assert "AutoModelForSequenceClassification" in capsys.readouterr().out
+    hf = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    assert type(hf).__name__ == "GPT2ForSequenceClassification" and hf.config.num_labels == 1
+    with torch.no_grad():
+        got = hf(**AutoTokenizer.from_pretrained(out)(texts, padding=True, return_tensors="pt")).logits[:, 0]
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+    capsys.readouterr()  # transformers' loading bar
+    assert main([str(marker_run), str(tmp_path / "vh"), "--value-head"]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --value-head: {marker_run} is a reward-model run; "
+                                               "only PPO runs have a value head")
+
+
 def test_reward_model_resume_continues_from_the_checkpoint(marker_run, tmp_path):
     import json
     import shutil

@@ -157,11 +157,20 @@ def dataset_trainer(tmp_path_factory, one_thread):
 
 
 def test_rloo_rollout_puts_the_g_completions_of_a_prompt_together(dataset_trainer):
+    """The advantage groups are G consecutive rows (`compute_rloo_advantages` views [-1, G]): the token
+    rows the policy saw must be grouped the same way — G identical prompt-token rows, one prompt per
+    group, the groups different — not just the `prompts` list (built by the same comprehension)."""
     rollout = dataset_trainer.rollout_phase()
     assert len(rollout) == 8 and rollout.num_generations == 4
-    groups = [rollout.prompts[i : i + 4] for i in (0, 4)]
-    assert all(len(set(g)) == 1 for g in groups), "each prompt's 4 completions must be consecutive"
-    assert groups[0][0] != groups[1][0], "batch_size // G = 2 different prompts"
+    rows = [rollout.prompt_ids[i][rollout.attention_mask[i, : rollout.prefix_len]] for i in range(8)]
+    for g in (0, 4):
+        assert all(torch.equal(rows[g], rows[g + j]) for j in range(4)), "a group's rows must share the prompt tokens"
+        text = dataset_trainer.policy.tokenizer.decode(rows[g][1:].tolist())  # without BOS
+        assert rollout.prompts[g] == text, "the tokens of the group are the group's prompt"
+    assert rows[0].tolist() != rows[4].tolist(), "batch_size // G = 2 different prompts"
+    # tie them to the advantage groups: rewards constant within a group of prompt rows → zero advantages
+    by_prompt = torch.tensor([float(len(r)) for r in rows])  # a function of the prompt tokens only
+    assert torch.equal(compute_rloo_advantages(by_prompt, 4), torch.zeros(8)), "groups of rows ≠ groups of advantages"
 
 
 def test_first_pass_ratio_is_one_and_learning_phase_metrics_by_hand(dataset_trainer):
@@ -188,15 +197,65 @@ def test_first_pass_ratio_is_one_and_learning_phase_metrics_by_hand(dataset_trai
     stats = trainer.learning_phase(rollout)
     assert set(stats) == set(RLOO_METRICS)
     assert stats["reward"] == pytest.approx(0.75)  # 6 / 8
-    assert stats["frac_reward_zero_std"] == 0.5, "1 of 2 prompts, judged on the rewards before the KL shaping"
-    assert stats["kl"] == pytest.approx(0.45, abs=1e-5)  # mean of d, a SEQUENCE KL (not per token)
+    # prompt 1's rewards are equal before the KL shaping, but its shaped rewards (d differs) are not (TRL)
+    assert stats["frac_reward_zero_std"] == 0.0, "judged on the KL-shaped rewards, as TRL (raw: 0.5)"
+    kept = int(mask.sum())
+    assert stats["kl"] == pytest.approx(3.6 / kept, abs=1e-5), "per-token mean of k1 over kept tokens (TRL)"
     assert stats["rewards/shaped_mean"] == pytest.approx(0.75 - args.beta * 0.45, abs=1e-5)
     assert stats["objective/beta"] == args.beta and stats["charts/skipped_steps"] == 0
-    # the first of the 2 minibatches is at ρ = 1 (nothing clipped), so at most half the mean
-    assert 0 <= stats["clip_ratio/region_mean"] <= 0.5
     assert any(not torch.equal(v, before[k]) for k, v in trainer.policy.state_dict().items())
     steps = trainer.optimizer.state[next(trainer.policy.parameters())]["step"]
     assert int(steps) == args.num_iterations * args.num_minibatches == 2, "one optimizer step per minibatch"
+
+
+@pytest.mark.parametrize("swap", [None, "epsilons", "old_new", "policy_reference"])
+def test_learning_phase_gradient_and_metrics_equal_a_hand_computation(swap, one_thread):
+    """The trainer's gradient on a rollout with hand-set asymmetric values equals the RLOO gradient
+    written out here; swapping ε_low/ε_high, old/new log-probs or policy/reference log-probs in the
+    hand computation gives another gradient and other clip ratios, so a trainer that passed any two
+    of them swapped fails.
+
+        rows (G = 2): scores [1, 0, 0.5, 0.5]; log π_old = log π − δ (ratio e^δ), δ = [0.3, −0.3, 0, 0]
+        log π_ref = log π − d at the first token, d = [0.5, −0.1, 0.2, 2.2]:  Σ_t k1 = d − δ = [0.2, 0.2, 0.2, 2.2]
+        shaped = scores − β (d − δ);  A = leave-one-out;  ε_low = 0.1, ε_high = 0.5
+        row 0: A > 0, ρ = 1.35 < 1.5 (not clipped);  row 1: A < 0, ρ = 0.74 < 0.9 (clipped low)
+    """
+    args = make_args("tiny", algo="rloo", batch_size=4, num_generations=2, num_minibatches=1, gen_len=5,
+                     beta=0.1, epsilon_low=0.1, epsilon_high=0.5, max_grad_norm=1e9, seed=5, total_phases=2)
+    trainer = RLOOTrainer(args, quiet=True)
+    rollout = trainer.rollout_phase()
+    rollout.scores = rollout.rewards = torch.tensor([1.0, 0.0, 0.5, 0.5])
+    delta, d = torch.tensor([0.3, -0.3, 0.0, 0.0]), torch.tensor([0.5, -0.1, 0.2, 2.2])
+    rollout.ref_logprobs = rollout.logprobs.clone()
+    rollout.ref_logprobs[:, 0] -= d
+    rollout.logprobs = rollout.logprobs.clone()
+    rollout.logprobs[:, 0] -= delta
+
+    eps_low, eps_high = (0.5, 0.1) if swap == "epsilons" else (0.1, 0.5)
+    old = rollout.logprobs.sum(-1)
+    k1 = (rollout.ref_logprobs - rollout.logprobs) if swap == "policy_reference" else (rollout.logprobs - rollout.ref_logprobs)
+    shaped = rollout.scores - 0.1 * k1.sum(-1)
+    grouped = shaped.view(2, 2)
+    adv = (grouped - grouped.flip(1)).flatten()  # G = 2: the other completion is the baseline
+    params = [p for p in trainer.policy.parameters() if p.requires_grad]
+    now = policy_sequence_log_probs(trainer.policy, rollout, torch.arange(4))
+    ratio = (old - now).exp() if swap == "old_new" else (now - old).exp()
+    hand = torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv).mean()
+    expected = torch.autograd.grad(hand, params, allow_unused=True)
+    low = ((ratio < 1 - eps_low) & (adv < 0)).float().mean().item()
+    high = ((ratio > 1 + eps_high) & (adv > 0)).float().mean().item()
+
+    stats = trainer.learning_phase(rollout)
+    got = [p.grad for p in params]
+    same = all(torch.allclose(g, e, atol=1e-6, rtol=1e-4) for g, e in zip(got, expected) if e is not None)
+    if swap is None:
+        assert (low, high) == (0.25, 0.0), "the hand computation: row 1 clipped low, nothing high"
+        assert same, "the trainer's gradient is not the RLOO gradient of the hand computation"
+        assert stats["clip_ratio/low_mean"] == 0.25 and stats["clip_ratio/high_mean"] == 0.0
+        assert stats["clip_ratio/region_mean"] == 0.25
+        assert stats["objective/rloo"] == pytest.approx(hand.item(), abs=1e-6)
+    else:
+        assert not same, f"swapping {swap} gives the same gradient: the test cannot tell"
 
 
 def test_interp_report_reads_an_rloo_run(rloo_run):

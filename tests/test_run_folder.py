@@ -15,8 +15,17 @@ import torch
 
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
 from rlhf_scratch.config import ConfigError, make_args
-from rlhf_scratch.runs import (CONFIG_FILE, LOCK_FILE, RunFolderError, lock_run, new_run_dir, next_step, read_metrics,
-                               read_status, write_status)
+from rlhf_scratch.runs import (
+    CONFIG_FILE,
+    LOCK_FILE,
+    RunFolderError,
+    lock_run,
+    new_run_dir,
+    next_step,
+    read_metrics,
+    read_status,
+    write_status,
+)
 
 SMALL = dict(batch_size=8, num_minibatches=2, batches_per_learning_phase=1, gen_len=6, warmup_steps=1,
              base_lr=1e-3, threads=1, seed=3)
@@ -162,12 +171,13 @@ def test_a_live_run_is_refused_by_resume_export_sample_report_and_compare_and_fi
     """Also the console: a table at the first and last phase only, a bar that reaches 6/6, and `done`
     saying where the run is, the two commands to look at it, and that one checkpoint is kept."""
     from interp.report import main as report_main
-    from rlhf_scratch import compare, export, sample, train
+    from rlhf_scratch import compare, export, sample
 
     run = tmp_path / "live"
     live = subprocess.Popen(_train_cmd(run, "--total-phases", "6", "--save-every", "1"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     _wait_for_phase(run, 1, live)
+    live.send_signal(signal.SIGSTOP)  # frozen, alive and holding its lock, for as long as the checks take
     resume = subprocess.Popen([sys.executable, "-m", "rlhf_scratch.train", "--resume", str(run)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for command, argv in ((export.main, [str(run), str(tmp_path / "out")]), (sample.main, [str(run), "x"]),
@@ -179,7 +189,7 @@ def test_a_live_run_is_refused_by_resume_export_sample_report_and_compare_and_fi
     with pytest.raises(RuntimeError, match=f"run ppo-s1: the run is still training \\(process {live.pid}"):
         compare.run_one(compare.RunSpec("ppo", 1), "periods", run, [])
     _, resume_err = resume.communicate(timeout=300)
-    assert live.poll() is None, "the live run was still training during every check"
+    live.send_signal(signal.SIGCONT)
     assert resume.returncode == 2
     assert resume_err.startswith(f"error: resume: {run}: the run is still training (process {live.pid}, phase ")
     assert "\n" not in resume_err.strip() and f"kill -INT {live.pid}" in resume_err
@@ -224,3 +234,17 @@ def test_lock_run_refuses_a_second_owner_in_one_line(tmp_path):
         child.send_signal(signal.SIGKILL)
         child.wait()
     assert not Path(run / "status.json").exists()
+
+
+def test_rewarded_by_names_the_task_a_python_function_and_a_judge():
+    from rlhf_scratch.judges import make_judge
+    from rlhf_scratch.tasks import make_reward_fn, rewarded_by
+
+    args = make_args("tiny", algo="online_dpo", task="vader", judge="vader")
+    assert rewarded_by(args, make_reward_fn(args), make_judge("vader", "pos")) == {"reward": "task vader",
+                                                                                  "judge": "judge vader"}
+    other = make_args("tiny", task="vader", direction="neg")
+    assert rewarded_by(args, make_reward_fn(other))["reward"] == "python rlhf_scratch.rewards.reward_fn_vader", \
+        "the task's reward built for other args (direction neg) is not this run's"
+    assert rewarded_by(args, count_the, make_judge("vader", "neg")) == {
+        "reward": f"python {count_the.__module__}.count_the", "judge": "python rlhf_scratch.judges.VaderJudge"}

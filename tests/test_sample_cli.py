@@ -47,3 +47,13 @@ def test_cli_bad_input_is_one_line(tuned_ppo_run, tmp_path, capsys):
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 3 and all(e.startswith("error: ") for e in errors), errors
     assert "config.json" in errors[0] and "-n" in errors[1] and "context" in errors[2]
+
+
+def test_a_newline_in_a_completion_stays_on_its_row():
+    from rlhf_scratch.sample import side_by_side
+
+    reference, tuned = one_sample_rollout(), one_sample_rollout()
+    tuned.completions = [" great\nfilm"]
+    rows = side_by_side(reference, tuned).splitlines()
+    assert len(rows) == 3, "header, rule, one row"
+    assert "great\\nfilm" in rows[2]

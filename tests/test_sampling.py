@@ -112,3 +112,36 @@ def test_get_samples_keeps_the_blog_signature(lm):
     assert texts[0] == "This movie was really" + lm.tokenizer.decode(ids[0, prefix_len:].tolist())
     with pytest.raises(ValueError, match="3 prompts for batch_size 4"):
         get_samples(lm, PROMPTS, 4, 7, 1.0, 10, True)
+
+
+def test_rollout_log_probs_kl_and_entropy_are_of_the_sampled_distribution_at_temperature(lm):
+    """Sampled from softmax(z / T): log π_old, log π_ref, the KL and the entropy must be of that
+    distribution (at T = 0.5 the T = 1 numbers differ by nats), and the learning phase's
+    `policy_sequence_log_probs` must score at the same T (ratio 1 before any step)."""
+    from rlhf_scratch.rollout import make_rollout, policy_sequence_log_probs
+
+    torch.manual_seed(0)
+    ref = load_lm("tiny").eval()
+    with torch.no_grad():
+        for p in lm.parameters():  # a policy that differs from the reference, so the KL is not 0
+            p.add_(0.02 * torch.randn_like(p))
+    try:
+        rollout = make_rollout(lm, ref, PROMPTS[:2], lambda prompts, completions, **kw: [0.0] * len(prompts),
+                               num_generations=2, gen_len=5, temperature=0.5, chunk_size=3)
+        assert rollout.temperature == 0.5
+        with torch.no_grad():
+            span = generated_span(rollout.prefix_len)
+            z = lm(rollout.sample_ids, attention_mask=rollout.attention_mask.long())[:, span]
+            z_ref = ref(rollout.sample_ids, attention_mask=rollout.attention_mask.long())[:, span]
+            lp, lp_ref = (z / 0.5).log_softmax(-1), (z_ref / 0.5).log_softmax(-1)
+            tok = rollout.completion_ids[..., None]
+            torch.testing.assert_close(rollout.logprobs, lp.gather(-1, tok)[..., 0], atol=1e-4, rtol=0)
+            torch.testing.assert_close(rollout.ref_logprobs, lp_ref.gather(-1, tok)[..., 0], atol=1e-4, rtol=0)
+            torch.testing.assert_close(rollout.entropy, -(lp.exp() * lp).sum(-1), atol=1e-4, rtol=0)
+            torch.testing.assert_close(rollout.kl, (lp.exp() * (lp - lp_ref)).sum(-1), atol=1e-4, rtol=0)
+            at_one = z.log_softmax(-1).gather(-1, tok)[..., 0]
+            assert (at_one - rollout.logprobs).abs().max() > 0.1, "the T = 1 log-probs are far off: the test can tell"
+            now = policy_sequence_log_probs(lm, rollout, torch.arange(len(rollout)))
+        torch.testing.assert_close(now, rollout.logprobs.sum(-1), atol=1e-4, rtol=0)
+    finally:
+        lm.load_state_dict(load_lm("tiny").state_dict())

@@ -23,8 +23,8 @@ What is compared (TRL 1.16.0 function ↔ ours, tolerance):
 - GRPO: `GRPOTrainer._generate_and_score_completions` advantages for scale_rewards group/batch/none ↔
   `compute_grpo_advantages` (≤ 1e-6) and its π_old log-probs ↔ ours (≤ 1e-4);
   `GRPOTrainer._compute_loss` for loss_type grpo/bnpo/dr_grpo/dapo × importance_sampling_level
-  token/sequence × β ∈ {0, 0.04} (k3) ↔ −`calc_grpo_objective`, loss and gradient ≤ 1e-6
-  (with `use_bias_correction_kl=False`: TRL's default True multiplies k3 by the ratio; see docs/peer-check.md).
+  token/sequence × β ∈ {0, 0.04} (k3) ↔ −`calc_grpo_objective`, loss and gradient ≤ 1e-6, at TRL's
+  default `use_bias_correction_kl=True` (k3 weighed by the ratio) and, in one case, with it False on both sides.
 - Online DPO: `trl.experimental.online_dpo.OnlineDPOTrainer.training_step` (pairing, a tie goes to
   the first, masked sums, sigmoid and IPO) ↔ `select_chosen` + `calc_dpo_loss`, loss, implicit rewards
   and gradient ≤ 1e-6; and its whole step on the tiny models ↔ ours ≤ 1e-4 (TRL scores at T = 1
@@ -57,7 +57,7 @@ from trl.trainer.dpo_trainer import DPOTrainer
 from trl.trainer.reward_trainer import RewardTrainer
 from trl.trainer.utils import FusedCausalLMOutput, add_fused_lm_head, selective_log_softmax
 
-from rlhf_scratch.algorithms.grpo import compute_grpo_advantages, calc_grpo_objective
+from rlhf_scratch.algorithms.grpo import calc_grpo_objective, compute_grpo_advantages
 from rlhf_scratch.algorithms.online_dpo import calc_dpo_loss, select_chosen
 from rlhf_scratch.algorithms.rloo import (
     calc_rloo_objective,
@@ -69,7 +69,7 @@ from rlhf_scratch.export import to_hf_gpt2
 from rlhf_scratch.loading import asset_path, load_lm, load_tokenizer
 from rlhf_scratch.objectives import get_log_probs, sequence_log_probs
 from rlhf_scratch.reward_modeling import calc_reward_model_loss
-from rlhf_scratch.sampling import generate, tokenize_prompts
+from rlhf_scratch.sampling import attention_mask_or_none, generate, tokenize_prompts
 
 TRL_VERSION = "1.16.0"
 EXACT = dict(rtol=0, atol=1e-6)  # the same formula on the same numbers
@@ -88,7 +88,7 @@ def test_the_pinned_trl_is_installed():
 
 @pytest.fixture(scope="module")
 def tuned(one_thread):
-    """The tiny preset with every weight perturbed (a stand-in for a tuned policy): ours and its export."""
+    """The tiny preset with every weight perturbed: a stand-in for a tuned policy (HookedTransformer)."""
     policy = load_lm("tiny").eval()
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -129,9 +129,10 @@ def trl_args(tmp_path_factory, config_cls, **kw):
                       gradient_checkpointing=False, disable_dropout=True, save_strategy="no", **kw)
 
 
-def ours_log_probs(model, ids, attention_mask, prefix_len, temperature):
+def ours_log_probs(model, ids, prefix_len, temperature, attention_mask=None):
+    """Our per-token log-probs of ids[:, prefix_len:] at T, as the rollout computes them."""
     with torch.no_grad():
-        logits = model(ids, attention_mask=None if bool(attention_mask.all()) else attention_mask.long())
+        logits = model(ids, attention_mask=None if attention_mask is None else attention_mask_or_none(attention_mask))
     return get_log_probs(logits, ids, prefix_len, temperature=temperature)
 
 
@@ -153,7 +154,7 @@ class FixedRewards:
 
 @pytest.fixture(scope="module")
 def left_padded_batch(tuned):
-    """Prompts of 2, 3 and 5 tokens (+BOS), left-padded, with 6 sampled tokens each (ours)."""
+    """Prompts of 4, 2 and 5 tokens (+BOS), left-padded, with 6 sampled tokens each (ours)."""
     prompts = ["This movie was really", "What a", "The plot is thin and"]
     prompt_ids, prompt_mask = tokenize_prompts(tuned, prompts, prepend_bos=True)
     torch.manual_seed(1)
@@ -174,11 +175,11 @@ def test_selective_log_softmax_of_the_export_matches_get_log_probs(tuned, left_p
     with torch.no_grad():
         logits = hf(ids, attention_mask=attention, position_ids=(attention.cumsum(-1) - 1).clamp(min=0)).logits
     theirs = selective_log_softmax(logits[:, P - 1 : -1], ids[:, P:], temperature=temperature)
-    ours = ours_log_probs(tuned, ids, torch.cat([prompt_mask, torch.ones_like(completion_mask)], 1), P, temperature)
+    ours = ours_log_probs(tuned, ids, P, temperature, torch.cat([prompt_mask, torch.ones_like(completion_mask)], 1))
     kept = completion_mask
     torch.testing.assert_close(ours[kept], theirs[kept], **THROUGH_MODELS)
     if temperature != 1.0:  # the temperature is applied: T = 1 log-probs are far from these
-        at_one = ours_log_probs(tuned, ids, torch.cat([prompt_mask, torch.ones_like(completion_mask)], 1), P, 1.0)
+        at_one = ours_log_probs(tuned, ids, P, 1.0, torch.cat([prompt_mask, torch.ones_like(completion_mask)], 1))
         assert (at_one[kept] - theirs[kept]).abs().max() > 0.1
 
 
@@ -201,7 +202,7 @@ def test_the_trainers_fused_log_prob_path_matches_get_log_probs_on_unpadded_rows
     completion_mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
     attention = torch.cat([torch.ones(2, P, dtype=torch.long), completion_mask], 1)
     theirs = trl_scoring_path(to_hf_gpt2(tuned), ids, attention, ids.shape[1] - P, temperature, accelerator)
-    ours = ours_log_probs(tuned, ids, torch.ones_like(ids, dtype=torch.bool), P, temperature)
+    ours = ours_log_probs(tuned, ids, P, temperature)
     kept = completion_mask.bool()
     torch.testing.assert_close(ours[kept], theirs[kept], **THROUGH_MODELS)
     assert (theirs[~kept] == 0).all(), "TRL zeroes the masked positions"
@@ -215,7 +216,7 @@ def test_the_trainers_log_prob_path_numbers_left_padded_rows_from_the_pad_column
     ids, P = torch.cat([prompt_ids, completion_ids], 1), prompt_ids.shape[1]
     theirs = trl_scoring_path(to_hf_gpt2(tuned), ids, torch.cat([prompt_mask, completion_mask], 1).long(),
                               completion_ids.shape[1], 0.7, accelerator)
-    ours = ours_log_probs(tuned, ids, torch.cat([prompt_mask, torch.ones_like(completion_mask)], 1), P, 0.7)
+    ours = ours_log_probs(tuned, ids, P, 0.7, torch.cat([prompt_mask, torch.ones_like(completion_mask)], 1))
     gap = ((ours - theirs).abs() * completion_mask).amax(dim=1)
     padded = ~prompt_mask.all(dim=1)
     assert (gap[~padded] <= 1e-4).all(), gap
@@ -284,8 +285,8 @@ def test_rloo_advantages_match_trl_through_our_models(tuned, reference, rloo_tra
     batch = rloo_batches[0]
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
     P, mask, T = batch["prompt_ids"].shape[1], batch["completion_mask"].bool(), rloo_trainer.temperature
-    old = ours_log_probs(tuned, ids, torch.ones_like(ids, dtype=torch.bool), P, T)
-    ref = ours_log_probs(reference, ids, torch.ones_like(ids, dtype=torch.bool), P, T)
+    old = ours_log_probs(tuned, ids, P, T)
+    ref = ours_log_probs(reference, ids, P, T)
     torch.testing.assert_close(sequence_log_probs(old, mask), batch["old_logps"], **THROUGH_MODELS)
     shaped = compute_kl_shaped_rewards(torch.tensor(RLOO_REWARDS), old, ref, mask, rloo_trainer.beta)
     torch.testing.assert_close(compute_rloo_advantages(shaped, RLOO_G), batch["advantages"], **THROUGH_MODELS)
@@ -355,10 +356,11 @@ GRPO_REWARDS = [1.0, -0.5, 2.0, 0.25, 0.7, 0.7, 0.7, 0.7]  # group 2 has no spre
 
 @pytest.fixture(scope="module")
 def grpo_trainer(tuned, tokenizer, tmp_path_factory):
-    """β = 0 (no reference model), two optimizer steps per generation (dapo divides its token count by 2)."""
+    """β = 0 (no reference model), two optimizer steps per generation (dapo divides its token count by 2);
+    `use_bias_correction_kl` left at TRL's default (True)."""
     args = trl_args(tmp_path_factory, GRPOConfig, per_device_train_batch_size=4, steps_per_generation=2,
                     num_generations=GRPO_G, max_completion_length=GEN_LEN, temperature=0.7, beta=0.0,
-                    epsilon=0.2, epsilon_high=0.28, use_bias_correction_kl=False)
+                    epsilon=0.2, epsilon_high=0.28)
     trainer = GRPOTrainer(model=export_for_trl(tuned, eos="."), reward_funcs=FixedRewards(GRPO_REWARDS), args=args,
                           train_dataset=Dataset.from_dict({"prompt": PROMPTS}), processing_class=tokenizer)
     trainer.current_gradient_accumulation_steps = 1  # what the HF training loop sets before each step
@@ -404,8 +406,7 @@ def test_grpo_old_log_probs_and_token_count_match_ours(tuned, grpo_trainer, grpo
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
     mask = batch["completion_mask"].bool()
     assert batch["prompt_mask"].all() and not mask.all()
-    ours = ours_log_probs(tuned, ids, torch.ones_like(ids, dtype=torch.bool), batch["prompt_ids"].shape[1],
-                          grpo_trainer.temperature)
+    ours = ours_log_probs(tuned, ids, batch["prompt_ids"].shape[1], grpo_trainer.temperature)
     torch.testing.assert_close(ours[mask], batch["old_per_token_logps"][mask], **THROUGH_MODELS)
     assert batch["num_items_in_batch"].item() == mask.sum().item()
 
@@ -418,10 +419,8 @@ GRPO_REF = LOSS_LOGPS + torch.tensor([[0.3, -0.6, 0.1, 0.9, -0.2], [-0.4, 0.2, 0
                                       [0.7, -0.1, -0.8, 0.2, 2.0], [0.35, 2.0, 2.0, 2.0, 2.0]])
 
 
-@pytest.mark.parametrize("beta", [0.0, 0.04])
-@pytest.mark.parametrize("importance_sampling_level", ["token", "sequence"])
-@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
-def test_grpo_loss_and_gradient_match_trl(grpo_trainer, loss_type, importance_sampling_level, beta):
+def grpo_loss_and_gradient_both_ways(grpo_trainer, loss_type, importance_sampling_level, beta, use_bias_correction_kl):
+    """TRL's (loss, grad) and our (−J, −∇J) on the same inputs, with the flag set the same on both sides."""
     mask = LOSS_MASK.bool()
     old = LOSS_LOGPS - GRPO_DELTA
     N = torch.tensor(23.0)  # kept tokens of the whole generation batch (this minibatch holds 13 of them)
@@ -429,18 +428,41 @@ def test_grpo_loss_and_gradient_match_trl(grpo_trainer, loss_type, importance_sa
                                ref_per_token_logps=GRPO_REF, num_items_in_batch=N)
     grpo_trainer.model.train()
     with trainer_attributes(grpo_trainer, loss_type=loss_type, importance_sampling_level=importance_sampling_level,
-                            beta=beta):
+                            beta=beta), \
+            trainer_attributes(grpo_trainer.args, use_bias_correction_kl=use_bias_correction_kl):
         trl_loss, trl_grad = trl_loss_and_grad(grpo_trainer, LOSS_LOGPS, inputs)
     assert grpo_trainer.args.steps_per_generation == 2 and grpo_trainer.max_completion_length == GEN_LEN
+    eps_low, eps_high = grpo_trainer.epsilon_low, grpo_trainer.epsilon_high
+    assert (eps_low, eps_high) == (0.2, 0.28)
     ours, our_grad = ours_objective_and_grad(
         lambda lp: calc_grpo_objective(
-            lp, old, LOSS_ADVANTAGES, mask, epsilon_low=0.2, epsilon_high=0.28, loss_type=loss_type,
+            lp, old, LOSS_ADVANTAGES, mask, epsilon_low=eps_low, epsilon_high=eps_high, loss_type=loss_type,
             max_completion_length=GEN_LEN, importance_sampling_level=importance_sampling_level,
-            ref_logprobs=GRPO_REF if beta else None, beta=beta, num_items_in_batch=N, num_splits=2),
+            ref_logprobs=GRPO_REF if beta else None, beta=beta, num_items_in_batch=N, num_splits=2,
+            use_bias_correction_kl=use_bias_correction_kl),
         LOSS_LOGPS)
-    torch.testing.assert_close(ours, -trl_loss, **EXACT)
-    torch.testing.assert_close(our_grad, -trl_grad, **EXACT)
     assert (trl_grad[~mask] == 0).all() and trl_grad.abs().sum() > 0
+    return (trl_loss, trl_grad), (-ours, -our_grad)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+@pytest.mark.parametrize("importance_sampling_level", ["token", "sequence"])
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+def test_grpo_loss_and_gradient_match_trl(grpo_trainer, loss_type, importance_sampling_level, beta):
+    """TRL's defaults: at β > 0 each token's k3 is weighed by the (unclipped, differentiable) ratio."""
+    assert grpo_trainer.args.use_bias_correction_kl, "TRL's default"
+    theirs, ours = grpo_loss_and_gradient_both_ways(grpo_trainer, loss_type, importance_sampling_level, beta, True)
+    torch.testing.assert_close(ours[0], theirs[0], **EXACT)
+    torch.testing.assert_close(ours[1], theirs[1], **EXACT)
+
+
+def test_grpo_loss_without_the_kl_bias_correction_matches_trl(grpo_trainer):
+    """use_bias_correction_kl=False on both sides: the plain k3 term; and the flag does change the gradient."""
+    theirs, ours = grpo_loss_and_gradient_both_ways(grpo_trainer, "dapo", "token", 0.04, False)
+    torch.testing.assert_close(ours[0], theirs[0], **EXACT)
+    torch.testing.assert_close(ours[1], theirs[1], **EXACT)
+    corrected, _ = grpo_loss_and_gradient_both_ways(grpo_trainer, "dapo", "token", 0.04, True)
+    assert not torch.allclose(corrected[1], theirs[1], atol=1e-5), "the case must tell the flag's two values apart"
 
 
 # --- Online DPO -----------------------------------------------------------------------------------
@@ -526,10 +548,8 @@ def test_online_dpo_step_on_the_tiny_models_matches_ours_at_temperature_one(tune
     assert prompt_mask.all() and not completion_mask.all()
     ids, P = torch.cat([prompt_ids, completion_ids], 1), prompt_ids.shape[1]
     order, mask = ours_pair_order(B), completion_mask.bool()
-    every = torch.ones_like(ids, dtype=torch.bool)
-
     def seq(model, T):
-        return sequence_log_probs(ours_log_probs(model, ids, every, P, T), mask)[order]
+        return sequence_log_probs(ours_log_probs(model, ids, P, T), mask)[order]
 
     chosen, rejected = select_chosen(torch.tensor(DPO_REWARDS)[order])
     pi, ref = seq(tuned, 1.0), seq(reference, 1.0)
@@ -544,8 +564,8 @@ def test_offline_dpo_sigmoid_loss_matches_trl_dpo_trainer(accelerator):
     """DPOTrainer._compute_loss (precomputed reference log-probs, loss_type sigmoid) on summed masked
     log-probs = calc_dpo_loss; the model's forward returns our per-token log-probs (fused-head output)."""
     B = DPO_PAIRS
-    # DPOTrainer's layout: [chosen rows; rejected rows], one position less than input_ids (next-token)
-    shifted_mask = torch.cat([DPO_MASK[:B], DPO_MASK[B:]])
+    # DPOTrainer's layout: rows [chosen; rejected]; its log-probs have one position less than input_ids
+    shifted_mask = DPO_MASK
     leaf = (DPO_LOGPS * shifted_mask).clone().requires_grad_(True)  # the fused head zeroes label -100
     completion_mask = torch.cat([torch.zeros(2 * B, 1, dtype=torch.long), shifted_mask], 1)
     input_ids = torch.full_like(completion_mask, 7)

@@ -17,7 +17,7 @@ RLOO's sibling (algorithms/rloo.py): G completions per prompt, no critic. Where 
 
     A_i     = (r_i − mean_j r_j) / (std_j r_j + 1e-4)                       compute_grpo_advantages
     ρ_{i,t} = exp(log π(o_{i,t}) − log π_old(o_{i,t}))                      calc_importance_ratio
-    ℓ_{i,t} = min(ρ A_i, clip(ρ, 1−ε_low, 1+ε_high) A_i) − β k3_{i,t}        calc_grpo_objective
+    ℓ_{i,t} = min(ρ A_i, clip(ρ, 1−ε_low, 1+ε_high) A_i) − β ρ k3_{i,t}     calc_grpo_objective (ρ k3: TRL's default)
     J       = Σ_{i,t} mask · ℓ / (the loss_type's normaliser)                (maximised: J = −TRL's loss)
 
 How J is averaged over tokens decides what it teaches about length: see `calc_grpo_objective`
@@ -31,19 +31,13 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformer_lens import HookedTransformer
 
 from rlhf_scratch import distributed as dist
-from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.config import GRPOArgs
-from rlhf_scratch.loading import load_lm
-from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
-from rlhf_scratch.objectives import get_log_probs
-from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
-from rlhf_scratch.rollout import Rollout, make_rollout
-from rlhf_scratch.sampling import attention_mask_or_none
-from rlhf_scratch.tasks import RewardFn, make_reward_fn
+from rlhf_scratch.memory import minibatch_rows
+from rlhf_scratch.rollout import Rollout, policy_token_log_probs
 from rlhf_scratch.timing import timed
+from rlhf_scratch.trainer import Trainer
 
 # Logged by GRPO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names, then ours).
 GRPO_METRICS = (
@@ -152,12 +146,14 @@ def calc_grpo_objective(
     beta: float = 0.0,
     num_items_in_batch: int | float | Tensor | None = None,
     num_splits: int = 1,
+    use_bias_correction_kl: bool = True,
 ) -> Float[Tensor, ""]:
     """GRPO's clipped surrogate on a minibatch, MAXIMISED (= −TRL 1.16's loss):
 
-        ℓ_{i,t} = min(ρ A_i, clip(ρ, 1 − ε_low, 1 + ε_high) A_i) − β k3_{i,t}     (ρ: calc_importance_ratio)
+        ℓ_{i,t} = min(ρ A_i, clip(ρ, 1 − ε_low, 1 + ε_high) A_i) − β ρ k3_{i,t}     (ρ: calc_importance_ratio)
 
-    then summed over kept tokens and divided as `loss_type` says (B rows, L = max_completion_length,
+    (− β k3_{i,t}, without the ρ, when use_bias_correction_kl=False; TRL's default is True), then
+    summed over kept tokens and divided as `loss_type` says (B rows, L = max_completion_length,
     |o_i| = Σ_t mask_{i,t}, N = num_items_in_batch):
 
         "grpo"     J = 1/B Σ_i 1/|o_i| Σ_t ℓ_{i,t}        each sequence's mean, then the mean
@@ -177,6 +173,16 @@ def calc_grpo_objective(
     step's denominator is then the same constant whatever tokens its rows hold, so a batch split
     into minibatches or over processes (DDP averages the gradients) gives the gradient of one
     process on the whole batch. Without N, the minibatch's own count is used (= "bnpo").
+
+    The ρ on k3 (TRL's `use_bias_correction_kl`, from DeepSeek-V3.2) is the surrogate's own ρ: raw
+    (not clipped), with its gradient (not detached), the sequence's ρ_i under GSPO broadcast over its
+    tokens. The tokens were sampled from π_old, so the KL of π needs the weight ρ, and then
+
+        ∇(ρ k3) = ρ (k3 + 1 − π_ref/π) ∇log π = ρ (log π − log π_ref) ∇log π
+
+    whose mean over o ~ π_old is ∇KL(π ‖ π_ref), the reverse KL that k3 estimates. Without ρ,
+    ∇k3 = (1 − π_ref/π) ∇log π, whose mean under π is −Σ_o π_ref ∇log π = ∇KL(π_ref ‖ π): the
+    forward KL. At ρ = 1 (the first minibatch of one pass) the value is the same, the gradient not.
     """
     m = mask.float()
     ratio = calc_importance_ratio(logprobs, old_logprobs, mask, importance_sampling_level)
@@ -185,7 +191,8 @@ def calc_grpo_objective(
     if beta != 0.0:
         if ref_logprobs is None:
             raise ValueError("calc_grpo_objective: beta != 0 needs ref_logprobs")
-        per_token = per_token - beta * calc_k3_kl(logprobs, ref_logprobs)
+        k3 = calc_k3_kl(logprobs, ref_logprobs)
+        per_token = per_token - beta * (ratio * k3 if use_bias_correction_kl else k3)
     kept = per_token * m  # [batch, gen_len] (a [batch, 1] sequence term broadcasts over its tokens)
     if loss_type == "grpo":
         return (kept.sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
@@ -238,44 +245,20 @@ def mean_length_by_advantage_sign(
     }
 
 
-def policy_token_log_probs(policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"]) -> Float[Tensor, "rows gen_len"]:
-    """log π(o_t | q, o_<t) of every completion token of the rollout's `rows` under `policy` now, at
-    the rollout's sampling temperature, with gradient (one forward pass; padding positions are
-    there but masked by every user). Call it inside the `learning_autocast` the rollout scored under."""
-    ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
-    logits = policy(ids, attention_mask=attention_mask_or_none(mask))
-    return get_log_probs(logits, ids, rollout.prefix_len, temperature=rollout.temperature)
-
-
-class GRPOTrainer:
+class GRPOTrainer(Trainer):
     """GRPO of `args.model` toward the reward of `args.task` (or `reward_fn`): no value head, and no
     reference model at all when β = 0 (unless `measure_kl`)."""
 
-    def __init__(self, args: GRPOArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
-        self.device = setup_torch(args)
-        self.args, self.quiet = args, quiet or not dist.is_main()  # one progress bar: rank 0's
-        if args.beta > 0 or args.measure_kl:
-            self.policy, self.ref_model = load_policy_and_reference(args.model, self.device)
-        else:  # as TRL at β = 0: the reference is never loaded nor run
-            self.policy, self.ref_model = load_lm(args.model, device=self.device).train(), None
-        self.prompts = make_prompt_iterator(args, self.policy)
-        self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
-        self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.policy)
-        self.learner = compiled(dist.wrap_for_training(self.policy), args)  # the learning forward (DDP, compile)
-        self.skipped_in_a_row = 0
+    METRICS = GRPO_METRICS
+    args: GRPOArgs
 
-    @torch.no_grad()
+    def uses_reference(self) -> bool:
+        """As TRL: at β = 0 the reference is never loaded nor run (unless asked to measure the KL)."""
+        return self.args.beta > 0 or self.args.measure_kl
+
     def rollout_phase(self) -> Rollout:
         """G completions of each of batch_size / G prompts, scored by the policy (and the reference if any) and the reward."""
-        args = self.args
-        return make_rollout(
-            self.policy, self.ref_model, dist.shard(self.prompts.next_batch(args.batch_size // args.num_generations)),
-            self.reward_fn, num_generations=args.num_generations, gen_len=args.gen_len,
-            temperature=args.temperature, top_k=args.top_k, prepend_bos=args.prepend_bos,
-            stop_at_eos=args.eos_stops(), missing_eos_penalty=args.missing_eos_penalty,
-            chunk_size=args.minibatch_size(),
-            policy_precision=lambda: learning_autocast(args, self.device),  # π_old as π will be computed
-        )
+        return self.sample(num_generations=self.args.num_generations)
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
         """Group-relative advantages → num_iterations passes of minibatch ascent on J.
@@ -295,10 +278,10 @@ class GRPOTrainer:
         objectives: list[float] = []
         counts: list[Tensor] = []  # per step: [clip low, clip high, clip n, k3 sum, kept tokens] on this rank
         skipped = 0
-        passes = [torch.randperm(len(rollout)).view(args.num_minibatches, -1) for _ in range(args.num_iterations)]
-        for rows in tqdm(torch.cat(passes), desc="minibatches", leave=False, disable=self.quiet):
-            self.optimizer.zero_grad()
-            with timed("learning_forward"), learning_autocast(args, self.device):
+        minibatches = minibatch_rows(len(rollout), args.num_minibatches, args.num_iterations)
+        for rows in tqdm(minibatches, total=args.num_minibatches * args.num_iterations, desc="minibatches",
+                         leave=False, disable=self.quiet):
+            with timed("learning_forward"), self.learning_precision():
                 logprobs = policy_token_log_probs(self.learner, rollout, rows)
                 ref_logprobs = rollout.ref_logprobs[rows] if use_ref else None
                 objective = calc_grpo_objective(
@@ -306,14 +289,9 @@ class GRPOTrainer:
                     epsilon_low=args.epsilon_low, epsilon_high=args.epsilon_high, loss_type=args.loss_type,
                     max_completion_length=args.gen_len, importance_sampling_level=args.importance_sampling_level,
                     ref_logprobs=ref_logprobs, beta=args.beta, num_items_in_batch=num_items_in_batch,
-                    num_splits=num_splits,
+                    num_splits=num_splits, use_bias_correction_kl=args.use_bias_correction_kl,
                 )
-            with timed("backward"):
-                objective.backward()
-            with timed("optimizer_step"):
-                stepped = clip_and_step(self.optimizer, self.policy, objective, args.max_grad_norm)
-            self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
-            skipped += not stepped
+            skipped += not self.optimizer_step(objective)
             objectives.append(objective.item())
             with torch.no_grad():
                 clip = calc_clip_counts(logprobs, rollout.logprobs[rows], advantages[rows], mask[rows],
@@ -343,7 +321,3 @@ class GRPOTrainer:
             "charts/skipped_steps": skipped,
         }
         return stats
-
-    def train(self, run_dir=None, resume: bool = False):
-        """Run every phase (see `loop.run_training`); return the run folder."""
-        return run_training(self, run_dir, self.quiet, resume)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
@@ -37,15 +36,14 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from rlhf_scratch import distributed as dist
-from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.config import OnlineDPOArgs
 from rlhf_scratch.judges import Judge, make_judge
-from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
+from rlhf_scratch.memory import minibatch_rows
 from rlhf_scratch.objectives import sequence_log_probs
-from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
-from rlhf_scratch.rollout import Rollout, make_rollout, policy_sequence_log_probs
-from rlhf_scratch.tasks import RewardFn, make_reward_fn
+from rlhf_scratch.rollout import Rollout, policy_sequence_log_probs
+from rlhf_scratch.tasks import RewardFn
 from rlhf_scratch.timing import timed
+from rlhf_scratch.trainer import Trainer, mean_stats
 
 # Logged by Online DPO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
 DPO_METRICS = (
@@ -202,32 +200,20 @@ def rollout_objective_stats(
     return stats
 
 
-class OnlineDPOTrainer:
+class OnlineDPOTrainer(Trainer):
     """Online DPO of `args.model`: the reward of `args.task` (or `reward_fn`), or a judge, picks winners."""
+
+    METRICS = DPO_METRICS
+    args: OnlineDPOArgs
 
     def __init__(self, args: OnlineDPOArgs, reward_fn: RewardFn | None = None, judge: Judge | None = None,
                  quiet: bool = False):
-        self.device = setup_torch(args)
-        self.args, self.quiet = args, quiet or not dist.is_main()  # one progress bar: rank 0's
-        self.policy, self.ref_model = load_policy_and_reference(args.model, self.device)
-        self.prompts = make_prompt_iterator(args, self.policy)
-        self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
+        super().__init__(args, reward_fn, quiet)
         self.judge = judge or make_judge(args.judge, args.direction, self.device)
-        self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.policy)
-        self.learner = compiled(dist.wrap_for_training(self.policy), args)  # the learning forward (DDP, compile)
-        self.skipped_in_a_row = 0
 
-    @torch.no_grad()
     def rollout_phase(self) -> Rollout:
         """Two completions of each of batch_size / 2 prompts, scored by the policy, the reference and the reward."""
-        args = self.args
-        return make_rollout(
-            self.policy, self.ref_model, dist.shard(self.prompts.next_batch(args.batch_size // 2)), self.reward_fn,
-            num_generations=2, gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k,
-            prepend_bos=args.prepend_bos, stop_at_eos=args.eos_stops(),
-            missing_eos_penalty=args.missing_eos_penalty, chunk_size=args.minibatch_size(),
-            policy_precision=lambda: learning_autocast(args, self.device),  # π_old as π will be computed
-        )
+        return self.sample(num_generations=2)
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
         """Pick winners (reward or judge), then num_iterations passes over the pairs in minibatches,
@@ -249,43 +235,33 @@ class OnlineDPOTrainer:
         stats: list[dict[str, float]] = []
         skipped = 0
         pairs_per_minibatch = max(1, args.minibatch_size() // 2 // dist.world_size())  # this rank's share
-        for _ in range(args.num_iterations):
-            for idx in tqdm(torch.randperm(len(chosen)).split(pairs_per_minibatch), desc="minibatches",
-                            leave=False, disable=self.quiet):
-                c, r, w = chosen[idx], rejected[idx], weights[idx]
-                decided = w.sum()
-                decided_everywhere = dist.all_gather(decided.view(1)).sum()  # this step's decided pairs, all ranks
-                if decided_everywhere == 0:
-                    continue  # the same on every rank: nobody steps
-                self.optimizer.zero_grad()
-                with timed("learning_forward"), learning_autocast(args, self.device):
-                    logps = policy_sequence_log_probs(self.learner, rollout, torch.cat([c, r]))
-                    out = calc_dpo_loss(logps[: len(c)], logps[len(c):], ref_logps[c], ref_logps[r],
-                                        args.beta, args.loss_type, weights=w)
-                    # DDP averages the ranks' gradients: scale each rank's weighted mean by its share of the
-                    # decided pairs (× 1.0 exactly in one process)
-                    share = decided * dist.world_size() / decided_everywhere
-                    objective = -out.loss * share  # the optimizer ascends (maximize=True)
-                with timed("backward"):
-                    objective.backward()
-                with timed("optimizer_step"):
-                    stepped = clip_and_step(self.optimizer, self.policy, objective, args.max_grad_norm)
-                self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
-                skipped += not stepped
-                if decided > 0:  # the diagnostics are over the decided pairs
-                    keep = w > 0
-                    stats.append({
-                        "loss/dpo": out.loss.item(),
-                        **implicit_reward_stats(out.chosen_rewards[keep], out.rejected_rewards[keep]),
-                        "logps/chosen": logps[: len(c)][keep].mean().item(),
-                        "logps/rejected": logps[len(c):][keep].mean().item(),
-                    })
+        num_minibatches = len(chosen) // pairs_per_minibatch
+        minibatches = minibatch_rows(len(chosen), num_minibatches, args.num_iterations)
+        for idx in tqdm(minibatches, total=num_minibatches * args.num_iterations, desc="minibatches",
+                        leave=False, disable=self.quiet):
+            c, r, w = chosen[idx], rejected[idx], weights[idx]
+            decided = w.sum()
+            decided_everywhere = dist.all_gather(decided.view(1)).sum()  # this step's decided pairs, all ranks
+            if decided_everywhere == 0:
+                continue  # the same on every rank: nobody steps
+            with timed("learning_forward"), self.learning_precision():
+                logps = policy_sequence_log_probs(self.learner, rollout, torch.cat([c, r]))
+                out = calc_dpo_loss(logps[: len(c)], logps[len(c):], ref_logps[c], ref_logps[r],
+                                    args.beta, args.loss_type, weights=w)
+                # DDP averages the ranks' gradients: scale each rank's weighted mean by its share of the
+                # decided pairs (× 1.0 exactly in one process)
+                share = decided * dist.world_size() / decided_everywhere
+                objective = -out.loss * share  # the optimizer ascends (maximize=True)
+            skipped += not self.optimizer_step(objective)
+            if decided > 0:  # the diagnostics are over the decided pairs
+                keep = w > 0
+                stats.append({
+                    "loss/dpo": out.loss.item(),
+                    **implicit_reward_stats(out.chosen_rewards[keep], out.rejected_rewards[keep]),
+                    "logps/chosen": logps[: len(c)][keep].mean().item(),
+                    "logps/rejected": logps[len(c):][keep].mean().item(),
+                })
         self.scheduler.step()
 
-        learned = {k: float(np.mean([s[k] for s in stats])) for k in stats[0]} if stats else {}
-        return {**learned, **rollout_objective_stats(rollout, chosen, rejected, weights, args.beta),
+        return {**mean_stats(stats), **rollout_objective_stats(rollout, chosen, rejected, weights, args.beta),
                 "beta": args.beta, "charts/skipped_steps": skipped}
-
-    def train(self, run_dir=None, resume: bool = False):
-        """Run every phase (see `loop.run_training`); return the run folder."""
-        return run_training(self, run_dir, self.quiet, resume)

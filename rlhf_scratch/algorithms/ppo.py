@@ -14,18 +14,16 @@ every mean over the completion tokens the policy chose (padding after EOS masked
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer
 
 from rlhf_scratch import distributed as dist
-from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.advantages import compute_advantages, compute_gae_advantages
 from rlhf_scratch.config import RLHFArgs
-from rlhf_scratch.control import AdaptiveKLController
-from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
+from rlhf_scratch.kl_control import AdaptiveKLController
 from rlhf_scratch.memory import ReplayMemory, ReplayMinibatch
 from rlhf_scratch.model import TransformerWithValueHead
 from rlhf_scratch.objectives import (
@@ -40,12 +38,12 @@ from rlhf_scratch.objectives import (
     generated_span,
     temperature_scaled,
 )
-from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.rewards import normalize_reward
-from rlhf_scratch.rollout import Rollout, make_rollout
+from rlhf_scratch.rollout import Rollout
 from rlhf_scratch.sampling import attention_mask_or_none
-from rlhf_scratch.tasks import RewardFn, make_reward_fn
+from rlhf_scratch.tasks import RewardFn
 from rlhf_scratch.timing import timed
+from rlhf_scratch.trainer import Trainer, mean_stats
 
 # Logged by PPO's learning phase each phase, besides loop.SHARED_METRICS (CleanRL's names).
 PPO_METRICS = (
@@ -102,40 +100,34 @@ def compute_rlhf_objective(
     return total, terms
 
 
-class RLHFTrainer:
+class RLHFTrainer(Trainer):
     """PPO RLHF of `args.model` toward the reward of `args.task` (or `reward_fn`)."""
 
+    METRICS = PPO_METRICS
+    args: RLHFArgs
+
     def __init__(self, args: RLHFArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
-        self.device = setup_torch(args)
-        self.args, self.quiet = args, quiet or not dist.is_main()  # one progress bar: rank 0's
-        policy, self.ref_model = load_policy_and_reference(args.model, self.device)
-        self.model = TransformerWithValueHead(policy, detach_value_head=args.detach_value_head).train()
-        self.policy = self.model  # what the run folder saves
-        self.prompts = make_prompt_iterator(args, policy)
-        self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
-        self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.model)
-        self.learner = compiled(dist.wrap_for_training(self.model), args)  # the learning forward (DDP, compile)
+        super().__init__(args, reward_fn, quiet)
         self.kl_coef = args.kl_coef
         self.kl_ctl = AdaptiveKLController(args.kl_coef, args.target_kl, args.kl_horizon) if args.adaptive_kl else None
-        self.skipped_in_a_row = 0  # optimizer steps skipped for a non-finite objective or gradient
+
+    def build_policy(self, lm: HookedTransformer) -> TransformerWithValueHead:
+        """The LM with the blog's value head on its final normalised residual: trained and saved together."""
+        return TransformerWithValueHead(lm, detach_value_head=self.args.detach_value_head).train()
+
+    @property
+    def model(self) -> TransformerWithValueHead:
+        """The blog's name for the policy with its value head."""
+        return self.policy
 
     # ------------------------------------------------------------------ the two phases
-    @torch.no_grad()
     def rollout_phase(self) -> Rollout:
         """Sample a batch (one completion per prompt), score it with the policy, its value head
         and the reference, and reward it."""
-        args = self.args
-        return make_rollout(
-            self.model, self.ref_model, dist.shard(self.prompts.next_batch(args.batch_size)), self.reward_fn,
-            num_generations=1, gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k,
-            prepend_bos=args.prepend_bos, stop_at_eos=args.eos_stops(),
-            missing_eos_penalty=args.missing_eos_penalty, chunk_size=args.minibatch_size(),
-            keep_ref_distribution=args.cache_ref_logprobs,
-            policy_precision=lambda: learning_autocast(args, self.device),  # π_old as π will be computed
-        )
+        return self.sample(num_generations=1, keep_ref_distribution=self.args.cache_ref_logprobs)
 
     @torch.no_grad()
-    def compute_advantages(self, rollout: Rollout) -> Float[Tensor, "batch gen_len"]:
+    def rollout_advantages(self, rollout: Rollout) -> Float[Tensor, "batch gen_len"]:
         """Per-token advantages from the rollout's values and (normalised) rewards."""
         args = self.args
         rewards = rollout.rewards
@@ -146,13 +138,13 @@ class RLHFTrainer:
                                           args.gae_lambda, mask=rollout.completion_mask)
         return compute_advantages(rollout.values, rewards, rollout.prefix_len, mask=rollout.completion_mask)
 
-    def compute_rlhf_objective(self, mb: ReplayMinibatch) -> tuple[Tensor, dict[str, float]]:
+    def minibatch_objective(self, mb: ReplayMinibatch) -> tuple[Tensor, dict[str, float]]:
         """J on one minibatch: policy forward (logits and values), reference forward, the terms."""
         mask, ref_logits = attention_mask_or_none(mb.attention_mask), None
         if mb.ref_distribution is None:  # not kept by the rollout: one reference forward per minibatch
             with timed("reference_forward"), torch.no_grad():
                 ref_logits = self.ref_model(mb.sample_ids, attention_mask=mask)
-        with timed("learning_forward"), learning_autocast(self.args, self.device):
+        with timed("learning_forward"), self.learning_precision():
             logits, values = self.learner(mb.sample_ids, attention_mask=mask)
             total, terms = compute_rlhf_objective(logits, values, ref_logits, mb, self.args, self.kl_coef)
         logprobs = terms.pop("logprobs")
@@ -164,7 +156,7 @@ class RLHFTrainer:
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
         """Advantages, then gradient ascent on J over every minibatch; one scheduler step."""
         args = self.args
-        advantages = self.compute_advantages(rollout)
+        advantages = self.rollout_advantages(rollout)
         memory = ReplayMemory(
             rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
             advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase,
@@ -173,19 +165,13 @@ class RLHFTrainer:
         stats: list[dict[str, float]] = []
         skipped = 0
         for mb in tqdm(memory.get_minibatches(), total=len(memory), desc="minibatches", leave=False, disable=self.quiet):
-            self.optimizer.zero_grad()
-            total, mb_stats = self.compute_rlhf_objective(mb)
-            with timed("backward"):
-                total.backward()
-            with timed("optimizer_step"):
-                stepped = clip_and_step(self.optimizer, self.model, total, args.max_grad_norm)
-            self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
-            skipped += not stepped
+            total, mb_stats = self.minibatch_objective(mb)
+            skipped += not self.optimizer_step(total)
             stats.append(mb_stats)
         self.scheduler.step()
 
         gen = generated_span(rollout.prefix_len)
-        phase_stats = {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
+        phase_stats = mean_stats(stats)
         phase_stats["objective/kl_coef"] = self.kl_coef
         phase_stats["charts/skipped_steps"] = skipped
         phase_stats["losses/explained_variance"] = explained_variance(
@@ -203,7 +189,3 @@ class RLHFTrainer:
         self.kl_coef = state["kl_coef"]
         if self.kl_ctl is not None and state["kl_ctl"] is not None:
             vars(self.kl_ctl).update(state["kl_ctl"])
-
-    def train(self, run_dir=None, resume: bool = False):
-        """Run every phase (see `loop.run_training`); return the run folder."""
-        return run_training(self, run_dir, self.quiet, resume)

@@ -18,21 +18,18 @@ With one iteration per batch ρ = 1 and J's gradient is REINFORCE's, mean_i A_i 
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
 from rlhf_scratch import distributed as dist
-from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.config import RLOOArgs
-from rlhf_scratch.loop import load_policy_and_reference, make_prompt_iterator, run_training, setup_torch
+from rlhf_scratch.memory import minibatch_rows
 from rlhf_scratch.objectives import sequence_log_probs
-from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
-from rlhf_scratch.rollout import Rollout, make_rollout, policy_sequence_log_probs
-from rlhf_scratch.tasks import RewardFn, make_reward_fn
+from rlhf_scratch.rollout import Rollout, policy_sequence_log_probs
 from rlhf_scratch.timing import timed
+from rlhf_scratch.trainer import Trainer, mean_stats
 
 # Logged by RLOO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
 RLOO_METRICS = (
@@ -144,31 +141,15 @@ def calc_clip_ratios(
     return {"clip_ratio/low_mean": low, "clip_ratio/high_mean": high, "clip_ratio/region_mean": low + high}
 
 
-class RLOOTrainer:
+class RLOOTrainer(Trainer):
     """RLOO of `args.model` toward the reward of `args.task` (or `reward_fn`): no value head."""
 
-    def __init__(self, args: RLOOArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
-        self.device = setup_torch(args)
-        self.args, self.quiet = args, quiet or not dist.is_main()  # one progress bar: rank 0's
-        self.policy, self.ref_model = load_policy_and_reference(args.model, self.device)
-        self.prompts = make_prompt_iterator(args, self.policy)
-        self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
-        self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.policy)
-        self.learner = compiled(dist.wrap_for_training(self.policy), args)  # the learning forward (DDP, compile)
-        self.skipped_in_a_row = 0
+    METRICS = RLOO_METRICS
+    args: RLOOArgs
 
-    @torch.no_grad()
     def rollout_phase(self) -> Rollout:
         """G completions of each of batch_size / G prompts, scored by the policy, the reference and the reward."""
-        args = self.args
-        return make_rollout(
-            self.policy, self.ref_model, dist.shard(self.prompts.next_batch(args.batch_size // args.num_generations)),
-            self.reward_fn, num_generations=args.num_generations, gen_len=args.gen_len,
-            temperature=args.temperature, top_k=args.top_k, prepend_bos=args.prepend_bos,
-            stop_at_eos=args.eos_stops(), missing_eos_penalty=args.missing_eos_penalty,
-            chunk_size=args.minibatch_size(),
-            policy_precision=lambda: learning_autocast(args, self.device),  # π_old as π will be computed
-        )
+        return self.sample(num_generations=self.args.num_generations)
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
         """Shaped rewards → leave-one-out advantages → num_iterations passes of minibatch ascent on J.
@@ -185,19 +166,14 @@ class RLOOTrainer:
 
         stats: list[dict[str, float]] = []
         skipped = 0
-        passes = [torch.randperm(len(rollout)).view(args.num_minibatches, -1) for _ in range(args.num_iterations)]
-        for rows in tqdm(torch.cat(passes), desc="minibatches", leave=False, disable=self.quiet):
-            self.optimizer.zero_grad()
-            with timed("learning_forward"), learning_autocast(args, self.device):
+        minibatches = minibatch_rows(len(rollout), args.num_minibatches, args.num_iterations)
+        for rows in tqdm(minibatches, total=args.num_minibatches * args.num_iterations, desc="minibatches",
+                         leave=False, disable=self.quiet):
+            with timed("learning_forward"), self.learning_precision():
                 seq_logprobs = policy_sequence_log_probs(self.learner, rollout, rows)
                 objective = calc_rloo_objective(seq_logprobs, old_seq_logprobs[rows], advantages[rows],
                                                 args.epsilon_low, args.epsilon_high)
-            with timed("backward"):
-                objective.backward()
-            with timed("optimizer_step"):
-                stepped = clip_and_step(self.optimizer, self.policy, objective, args.max_grad_norm)
-            self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
-            skipped += not stepped
+            skipped += not self.optimizer_step(objective)
             stats.append({"objective/rloo": objective.item(),
                           **calc_clip_ratios(seq_logprobs, old_seq_logprobs[rows], advantages[rows],
                                              args.epsilon_low, args.epsilon_high)})
@@ -215,12 +191,7 @@ class RLOOTrainer:
             "kl": token_kl.mean().item(),
             "entropy": dist.all_gather(rollout.entropy)[all_mask].mean().item(),
             "rewards/shaped_mean": dist.all_gather(shaped).mean().item(),
-            **{k: float(np.mean([s[k] for s in stats])) for k in stats[0]},
+            **mean_stats(stats),
             "objective/beta": args.beta,
             "charts/skipped_steps": skipped,
         }
-
-
-    def train(self, run_dir=None, resume: bool = False):
-        """Run every phase (see `loop.run_training`); return the run folder."""
-        return run_training(self, run_dir, self.quiet, resume)

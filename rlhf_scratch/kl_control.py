@@ -1,4 +1,5 @@
-"""Run control between phases: early stopping and the adaptive KL coefficient."""
+"""Controllers driven by the measured KL between phases: early stopping when the policy drifts too
+far from the reference (or has reached a reward), and the adaptive KL coefficient (Ziegler et al.)."""
 
 import math
 from collections import deque

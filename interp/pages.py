@@ -1,0 +1,105 @@
+"""The pieces every HTML page here is made of: the interp report, its features page and the
+comparison (`python -m rlhf_scratch.compare`) all use these, so a page looks and embeds the same.
+
+- `PAGE_STYLE`, `page(title, body)`   the CSS and the whole-page wrapper (doctype, title, style);
+- `esc`, `Html`, `table(rows)`        escaping, text that is already HTML, a table;
+- `figure(path, title, caption)`      a PNG embedded in the page (base64), so one file is the page;
+- `pyplot()`, `save_figure(fig, path)` matplotlib on the file-only Agg backend, saved the same way;
+- `rounded(x)`                        numbers rounded for a summary JSON (nan -> null).
+
+Importing this module imports neither torch nor matplotlib.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+# The CSS of every page.
+PAGE_STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
+              "table{border-collapse:collapse;font-size:90%}"
+              "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}"
+              "img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}figcaption{color:#555;font-size:90%}"
+              "pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:80%}")
+
+
+class Html(str):
+    """Text that is already HTML: `esc` (and so `table`) leaves it as it is."""
+
+
+def esc(text: object) -> str:
+    """`text` as HTML text: &, <, >, " and ' escaped; an `Html` string passes through unchanged."""
+    return text if isinstance(text, Html) else html.escape(str(text))
+
+
+def table(rows: Iterable[Sequence[object]], header: Sequence[object] = (), row_headers: bool = True) -> str:
+    """A <table>: `header` as one row of <th>; in each row the first cell is a <th> when `row_headers`.
+
+    Every cell is escaped (pass `Html` for cells that are markup already).
+    """
+    def row(cells: Sequence[object], tags: list[str]) -> str:
+        return "<tr>" + "".join(f"<{tag}>{esc(c)}</{tag}>" for tag, c in zip(tags, cells)) + "</tr>"
+
+    first = "th" if row_headers else "td"
+    head = row(header, ["th"] * len(header)) if header else ""
+    return "<table>" + head + "".join(row(r, [first] + ["td"] * (len(r) - 1)) for r in rows) + "</table>"
+
+
+def embedded_png(path: Path) -> str:
+    """An <img> carrying the PNG itself, base64-encoded: the page needs no files beside it."""
+    return f'<img src="data:image/png;base64,{base64.b64encode(Path(path).read_bytes()).decode()}" alt="{esc(Path(path).name)}">'
+
+
+def figure(path: Path, title: str = "", caption: str = "") -> str:
+    """<figure>: an <h3> title (when given), the embedded PNG, a <figcaption> (when given)."""
+    head = f"<h3>{esc(title)}</h3>" if title else ""
+    tail = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
+    return f"<figure>{head}{embedded_png(path)}{tail}</figure>"
+
+
+def page(title: str, body: Iterable[str]) -> str:
+    """A whole page: doctype, charset, `title`, `PAGE_STYLE`, then the `body` parts one per line."""
+    head = f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{PAGE_STYLE}</style></head><body>"
+    return "\n".join([head, *body]) + "</body></html>"
+
+
+# --- figures --------------------------------------------------------------------------------------
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (writes files, never opens a window): the one place it is chosen."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Lay out, write `path` as a 110-dpi PNG and close the figure (pyplot keeps open ones alive)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+    return Path(path)
+
+
+# --- numbers --------------------------------------------------------------------------------------
+
+
+def rounded(x, nd: int = 4):
+    """`x` ready for a summary JSON: floats rounded to `nd` places (nan -> None), tensors as lists;
+    recurses into lists, tuples and dicts."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        x = x.tolist()
+    if isinstance(x, float):
+        return None if x != x else round(x, nd)
+    if isinstance(x, (list, tuple)):
+        return [rounded(v, nd) for v in x]
+    if isinstance(x, dict):
+        return {k: rounded(v, nd) for k, v in x.items()}
+    return x
