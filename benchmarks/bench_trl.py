@@ -109,8 +109,8 @@ def worker_trl(opts) -> dict:
     from transformers import AutoTokenizer, TrainerCallback
     from trl import RLOOConfig, RLOOTrainer
 
-    from rlhf_scratch.loading import TINY_LM_DIR, asset_path
     from rlhf_scratch.config import make_args
+    from rlhf_scratch.loading import TINY_LM_DIR, asset_path
     from rlhf_scratch.rewards import SentimentReward
 
     if opts.threads:

@@ -32,7 +32,7 @@ RUN_DIR/interp/features/features.json. Needs SAE Lens: `pip install -e ".[sae]"`
    of it (k = 1, 10, 100, all). With all features the rest is the change in the SAE's
    reconstruction error, Σ_p |Δerr[p]|² / Σ_p |Δx[p]|² (reported beside it).
 4. **Causal checks.** Steering: add v = Σ_{f ∈ top n} Δa(f) d_f to the REFERENCE's activations
-   at the site, at every position, sample with `rlhf_scratch.sampling.generate`, and measure
+   at the site, at every position, sample with `rlhf_scratch.generation.generate`, and measure
    the task reward and the sampled KL(steered ‖ reference); against random features (the same
    coefficients on random live features, rescaled to |v|). Ablation: zero the top features
    that RLHF turned up (Δa > 0) in the TUNED model, x ← x − Σ_f a_f(x) d_f, and measure the
@@ -443,9 +443,9 @@ class SampleSettings:
 
 @torch.no_grad()
 def sample(model: HookedTransformer, prompts: list[str], s: SampleSettings, fwd_hooks: list = ()):
-    """`s.n_samples` completions of `prompts` (cycled) with `rlhf_scratch.sampling.generate`, with
+    """`s.n_samples` completions of `prompts` (cycled) with `rlhf_scratch.generation.generate`, with
     `fwd_hooks` in place. Returns (prompts used, prompt ids, prompt mask, completion ids, completion mask)."""
-    from rlhf_scratch.sampling import generate, tokenize_prompts
+    from rlhf_scratch.generation import generate, tokenize_prompts
 
     used = [prompts[i % len(prompts)] for i in range(s.n_samples)]
     prompt_ids, prompt_mask = tokenize_prompts(model, used, s.prepend_bos)
@@ -474,7 +474,7 @@ def sampled_reward_and_kl(model: HookedTransformer, reference: HookedTransformer
     """(mean reward, its standard error, mean sampled KL(model+hooks ‖ reference) in nats per sample)
     of samples from `model` with `fwd_hooks`. The reward is called by the trainer's contract; the KL
     is the log-ratio Σ_t log p_model − log p_ref summed over each sample's completion tokens."""
-    from rlhf_scratch.sampling import decode_completions
+    from rlhf_scratch.generation import decode_completions
     from rlhf_scratch.tasks import score_completions
 
     used, prompt_ids, prompt_mask, ids, mask = sample(model, prompts, s, fwd_hooks)

@@ -19,8 +19,8 @@ real positions, so no attention mask is needed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch

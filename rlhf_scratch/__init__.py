@@ -27,7 +27,7 @@ _EXPORTS = {
     "calc_k3_kl": "algorithms.grpo", "calc_clip_counts": "algorithms.grpo",
     "mean_length_by_advantage_sign": "algorithms.grpo",
     # the rollout
-    "get_samples": "sampling", "sample_next_token": "sampling", "Rollout": "rollout", "make_rollout": "rollout",
+    "get_samples": "generation", "sample_next_token": "generation", "Rollout": "rollout", "make_rollout": "rollout",
     "policy_token_log_probs": "rollout",
     "PromptIterator": "prompts", "load_prompts": "prompts",
     # PPO's pieces, with the blog's names

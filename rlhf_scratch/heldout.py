@@ -16,7 +16,6 @@ proxy curve keeps rising while a held-out curve turns down, that is over-optimis
 
 from __future__ import annotations
 
-import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 

@@ -27,8 +27,6 @@ from pathlib import Path
 
 import torch
 from transformer_lens import HookedTransformer
-
-from rlhf_scratch.quiet import quiet_hooked_transformer
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
@@ -36,6 +34,8 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+
+from rlhf_scratch.quiet import quiet_hooked_transformer
 
 TINY = "tiny"
 TINY_LM_DIR = "tiny_lm"

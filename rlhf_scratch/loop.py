@@ -35,8 +35,8 @@ from rlhf_scratch.checkpoint import (
 )
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.contract import TrainerContract
-from rlhf_scratch.kl_control import EarlyStopping
 from rlhf_scratch.heldout import HELDOUT_METRICS, heldout_metrics
+from rlhf_scratch.kl_control import EarlyStopping
 from rlhf_scratch.logger import Metrics, RunLogger
 from rlhf_scratch.rollout import Rollout
 from rlhf_scratch.runs import (

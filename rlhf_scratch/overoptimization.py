@@ -392,10 +392,10 @@ def best_of_n_study(proxies: dict[int, Path], eval_prompts: list[str], opts) -> 
     the exact expected gold and proxy of the proxy's pick, averaged over prompts."""
     import torch
 
+    from rlhf_scratch.generation import decode_completions, generate, tokenize_prompts
     from rlhf_scratch.loading import load_lm
     from rlhf_scratch.preferences import gold_scores
     from rlhf_scratch.reward_modeling import load_reward_model_run
-    from rlhf_scratch.sampling import decode_completions, generate, tokenize_prompts
 
     torch.manual_seed(opts.seed)
     lm = load_lm("tiny").eval()

@@ -87,8 +87,8 @@ def make_preference_pairs(
     import torch
     from tqdm.auto import tqdm
 
+    from rlhf_scratch.generation import decode_completions, generate, tokenize_prompts
     from rlhf_scratch.prompts import PromptIterator
-    from rlhf_scratch.sampling import decode_completions, generate, tokenize_prompts
 
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)

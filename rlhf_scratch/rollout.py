@@ -33,12 +33,17 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
+from rlhf_scratch.generation import attention_mask_or_none, decode_completions, generate, tokenize_prompts
 from rlhf_scratch.model import TransformerWithValueHead
 from rlhf_scratch.objectives import (
-    entropy_per_token, gather_log_probs, generated_span, get_log_probs, kl_per_token, sequence_log_probs,
+    entropy_per_token,
+    gather_log_probs,
+    generated_span,
+    get_log_probs,
+    kl_per_token,
+    sequence_log_probs,
     temperature_scaled,
 )
-from rlhf_scratch.sampling import attention_mask_or_none, decode_completions, generate, tokenize_prompts
 from rlhf_scratch.tasks import score_completions
 from rlhf_scratch.timing import timed
 

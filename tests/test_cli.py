@@ -4,8 +4,7 @@ import dataclasses
 import subprocess
 import sys
 
-from rlhf_scratch.config import RLHFArgs
-from rlhf_scratch.config import ALGOS
+from rlhf_scratch.config import ALGOS, RLHFArgs
 from rlhf_scratch.train import main
 
 

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from test_logger import one_sample_rollout
 
 from rlhf_scratch.heldout import heldout_metrics, ref_logprob_per_token, repeated_ngram_fraction, vader_score
-from test_logger import one_sample_rollout
 
 
 def test_repeated_ngrams_by_hand():

@@ -21,7 +21,6 @@ from interp.logits import (
 )
 from interp.toy import perturb_head, toy_model, toy_tokenizer
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

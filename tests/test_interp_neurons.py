@@ -7,7 +7,11 @@ import torch
 
 from interp.logits import prompt_tokens, residual_sentiment_direction, sentiment_tokens
 from interp.neurons import (
-    neuron_activation_change, neuron_dla, neuron_patching, top_activating_tokens, top_neurons,
+    neuron_activation_change,
+    neuron_dla,
+    neuron_patching,
+    top_activating_tokens,
+    top_neurons,
 )
 from interp.residual import component_logit_diff
 from interp.toy import toy_model, toy_tokenizer

@@ -94,8 +94,13 @@ def _random_minibatch(gen):
 
 def test_at_temperature_one_the_objective_is_bit_identical_to_the_blogs():
     """T = 1 divides nothing: every term equals, bit for bit, the blog's formula on log_softmax(logits)."""
-    from rlhf_scratch.objectives import (calc_clipped_sur_obj, calc_entropy_bonus, calc_kl_penalty,
-                                         calc_value_fn_loss, gather_log_probs)
+    from rlhf_scratch.objectives import (
+        calc_clipped_sur_obj,
+        calc_entropy_bonus,
+        calc_kl_penalty,
+        calc_value_fn_loss,
+        gather_log_probs,
+    )
 
     logits, ref_logits, values, mb = _random_minibatch(torch.Generator().manual_seed(1))
     args = make_args(clip_coef=0.2, vf_coef=0.2, ent_coef=0.01)

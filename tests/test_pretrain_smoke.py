@@ -9,9 +9,9 @@ import math
 
 import torch
 
-from rlhf_scratch.tiny_preset import build as pretrain
 from rlhf_scratch.loading import load_lm, load_reward_model
 from rlhf_scratch.rewards import SentimentReward
+from rlhf_scratch.tiny_preset import build as pretrain
 
 
 def test_lr_schedule_by_hand():

@@ -98,8 +98,7 @@ def test_vader_choice_of_sentiment_reward():
 
 def _save_random_distilbert(folder):
     """A randomly initialised tiny DistilBERT classifier + WordPiece tokenizer, as on the Hub."""
-    from transformers import DistilBertConfig, DistilBertForSequenceClassification
-    from transformers import DistilBertTokenizerFast
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification, DistilBertTokenizerFast
 
     words = sorted({w.strip(".,;").lower() for t in POSITIVE + NEGATIVE for w in t.split()})
     vocab = folder / "vocab.txt"

@@ -3,10 +3,10 @@
 import io
 
 import torch
+from test_logger import one_sample_rollout
 
 from rlhf_scratch.runs import LoadedRun, load_run
 from rlhf_scratch.sample import main, sample_both, sequence_kl
-from test_logger import one_sample_rollout
 
 
 def test_sequence_kl_sums_kept_tokens_only():

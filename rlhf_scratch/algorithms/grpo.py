@@ -296,7 +296,14 @@ class GRPOTrainer(Trainer):
             with torch.no_grad():
                 clip = calc_clip_counts(logprobs, rollout.logprobs[rows], advantages[rows], mask[rows],
                                         args.epsilon_low, args.epsilon_high, args.importance_sampling_level)
-                k3 = calc_k3_kl(logprobs, ref_logprobs)[mask[rows]].sum() if use_ref else logprobs.new_zeros(())
+                if use_ref:  # TRL logs the k3 it optimises: times the ratio under the bias correction
+                    per_token = calc_k3_kl(logprobs, ref_logprobs)
+                    if args.use_bias_correction_kl:
+                        per_token = per_token * calc_importance_ratio(logprobs, rollout.logprobs[rows], mask[rows],
+                                                                      args.importance_sampling_level)
+                    k3 = per_token[mask[rows]].sum()
+                else:
+                    k3 = logprobs.new_zeros(())
                 counts.append(torch.cat([clip, torch.stack([k3, mask[rows].sum().float()])]))
         self.scheduler.step()
 

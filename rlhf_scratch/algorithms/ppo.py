@@ -23,6 +23,7 @@ from transformer_lens import HookedTransformer
 from rlhf_scratch import distributed as dist
 from rlhf_scratch.advantages import compute_advantages, compute_gae_advantages
 from rlhf_scratch.config import RLHFArgs
+from rlhf_scratch.generation import attention_mask_or_none
 from rlhf_scratch.kl_control import AdaptiveKLController
 from rlhf_scratch.memory import ReplayMemory, ReplayMinibatch
 from rlhf_scratch.model import TransformerWithValueHead
@@ -40,7 +41,6 @@ from rlhf_scratch.objectives import (
 )
 from rlhf_scratch.rewards import normalize_reward
 from rlhf_scratch.rollout import Rollout
-from rlhf_scratch.sampling import attention_mask_or_none
 from rlhf_scratch.tasks import RewardFn
 from rlhf_scratch.timing import timed
 from rlhf_scratch.trainer import Trainer, mean_stats

@@ -32,18 +32,18 @@ import shutil
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
-from transformers.utils import logging as hf_logging
 from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel
+from transformers.utils import logging as hf_logging
 
+from rlhf_scratch import corpus
 from rlhf_scratch.cli import given_fields, parse_dataclass
 from rlhf_scratch.config import ConfigError
-from rlhf_scratch import corpus
 from rlhf_scratch.loading import TINY_LM_DIR, TINY_REWARD_DIR, asset_path, load_lm
 from rlhf_scratch.rewards import SentimentReward, reward_fn_vader
 from rlhf_scratch.tiny_preset.tokenizer import save_tokenizer, train_tokenizer

@@ -1,4 +1,4 @@
-"""Sampling: left-padded prompts in, completions out — the loop written by hand, with a KV cache.
+"""Generation: left-padded prompts in, completions out — the sampling loop written by hand, with a KV cache.
 
     prompt_ids        [batch, prompt_len]   left-padded, so every prompt ends at the same column
     prompt_mask       [batch, prompt_len]   False on the padding

@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
+from rlhf_scratch.generation import generate, get_samples, sample_next_token, tokenize_prompts
 from rlhf_scratch.loading import load_lm
 from rlhf_scratch.model import TransformerWithValueHead
 from rlhf_scratch.objectives import generated_span
 from rlhf_scratch.rollout import score_tokens
-from rlhf_scratch.sampling import generate, get_samples, sample_next_token, tokenize_prompts
 
 PROMPTS = ["This movie was really", "A", "The acting in this film is not what I"]
 
