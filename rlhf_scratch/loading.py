@@ -278,12 +278,6 @@ def load_lm(name: str = TINY, device: str | torch.device = "cpu") -> HookedTrans
     return model
 
 
-def _is_reward_model_run(folder: Path) -> bool:
-    from rlhf_scratch.reward_modeling import is_reward_model_run
-
-    return is_reward_model_run(folder)
-
-
 def load_reward_model(
     name: str = TINY, device: str | torch.device = "cpu"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -292,26 +286,23 @@ def load_reward_model(
     `tiny` -> the shipped classifier; a local folder or a Hub id (e.g. `lvwerra/distilbert-imdb`)
     -> `AutoModelForSequenceClassification.from_pretrained`. Convention (as the IMDB model):
     label index 1 = positive, 0 = negative. A reward model (one label, e.g. a folder written by
-    `python -m rlhf_scratch.reward_model` or its export) gives a scalar score instead; its run
-    folder is converted to a `GPT2ForSequenceClassification` on the fly (`export.to_hf_reward_model`).
+    `python -m rlhf_scratch.reward_model`'s export) gives a scalar score instead (a reward-model
+    run folder itself is loaded by `reward_modeling.reward_model_classifier`).
     Returned in eval mode, float32, on `device`.
     """
-    model = None
     folder = _local_folder(name, TINY_REWARD_DIR, "reward_model")
-    if folder is not None and _is_reward_model_run(folder):  # python -m rlhf_scratch.reward_model's run folder
-        from rlhf_scratch.export import to_hf_reward_model
-        from rlhf_scratch.reward_modeling import load_reward_model_run
-
-        scalar = load_reward_model_run(folder, device="cpu")
-        model, tokenizer = to_hf_reward_model(scalar), scalar.base.tokenizer
-        folder = None
-    elif folder is not None:
+    if folder is not None:
         check_model_folder(folder, "reward_model", classifier=True)
-    if model is None:
-        source = str(folder) if folder else name
-        with hub_errors(name), no_weight_loading_bars():
-            model = AutoModelForSequenceClassification.from_pretrained(source, dtype=torch.float32)
-            tokenizer = AutoTokenizer.from_pretrained(source)
+    source = str(folder) if folder else name
+    with hub_errors(name), no_weight_loading_bars():
+        model = AutoModelForSequenceClassification.from_pretrained(source, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    return as_classifier(model, tokenizer, name, device)
+
+
+def as_classifier(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str,
+                  device: str | torch.device) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Check that `model` is a sequence classifier, give it a pad token, eval mode, float32 on `device`."""
     architectures = getattr(model.config, "architectures", None) or []
     if not any(a.endswith("ForSequenceClassification") for a in architectures):
         raise ModelFolderError(f"reward_model: {name} is not a sequence classifier (architectures: "

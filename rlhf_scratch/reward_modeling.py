@@ -8,7 +8,7 @@ The head reads the same vector as PPO's value head (`model.TransformerWithValueH
 unembedding: the residual stream after the final LayerNorm. It reads it at the last token the
 tokenizer kept (right padding, so the causal mask alone keeps the padding out of every kept
 token's computation), which is where `GPT2ForSequenceClassification` reads its `score` head too,
-so the model exports to that class exactly (`export.to_hf_reward_model`).
+so the model exports to that class exactly (`hf_format.to_hf_reward_model`).
 
 Training, the run folder and `load_reward_model_run` live here; the command line is
 `python -m rlhf_scratch.reward_model` (see `reward_model.py`).
@@ -87,7 +87,7 @@ class RewardModel(nn.Module):
 
     `n̂` is `ln_final.hook_normalized` (read by a forward hook, as `TransformerWithValueHead`
     reads it), taken at the last kept token that is not the pad token — the position
-    `GPT2ForSequenceClassification` reads, so `export.to_hf_reward_model` scores alike. Texts
+    `GPT2ForSequenceClassification` reads, so `hf_format.to_hf_reward_model` scores alike. Texts
     are tokenized by the LM's tokenizer as TransformerLens set it up (BOS first; the export
     saves that tokenizer, so a `transformers` user gets the same ids), right-padded, cut at n_ctx.
     """
@@ -425,6 +425,17 @@ def is_reward_model_run(folder: str | Path) -> bool:
         return json.loads(config.read_text()).get("algo") == KIND
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
         return False
+
+
+def reward_model_classifier(run_dir: str | Path, device: str = "cpu") -> tuple:
+    """A reward-model run folder as the `(classifier, tokenizer)` pair every reward function takes:
+    its RewardModel converted to a one-label `GPT2ForSequenceClassification` that scores alike
+    (`hf_format.to_hf_reward_model`), so `--reward-model RUN_DIR` works like `--reward-model EXPORT`."""
+    from rlhf_scratch.hf_format import to_hf_reward_model
+    from rlhf_scratch.loading import as_classifier
+
+    scalar = load_reward_model_run(run_dir, device="cpu")
+    return as_classifier(to_hf_reward_model(scalar), scalar.base.tokenizer, str(run_dir), device)
 
 
 def load_reward_model_run(run_dir: str | Path, device: str = "cpu") -> RewardModel:

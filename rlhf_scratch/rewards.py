@@ -50,6 +50,12 @@ def normalize_reward(reward: Float[Tensor, "batch"], eps: float = 1e-5) -> Float
 
 @lru_cache(maxsize=4)
 def _cached_classifier(name: str, device: str):
+    """The `(classifier, tokenizer)` of `--reward-model name`: a Hugging Face classifier (`tiny`, a
+    folder, a Hub id, a reward model's export) or a reward-model run folder."""
+    from rlhf_scratch.reward_modeling import is_reward_model_run, reward_model_classifier
+
+    if is_reward_model_run(name):  # python -m rlhf_scratch.reward_model's run folder
+        return reward_model_classifier(name, device)
     return load_reward_model(name, device)
 
 

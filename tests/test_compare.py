@@ -57,6 +57,7 @@ def test_an_existing_folder_is_never_taken_over(tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
 
 
+@pytest.mark.slow
 def test_comparison_writes_every_file_and_does_not_redo_finished_runs(tmp_path, capsys):
     out = tmp_path / "cmp"
     argv = ["sentiment", "--algos", "ppo,rloo", "--total-phases", "2", "--out", str(out), *SMALL]
@@ -89,6 +90,7 @@ def test_table_shows_held_out_scores_from_phase_1_to_the_end():
     assert table[2] == "| ppo-s1 | 0.500 | 0.910 | 0.250 | 0.600 → 0.550 |  |  | 12 | 1,234 | 100 |"
 
 
+@pytest.mark.slow
 def test_an_interrupted_comparison_continues_the_interrupted_run(tmp_path, monkeypatch):
     """Ctrl-C reaches the training run after its first phase; the same command again resumes that run
     from its checkpoint (`train --resume`): the phases already done are kept, not retrained."""

@@ -18,6 +18,8 @@ from rlhf_scratch.config import ConfigError, make_args
 sys.path.insert(0, str(Path(__file__).parent))
 from distributed_worker import make_trainer  # noqa: E402
 
+pytestmark = pytest.mark.slow  # whole processes: the quick loop (-m 'not slow') skips them
+
 WORKER = Path(__file__).parent / "distributed_worker.py"
 TIMEOUT = 240  # seconds: a hang (a rank waiting on a collective the other never joins) fails, not blocks
 

@@ -111,5 +111,5 @@ def test_offline_error_classification():
         except ConnectionError as cause:
             raise OSError("We couldn't load this model") from cause
     except OSError as err:
-        assert loading._is_offline_error(err)
-    assert not loading._is_offline_error(ValueError("shapes do not match"))
+        assert loading.is_offline_error(err)
+    assert not loading.is_offline_error(ValueError("shapes do not match"))

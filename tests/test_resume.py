@@ -92,6 +92,7 @@ def _run_and_kill(cmd, env, ready, delay=0.0, timeout=120):
     return proc.wait()
 
 
+@pytest.mark.slow
 def test_kill_9_at_any_instant_leaves_a_run_that_resumes(tmp_path, prompts_file):
     """SIGKILL the trainer while a checkpoint is being written, just after one, and mid-phase;
     after each, `--resume` continues from the latest complete checkpoint."""
@@ -178,13 +179,13 @@ def test_non_finite_steps_are_skipped_counted_and_stop_the_run(tmp_path, prompts
     args = small_args(tmp_path / "nan", prompts_file, total_phases=4, max_skipped_steps=3, save_every=1)
     trainer = RLHFTrainer(args, quiet=True)
     # phase 1 runs normally; from phase 2 on every objective is NaN (2 minibatch steps a phase)
-    objective = trainer.compute_rlhf_objective
+    objective = trainer.minibatch_objective
 
     def nan_in_phase_2(mb):
         total, stats = objective(mb)
         return (total * float("nan"), stats) if trainer.scheduler.last_epoch >= 1 else (total, stats)
 
-    trainer.compute_rlhf_objective = nan_in_phase_2
+    trainer.minibatch_objective = nan_in_phase_2
     with pytest.raises(TrainingStopped, match=r"^stopped after phase 3: 4 optimizer steps in a row had a non-finite") as err:
         trainer.train(tmp_path / "nan")
     assert err.value.exit_code == 3

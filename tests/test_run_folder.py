@@ -167,6 +167,7 @@ def _wait_for_phase(run_dir, phase, proc, timeout=300):
     raise AssertionError(f"phase {phase} never came: {proc.poll()}")
 
 
+@pytest.mark.slow
 def test_a_live_run_is_refused_by_resume_export_sample_report_and_compare_and_finishes_intact(tmp_path, capsys):
     """Also the console: a table at the first and last phase only, a bar that reaches 6/6, and `done`
     saying where the run is, the two commands to look at it, and that one checkpoint is kept."""
@@ -206,6 +207,7 @@ def test_a_live_run_is_refused_by_resume_export_sample_report_and_compare_and_fi
     assert done[1:] == [f"  look inside:  python -m interp.report {run}", f"  sample it:    python -m rlhf_scratch.sample {run}"]
 
 
+@pytest.mark.slow
 def test_the_pasted_resume_hint_works_with_a_space_in_the_run_dir(tmp_path):
     run = tmp_path / "sp ace" / "it's"
     proc = subprocess.Popen(_train_cmd(run, "--total-phases", "3"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
