@@ -2,9 +2,10 @@
 
     CommonArgs           what to train, the rollout (prompts, sampling, EOS), optimisation, output
     ├── RLHFArgs         PPO with the blog's names (value head, clipped surrogate, KL penalty)
-    ├── RLOOArgs         RLOO with TRL's names (num_generations, epsilon_low/high, beta)
-    ├── OnlineDPOArgs    Online DPO with TRL's names (beta, loss_type, judge)
-    └── GRPOArgs         GRPO with TRL's names (num_generations, loss_type, scale_rewards, beta)
+    ├── GroupArgs        G completions per prompt, a clipped ratio, β (TRL's names)
+    │   ├── RLOOArgs     RLOO: the leave-one-out baseline, the KL folded into the reward
+    │   └── GRPOArgs     GRPO: group-relative advantages, loss_type, scale_rewards, importance_sampling_level
+    └── OnlineDPOArgs    Online DPO with TRL's names (beta, loss_type, judge)
 
 Presets fill in the model, the reward model and the hyper-parameters that suit them; anything
 given on the command line wins over the preset. `validate()` is called once at start and fails
@@ -302,33 +303,28 @@ class RLHFArgs(CommonArgs):
 
 
 @dataclass
-class RLOOArgs(CommonArgs):
-    """RLOO (Ahmadian et al. 2024): G completions per prompt, leave-one-out baseline, no critic."""
-
-    ALGO: ClassVar[str] = "rloo"
+class GroupArgs(CommonArgs):
+    """What the group-sampling algorithms share (RLOO, GRPO): G completions per prompt, passes over
+    the batch, a clipped ratio and β. Each sets its own defaults and says what β weighs."""
 
     num_generations: int = 4
     """G: completions per prompt (consecutive in the batch); batch_size must divide by it."""
     num_iterations: int = 1
-    """Passes over each rollout batch (1: the ratio is 1 and the loss is plain REINFORCE)."""
+    """Passes over each rollout batch (1: the ratio is 1 and the loss is REINFORCE's)."""
     epsilon_low: float = 0.2
-    """Lower clip of the sequence ratio: 1 - epsilon_low."""
+    """Lower clip of the ratio: 1 - epsilon_low."""
     epsilon_high: float = 0.2
-    """Upper clip of the sequence ratio: 1 + epsilon_high."""
-    beta: float = 0.05
-    """β of the sequence-level KL folded into the reward: r <- R - β Σ_t (log π_old - log π_ref)."""
-    normalize_advantages: bool = False
-    """Whiten the advantages over the whole batch ((A - mean) / (std + 1e-4)); off as in TRL."""
-    top_k: int = 0
-    """Sample from the top-k tokens only (0 = all, TRL's default: see docs/fidelity.md, "Top-k")."""
+    """Upper clip of the ratio: 1 + epsilon_high."""
+    beta: float = 0.0
+    """β of the KL to the reference."""
 
     def samples_per_group(self) -> int:
         return self.num_generations
 
-    def validate(self) -> "RLOOArgs":
+    def validate(self) -> "GroupArgs":
         super().validate()
         _check(self.num_generations >= 2, "num_generations",
-               f"must be >= 2 (the leave-one-out baseline needs another completion); got {self.num_generations}")
+               f"must be >= 2 (a group of one has no baseline); got {self.num_generations}")
         _check(self.batch_size % self.num_generations == 0, "batch_size",
                f"must be divisible by num_generations ({self.batch_size} % {self.num_generations} != 0)")
         _check(_finite(self.epsilon_low) and 0 < self.epsilon_low < 1, "epsilon_low", f"must be in (0, 1); got {self.epsilon_low}")
@@ -343,7 +339,27 @@ class RLOOArgs(CommonArgs):
 
 
 @dataclass
-class GRPOArgs(CommonArgs):
+class RLOOArgs(GroupArgs):
+    """RLOO (Ahmadian et al. 2024): G completions per prompt, leave-one-out baseline, no critic."""
+
+    ALGO: ClassVar[str] = "rloo"
+
+    num_iterations: int = 1
+    """Passes over each rollout batch (1: the ratio is 1 and the loss is plain REINFORCE)."""
+    epsilon_low: float = 0.2
+    """Lower clip of the sequence ratio: 1 - epsilon_low."""
+    epsilon_high: float = 0.2
+    """Upper clip of the sequence ratio: 1 + epsilon_high."""
+    beta: float = 0.05
+    """β of the sequence-level KL folded into the reward: r <- R - β Σ_t (log π_old - log π_ref)."""
+    normalize_advantages: bool = False
+    """Whiten the advantages over the whole batch ((A - mean) / (std + 1e-4)); off as in TRL."""
+    top_k: int = 0
+    """Sample from the top-k tokens only (0 = all, TRL's default: see docs/fidelity.md, "Top-k")."""
+
+
+@dataclass
+class GRPOArgs(GroupArgs):
     """GRPO (Shao et al. 2024) and its length-bias fixes (Dr. GRPO, DAPO, GSPO), with TRL 1.16's names and defaults."""
 
     ALGO: ClassVar[str] = "grpo"
@@ -376,30 +392,15 @@ class GRPOArgs(CommonArgs):
     """With beta = 0, still run the reference forward each rollout, only to log rollout/kl_full_vocab
     and eval/ref_logprob_per_token (a diagnostic, not in TRL; always on when beta > 0)."""
 
-    def samples_per_group(self) -> int:
-        return self.num_generations
-
     def validate(self) -> "GRPOArgs":
         super().validate()
-        _check(self.num_generations >= 2, "num_generations",
-               f"must be >= 2 (a group of one has no baseline); got {self.num_generations}")
-        _check(self.batch_size % self.num_generations == 0, "batch_size",
-               f"must be divisible by num_generations ({self.batch_size} % {self.num_generations} != 0)")
         _check(self.loss_type in GRPO_LOSS_TYPES, "loss_type",
                f"must be one of {', '.join(GRPO_LOSS_TYPES)}; got {self.loss_type!r}")
         _check(self.scale_rewards in SCALE_REWARDS, "scale_rewards",
                f"must be one of {', '.join(SCALE_REWARDS)}; got {self.scale_rewards!r}")
         _check(self.importance_sampling_level in IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level",
                f"must be one of {', '.join(IMPORTANCE_SAMPLING_LEVELS)}; got {self.importance_sampling_level!r}")
-        _check(_finite(self.epsilon_low) and 0 < self.epsilon_low < 1, "epsilon_low", f"must be in (0, 1); got {self.epsilon_low}")
-        _check(_finite(self.epsilon_high) and self.epsilon_high > 0, "epsilon_high", f"must be > 0; got {self.epsilon_high}")
         return self
-
-    def _positive_ints(self) -> tuple[str, ...]:
-        return super()._positive_ints() + ("num_generations", "num_iterations")
-
-    def _nonnegative_floats(self) -> tuple[str, ...]:
-        return super()._nonnegative_floats() + ("beta",)
 
 
 @dataclass
