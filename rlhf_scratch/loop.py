@@ -293,7 +293,8 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
                 with timed("logging"):
                     logger.log_phase(metrics)
                 bar.update(1)
-                bar.set_postfix(reward=f"{metrics['rewards/mean']:.3f}", kl=f"{metrics['rollout/kl_full_vocab']:.3f}")
+                kl = metrics["rollout/kl_full_vocab"]  # NaN when no reference runs (GRPO at β = 0): not shown
+                bar.set_postfix(reward=f"{metrics['rewards/mean']:.3f}", **({} if kl != kl else {"kl": f"{kl:.3f}"}))
                 last = phase == args.total_phases
                 if early_stopping is not None and early_stopping.update(metrics["rollout/kl_full_vocab"], metrics["rewards/mean"]):
                     logger.say(f"early stopping after phase {phase}: {early_stopping.reason}")
