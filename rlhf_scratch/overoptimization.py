@@ -201,6 +201,25 @@ def run_process(cmd: list[str], what: str) -> float:
     return time.perf_counter() - start
 
 
+def run_processes(commands: dict[str, list[str]], jobs: int, out: Path, desc: str) -> None:
+    """Run each named command as its own process, `jobs` at a time, with a progress bar; each one's
+    wall seconds go to OUT/times.json as it finishes. The first failure is raised once the others end."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    from tqdm.auto import tqdm
+
+    failures = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(run_process, cmd, name): name for name, cmd in commands.items()}
+        for future in tqdm(as_completed(futures), total=len(futures), desc=desc, file=sys.stderr):
+            try:
+                _timed(out, f"{futures[future]}_s", future.result())
+            except RuntimeError as e:
+                failures.append(e)
+    if failures:
+        raise failures[0]
+
+
 # --- the study -----------------------------------------------------------------------------------
 
 
@@ -235,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32, help="completions per RL phase")
     p.add_argument("--base-lr", type=float, default=1e-4, help="learning rate of every RL run")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="torch threads of each process")
+    p.add_argument("--jobs", type=int, default=2, help="processes (reward models, RL runs) at a time")
     p.add_argument("--report", action="store_true",
                    help="train nothing more: write the table, figure and page from the runs so far")
     return p
@@ -254,13 +274,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"algos: unknown method {m!r}; choose from {', '.join(METHODS)}")
         if min(sizes) < 10:
             raise ConfigError(f"rm_pairs: each size must be >= 10; got {min(sizes)}")
-        for name in ("total_phases", "test_pairs", "eval_prompts", "eval_per_prompt", "rm_epochs", "gen_len", "batch_size"):
+        for name in ("total_phases", "test_pairs", "eval_prompts", "eval_per_prompt", "rm_epochs", "gen_len", "batch_size", "jobs"):
             if getattr(opts, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1; got {getattr(opts, name)}")
         if opts.bon_max < 2 or opts.bon_max & (opts.bon_max - 1):
             raise ConfigError(f"bon_max: must be a power of 2 >= 2; got {opts.bon_max}")
         out = Path(opts.out)
-        plan = {k: v for k, v in vars(opts).items() if k not in ("threads", "report")} | {"rm_pairs": sizes, "algos": methods}
+        plan = {k: v for k, v in vars(opts).items() if k not in ("threads", "jobs", "report")} | {"rm_pairs": sizes, "algos": methods}
         plan_path = out / PLAN_FILE
         if plan_path.is_file():
             if json.loads(plan_path.read_text()) != plan:
@@ -275,7 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     try:
+        start = time.perf_counter()
         run_study(opts, sizes, methods, out)
+        if not opts.report:
+            _timed(out, "study_wall_s", time.perf_counter() - start)
     except (RuntimeError, OSError, ValueError) as e:
         print(f"error: {str(e).splitlines()[0]}; run the same command again to continue", file=sys.stderr)
         return 1
@@ -327,10 +350,10 @@ def run_study(opts, sizes: list[int], methods: list[str], out: Path) -> None:
     rows = [json.loads(x) for x in pairs_file.read_text().splitlines()]
     test_rows = rows[max(sizes):]
     # 3. one proxy per size
-    proxies: dict[int, Path] = {}
-    for n in tqdm(sizes, desc="proxy reward models", file=sys.stderr):
-        rm_dir, subset = out / f"rm-{n}", out / f"pairs-{n}.jsonl"
-        proxies[n] = rm_dir
+    proxies: dict[int, Path] = {n: out / f"rm-{n}" for n in sizes}
+    commands = {}
+    for n, rm_dir in proxies.items():
+        subset = out / f"pairs-{n}.jsonl"
         if rm_dir.joinpath("status.json").is_file() and json.loads(rm_dir.joinpath("status.json").read_text())["status"] == "finished":
             continue
         if not subset.is_file():
@@ -338,17 +361,18 @@ def run_study(opts, sizes: list[int], methods: list[str], out: Path) -> None:
         cmd = [sys.executable, "-m", "rlhf_scratch.reward_model", "--quiet", "--threads", str(opts.threads)]
         cmd += (["--resume", str(rm_dir)] if rm_dir.joinpath("status.json").is_file() else
                 ["--pairs", str(subset), "--run-dir", str(rm_dir), "--epochs", str(opts.rm_epochs), "--seed", str(opts.seed)])
-        _timed(out, f"rm-{n}_s", run_process(cmd, f"reward model rm-{n}"))
+        commands[f"rm-{n}"] = cmd
+    run_processes(commands, opts.jobs, out, "proxy reward models")
     accuracy = proxy_accuracies(proxies, test_rows, out)
     # 4a. best-of-n
     if "bon" in methods and not (out / "bon.json").is_file() and not opts.report:
         start = time.perf_counter()
         (out / "bon.json").write_text(json.dumps(best_of_n_study(proxies, eval_prompts, opts), indent=1))
         _timed(out, "bon_s", time.perf_counter() - start)
-    # 4b. RL runs, each in its own process
+    # 4b. RL runs, each in its own process, `--jobs` at a time
     algos = [m for m in methods if m != "bon"]
-    specs = [(a, n) for a in algos for n in sizes]
-    for algo, n in tqdm([] if opts.report else specs, desc="RL runs", file=sys.stderr):
+    commands = {}
+    for algo, n in [] if opts.report else [(a, n) for a in algos for n in sizes]:
         run_dir = out / "runs" / f"{algo}-rm{n}"
         if (run_dir / "status.json").is_file() and json.loads((run_dir / "status.json").read_text())["status"] == "finished":
             continue
@@ -357,9 +381,8 @@ def run_study(opts, sizes: list[int], methods: list[str], out: Path) -> None:
                 "train_fields": {"total_phases": opts.total_phases, "batch_size": opts.batch_size,
                                  "gen_len": opts.gen_len, "top_k": 0, "base_lr": opts.base_lr, "warmup_steps": 2, "threads": opts.threads, "seed": opts.seed,
                                  "save_every": 5, "table_every": 10**6, "plot_every": 10**6}}
-        _timed(out, f"{algo}-rm{n}_s",
-               run_process([sys.executable, "-m", "rlhf_scratch.overoptimization", "_train", json.dumps(spec)],
-                           f"run {algo}-rm{n}"))
+        commands[f"{algo}-rm{n}"] = [sys.executable, "-m", "rlhf_scratch.overoptimization", "_train", json.dumps(spec)]
+    run_processes(commands, opts.jobs, out, "RL runs")
     # 5. fits, table, figure, page
     curves = collect_curves(out, sizes, methods)
     table = make_table(curves, accuracy, sizes, methods)

@@ -76,3 +76,31 @@ def test_a_best_of_n_curve_falling_from_the_start_peaks_at_the_reference():
     d = np.linspace(0.2, 2.0, 10)
     fit = fit_gao(list(d), list(d * (-0.3 - 0.1 * d)), "bon")
     assert fit["alpha"] == pytest.approx(-0.3) and (fit["d_star"], fit["R_star"]) == (0.0, 0.0)
+
+
+@pytest.mark.slow
+def test_a_small_study_runs_end_to_end_and_continues(tmp_path, monkeypatch, capsys):
+    """The whole pipeline at toy size, two processes at a time: gold pairs → two proxies →
+    best-of-n → an RL run per proxy (each its own process) → table, figure, page. Run again, it
+    trains nothing more; `--report` rebuilds the table from the runs."""
+    import json
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    out = tmp_path / "study"
+    argv = ["--out", str(out), "--rm-pairs", "10,12", "--algos", "rloo,bon", "--total-phases", "1", "--test-pairs", "4",
+            "--eval-prompts", "2", "--eval-per-prompt", "1", "--bon-max", "2", "--rm-epochs", "1", "--gen-len", "4",
+            "--batch-size", "8", "--jobs", "2"]
+    assert main(argv) == 0
+    table = json.loads((out / "table.json").read_text())
+    assert [(r["method"], r["rm_pairs"]) for r in table["rows"]] == [("rloo", 10), ("rloo", 12), ("bon", 10), ("bon", 12)]
+    rloo = table["curves"]["rloo"]["10"]
+    assert len(rloo["d"]) == 2 and rloo["d"][0] == 0.0, "phase 0 is the reference itself (d = 0), then one phase"
+    assert table["curves"]["bon"]["12"]["d"] == pytest.approx([0.0, math.sqrt(kl_bon(2))])
+    times = json.loads((out / "times.json").read_text())
+    assert {"pairs_s", "rm-10_s", "rm-12_s", "bon_s", "rloo-rm10_s", "rloo-rm12_s", "study_wall_s"} <= set(times)
+    assert (out / "overoptimization.png").is_file() and "best-of-n" in (out / "index.html").read_text()
+    assert main(argv) == 0, "a finished study runs again without training"
+    again = json.loads((out / "times.json").read_text())
+    assert {k: v for k, v in again.items() if k != "study_wall_s"} == {k: v for k, v in times.items() if k != "study_wall_s"}
+    assert main([*argv, "--report"]) == 0
+    assert "| RLOO | 10 |" in (out / "table.md").read_text()
