@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--phases", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument("--chunk-logits", type=int, help="the run's --chunk-logits (left out: the checkout's default)")
     opts = parser.parse_args()
 
     import torch
@@ -67,6 +68,8 @@ def main() -> None:
         run_setup.load_lm = gpt2_small_factory()
         task = "periods"
     values = dict(task=task, batch_size=opts.batch_size, total_phases=opts.phases, warmup_steps=1)
+    if opts.chunk_logits is not None:
+        values["chunk_logits"] = opts.chunk_logits
     args = make_args("tiny", threads=opts.threads, **values)
     trainer = RLHFTrainer(args, quiet=True)
     before = rss_peak_mib()
@@ -76,7 +79,7 @@ def main() -> None:
         trainer.learning_phase(trainer.rollout_phase())
         times.append(round(time.perf_counter() - start, 3))
     after = rss_peak_mib()
-    print(json.dumps({"shape": opts.shape, "batch_size": opts.batch_size, "version": rlhf_scratch.__doc__.splitlines()[0],
+    print(json.dumps({"shape": opts.shape, "batch_size": opts.batch_size, "chunk_logits": opts.chunk_logits, "version": rlhf_scratch.__doc__.splitlines()[0],
                       "peak_rss_before_phases_mib": round(before), "peak_rss_mib": round(after),
                       "phases_added_mib": round(after - before), "phase_times_s": times}))
 

@@ -28,7 +28,10 @@ _EXPORTS = {
     "mean_length_by_advantage_sign": "algorithms.grpo",
     # the rollout
     "get_samples": "generation", "sample_next_token": "generation", "Rollout": "rollout", "make_rollout": "rollout",
-    "policy_token_log_probs": "rollout",
+    "policy_token_log_probs": "rollout", "policy_sequence_log_probs": "rollout",
+    # per-token terms over the vocabulary, a chunk of positions at a time (log π, entropy, KL)
+    "token_terms": "vocab_terms", "TokenTerms": "vocab_terms", "Unembedding": "vocab_terms",
+    "final_hidden": "vocab_terms", "unembedding": "vocab_terms",
     "PromptIterator": "prompts", "load_prompts": "prompts",
     # PPO's pieces, with the blog's names
     "get_log_probs": "objectives", "calc_kl_penalty": "objectives", "calc_entropy_bonus": "objectives",

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 TASKS = ("sentiment", "vader", "periods")
 DIRECTIONS = ("pos", "neg")
+KV_CACHES = ("auto", "static", "transformer_lens")
 ADVANTAGES = ("one_step", "gae")
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -75,6 +76,18 @@ class CommonArgs:
     bf16: bool = False
     """bfloat16 autocast on the learning phase's forward (weights, optimizer and log-softmaxes stay
     float32). Meant for GPUs; on a CPU it is slower."""
+    kv_cache: str = "auto"
+    """KV cache for sampling: `static` (preallocated, one fixed-shape step per token; CUDA-graphed on
+    a GPU), `transformer_lens` (TransformerLens' own, growing by concatenation), or `auto`: the
+    static cache where the model allows it (GPT-2-style blocks, no hooks), else TransformerLens'.
+    The same tokens either way (tested); see docs/speed.md."""
+    cuda_graph: bool = True
+    """On a GPU, replay the static cache's decode step as a captured CUDA graph (--no-cuda-graph: launch it op by op)."""
+    chunk_logits: int = 2**21
+    """Most logits (positions × d_vocab) made at once when scoring and learning (`token_terms`;
+    default vocab_terms.LOGITS_PER_CHUNK, 8 MiB of float32): in the learning phase each chunk is
+    recomputed in backward instead of kept, so memory grows with the chunk, not with minibatch ×
+    vocabulary. 0: every position at once, kept for backward (no recomputation)."""
 
     # --- phases and batches ----------------------------------------------------------------
     total_phases: int = 100
@@ -164,6 +177,8 @@ class CommonArgs:
         _check(self.task in TASKS, "task", f"must be one of {', '.join(TASKS)}; got {self.task!r}")
         _check(self.preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}; got {self.preset!r}")
         _check(self.direction in DIRECTIONS, "direction", f"must be 'pos' or 'neg'; got {self.direction!r}")
+        _check(self.chunk_logits >= 0, "chunk_logits", f"must be >= 0 (0 = no chunking); got {self.chunk_logits}")
+        _check(self.kv_cache in KV_CACHES, "kv_cache", f"must be one of {', '.join(KV_CACHES)}; got {self.kv_cache!r}")
         _check(self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:"),
                "device", f"must be auto, cpu, cuda[:N] or mps; got {self.device!r}")
         _check(self.seed >= 0, "seed", f"must be >= 0; got {self.seed}")
@@ -262,10 +277,10 @@ class RLHFArgs(CommonArgs):
     """If True (the blog's final code) value-loss gradients stop at the value head; if False
     (ARENA) they also train the trunk."""
     cache_ref_logprobs: bool = True
-    """Keep the reference's log-probs over the whole vocabulary from the rollout for the KL term
-    (batch × gen_len × d_vocab floats: 63 MB on the tiny preset, 386 MB for GPT-2 at batch 64)
-    instead of a reference forward per minibatch; --no-cache-ref-logprobs trades that time back
-    for memory."""
+    """Keep the reference's final normalised residual ĥ_ref from the rollout for the KL term
+    (batch × gen_len × d_model floats: 1 MB on the tiny preset, 6 MB for GPT-2 at batch 64; the
+    KL unembeds it a chunk at a time) instead of a reference forward per minibatch;
+    --no-cache-ref-logprobs runs the forward instead."""
     advantage: str = "one_step"
     """`one_step` (the blog's A_t = V(s_{t+1}) - V(s_t), reward at the last step) or `gae`."""
     gamma: float = 1.0

@@ -10,21 +10,42 @@ Why our own loop instead of TransformerLens' `generate`: (1) we need the complet
 left-padding attention mask ourselves anyway; (2) `generate` draws over the whole vocabulary
 even with top-k (it masks the rest to -inf and samples from all V logits), while top-k sampling
 only needs the k largest logits — `sample_next_token` draws among those k, which is the same
-distribution at a fraction of the cost. The loop uses TransformerLens' own KV cache, so each new
-token costs one position of forward pass, not the whole sequence.
+distribution at a fraction of the cost. The loop keeps a KV cache, so each new token costs one
+position of forward pass, not the whole sequence.
 
 Left padding and positions: the attention mask hides the pad columns from every query, and
 TransformerLens numbers positions from the first attended token (`cumsum(mask) - 1`), so a
 padded prompt gets exactly the positions it would get alone (tested to 1e-4 on the tiny LM).
+
+Two KV caches behind one sampling loop. The loop (`generate`) only needs something that turns the
+prompt, then each sampled token, into next-token logits — a `Decoder`:
+
+- `StaticCacheDecoder` (rlhf_scratch/static_cache.py, the default where it applies): K/V buffers
+  [n_layers, batch, n_heads, prompt_len + gen_len, d_head] allocated once; each step writes one
+  column and attends over all of them, the not-yet-written and pad columns masked. Every step has
+  the same shapes, so on CUDA it is captured once in a CUDA graph and replayed per token. The
+  forward is written out in that file (the model's own weights and modules, no hooks).
+- `TransformerLensCacheDecoder`: TransformerLens' own forward and cache (which grows by one
+  column per step). Used for models the static forward does not cover (rotary, grouped K/V heads,
+  ... see `static_cache.unsupported_reason`) and for models with hooks attached.
+
+No host sync per token: nothing in the loop reads a device tensor back, except the "has every
+sample ended?" check under `stop_at_eos` — every step on the CPU (there is no device to wait for,
+and the loop stops drawing random numbers where it always has), every `EOS_CHECK_EVERY` steps on
+an accelerator. A sample that has ended keeps being fed the pad token, its positions masked out.
 """
 
 from __future__ import annotations
+
+from typing import Literal, Protocol, runtime_checkable
 
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+from rlhf_scratch.static_cache import StaticCacheDecoder, has_hooks, unsupported_reason
 
 
 def tokenize_prompts(
@@ -73,6 +94,62 @@ def sample_next_token(
     return torch.multinomial((logits / temperature).softmax(dim=-1), num_samples=1).squeeze(-1)
 
 
+@runtime_checkable
+class Decoder(Protocol):
+    """What the sampling loop calls: the prompt's next-token logits, then one step per sampled token."""
+
+    def prefill(self) -> Float[Tensor, "batch d_vocab"]:
+        """Run the left-padded prompt, fill the cache, return the logits after its last column."""
+        ...
+
+    def step(self, token: Int[Tensor, "batch"]) -> Float[Tensor, "batch d_vocab"]:
+        """Append one token per row to the cache, return the logits after it."""
+        ...
+
+
+class TransformerLensCacheDecoder:
+    """TransformerLens' own forward and KV cache (the cache grows by one column per step)."""
+
+    def __init__(self, model: HookedTransformer, prompt_ids: Int[Tensor, "batch prompt_len"],
+                 prompt_mask: Bool[Tensor, "batch prompt_len"]):
+        self.model, self.prompt_ids, self.prompt_mask = model, prompt_ids, prompt_mask
+        self.cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, prompt_ids.shape[0])
+        self.step_mask = torch.ones((prompt_ids.shape[0], 1), dtype=torch.long, device=prompt_ids.device)
+
+    def prefill(self) -> Float[Tensor, "batch d_vocab"]:
+        # The cache needs the mask even without padding: it appends each step's mask to it.
+        return self.model(self.prompt_ids, attention_mask=self.prompt_mask.long(), past_kv_cache=self.cache)[:, -1]
+
+    def step(self, token: Int[Tensor, "batch"]) -> Float[Tensor, "batch d_vocab"]:
+        return self.model(token[:, None], attention_mask=self.step_mask, past_kv_cache=self.cache)[:, -1]
+
+
+KVCache = Literal["auto", "static", "transformer_lens"]
+EOS_CHECK_EVERY = 8
+"""Steps between "has every sample ended?" checks on an accelerator (each check waits for the device)."""
+
+
+def make_decoder(
+    model: HookedTransformer,
+    prompt_ids: Int[Tensor, "batch prompt_len"],
+    prompt_mask: Bool[Tensor, "batch prompt_len"],
+    gen_len: int,
+    kv_cache: KVCache = "auto",
+    cuda_graph: bool = True,
+) -> Decoder:
+    """The static-cache decoder when `kv_cache` is "static", or "auto" and the model is one it runs
+    exactly with no hooks attached; else TransformerLens' own. Asking for "static" where it cannot
+    run is an error that says why."""
+    if kv_cache not in ("auto", "static", "transformer_lens"):
+        raise ValueError(f"kv_cache must be 'auto', 'static' or 'transformer_lens', not {kv_cache!r}")
+    reason = unsupported_reason(model) or ("the model has hooks attached" if has_hooks(model) else None)
+    if kv_cache == "static" and reason:
+        raise ValueError(f"kv_cache='static' cannot run this model: {reason}; use kv_cache='auto'")
+    if kv_cache == "transformer_lens" or reason:
+        return TransformerLensCacheDecoder(model, prompt_ids, prompt_mask)
+    return StaticCacheDecoder(model, prompt_ids, prompt_mask, gen_len, cuda_graph)
+
+
 @torch.inference_mode()
 def generate(
     model: HookedTransformer,
@@ -82,6 +159,8 @@ def generate(
     temperature: float = 1.0,
     top_k: int = 0,
     stop_at_eos: bool = False,
+    kv_cache: KVCache = "auto",
+    cuda_graph: bool = True,
 ) -> tuple[Int[Tensor, "batch gen_len"], Bool[Tensor, "batch gen_len"]]:
     """Sample `gen_len` tokens after each (left-padded) prompt, with a KV cache.
 
@@ -90,28 +169,32 @@ def generate(
     (so the batch stays rectangular) and its later positions are masked out; generation ends
     early once every sample has stopped. Returns `(completion_ids, completion_mask)`, cloned out
     of inference mode so they can enter an autograd forward pass later.
-    """
-    batch = prompt_ids.shape[0]
-    eos, pad = model.tokenizer.eos_token_id, pad_token_id(model)
-    cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, batch)
-    completion_ids = torch.full((batch, gen_len), pad, dtype=torch.long, device=prompt_ids.device)
-    completion_mask = torch.zeros((batch, gen_len), dtype=torch.bool, device=prompt_ids.device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=prompt_ids.device)
 
-    # The cache needs the mask even without padding: it appends each step's mask to it.
-    logits = model(prompt_ids, attention_mask=prompt_mask.long(), past_kv_cache=cache)
+    `kv_cache` picks the decoder (`make_decoder`): "auto" (the static cache where it applies),
+    "static" or "transformer_lens". Both draw the same random numbers in the same order and their
+    logits agree to < 1e-5, so on the CPU one seed gives the same tokens either way (tested).
+    `cuda_graph=False` runs the static decoder's step uncaptured on CUDA (as it runs on the CPU).
+    """
+    batch, device = prompt_ids.shape[0], prompt_ids.device
+    eos, pad = model.tokenizer.eos_token_id, pad_token_id(model)
+    completion_ids = torch.full((batch, gen_len), pad, dtype=torch.long, device=device)
+    completion_mask = torch.zeros((batch, gen_len), dtype=torch.bool, device=device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    check_every = 1 if device.type == "cpu" else EOS_CHECK_EVERY
+
+    decoder = make_decoder(model, prompt_ids, prompt_mask, gen_len, kv_cache, cuda_graph)
+    logits = decoder.prefill()
     for t in range(gen_len):
-        token = sample_next_token(logits[:, -1], temperature, top_k)
+        token = sample_next_token(logits, temperature, top_k)
         token = torch.where(finished, pad, token)
         completion_ids[:, t] = token
         completion_mask[:, t] = ~finished
         if stop_at_eos:
             finished |= token == eos
-            if bool(finished.all()):
+            if (t + 1) % check_every == 0 and bool(finished.all()):  # the loop's only host sync
                 break
         if t + 1 < gen_len:
-            step_mask = torch.ones((batch, 1), dtype=torch.long, device=prompt_ids.device)
-            logits = model(token[:, None], attention_mask=step_mask, past_kv_cache=cache)
+            logits = decoder.step(token)
     return completion_ids.clone(), completion_mask.clone()
 
 

@@ -1,10 +1,10 @@
 """PPO's rollout storage, and how a learning phase cuts it into shuffled minibatches.
 
 Everything here was computed during the rollout, under `torch.no_grad()`: the old policy's
-log-probs and values and the advantages. The reference model's distribution is stored only when
-the trainer asks (`ref_distribution`, PPO's `cache_ref_logprobs`): batch × gen_len × d_vocab
-floats in exchange for no reference forward per minibatch. Without it the KL term is recomputed
-from a reference forward pass per minibatch, and memory grows with the minibatch only.
+log-probs and values and the advantages. The reference model's final normalised residual ĥ_ref
+is stored only when the trainer asks (`ref_hidden`, PPO's `cache_ref_logprobs`): batch × gen_len ×
+d_model floats in exchange for no reference forward per minibatch (the KL unembeds it a chunk at a
+time). Without it the KL term runs a reference forward pass per minibatch.
 
 Minibatches are drawn lazily from one permutation of row indices: only the minibatch being
 trained on is materialised.
@@ -34,8 +34,8 @@ class ReplayMinibatch:
     """Advantage of each generated token (un-normalised; the surrogate normalises)."""
     returns: Float[Tensor, "minibatch gen_len"]
     """Value targets: advantages + V_old of the state each generated token was chosen in."""
-    ref_distribution: Float[Tensor, "minibatch gen_len d_vocab"] | None = None
-    """The reference's log-probs over the vocabulary at each completion position, if stored."""
+    ref_hidden: Float[Tensor, "minibatch gen_len d_model"] | None = None
+    """The reference's ĥ_ref at each position that predicts a completion token, if stored."""
 
 
 class ReplayMemory:
@@ -52,7 +52,7 @@ class ReplayMemory:
         values: Float[Tensor, "batch seq_len"],
         num_minibatches: int,
         batches_per_learning_phase: int,
-        ref_distribution: Float[Tensor, "batch gen_len d_vocab"] | None = None,
+        ref_hidden: Float[Tensor, "batch gen_len d_model"] | None = None,
     ) -> None:
         batch, seq_len = sample_ids.shape
         gen_len = logprobs.shape[1]
@@ -81,7 +81,7 @@ class ReplayMemory:
         self.logprobs = logprobs.detach()
         self.advantages = advantages.detach()
         self.values = values.detach()
-        self.ref_distribution = None if ref_distribution is None else ref_distribution.detach()
+        self.ref_hidden = None if ref_hidden is None else ref_hidden.detach()
         # returns = advantages + values[:, -gen_len-1 : -1]: the values of the states the
         # generated tokens were chosen in, i.e. Q-estimates.
         self.returns = self.advantages + self.values[:, -gen_len - 1 : -1]
@@ -108,7 +108,7 @@ class ReplayMemory:
                 logprobs=self.logprobs[idx],
                 advantages=self.advantages[idx],
                 returns=self.returns[idx],
-                ref_distribution=None if self.ref_distribution is None else self.ref_distribution[idx],
+                ref_hidden=None if self.ref_hidden is None else self.ref_hidden[idx],
             )
 
 

@@ -35,16 +35,27 @@ class TransformerWithValueHead(nn.Module):
         self.value_head.to(base.cfg.device)
         self._values: Tensor | None = None
 
+    def value_of(self, hidden: Float[Tensor, "batch seq d_model"]) -> Float[Tensor, "batch seq"]:
+        """V(s_t) from the final normalised residual (detached first when `detach_value_head`)."""
+        return self.value_head(hidden.detach() if self.detach_value_head else hidden).squeeze(-1)
+
     def _store_values(self, resid: Float[Tensor, "batch seq d_model"], hook: HookPoint) -> None:
-        if self.detach_value_head:
-            resid = resid.detach()
-        self._values = self.value_head(resid).squeeze(-1)
+        self._values = self.value_of(resid)
 
     def forward(
-        self, input_ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"] | None = None
-    ) -> tuple[Float[Tensor, "batch seq d_vocab"], Float[Tensor, "batch seq"]]:
+        self,
+        input_ids: Int[Tensor, "batch seq"],
+        attention_mask: Int[Tensor, "batch seq"] | None = None,
+        return_hidden: bool = False,
+    ) -> tuple[Float[Tensor, "batch seq d_vocab"] | Float[Tensor, "batch seq d_model"], Float[Tensor, "batch seq"]]:
         """Return (logits, values) for every position of `input_ids` (left padding hidden by
-        `attention_mask` when given)."""
+        `attention_mask` when given). `return_hidden=True` stops before the unembedding and
+        returns (ĥ, values), ĥ = ln_final's output, the vector both the unembedding and the value
+        head read (`token_terms` unembeds it a chunk of positions at a time)."""
+        if return_hidden:
+            resid = self.base(input_ids, attention_mask=attention_mask, stop_at_layer=self.base.cfg.n_layers)
+            hidden = self.base.ln_final(resid)
+            return hidden, self.value_of(hidden)
         logits = self.base.run_with_hooks(
             input_ids,
             return_type="logits",

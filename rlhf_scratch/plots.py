@@ -1,17 +1,18 @@
-"""Figures of a training run (matplotlib, written as PNG)."""
+"""Figures of a training run (matplotlib, written as PNG; imported when the first figure is drawn,
+not when a run starts: a run that never plots never pays for it)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 
 def plot_training_curves(history: list[dict[str, float | int]], run_dir: str | Path, name: str = "curves.png") -> Path:
     """Reward (mean ± std) and KL(π‖π_ref) per phase, side by side, saved in `run_dir`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     phases = [m["phase"] for m in history]
     mean = [m["rewards/mean"] for m in history]
     std = [m["rewards/std"] for m in history]

@@ -16,10 +16,12 @@ rounding alone.
 PPO uses G = 1 (one completion per prompt), RLOO G completions per prompt, Online DPO G = 2
 (a pair). The G completions of one prompt are consecutive in the batch (prompt-major).
 
-Only per-token numbers are kept: the forward passes run in chunks and their [chunk, gen_len,
-d_vocab] logits are dropped once reduced, so the rollout's memory grows with the chunk, not with
-the batch times the vocabulary. (At the gpt2 preset the old design kept 128 × 30 × 50,257 × 4 B
-≈ 0.77 GB of reference logits for the whole phase.)
+Only per-token numbers are kept: the forward passes run in chunks of rows, stop at the final
+normalised residual ĥ, and `token_terms` reduces its logits a chunk of positions at a time, so
+the rollout's memory grows with the chunk, not with the batch times the vocabulary. (At the gpt2
+preset an early design kept 128 × 30 × 50,257 × 4 B ≈ 0.77 GB of reference logits for the whole
+phase.) PPO may keep the reference's ĥ (`keep_ref_hidden`: d_model numbers per position) for its
+full-vocabulary KL.
 """
 
 from __future__ import annotations
@@ -35,17 +37,10 @@ from transformer_lens import HookedTransformer
 
 from rlhf_scratch.generation import attention_mask_or_none, decode_completions, generate, tokenize_prompts
 from rlhf_scratch.model import TransformerWithValueHead
-from rlhf_scratch.objectives import (
-    entropy_per_token,
-    gather_log_probs,
-    generated_span,
-    get_log_probs,
-    kl_per_token,
-    sequence_log_probs,
-    temperature_scaled,
-)
+from rlhf_scratch.objectives import generated_span, sequence_log_probs
 from rlhf_scratch.tasks import score_completions
 from rlhf_scratch.timing import timed
+from rlhf_scratch.vocab_terms import LOGITS_PER_CHUNK, final_hidden, token_terms, unembedding
 
 
 @dataclass
@@ -84,10 +79,12 @@ class Rollout:
     eos_token_id: int
     values: Float[Tensor, "batch seq_len"] | None = None
     """V(s_t) at every position, when the policy has a value head (PPO)."""
-    ref_distribution: Float[Tensor, "batch gen_len d_vocab"] | None = None
-    """log π_ref(· | q, o_<t) over the whole vocabulary at each completion position, when asked
-    for (`keep_ref_distribution`): PPO's full-vocabulary KL then needs no reference forward per
-    minibatch, for batch × gen_len × d_vocab floats of memory."""
+    ref_hidden: Float[Tensor, "batch gen_len d_model"] | None = None
+    """The reference's final normalised residual ĥ_ref at each position that predicts a completion
+    token, when asked for (`keep_ref_hidden`): PPO's full-vocabulary KL then unembeds it (a chunk
+    at a time) instead of running a reference forward per minibatch, for batch × gen_len × d_model
+    floats of memory (the whole log-prob vectors would be d_vocab floats per position: 64× more
+    at the tiny preset)."""
     temperature: float = 1.0
     """T the completions were sampled at: every log-prob of them, old and new, is of softmax(z / T)."""
 
@@ -126,44 +123,50 @@ def score_tokens(
     attention_mask: Bool[Tensor, "batch seq_len"],
     prefix_len: int,
     chunk_size: int,
-    keep_ref_distribution: bool = False,
+    keep_ref_hidden: bool = False,
     temperature: float = 1.0,
     policy_precision: Callable[[], AbstractContextManager] = nullcontext,
+    chunk_logits: int = LOGITS_PER_CHUNK,
 ) -> dict[str, Tensor]:
     """Per-token log π, log π_ref, KL, entropy (and values) of the completions, `chunk_size` rows
-    at a time; with `keep_ref_distribution`, also the reference's whole log-prob vectors. With
-    `ref_model=None` the reference forward is skipped (no ref_logprobs, kl or ref_distribution).
+    at a time (their logits `chunk_logits` at a time, `token_terms`); with `keep_ref_hidden`,
+    also the reference's ĥ_ref. With `ref_model=None` the reference forward is skipped (no
+    ref_logprobs, kl or ref_hidden).
 
     Every distribution is at `temperature` (`temperature_scaled`), the one the tokens were drawn
-    from. The policy's forward runs inside `policy_precision()` — the learning phase's autocast
-    under --bf16 — so that log π_old is computed as log π will be; the reference stays float32
-    (the same number in every phase, and it enters no ratio)."""
+    from. The policy's forward and unembedding run inside `policy_precision()` — the learning
+    phase's autocast under --bf16 — so that log π_old is computed as log π will be; the reference
+    stays float32 (the same number in every phase, and it enters no ratio)."""
     out: dict[str, list[Tensor]] = {"logprobs": [], "ref_logprobs": [], "kl": [], "entropy": [], "values": [],
-                                     "ref_distribution": []}
+                                     "ref_hidden": []}
     span = generated_span(prefix_len)
+    lm = policy.base if isinstance(policy, TransformerWithValueHead) else policy
     for start in range(0, sample_ids.shape[0], chunk_size):
         ids, mask = sample_ids[start : start + chunk_size], attention_mask[start : start + chunk_size]
-        tl_mask, completion_ids = attention_mask_or_none(mask), ids[:, prefix_len:]
-        with timed("policy_forward"):
-            with policy_precision():
-                if isinstance(policy, TransformerWithValueHead):
-                    logits, values = policy(ids, attention_mask=tl_mask)
-                    out["values"].append(values.float())
-                else:
-                    logits = policy(ids, attention_mask=tl_mask)
-            # one log-softmax (float32, at T), shared by log-probs, entropy, KL
-            logprobs_v = temperature_scaled(logits[:, span].float(), temperature).log_softmax(-1)
-            del logits
-            out["logprobs"].append(gather_log_probs(logprobs_v, completion_ids))
-            out["entropy"].append(entropy_per_token(logprobs_v, from_logprobs=True))
-        if ref_model is None:
-            continue
-        with timed("reference_forward"):
-            ref_logprobs_v = temperature_scaled(ref_model(ids, attention_mask=tl_mask)[:, span], temperature).log_softmax(-1)
-            out["ref_logprobs"].append(gather_log_probs(ref_logprobs_v, completion_ids))
-            out["kl"].append(kl_per_token(logprobs_v, ref_logprobs_v, from_logprobs=True))
-            if keep_ref_distribution:
-                out["ref_distribution"].append(ref_logprobs_v)
+        tl_mask, targets = attention_mask_or_none(mask), ids[:, prefix_len:]
+        ref_hidden = None
+        if ref_model is not None:
+            with timed("reference_forward"):
+                ref_hidden = final_hidden(ref_model, ids, tl_mask)[:, span]
+            if keep_ref_hidden:
+                out["ref_hidden"].append(ref_hidden)
+        with timed("policy_forward"), policy_precision():
+            if isinstance(policy, TransformerWithValueHead):
+                hidden, values = policy(ids, attention_mask=tl_mask, return_hidden=True)
+                out["values"].append(values.float())
+            else:
+                hidden = final_hidden(policy, ids, tl_mask)
+            terms = token_terms(
+                hidden[:, span].flatten(0, 1), unembedding(lm), targets.flatten(), temperature,
+                ref_hidden=None if ref_hidden is None else ref_hidden.flatten(0, 1),
+                ref_unembed=None if ref_model is None else unembedding(ref_model), with_entropy=True,
+                chunk_logits=chunk_logits,
+            ).reshape(*targets.shape)
+        out["logprobs"].append(terms.logprobs)
+        out["entropy"].append(terms.entropy)
+        if ref_model is not None:
+            out["ref_logprobs"].append(terms.ref_logprobs)
+            out["kl"].append(terms.kl)
     return {k: torch.cat(v) for k, v in out.items() if v}
 
 
@@ -182,8 +185,11 @@ def make_rollout(
     stop_at_eos: bool = False,
     missing_eos_penalty: float | None = None,
     chunk_size: int = 16,
-    keep_ref_distribution: bool = False,
+    keep_ref_hidden: bool = False,
     policy_precision: Callable[[], AbstractContextManager] = nullcontext,
+    chunk_logits: int = LOGITS_PER_CHUNK,
+    kv_cache: str = "auto",
+    cuda_graph: bool = True,
 ) -> Rollout:
     """Sample `num_generations` completions of each prompt and score them: the one function that
     builds a `Rollout`, for every algorithm.
@@ -193,18 +199,20 @@ def make_rollout(
     `ref_model=None` skips the reference forward: the rollout's ref_logprobs and kl are None.
     Log-probs are at `temperature` (see `score_tokens`); `policy_precision` is the learning phase's
     autocast (`accel.learning_autocast`), so old and new log-probs are computed in one precision.
+    `kv_cache` and `cuda_graph` choose how `generation.generate` samples (the static cache, CUDA-graphed
+    on a GPU, where the model allows).
     """
     lm = policy.base if isinstance(policy, TransformerWithValueHead) else policy
     group_prompts = [p for p in prompts for _ in range(num_generations)]
     prompt_ids, prompt_mask = tokenize_prompts(lm, group_prompts, prepend_bos)
     with timed("generation"):
         completion_ids, completion_mask = generate(
-            lm, prompt_ids, prompt_mask, gen_len, temperature, top_k, stop_at_eos
+            lm, prompt_ids, prompt_mask, gen_len, temperature, top_k, stop_at_eos, kv_cache=kv_cache, cuda_graph=cuda_graph
         )
     sample_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1)
     scored = score_tokens(policy, ref_model, sample_ids, attention_mask, prompt_ids.shape[1], chunk_size,
-                          keep_ref_distribution, temperature, policy_precision)
+                          keep_ref_hidden, temperature, policy_precision, chunk_logits)
 
     with timed("reward"):
         completions = decode_completions(lm, completion_ids, completion_mask, stop_at_eos)
@@ -218,26 +226,47 @@ def make_rollout(
         kl=scored.get("kl"), entropy=scored["entropy"], scores=scores, rewards=scores,
         prompts=group_prompts, completions=completions, num_generations=num_generations,
         eos_token_id=lm.tokenizer.eos_token_id, values=scored.get("values"),
-        ref_distribution=scored.get("ref_distribution"), temperature=temperature,
+        ref_hidden=scored.get("ref_hidden"), temperature=temperature,
     )
     if missing_eos_penalty:
         rollout.rewards = scores - missing_eos_penalty * (~rollout.is_terminated).float()
     return rollout
 
 
-def policy_token_log_probs(policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"]) -> Float[Tensor, "rows gen_len"]:
+def policy_token_log_probs(
+    policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"], chunk_logits: int = LOGITS_PER_CHUNK
+) -> Float[Tensor, "rows gen_len"]:
     """log π(o_t | q, o_<t) of every completion token of the rollout's `rows` under `policy` now, with
-    gradient: one forward pass, the generated span's log-probs at the rollout's sampling temperature
-    (padding positions are there, masked by every user; GRPO's per-token ratio is built on it). Call
-    it inside the same `learning_autocast` the rollout scored under, so the first pass's ratio is exactly 1."""
+    gradient: one forward pass to ĥ, then the generated span's log-probs at the rollout's sampling
+    temperature, `chunk_logits` logits at a time (`token_terms`; padding positions are there, masked
+    by every user; GRPO's per-token ratio is built on it). `policy` may be the trainer's `learner`
+    (compiled and/or DDP-wrapped): the forward goes through it, the unembedding is the model's own.
+    Call it inside the same `learning_autocast` the rollout scored under, so the first pass's ratio is exactly 1."""
     ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
-    logits = policy(ids, attention_mask=attention_mask_or_none(mask))
-    return get_log_probs(logits, ids, rollout.prefix_len, temperature=rollout.temperature)
+    lm = unwrapped(policy)
+    resid = policy(ids, attention_mask=attention_mask_or_none(mask), stop_at_layer=lm.cfg.n_layers)
+    hidden = lm.ln_final(resid)[:, generated_span(rollout.prefix_len)]
+    targets = ids[:, rollout.prefix_len :]
+    terms = token_terms(hidden.flatten(0, 1), unembedding(lm), targets.flatten(), rollout.temperature,
+                        chunk_logits=chunk_logits)
+    return terms.logprobs.reshape(*targets.shape)
 
 
-def policy_sequence_log_probs(policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"]) -> Float[Tensor, "rows"]:
+def unwrapped(module: torch.nn.Module) -> HookedTransformer:
+    """The model inside a trainer's `learner`: through torch.compile (`_orig_mod`) and DDP (`module`)."""
+    while True:
+        inner = getattr(module, "_orig_mod", None)
+        inner = getattr(module, "module", None) if inner is None else inner
+        if not isinstance(inner, torch.nn.Module):
+            return module
+        module = inner
+
+
+def policy_sequence_log_probs(
+    policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"], chunk_logits: int = LOGITS_PER_CHUNK
+) -> Float[Tensor, "rows"]:
     """log π(o | q) of the rollout's completions in `rows` under `policy` now, with gradient: the
     per-token log-probs of `policy_token_log_probs` summed over kept tokens (RLOO's ratio and DPO's
     loss are built on it). The same `learning_autocast` rule applies."""
-    logprobs = policy_token_log_probs(policy, rollout, rows)
+    logprobs = policy_token_log_probs(policy, rollout, rows, chunk_logits)
     return sequence_log_probs(logprobs, rollout.completion_mask[rows])

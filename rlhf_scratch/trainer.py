@@ -89,7 +89,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ shared pieces
     @torch.no_grad()
-    def sample(self, num_generations: int, keep_ref_distribution: bool = False) -> Rollout:
+    def sample(self, num_generations: int, keep_ref_hidden: bool = False) -> Rollout:
         """This phase's rollout: batch_size / num_generations prompts (this rank's share), G
         completions of each, scored by the policy (and the reference) at the sampling
         temperature, in the learning phase's precision, and rewarded."""
@@ -99,7 +99,8 @@ class Trainer:
             self.policy, self.ref_model, prompts, self.reward_fn, num_generations=num_generations,
             gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k, prepend_bos=args.prepend_bos,
             stop_at_eos=args.eos_stops(), missing_eos_penalty=args.missing_eos_penalty,
-            chunk_size=args.minibatch_size(), keep_ref_distribution=keep_ref_distribution,
+            chunk_size=args.minibatch_size(), keep_ref_hidden=keep_ref_hidden, chunk_logits=args.chunk_logits,
+            kv_cache=args.kv_cache, cuda_graph=args.cuda_graph,
             policy_precision=self.learning_precision,
         )
 

@@ -1,16 +1,25 @@
 """Sampling and scoring over left-padded prompts: padding changes nothing, EOS ends a completion,
-top-k draws only among the k largest logits."""
+top-k draws only among the k largest logits; the static KV cache computes TransformerLens' logits
+and samples its tokens, and models it does not cover fall back to TransformerLens' cache."""
 
 import math
 
 import pytest
 import torch
 
-from rlhf_scratch.generation import generate, get_samples, sample_next_token, tokenize_prompts
+from rlhf_scratch.generation import (
+    TransformerLensCacheDecoder,
+    generate,
+    get_samples,
+    make_decoder,
+    sample_next_token,
+    tokenize_prompts,
+)
 from rlhf_scratch.loading import load_lm
 from rlhf_scratch.model import TransformerWithValueHead
 from rlhf_scratch.objectives import generated_span
 from rlhf_scratch.rollout import score_tokens
+from rlhf_scratch.static_cache import StaticCacheDecoder, unsupported_reason
 
 PROMPTS = ["This movie was really", "A", "The acting in this film is not what I"]
 
@@ -60,13 +69,14 @@ def test_left_padded_batch_scores_each_token_as_the_prompt_alone(policy_and_ref)
         assert (v_batch - v_alone).abs().max().item() <= 1e-4, "value head sees the padding"
 
 
-def test_greedy_generation_with_padding_and_cache_matches_each_prompt_alone(lm):
+@pytest.mark.parametrize("kv_cache", ["static", "transformer_lens"])
+def test_greedy_generation_with_padding_and_cache_matches_each_prompt_alone(lm, kv_cache):
     """top_k = 1 is greedy: the KV-cached, left-padded loop must pick the same tokens as one prompt alone."""
     prompt_ids, prompt_mask = tokenize_prompts(lm, PROMPTS, prepend_bos=True)
-    batch_ids, _ = generate(lm, prompt_ids, prompt_mask, gen_len=8, top_k=1)
+    batch_ids, _ = generate(lm, prompt_ids, prompt_mask, gen_len=8, top_k=1, kv_cache=kv_cache)
     for row, prompt in enumerate(PROMPTS):
         alone = lm.to_tokens(prompt)
-        ids, _ = generate(lm, alone, torch.ones_like(alone, dtype=torch.bool), gen_len=8, top_k=1)
+        ids, _ = generate(lm, alone, torch.ones_like(alone, dtype=torch.bool), gen_len=8, top_k=1, kv_cache=kv_cache)
         assert torch.equal(batch_ids[row], ids[0]), f"row {row}: padded batch generated different tokens"
         # and against a full forward pass without any cache: each greedy token is the argmax
         full = torch.cat([alone, ids], dim=1)
@@ -74,16 +84,17 @@ def test_greedy_generation_with_padding_and_cache_matches_each_prompt_alone(lm):
         assert torch.equal(argmax, ids[0]), "the KV cache changed the model's prediction"
 
 
-def test_stop_at_eos_masks_everything_after_the_first_eos():
+@pytest.mark.parametrize("kv_cache", ["static", "transformer_lens"])
+def test_stop_at_eos_masks_everything_after_the_first_eos(kv_cache):
     lm = load_lm("tiny").eval()
     eos = lm.tokenizer.eos_token_id
     with torch.no_grad():
         lm.unembed.b_U[eos] += 100.0  # EOS is now certain at every step
     prompt_ids, prompt_mask = tokenize_prompts(lm, PROMPTS[:2], prepend_bos=True)
-    ids, mask = generate(lm, prompt_ids, prompt_mask, gen_len=5, top_k=10, stop_at_eos=True)
+    ids, mask = generate(lm, prompt_ids, prompt_mask, gen_len=5, top_k=10, stop_at_eos=True, kv_cache=kv_cache)
     assert mask.tolist() == [[True, False, False, False, False]] * 2, "only the EOS itself is kept"
     assert ids[:, 0].tolist() == [eos, eos]
-    ids, mask = generate(lm, prompt_ids, prompt_mask, gen_len=5, top_k=10, stop_at_eos=False)
+    ids, mask = generate(lm, prompt_ids, prompt_mask, gen_len=5, top_k=10, stop_at_eos=False, kv_cache=kv_cache)
     assert mask.all() and (ids == eos).all(), "without stop_at_eos every token is kept (the blog)"
     _, texts = get_samples(lm, "This movie", 2, 5, 1.0, 10, True, stop_at_eos=True)
     assert texts == ["This movie", "This movie"], "the EOS that ended a completion is not in its text"
@@ -145,3 +156,146 @@ def test_rollout_log_probs_kl_and_entropy_are_of_the_sampled_distribution_at_tem
         torch.testing.assert_close(now, rollout.logprobs.sum(-1), atol=1e-4, rtol=0)
     finally:
         lm.load_state_dict(load_lm("tiny").state_dict())
+
+
+# --- the static KV cache (rlhf_scratch/static_cache.py) ----------------------------------------
+
+
+def static_logits_step_by_step(model, prompt_ids, prompt_mask, completion, cuda_graph=False):
+    """The static decoder's next-token logits after the prompt and after each completion token,
+    [batch, gen_len, d_vocab]. The cache is filled with garbage first: a step that read a column
+    not written yet would show it."""
+    gen_len = completion.shape[1]
+    with torch.inference_mode():
+        decoder = StaticCacheDecoder(model, prompt_ids, prompt_mask, gen_len, cuda_graph=cuda_graph)
+        decoder.cache.keys.fill_(1e4)
+        decoder.cache.values.fill_(-1e4)
+        logits = [decoder.prefill().clone()]
+        logits += [decoder.step(completion[:, t]).clone() for t in range(gen_len - 1)]
+    return torch.stack(logits, dim=1), decoder
+
+
+def full_forward_logits(model, prompt_ids, prompt_mask, completion):
+    """TransformerLens' whole forward (no cache) at the positions that predict the completion."""
+    ids = torch.cat([prompt_ids, completion], dim=1)
+    mask = torch.cat([prompt_mask, torch.ones_like(completion, dtype=torch.bool)], dim=1)
+    with torch.inference_mode():
+        return model(ids, attention_mask=mask.long())[:, prompt_ids.shape[1] - 1 : -1]
+
+
+def test_static_cache_logits_equal_transformer_lens_full_forward_with_left_padding(lm):
+    """Prompts of three lengths, left-padded: the prefill and every decode step give the logits
+    of TransformerLens' forward over the whole sequence (positions cumsum(mask) - 1, pad columns
+    and unwritten columns masked)."""
+    prompt_ids, prompt_mask = tokenize_prompts(lm, PROMPTS, prepend_bos=True)
+    assert len(set(prompt_mask.sum(1).tolist())) == 3, "the test needs three prompt lengths"
+    completion = torch.randint(1, lm.cfg.d_vocab, (len(PROMPTS), 7))
+    static, _ = static_logits_step_by_step(lm, prompt_ids, prompt_mask, completion)
+    full = full_forward_logits(lm, prompt_ids, prompt_mask, completion)
+    diff = (static - full).abs().max().item()
+    assert diff <= 1e-5, f"static-cache logits differ from TransformerLens' full forward by {diff}"
+
+
+def test_static_cache_runs_a_gpt2_shaped_model_with_unfolded_layer_norm(tiny_random_lm):
+    """The gpt2 preset's cfg differs from tiny's only in size; a model with LayerNorm weights not
+    folded (normalization_type "LN") and scores scaled by the layer index also matches."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(**{**tiny_random_lm.cfg.to_dict(), "act_fn": "gelu_new",
+                                     "scale_attn_by_inverse_layer_idx": True})
+    model = HookedTransformer(cfg).eval()
+    with torch.no_grad():  # LayerNorm weights and biases that are not 1 and 0
+        for name, p in model.named_parameters():
+            if "ln" in name or name.endswith(("b_Q", "b_K", "b_V", "b_O", "b_U")):
+                p.add_(0.3 * torch.randn_like(p))
+    assert unsupported_reason(model) is None
+    prompt_ids = torch.randint(1, 50, (3, 5))
+    prompt_mask = torch.tensor([[True] * 5, [False, False, True, True, True], [False] * 4 + [True]])
+    completion = torch.randint(1, 50, (3, 6))
+    static, _ = static_logits_step_by_step(model, prompt_ids, prompt_mask, completion)
+    diff = (static - full_forward_logits(model, prompt_ids, prompt_mask, completion)).abs().max().item()
+    assert diff <= 1e-5, f"static-cache logits differ from TransformerLens' by {diff} with unfolded LayerNorm"
+
+
+@pytest.mark.parametrize("top_k, stop_at_eos", [(10, False), (0, False), (10, True)])
+def test_static_and_transformer_lens_caches_sample_the_same_tokens_under_one_seed(lm, top_k, stop_at_eos):
+    """The default PPO rollout's shape (64 × 30), left-padded prompts: one seed, the same tokens,
+    masks and random-number consumption (the next draw after generation agrees too). With
+    `stop_at_eos` EOS is made likely, so rows end at different steps and the loop stops early."""
+    eos = lm.tokenizer.eos_token_id
+    prompts = [PROMPTS[i % 3] for i in range(64)]
+    prompt_ids, prompt_mask = tokenize_prompts(lm, prompts, prepend_bos=True)
+    bump = 6.0 if stop_at_eos else 0.0
+    with torch.no_grad():
+        lm.unembed.b_U[eos] += bump
+    try:
+        out = {}
+        for kv_cache in ("static", "transformer_lens"):
+            torch.manual_seed(1)
+            ids, mask = generate(lm, prompt_ids, prompt_mask, 30, temperature=1.0, top_k=top_k,
+                                 stop_at_eos=stop_at_eos, kv_cache=kv_cache)
+            out[kv_cache] = ids, mask, torch.rand(3)
+    finally:
+        with torch.no_grad():
+            lm.unembed.b_U[eos] -= bump
+    (s_ids, s_mask, s_next), (t_ids, t_mask, t_next) = out["static"], out["transformer_lens"]
+    assert torch.equal(s_ids, t_ids), f"{(s_ids != t_ids).sum().item()} tokens differ between the two caches"
+    assert torch.equal(s_mask, t_mask), "the completion masks differ"
+    assert torch.equal(s_next, t_next), "the two loops drew a different amount of random numbers"
+    if stop_at_eos:
+        lengths = s_mask.sum(1)
+        assert lengths.min() < lengths.max() < 30, "the test needs rows that end at different steps"
+
+
+def test_the_tiny_lm_decodes_with_the_static_cache_and_a_hooked_model_with_transformer_lens(lm):
+    prompt_ids, prompt_mask = tokenize_prompts(lm, PROMPTS, prepend_bos=True)
+    assert isinstance(make_decoder(lm, prompt_ids, prompt_mask, 4), StaticCacheDecoder)
+
+    def push_to_token_7(logits, hook):
+        return logits + 1e3 * (torch.arange(logits.shape[-1]) == 7)
+
+    with lm.hooks(fwd_hooks=[("unembed.hook_out", push_to_token_7)]):
+        assert isinstance(make_decoder(lm, prompt_ids, prompt_mask, 4), TransformerLensCacheDecoder), \
+            "the static forward skips hook points: a hooked model must decode through TransformerLens"
+        ids, _ = generate(lm, prompt_ids, prompt_mask, 4, top_k=1)
+    assert (ids == 7).all(), "the hook did not act on the samples"
+    with pytest.raises(ValueError, match="hooks attached"), lm.hooks(fwd_hooks=[("unembed.hook_out", push_to_token_7)]):
+        make_decoder(lm, prompt_ids, prompt_mask, 4, kv_cache="static")
+
+
+def test_a_rotary_model_falls_back_to_transformer_lens_with_the_reason(lm):
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(n_layers=2, d_model=32, n_ctx=64, d_head=8, n_heads=4, d_mlp=64,
+                                  d_vocab=lm.cfg.d_vocab, act_fn="gelu_new", normalization_type="LN",
+                                  positional_embedding_type="rotary", rotary_dim=8, seed=0)
+    rotary = HookedTransformer(cfg, tokenizer=lm.tokenizer).eval()
+    assert "rotary" in unsupported_reason(rotary)
+    prompt_ids, prompt_mask = tokenize_prompts(rotary, PROMPTS, prepend_bos=True)
+    assert isinstance(make_decoder(rotary, prompt_ids, prompt_mask, 5), TransformerLensCacheDecoder)
+    torch.manual_seed(2)
+    auto = generate(rotary, prompt_ids, prompt_mask, 5, top_k=10)
+    torch.manual_seed(2)
+    tl = generate(rotary, prompt_ids, prompt_mask, 5, top_k=10, kv_cache="transformer_lens")
+    assert torch.equal(auto[0], tl[0]) and torch.equal(auto[1], tl[1])
+    with pytest.raises(ValueError, match="kv_cache='static' cannot run this model: positional_embedding_type='rotary'"):
+        generate(rotary, prompt_ids, prompt_mask, 5, kv_cache="static")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the CUDA-graph decode step")
+def test_cuda_graph_decode_step_replays_the_uncaptured_step():
+    """On CUDA the decode step is captured once and replayed: the replayed logits are those of the
+    uncaptured step and of TransformerLens' full forward, and sampling gives the same tokens."""
+    lm = load_lm("tiny").to("cuda").eval()
+    prompt_ids, prompt_mask = (t.to("cuda") for t in tokenize_prompts(lm, PROMPTS, prepend_bos=True))
+    completion = torch.randint(1, lm.cfg.d_vocab, (len(PROMPTS), 7), device="cuda")
+    graphed, decoder = static_logits_step_by_step(lm, prompt_ids, prompt_mask, completion, cuda_graph=True)
+    assert decoder.graph is not None, "the step was not captured"
+    eager, _ = static_logits_step_by_step(lm, prompt_ids, prompt_mask, completion, cuda_graph=False)
+    assert (graphed - eager).abs().max().item() <= 1e-5
+    assert (graphed - full_forward_logits(lm, prompt_ids, prompt_mask, completion)).abs().max().item() <= 1e-4
+    out = []
+    for cuda_graph in (True, False):
+        torch.manual_seed(3)
+        out.append(generate(lm, prompt_ids, prompt_mask, 12, top_k=10, stop_at_eos=True, cuda_graph=cuda_graph))
+    assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])

@@ -9,7 +9,7 @@ BATCH, GEN_LEN, SEQ_LEN = 6, 2, 5
 NUM_MINIBATCHES, EPOCHS = 3, 2
 
 
-def make_memory(ref_distribution=False):
+def make_memory(ref_hidden=False):
     i = torch.arange(BATCH)
     # every tensor encodes its sample index i, so we can check rows stay aligned after shuffling
     sample_ids = i[:, None].repeat(1, SEQ_LEN)
@@ -18,9 +18,9 @@ def make_memory(ref_distribution=False):
     logprobs = -i[:, None].float().repeat(1, GEN_LEN)
     advantages = torch.tensor([[1.0, -2.0]]) * (i[:, None] + 1)
     values = torch.arange(SEQ_LEN).float() + 10.0 * i[:, None]  # row i: [10i, 10i+1, ..., 10i+4]
-    ref = i[:, None, None] * torch.ones(BATCH, GEN_LEN, 3) if ref_distribution else None  # row i holds i
+    ref = i[:, None, None] * torch.ones(BATCH, GEN_LEN, 3) if ref_hidden else None  # row i holds i
     memory = ReplayMemory(sample_ids, attention_mask, completion_mask, logprobs, advantages, values,
-                          NUM_MINIBATCHES, EPOCHS, ref_distribution=ref)
+                          NUM_MINIBATCHES, EPOCHS, ref_hidden=ref)
     return memory
 
 
@@ -32,11 +32,11 @@ def test_minibatch_count_and_shapes():
     for mb in minibatches:
         assert mb.sample_ids.shape == mb.attention_mask.shape == (size, SEQ_LEN)
         assert mb.logprobs.shape == mb.advantages.shape == mb.returns.shape == mb.completion_mask.shape == (size, GEN_LEN)
-        assert mb.ref_distribution is None, "nothing kept: the trainer runs the reference per minibatch"
+        assert mb.ref_hidden is None, "nothing kept: the trainer runs the reference per minibatch"
 
 
 def test_each_permutation_covers_every_sample_once_and_rows_stay_aligned():
-    memory = make_memory(ref_distribution=True)
+    memory = make_memory(ref_hidden=True)
     minibatches = list(memory.get_minibatches(torch.Generator().manual_seed(0)))
     orders = []
     for epoch in range(EPOCHS):
@@ -50,7 +50,7 @@ def test_each_permutation_covers_every_sample_once_and_rows_stay_aligned():
             assert torch.equal(mb.attention_mask[:, 0], i % 2 == 0), "attention_mask rows are shuffled differently"
             assert torch.equal(mb.completion_mask[:, 1], i % 3 == 0), "completion_mask rows are shuffled differently"
             assert torch.equal(mb.advantages[:, 0], i.float() + 1), "advantages rows are shuffled differently from sample_ids"
-            assert torch.equal(mb.ref_distribution[:, 1, 2], i.float()), "ref_distribution rows are shuffled differently"
+            assert torch.equal(mb.ref_hidden[:, 1, 2], i.float()), "ref_hidden rows are shuffled differently"
     assert orders[0] != orders[1], "each learning epoch should use a fresh permutation"
 
 

@@ -31,19 +31,17 @@ from rlhf_scratch.objectives import (
     calc_approx_kl,
     calc_clip_fraction,
     calc_clipped_sur_obj,
-    calc_entropy_bonus,
-    calc_kl_penalty,
     calc_value_fn_loss,
     explained_variance,
-    gather_log_probs,
     generated_span,
-    temperature_scaled,
+    masked_mean,
 )
 from rlhf_scratch.rewards import normalize_reward
 from rlhf_scratch.rollout import Rollout
 from rlhf_scratch.tasks import RewardFn
 from rlhf_scratch.timing import timed
 from rlhf_scratch.trainer import Trainer, mean_stats
+from rlhf_scratch.vocab_terms import Unembedding, final_hidden, token_terms, unembedding
 
 # Logged by PPO's learning phase each phase, besides loop.SHARED_METRICS (CleanRL's names).
 PPO_METRICS = (
@@ -61,40 +59,46 @@ PPO_METRICS = (
 
 
 def compute_rlhf_objective(
-    logits: Float[Tensor, "minibatch seq_len d_vocab"],
+    hidden: Float[Tensor, "minibatch seq_len d_model"],
     values: Float[Tensor, "minibatch seq_len"],
-    ref_logits: Float[Tensor, "minibatch seq_len d_vocab"] | None,
+    ref_hidden: Float[Tensor, "minibatch gen_len d_ref"],
     mb: ReplayMinibatch,
     args: RLHFArgs,
     kl_coef: float,
+    unembed: Unembedding,
+    ref_unembed: Unembedding,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
-    """The PPO objective of one minibatch from the policy's and the reference's outputs:
+    """The PPO objective of one minibatch from the policy's final normalised residual ĥ (and values)
+    and the reference's ĥ_ref at the completion's positions:
 
         J = clipped_surrogate − value_loss + entropy_bonus − kl_penalty
 
-    Every term is taken over the generated span only (`logits[:, prefix_len-1:-1]` predicts the
-    completion) and over the kept completion tokens (`mb.completion_mask`). The reference comes
-    as its logits, or (`ref_logits=None`) as the log-probs the rollout kept in
-    `mb.ref_distribution`. Returns J and each term (with its coefficient applied, as the
-    functions in `objectives` return them).
+    Every term is taken over the generated span only (position t = prefix_len−1 … seq_len−2
+    predicts the completion) and over the kept completion tokens (`mb.completion_mask`). The
+    vocabulary-wide quantities — log π(o_t), H[π] and KL(π ‖ π_ref) at each position — come from
+    `token_terms`, `args.chunk_logits` logits at a time (recomputed in backward, not kept); then
+
+        entropy_bonus = c_ent · mean_kept H[π]            (= calc_entropy_bonus on the whole logits)
+        kl_penalty    = β · mean_kept KL(π ‖ π_ref)         (= calc_kl_penalty on the whole logits)
+
+    `unembed` / `ref_unembed` map ĥ to logits (`vocab_terms.unembedding` of each model; a test
+    passes logits themselves with an identity W_U). Returns J and each term (with its coefficient
+    applied, as the functions in `objectives` return them), and the log-probs.
 
     Every distribution is the sampled one, softmax(z / T) at `args.temperature`
-    (`temperature_scaled`, as the rollout scored π_old and π_ref): at T = 1 nothing is divided
-    and J is bit-identical to the blog's.
+    (`temperature_scaled`, as the rollout scored π_old and π_ref): at T = 1 nothing is divided.
     """
     prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
-    gen, mask, T = generated_span(prefix_len), mb.completion_mask, args.temperature
-    # One log-softmax per model (float32, at T), shared by the log-probs, the entropy and the KL.
-    logprobs_v = temperature_scaled(logits[:, gen].float(), T).log_softmax(-1)
-    ref_logprobs_v = (mb.ref_distribution if ref_logits is None
-                      else temperature_scaled(ref_logits[:, gen], T).log_softmax(-1))
-    logprobs = gather_log_probs(logprobs_v, mb.sample_ids[:, prefix_len:])
+    gen, mask, targets = generated_span(prefix_len), mb.completion_mask, mb.sample_ids[:, prefix_len:]
+    per_token = token_terms(hidden[:, gen].flatten(0, 1), unembed, targets.flatten(), args.temperature,
+                            ref_hidden=ref_hidden.flatten(0, 1), ref_unembed=ref_unembed, with_entropy=True,
+                            chunk_logits=args.chunk_logits).reshape(*targets.shape)
     terms = {
-        "clipped_surrogate": calc_clipped_sur_obj(logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),
+        "clipped_surrogate": calc_clipped_sur_obj(per_token.logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),
         "value_loss": calc_value_fn_loss(values[:, gen], mb.returns, args.vf_coef, mask=mask),
-        "entropy_bonus": calc_entropy_bonus(logprobs_v, args.ent_coef, mask=mask, from_logprobs=True),
-        "kl_penalty": calc_kl_penalty(logprobs_v, ref_logprobs_v, kl_coef, mask=mask, from_logprobs=True),
-        "logprobs": logprobs,
+        "entropy_bonus": args.ent_coef * masked_mean(per_token.entropy, mask),
+        "kl_penalty": kl_coef * masked_mean(per_token.kl, mask),
+        "logprobs": per_token.logprobs,
     }
     total = terms["clipped_surrogate"] - terms["value_loss"] + terms["entropy_bonus"] - terms["kl_penalty"]
     return total, terms
@@ -124,7 +128,7 @@ class RLHFTrainer(Trainer):
     def rollout_phase(self) -> Rollout:
         """Sample a batch (one completion per prompt), score it with the policy, its value head
         and the reference, and reward it."""
-        return self.sample(num_generations=1, keep_ref_distribution=self.args.cache_ref_logprobs)
+        return self.sample(num_generations=1, keep_ref_hidden=self.args.cache_ref_logprobs)
 
     @torch.no_grad()
     def rollout_advantages(self, rollout: Rollout) -> Float[Tensor, "batch gen_len"]:
@@ -139,14 +143,17 @@ class RLHFTrainer(Trainer):
         return compute_advantages(rollout.values, rewards, rollout.prefix_len, mask=rollout.completion_mask)
 
     def minibatch_objective(self, mb: ReplayMinibatch) -> tuple[Tensor, dict[str, float]]:
-        """J on one minibatch: policy forward (logits and values), reference forward, the terms."""
-        mask, ref_logits = attention_mask_or_none(mb.attention_mask), None
-        if mb.ref_distribution is None:  # not kept by the rollout: one reference forward per minibatch
+        """J on one minibatch: policy forward to ĥ (and values), the reference's ĥ_ref (kept by the
+        rollout, or one reference forward), the terms."""
+        mask, ref_hidden = attention_mask_or_none(mb.attention_mask), mb.ref_hidden
+        if ref_hidden is None:  # not kept by the rollout: one reference forward per minibatch
             with timed("reference_forward"), torch.no_grad():
-                ref_logits = self.ref_model(mb.sample_ids, attention_mask=mask)
+                prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
+                ref_hidden = final_hidden(self.ref_model, mb.sample_ids, mask)[:, generated_span(prefix_len)]
         with timed("learning_forward"), self.learning_precision():
-            logits, values = self.learner(mb.sample_ids, attention_mask=mask)
-            total, terms = compute_rlhf_objective(logits, values, ref_logits, mb, self.args, self.kl_coef)
+            hidden, values = self.learner(mb.sample_ids, attention_mask=mask, return_hidden=True)
+            total, terms = compute_rlhf_objective(hidden, values, ref_hidden, mb, self.args, self.kl_coef,
+                                                  unembedding(self.policy.base), unembedding(self.ref_model))
         logprobs = terms.pop("logprobs")
         stats = {"objective/total": total.item(), **{f"losses/{k}": v.item() for k, v in terms.items()},
                  "losses/clipfrac": calc_clip_fraction(logprobs, mb.logprobs, self.args.clip_coef, mask=mb.completion_mask),
@@ -160,7 +167,7 @@ class RLHFTrainer(Trainer):
         memory = ReplayMemory(
             rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
             advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase,
-            ref_distribution=rollout.ref_distribution,
+            ref_hidden=rollout.ref_hidden,
         )
         stats: list[dict[str, float]] = []
         skipped = 0

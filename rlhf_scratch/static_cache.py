@@ -1,0 +1,288 @@
+"""Decoding with a static KV cache: the model's forward written out for a few new positions.
+
+Why: TransformerLens' own cache grows by concatenation — every step allocates new K/V tensors
+one column longer, rebuilds the attention mask and runs the whole hooked forward in Python.
+Here the cache is allocated once for the whole sample and every decode step has the same
+tensor shapes, so the step can be captured in a CUDA graph and replayed (one launch per token
+instead of a hundred), and on any device it skips the hooks, mask bookkeeping and copies.
+
+The cache: two buffers, filled left to right, one column per token,
+
+    K, V   [n_layers, batch, n_heads, total, d_head]     total = prompt_len + gen_len
+    column c holds the key / value of the token at column c of  prompt_ids ++ completion_ids
+
+and which columns a query at column c may read:
+
+    visible[b, j] = key_valid[b, j]  and  j <= c
+    key_valid     = prompt_mask ++ [True] * gen_len    (pad columns of a left-padded prompt: False)
+
+Columns after c are not written yet (zeros, or an earlier sample's leftovers): `j <= c` hides
+them, so a step never depends on what they hold. A completion that has ended (EOS) keeps being
+fed the pad token — its later tokens are masked out of the completion, not of the cache — so
+the batch stays rectangular and no step branches on a tensor's value.
+
+One forward, for q new tokens written at columns `columns` (the prompt: q = prompt_len, columns
+0..prompt_len-1; a decode step: q = 1, the column of the token just sampled):
+
+    x   = W_E[token] + W_pos[position]              position = cumsum(mask) - 1 (TransformerLens'
+                                                    numbering: a padded prompt gets the positions
+                                                    it would get alone; pad columns get 0)
+    per block:
+      h        = ln1(x)
+      q, k, v  = h W_Q + b_Q,  h W_K + b_K,  h W_V + b_V           [batch, n_heads, q, d_head]
+      K[:, :, columns], V[:, :, columns] = k, v                     write this step's columns
+      scores   = q K^T / attn_scale,  -inf (finfo.min) where not visible
+      z        = softmax(scores) V
+      x        = x + z W_O + b_O
+      x        = x + mlp(ln2(x))
+    logits = ln_final(x[last new position]) W_U + b_U
+
+It uses the HookedTransformer's own modules for the token embedding, the LayerNorms and the
+MLPs, and its own W_pos, W_Q/W_K/W_V/W_O/b_* and W_U/b_U, the last two sets laid out once per
+`generate` call for plain matrix products (`DecodeWeights`). Hooks do not run: a model with hooks attached
+decodes through TransformerLens (see `generation.generate`). It equals TransformerLens' full
+forward to < 1e-5 (4e-6 measured) on the tiny LM (tests/test_generation.py).
+
+Supported: what GPT-2 is — LayerNorm (folded or not), learned absolute positions, a dense MLP
+module, causal multi-head attention with one K/V per head. Anything else (`unsupported_reason`)
+decodes through TransformerLens' own cache: its attention differs from the few lines above
+(rotary or ALiBi positions, grouped K/V heads, local windows, soft-capping, QK norms, sinks,
+post-norm blocks, parallel attention and MLP, attention-only blocks, mixture-of-experts routing
+with data-dependent control flow, 4-bit weights, several devices).
+
+On CUDA the decode step is captured once per `generate` call in a CUDA graph (`CUDAGraphStep`)
+with static inputs (the token, its column, its position) and a static output (the logits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
+
+
+def unsupported_reason(model: HookedTransformer) -> str | None:
+    """Why the static-cache forward cannot run `model` exactly, or None when it can."""
+    cfg = model.cfg
+    checks = [
+        (cfg.positional_embedding_type != "standard",
+         f"positional_embedding_type={cfg.positional_embedding_type!r} (only learned absolute positions)"),
+        (cfg.n_key_value_heads is not None, "grouped-query attention (n_key_value_heads)"),
+        (cfg.attn_only, "attention-only blocks"),
+        (cfg.parallel_attn_mlp, "parallel attention and MLP"),
+        (cfg.normalization_type not in ("LN", "LNPre"), f"normalization_type={cfg.normalization_type!r}"),
+        (cfg.original_architecture in POST_NORM_ARCHITECTURES, "post-norm blocks"),
+        (cfg.use_normalization_before_and_after, "normalization before and after each sublayer"),
+        (cfg.attn_scores_soft_cap > 0 or cfg.output_logits_soft_cap > 0, "soft-capped scores or logits"),
+        (cfg.use_local_attn, "local attention windows"),
+        (cfg.attention_dir != "causal", f"attention_dir={cfg.attention_dir!r}"),
+        (cfg.use_qk_norm or cfg.clip_qkv is not None, "QK normalisation or clipping"),
+        (cfg.use_logn_attn or cfg.use_attention_sinks, "log-n scaling or attention sinks"),
+        (cfg.use_attn_in or cfg.use_split_qkv_input, "per-head attention inputs (use_attn_in / use_split_qkv_input)"),
+        (bool(cfg.num_experts), "mixture-of-experts MLP"),
+        (cfg.load_in_4bit, "4-bit weights"),
+        (cfg.n_devices != 1, "a model split over several devices"),
+    ]
+    return next((reason for failed, reason in checks if failed), None)
+
+
+def has_hooks(model: HookedTransformer) -> bool:
+    """Is any forward hook attached (e.g. inside `model.hooks(...)`)? The static forward skips
+    the hook points, so a hooked model must decode through TransformerLens."""
+    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+@dataclass
+class DecodeWeights:
+    """The model's attention and unembedding weights, laid out for `F.linear` once per call
+    (TransformerLens rearranges W_O and transposes W_U on every forward)."""
+
+    W_QKV: list[Float[Tensor, "three_heads_d_head d_model"]]  # per layer: [W_Q; W_K; W_V] as (h d) × d_model rows
+    b_QKV: list[Float[Tensor, "three_heads_d_head"]]
+    W_O: list[Float[Tensor, "d_model heads_d_head"]]
+    b_O: list[Float[Tensor, "d_model"]]
+    W_U_T: Float[Tensor, "d_vocab d_model"]
+    b_U: Float[Tensor, "d_vocab"]
+
+    @classmethod
+    def of(cls, model: HookedTransformer) -> DecodeWeights:
+        def rows(W: Float[Tensor, "n_heads d_model d_head"]) -> Float[Tensor, "heads_d_head d_model"]:
+            return W.permute(0, 2, 1).reshape(-1, W.shape[1])  # "h m d -> (h d) m"
+
+        attns = [block.attn for block in model.blocks]
+        return cls(
+            W_QKV=[torch.cat([rows(a.W_Q), rows(a.W_K), rows(a.W_V)]) for a in attns],
+            b_QKV=[torch.cat([a.b_Q.flatten(), a.b_K.flatten(), a.b_V.flatten()]) for a in attns],
+            W_O=[a.W_O.reshape(-1, a.W_O.shape[-1]).T.contiguous() for a in attns],  # "h d m -> m (h d)"
+            b_O=[a.b_O for a in attns],
+            W_U_T=model.unembed.W_U.T.contiguous(),
+            b_U=model.unembed.b_U,
+        )
+
+
+@dataclass
+class StaticKVCache:
+    """K/V of every layer for the whole sample, preallocated; `key_valid` marks the columns that
+    hold a real token (False on the prompt's left padding)."""
+
+    keys: Float[Tensor, "n_layers batch n_heads total d_head"]
+    values: Float[Tensor, "n_layers batch n_heads total d_head"]
+    key_valid: Bool[Tensor, "batch total"]
+    slots: Int[Tensor, "total"]  # 0..total-1, made once: a CUDA graph may not allocate it per step
+
+    @classmethod
+    def empty(cls, model: HookedTransformer, prompt_mask: Bool[Tensor, "batch prompt_len"], gen_len: int) -> StaticKVCache:
+        cfg, (batch, prompt_len) = model.cfg, prompt_mask.shape
+        total, device = prompt_len + gen_len, prompt_mask.device
+        shape = (cfg.n_layers, batch, cfg.n_heads, total, cfg.d_head)
+        generated = torch.ones((batch, gen_len), dtype=torch.bool, device=device)
+        return cls(
+            keys=torch.zeros(shape, dtype=cfg.dtype, device=device),
+            values=torch.zeros(shape, dtype=cfg.dtype, device=device),
+            key_valid=torch.cat([prompt_mask, generated], dim=1),
+            slots=torch.arange(total, device=device),
+        )
+
+
+def embed_tokens(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch q"],
+    positions: Int[Tensor, "batch q"],
+    real: Bool[Tensor, "batch q"],
+) -> Float[Tensor, "batch q d_model"]:
+    """x = W_E[token] + W_pos[position], with no position embedding on pad columns (as TransformerLens)."""
+    return model.embed(tokens) + model.pos_embed.W_pos[positions] * real[..., None]
+
+
+def attend_with_cache(
+    model: HookedTransformer,
+    weights: DecodeWeights,
+    cache: StaticKVCache,
+    layer: int,
+    h: Float[Tensor, "batch q d_model"],
+    columns: Int[Tensor, "q"],
+    visible: Bool[Tensor, "batch 1 q total"],
+) -> Float[Tensor, "batch q d_model"]:
+    """One attention layer for q new positions: write their K/V at `columns`, attend over the cache."""
+    cfg = model.cfg
+    batch, q, _ = h.shape
+    qkv = F.linear(h, weights.W_QKV[layer], weights.b_QKV[layer])  # [batch, q, 3 · n_heads · d_head]
+    query, key, value = qkv.view(batch, q, 3, cfg.n_heads, cfg.d_head).permute(2, 0, 3, 1, 4)  # 3 × [batch, n_heads, q, d_head]
+    K, V = cache.keys[layer], cache.values[layer]  # [batch, n_heads, total, d_head]
+    K.index_copy_(2, columns, key)
+    V.index_copy_(2, columns, value)
+    scores = query @ K.transpose(-1, -2) / model.blocks[layer].attn.attn_scale  # [batch, n_heads, q, total]
+    scores = scores.masked_fill(~visible, torch.finfo(scores.dtype).min)
+    z = scores.softmax(dim=-1) @ V  # [batch, n_heads, q, d_head]
+    z = z.transpose(1, 2).reshape(batch, q, cfg.n_heads * cfg.d_head)
+    return F.linear(z, weights.W_O[layer], weights.b_O[layer])
+
+
+def forward_with_cache(
+    model: HookedTransformer,
+    weights: DecodeWeights,
+    cache: StaticKVCache,
+    tokens: Int[Tensor, "batch q"],
+    positions: Int[Tensor, "batch q"],
+    columns: Int[Tensor, "q"],
+) -> Float[Tensor, "batch d_vocab"]:
+    """The model's forward for q new tokens at cache columns `columns`, reading every earlier
+    column from the cache and writing these; returns the next-token logits after the last of
+    them (sampling needs no others, and unembedding all q would cost q times more). Nothing in it
+    depends on a tensor's value, so it runs the same kernels with the same shapes each time (what
+    a CUDA graph needs)."""
+    real = cache.key_valid[:, columns]  # [batch, q]
+    visible = cache.key_valid[:, None, :] & (cache.slots[None, None, :] <= columns[None, :, None])  # [batch, q, total]
+    visible = visible[:, None]  # [batch, 1, q, total]: the same for every head
+    x = embed_tokens(model, tokens, positions, real)
+    for layer, block in enumerate(model.blocks):
+        x = x + attend_with_cache(model, weights, cache, layer, block.ln1(x), columns, visible)
+        x = x + block.mlp(block.ln2(x))
+    return F.linear(model.ln_final(x[:, -1]), weights.W_U_T, weights.b_U)
+
+
+class CUDAGraphStep:
+    """`step()` captured in a CUDA graph: calling it replays the recorded kernels and returns the
+    same output tensor, refilled. `step` must read its inputs from, and write its outputs to,
+    tensors that outlive the graph (the static buffers) and must not synchronise with the host.
+
+    The recipe of PyTorch's CUDA-graph notes: warm up on a side stream (so lazy initialisations
+    and allocator caches are not recorded), then capture. Running the step during warm-up is
+    harmless here: it rewrites the same cache column with the same values.
+
+    UNEXECUTED: written without a GPU to run it on; the CPU tests cover the same step uncaptured.
+    """
+
+    WARMUP_STEPS = 2
+
+    def __init__(self, step: Callable[[], Tensor]):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.WARMUP_STEPS):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.output = step()
+
+    def __call__(self) -> Tensor:
+        self.graph.replay()
+        return self.output
+
+
+class StaticCacheDecoder:
+    """The `generation.Decoder` over a static cache: `prefill` runs the prompt, each `step` one
+    new token, with fixed shapes. On CUDA (and `cuda_graph`), the step is captured on its first
+    call and replayed after; its inputs live in static buffers that each call updates in place:
+
+        token     [batch]   the token just sampled, written at column `column`
+        column    [1]       prompt_len + t at step t
+        position  [batch]   its position: the row's number of prompt tokens + t
+    """
+
+    def __init__(
+        self,
+        model: HookedTransformer,
+        prompt_ids: Int[Tensor, "batch prompt_len"],
+        prompt_mask: Bool[Tensor, "batch prompt_len"],
+        gen_len: int,
+        cuda_graph: bool = True,
+    ):
+        self.model, self.prompt_ids, self.prompt_mask = model, prompt_ids, prompt_mask
+        self.weights = DecodeWeights.of(model)
+        self.cache = StaticKVCache.empty(model, prompt_mask, gen_len)
+        device = prompt_ids.device
+        self.token = torch.zeros(prompt_ids.shape[0], dtype=torch.long, device=device)
+        self.column = torch.tensor([prompt_ids.shape[1]], dtype=torch.long, device=device)
+        self.position = prompt_mask.sum(dim=1)
+        self.use_graph = cuda_graph and device.type == "cuda"
+        self.graph: CUDAGraphStep | None = None
+
+    def prefill(self) -> Float[Tensor, "batch d_vocab"]:
+        positions = (self.prompt_mask.long().cumsum(dim=1) - 1).clamp(min=0)
+        columns = self.cache.slots[: self.prompt_ids.shape[1]]
+        return forward_with_cache(self.model, self.weights, self.cache, self.prompt_ids, positions, columns)
+
+    def _decode_one(self) -> Float[Tensor, "batch d_vocab"]:
+        return forward_with_cache(
+            self.model, self.weights, self.cache, self.token[:, None], self.position[:, None], self.column
+        )
+
+    def step(self, token: Int[Tensor, "batch"]) -> Float[Tensor, "batch d_vocab"]:
+        self.token.copy_(token)
+        if self.use_graph:
+            if self.graph is None:
+                self.graph = CUDAGraphStep(self._decode_one)
+            logits = self.graph()
+        else:
+            logits = self._decode_one()
+        self.column += 1
+        self.position += 1
+        return logits

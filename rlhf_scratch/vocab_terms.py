@@ -1,0 +1,206 @@
+"""Per-token terms over the vocabulary — log π(token), entropy H[π], KL(π ‖ π_ref) — a chunk of
+positions at a time, so memory grows with the chunk, not with minibatch × vocabulary.
+
+A language model's last step is the unembedding, logits = ĥ W_U + b_U: one row of d_vocab
+numbers per position. At the tiny preset's minibatch (16 × 30 positions, V = 8,192) that is
+3.9 M floats per tensor, and PPO's objective writes several of them (the logits, their
+log-softmax, its exp, the entropy's and the KL's products, the reference's log-softmax), all of
+which autograd keeps for backward. At GPT-2's V = 50,257 they are six times larger.
+
+So the trainers stop the forward pass at ĥ, the residual stream after the final LayerNorm
+(`final_hidden`: d_model numbers per position), and `token_terms` does the vocabulary-wide part
+a chunk of positions at a time: a chunk's logits are made, reduced to a few numbers per position
+(and logsumexp(z)) and dropped. Backward (`VocabTerms.backward`) makes each chunk's logits again
+and applies the gradients of the three terms written out by hand — with z = logits / T,
+p = softmax(z), log p = z − logsumexp(z):
+
+    ∂ log p_target / ∂z_v = 1[v = target] − p_v
+    ∂ H / ∂z_v            = −p_v (log p_v + H)                 H  = −Σ_v p_v log p_v
+    ∂ KL / ∂z_v           =  p_v (log p_v − log q_v − KL)       KL = Σ_v p_v (log p_v − log q_v), q = π_ref fixed
+
+    ∂J/∂logits = (1/T) Σ_terms (∂J/∂term) (∂term/∂z),   ∂J/∂ĥ = ∂J/∂logits · W_Uᵀ,   ∂J/∂W_U = ĥᵀ · ∂J/∂logits
+
+What lives through backward is ĥ, W_U and a few numbers per position. The price is a second
+unembedding per chunk in backward (and the reference's, for the KL); autograd through the whole
+log-softmax graph would instead keep every [positions, d_vocab] intermediate. A test checks the
+values and the gradients against autograd on the formulas of `objectives.py` (`get_log_probs`'
+z_t − logsumexp(z), `entropy_per_token`, `kl_per_token`). The same function scores the rollout
+(without gradients: the chunks only bound the temporaries) and the learning phase, so
+log π_old and log π are one computation.
+
+The reference model's ĥ_ref (d_model numbers per position) is what PPO keeps from the rollout
+for its full-vocabulary KL — 1/64 of the memory of its whole log-prob vectors at the tiny
+preset — and `token_terms` unembeds it chunk by chunk with the reference's own W_U.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+from rlhf_scratch.objectives import temperature_scaled
+
+LOGITS_PER_CHUNK = 2**21
+"""Default most logits (positions × d_vocab) made at once: 8 MiB of float32; 256 positions at the
+tiny preset's V = 8,192, 41 at GPT-2's 50,257 (`--chunk-logits`)."""
+
+
+@dataclass
+class TokenTerms:
+    """One number per position (each [rows], or reshaped, e.g. [batch, gen_len]); None where it was not asked for."""
+
+    logprobs: Float[Tensor, "*positions"]
+    """log π_T(target) = z_target − logsumexp(z), z = logits / T."""
+    entropy: Float[Tensor, "*positions"] | None = None
+    """H[π_T] = −Σ_v π_T(v) log π_T(v)."""
+    kl: Float[Tensor, "*positions"] | None = None
+    """KL(π_T ‖ π_ref,T) = Σ_v π_T(v) (log π_T(v) − log π_ref,T(v)), over the whole vocabulary."""
+    ref_logprobs: Float[Tensor, "*positions"] | None = None
+    """log π_ref,T(target)."""
+
+    def reshape(self, *shape: int) -> TokenTerms:
+        return TokenTerms(*(None if t is None else t.reshape(*shape) for t in vars(self).values()))
+
+
+def final_hidden(
+    model: HookedTransformer, ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"] | None = None
+) -> Float[Tensor, "batch seq d_model"]:
+    """ĥ = ln_final(resid_post of the last block): what the unembedding reads (`ln_final.hook_normalized`).
+    `model(...)` of a HookedTransformer is `unembed(final_hidden(...))`."""
+    resid = model(ids, attention_mask=attention_mask, stop_at_layer=model.cfg.n_layers)
+    return model.ln_final(resid)
+
+
+@dataclass
+class Unembedding:
+    """logits = ĥ W_U + b_U (TransformerLens' `Unembed`, which GPT-2-style models use)."""
+
+    W_U: Float[Tensor, "d_model d_vocab"]
+    b_U: Float[Tensor, "d_vocab"]
+
+    def __call__(self, hidden: Float[Tensor, "rows d_model"]) -> Float[Tensor, "rows d_vocab"]:
+        return hidden @ self.W_U + self.b_U
+
+
+def unembedding(model: HookedTransformer) -> Unembedding:
+    """The model's unembedding (its own W_U and b_U: a tuned model with its own, not the reference's)."""
+    if (getattr(model.cfg, "output_logits_soft_cap", 0.0) or 0.0) > 0:
+        raise ValueError("token_terms: models with a logit soft-cap are not supported (GPT-2-style models have none)")
+    return Unembedding(model.unembed.W_U, model.unembed.b_U)
+
+
+def _chunk_forward(hidden, target, ref_hidden, unembed, ref_unembed, temperature, with_entropy):
+    """One chunk's logsumexp(z) and terms (each [c]); z = unembed(ĥ) / T in float32."""
+    z = temperature_scaled(unembed(hidden).float(), temperature)
+    lse = z.logsumexp(-1)
+    logprobs = z.gather(-1, target[:, None]).squeeze(-1) - lse
+    if not with_entropy and ref_hidden is None:  # get_log_probs' form: no [c, V] log-softmax written out
+        return lse, logprobs, None, None, None
+    logp = z - lse[:, None]
+    p = logp.exp()
+    entropy = -(p * logp).sum(-1) if with_entropy else None
+    kl = ref_logprobs = None
+    if ref_hidden is not None:
+        logq = _ref_log_softmax(ref_hidden, ref_unembed, temperature)
+        kl = (p * (logp - logq)).sum(-1)
+        ref_logprobs = logq.gather(-1, target[:, None]).squeeze(-1)
+    return lse, logprobs, entropy, kl, ref_logprobs
+
+
+def _ref_log_softmax(ref_hidden, ref_unembed, temperature):
+    """log π_ref,T over the vocabulary: float32, no gradient, outside any autocast (the reference's rule)."""
+    with torch.no_grad(), torch.autocast(ref_hidden.device.type, enabled=False):
+        return temperature_scaled(ref_unembed(ref_hidden.float()).float(), temperature).log_softmax(-1)
+
+
+class VocabTerms(torch.autograd.Function):
+    """`token_terms` with the hand-written backward of the module docstring; see `token_terms`."""
+
+    @staticmethod
+    def forward(ctx, hidden, W_U, b_U, targets, ref_hidden, ref_W_U, ref_b_U, temperature, with_entropy, step):
+        unembed = Unembedding(W_U, b_U)
+        ref_unembed = None if ref_hidden is None else Unembedding(ref_W_U, ref_b_U)
+        columns = [[] for _ in range(5)]
+        for start in range(0, hidden.shape[0], step):
+            piece = slice(start, start + step)
+            out = _chunk_forward(hidden[piece], targets[piece], None if ref_hidden is None else ref_hidden[piece],
+                                 unembed, ref_unembed, temperature, with_entropy)
+            for column, value in zip(columns, out):
+                column.append(value)
+        lse, logprobs, entropy, kl, ref_logprobs = [torch.cat(c) if c[0] is not None else None for c in columns]
+        ctx.save_for_backward(hidden, W_U, b_U, targets, ref_hidden, ref_W_U, ref_b_U, lse, entropy, kl)
+        ctx.temperature, ctx.step = temperature, step
+        ctx.autocast = torch.get_autocast_dtype(hidden.device.type) if torch.is_autocast_enabled(hidden.device.type) else None
+        empty = logprobs.new_zeros(0)
+        ctx.mark_non_differentiable(*(t for t in (ref_logprobs,) if t is not None))
+        return (logprobs, empty if entropy is None else entropy, empty if kl is None else kl,
+                empty if ref_logprobs is None else ref_logprobs)
+
+    @staticmethod
+    def backward(ctx, g_logprobs, g_entropy, g_kl, _g_ref):
+        hidden, W_U, b_U, targets, ref_hidden, ref_W_U, ref_b_U, lse, entropy, kl = ctx.saved_tensors
+        T, step = ctx.temperature, ctx.step
+        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_W = torch.zeros_like(W_U, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        grad_b = torch.zeros_like(b_U, dtype=torch.float32) if ctx.needs_input_grad[2] else None
+        unembed = Unembedding(W_U, b_U)
+        ref_unembed = None if ref_hidden is None else Unembedding(ref_W_U, ref_b_U)
+        device = hidden.device.type
+        with torch.autocast(device, dtype=ctx.autocast or torch.bfloat16, enabled=ctx.autocast is not None):
+            for start in range(0, hidden.shape[0], step):
+                piece = slice(start, start + step)
+                h = hidden[piece]
+                logp = temperature_scaled(unembed(h).float(), T) - lse[piece, None]
+                p = logp.exp()
+                # Σ_terms g · ∂term/∂z, gathered as p * coef + g_logprobs · onehot(target)
+                coef = -g_logprobs[piece, None].float()
+                if entropy is not None and g_entropy.numel():
+                    coef = coef - g_entropy[piece, None] * (logp + entropy[piece, None])
+                if kl is not None and g_kl.numel():
+                    logq = _ref_log_softmax(ref_hidden[piece], ref_unembed, T)
+                    coef = coef + g_kl[piece, None] * (logp - logq - kl[piece, None])
+                grad_z = p * coef
+                grad_z.scatter_add_(-1, targets[piece, None], g_logprobs[piece, None].float())
+                grad_logits = grad_z / T if T != 1.0 else grad_z
+                if grad_hidden is not None:
+                    grad_hidden[piece] = (grad_logits.to(h.dtype) @ W_U.to(h.dtype).T).to(hidden.dtype)
+                if grad_W is not None:
+                    grad_W += (h.T.to(grad_logits.dtype) @ grad_logits).float()
+                if grad_b is not None:
+                    grad_b += grad_logits.sum(0)
+        return (grad_hidden, None if grad_W is None else grad_W.to(W_U.dtype),
+                None if grad_b is None else grad_b.to(b_U.dtype), None, None, None, None, None, None, None)
+
+
+def token_terms(
+    hidden: Float[Tensor, "rows d_model"],
+    unembed: Unembedding,
+    targets: Int[Tensor, "rows"],
+    temperature: float = 1.0,
+    *,
+    ref_hidden: Float[Tensor, "rows d_ref"] | None = None,
+    ref_unembed: Unembedding | None = None,
+    with_entropy: bool = False,
+    chunk_logits: int = LOGITS_PER_CHUNK,
+) -> TokenTerms:
+    """log π_T(target) (and H[π_T], KL(π_T ‖ π_ref,T), log π_ref,T(target) when asked) at every row,
+
+        z = unembed(ĥ) / T:   logprobs = z_target − logsumexp(z)
+                              entropy  = −Σ_v softmax(z)_v log softmax(z)_v
+                              kl       = Σ_v softmax(z)_v (log softmax(z)_v − log softmax(z_ref)_v)
+
+    made `max(1, chunk_logits // d_vocab)` rows at a time (`chunk_logits=0`: all rows in one
+    chunk), forward and backward (`VocabTerms`). Gradients flow to ĥ, W_U and b_U of `unembed`;
+    the reference side never takes one and runs float32 outside autocast.
+    """
+    step = hidden.shape[0] if chunk_logits <= 0 else max(1, chunk_logits // unembed.W_U.shape[-1])
+    step = max(step, 1)
+    ref = (None, None, None) if ref_hidden is None else (ref_hidden, ref_unembed.W_U, ref_unembed.b_U)
+    logprobs, entropy, kl, ref_logprobs = VocabTerms.apply(hidden, unembed.W_U, unembed.b_U, targets, *ref, temperature,
+                                                           with_entropy, step)
+    return TokenTerms(logprobs, entropy if with_entropy else None,
+                      None if ref_hidden is None else kl, None if ref_hidden is None else ref_logprobs)
