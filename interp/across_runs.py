@@ -7,6 +7,18 @@ For every tuned model, on the same prompts and against the same reference:
 How alike two algorithms' changes are is the cosine of their flattened per-head DLA-change
 vectors: 1 means the same heads moved the same way in proportion, 0 means unrelated heads, −1
 means opposite. A run compared with itself gives 1.
+
+Do the algorithms move the same SAE features? With ONE sparse autoencoder (trained on the shared
+reference, `interp.features`) and one set of sequences that every model reads (completions sampled
+from the reference and from each tuned model), each run i has a feature-change vector
+
+    Δa_i(f) = mean_p a_f(x_i[p]) − mean_p a_f(x_ref[p])          (one entry per SAE feature f)
+
+and two runs are compared by
+- the cosine of their change vectors, cos(Δa_i, Δa_j) (sign matters: a feature one run turned up
+  and the other down counts against);
+- the Jaccard overlap of their top-k sets T_i (the k features of largest |Δa_i|):
+  J_ij = |T_i ∩ T_j| / |T_i ∪ T_j|, against the overlap of two random k-sets of the live features.
 """
 
 from __future__ import annotations
@@ -15,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
@@ -56,12 +68,18 @@ def inside_changes(
     return out
 
 
-def change_similarity(changes: list[InsideChange]) -> Float[Tensor, "runs runs"]:
-    """cos(ΔDLA_i, ΔDLA_j) of the flattened per-head DLA changes; NaN where a change is all zero."""
-    vectors = torch.stack([c.head_dla_change.flatten() for c in changes])
+def cosine_matrix(vectors: Float[Tensor, "runs n"]) -> Float[Tensor, "runs runs"]:
+    """cos(v_i, v_j) = v_i · v_j / (|v_i| |v_j|) for every pair of rows; NaN where a row is all zero
+    (a model that changed nothing has no direction)."""
+    vectors = vectors.double()  # sums over thousands of small entries: keep the diagonal at 1
     norms = vectors.norm(dim=1)
     sim = (vectors @ vectors.T) / (norms[:, None] * norms[None, :])
-    return torch.where((norms[:, None] > 0) & (norms[None, :] > 0), sim, torch.full_like(sim, float("nan")))
+    return torch.where((norms[:, None] > 0) & (norms[None, :] > 0), sim, torch.full_like(sim, float("nan"))).float()
+
+
+def change_similarity(changes: list[InsideChange]) -> Float[Tensor, "runs runs"]:
+    """cos(ΔDLA_i, ΔDLA_j) of the flattened per-head DLA changes; NaN where a change is all zero."""
+    return cosine_matrix(torch.stack([c.head_dla_change.flatten() for c in changes]))
 
 
 def plot_inside_changes(changes: list[InsideChange], path: str | Path) -> Path:
@@ -89,3 +107,111 @@ def plot_inside_changes(changes: list[InsideChange], path: str | Path) -> Path:
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+# --- SAE features: do the algorithms move the same ones? --------------------------------------------
+
+
+def top_k_features(changes: Float[Tensor, "runs d_sae"], k: int) -> Int[Tensor, "runs k"]:
+    """Each row's k features of largest |Δa_i|, largest first (ties: the lower index first)."""
+    return changes.abs().argsort(dim=1, descending=True, stable=True)[:, :k]
+
+
+def jaccard_matrix(changes: Float[Tensor, "runs d_sae"], k: int) -> Float[Tensor, "runs runs"]:
+    """J_ij = |T_i ∩ T_j| / |T_i ∪ T_j| of the top-k sets T_i (`top_k_features`): 1 = the same k
+    features moved most in both runs, 0 = none in common."""
+    sets = [set(row.tolist()) for row in top_k_features(changes, k)]
+    return torch.tensor([[len(a & b) / len(a | b) for b in sets] for a in sets])
+
+
+def shared_top_features(changes: Float[Tensor, "runs d_sae"], k: int) -> list[tuple[int, int]]:
+    """(feature, in how many runs' top-k sets) for the features in more than one: most sets first,
+    then the larger mean |Δa| over the runs."""
+    sets = [set(row.tolist()) for row in top_k_features(changes, k)]
+    counts = {f: sum(f in t for t in sets) for t in sets for f in t}
+    shared = [f for f, c in counts.items() if c > 1]
+    mean_size = changes.abs().mean(0)
+    return [(f, counts[f]) for f in sorted(shared, key=lambda f: (-counts[f], -mean_size[f].item(), f))]
+
+
+def chance_jaccard(k: int, n: int) -> float:
+    """E[J] of two independent uniformly random k-subsets of n features: the overlap I = |A ∩ B| is
+    hypergeometric, P(I = i) = C(k, i) C(n − k, k − i) / C(n, k), and J = I / (2k − I), so
+
+        E[J] = Σ_i P(I = i) · i / (2k − i).
+
+    The level a top-k overlap must beat to say anything (n = the live features, not d_sae)."""
+    from math import comb
+
+    if not 0 < k <= n:
+        raise ValueError(f"chance_jaccard: need 0 < k <= n; got k={k}, n={n}")
+    return sum(comb(k, i) * comb(n - k, k - i) * i / (2 * k - i) for i in range(k + 1)) / comb(n, k)
+
+
+@dataclass
+class FeatureOverlap:
+    """How alike the runs' feature changes are (see the module docstring)."""
+
+    labels: list[str]
+    changes: Float[Tensor, "runs d_sae"]
+    """Δa_i(f): mean activation, run i − reference, on the shared sequences (SAE units)."""
+    cosine: Float[Tensor, "runs runs"]
+    jaccard: dict[int, Float[Tensor, "runs runs"]]
+    """k -> J_ij of the top-k sets."""
+    chance: dict[int, float]
+    """k -> E[J] of two random k-sets of the live features."""
+    n_alive: int
+    """Features that fire on the shared sequences in the reference or in any run."""
+
+
+def feature_overlap(labels: list[str], changes: Float[Tensor, "runs d_sae"], alive: Bool[Tensor, "d_sae"],
+                    ks: tuple[int, ...] = (10, 50)) -> FeatureOverlap:
+    """The cosine matrix and the top-k Jaccard matrices of the change vectors, each k with its chance
+    level among the `alive` features (a k above that count is dropped)."""
+    n = int(alive.sum())
+    ks = tuple(k for k in ks if 0 < k <= n)
+    return FeatureOverlap(labels, changes, cosine_matrix(changes), {k: jaccard_matrix(changes, k) for k in ks},
+                          {k: chance_jaccard(k, n) for k in ks}, n)
+
+
+@torch.no_grad()
+def feature_changes(reference: HookedTransformer, tuned: dict[str, HookedTransformer], sae, hook_name: str,
+                    tokens: Int[Tensor, "seqs pos"], attention_mask: Bool[Tensor, "seqs pos"] | None = None
+                    ) -> tuple[Float[Tensor, "runs d_sae"], Bool[Tensor, "d_sae"]]:
+    """Δa_i for every labelled tuned model (rows in `tuned`'s order), all read through one SAE on the
+    same `tokens` (`interp.features.feature_diff`); and which features fire anywhere (reference or any run)."""
+    from interp.features import feature_diff
+
+    rows, alive = [], None
+    for model in tuned.values():
+        diff = feature_diff(reference, model, sae, hook_name, tokens, attention_mask)
+        rows.append(diff.change)
+        fires = (diff.freq_ref > 0) | (diff.freq_tuned > 0)
+        alive = fires if alive is None else alive | fires
+    return torch.stack(rows), alive
+
+
+def plot_feature_overlap(overlap: FeatureOverlap, path: str | Path) -> Path:
+    """Run x run heatmaps, each cell annotated: the cosine of the change vectors (−1..1), then the
+    top-k Jaccard overlap for each k (0..1, its chance level in the title)."""
+    from interp.pages import pyplot, save_figure
+
+    plt = pyplot()
+    panels = [("cosine of the feature-change vectors", overlap.cosine, dict(cmap="RdBu", vmin=-1, vmax=1))]
+    panels += [(f"top-{k} Jaccard overlap (chance {overlap.chance[k]:.2f})", overlap.jaccard[k],
+                dict(cmap="viridis", vmin=0, vmax=1)) for k in overlap.jaccard]
+    n = len(overlap.labels)
+    side = 1.0 + 0.55 * n
+    fig, axes = plt.subplots(1, len(panels), figsize=(side * len(panels) + 1.2, side), squeeze=False)
+    for ax, (title, m, kw) in zip(axes[0], panels):
+        im = ax.imshow(m.nan_to_num().numpy(), **kw)
+        for i in range(n):
+            for j in range(n):
+                v = m[i, j].item()
+                ax.text(j, i, "–" if v != v else f"{v:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if (v < 0.5 if kw["cmap"] == "viridis" else abs(v) > 0.6) else "black")
+        ax.set_xticks(range(n), overlap.labels, rotation=45, ha="right", fontsize=7)
+        ax.set_yticks(range(n), overlap.labels, fontsize=7)
+        ax.set_title(title, fontsize=8)
+        fig.colorbar(im, ax=ax, shrink=0.7)
+    return save_figure(fig, Path(path))

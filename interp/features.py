@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +189,9 @@ def train_sae(model: HookedTransformer, hook_name: str, texts: list[str], settin
         model_from_pretrained_kwargs={},  # our model is already loaded and processed
     )
     torch.manual_seed(settings.seed)
-    with _quiet(), open(os.devnull, "w") as devnull, contextlib.redirect_stderr(sys.stderr if progress else devnull):
+    # enable_grad: callers often analyse under no_grad / set_grad_enabled(False); training needs gradients
+    with _quiet(), torch.enable_grad(), open(os.devnull, "w") as devnull, \
+            contextlib.redirect_stderr(sys.stderr if progress else devnull):
         runner = LanguageModelSAETrainingRunner(cfg, override_dataset=Dataset.from_dict({"text": texts}),
                                                 override_model=model)
         trained = runner.run()
@@ -358,6 +360,7 @@ def direction_logits(model: HookedTransformer, direction: Float[Tensor, "d_model
     return d @ model.W_U
 
 
+@torch.no_grad()
 def promoted_tokens(model: HookedTransformer, direction: Float[Tensor, "d_model"], scale: float,
                     k: int = 8) -> list[tuple[str, float]]:
     """The k tokens whose logits `direction` raises most (token, logit change)."""
@@ -440,6 +443,11 @@ class SampleSettings:
     def from_args(cls, args, n_samples: int, seed: int = 0) -> SampleSettings:
         return cls(n_samples, args.gen_len, args.temperature, args.top_k, args.prepend_bos, args.eos_stops(), seed)
 
+    def for_diff(self, n_diff: int) -> SampleSettings:
+        """The same sampling with `n_diff` samples per model and the next seed: the diff's sequences
+        are not the causal checks' samples."""
+        return replace(self, n_samples=n_diff, seed=self.seed + 1)
+
 
 @torch.no_grad()
 def sample(model: HookedTransformer, prompts: list[str], s: SampleSettings, fwd_hooks: list = ()):
@@ -453,6 +461,19 @@ def sample(model: HookedTransformer, prompts: list[str], s: SampleSettings, fwd_
     with model.hooks(fwd_hooks=list(fwd_hooks)):
         ids, mask = generate(model, prompt_ids, prompt_mask, s.gen_len, s.temperature, s.top_k, s.stop_at_eos)
     return used, prompt_ids, prompt_mask, ids, mask
+
+
+@torch.no_grad()
+def diff_tokens(models: list[HookedTransformer], prompts: list[str], s: SampleSettings
+                ) -> tuple[Int[Tensor, "seqs pos"], Bool[Tensor, "seqs pos"]]:
+    """The sequences a diff reads: `s.n_samples` completions of `prompts` sampled from each model in
+    turn (same prompts, same seed), stacked, as (tokens, attention mask). Every model then reads all
+    of them, so a feature's activation change is a change in the model, not in the text it reads."""
+    batches = [sample(m, prompts, s) for m in models]
+    prompt_ids = torch.cat([b[1] for b in batches])
+    prompt_mask = torch.cat([b[2] for b in batches])
+    completions = torch.cat([b[3] for b in batches])
+    return torch.cat([prompt_ids, completions], 1), torch.cat([prompt_mask, torch.ones_like(completions, dtype=torch.bool)], 1)
 
 
 @torch.no_grad()
@@ -570,12 +591,7 @@ def make_features_report(reference: HookedTransformer, tuned: HookedTransformer,
 
     # diff on the same sequences: completions from each model, read by both
     bar.set_postfix_str(next(step))
-    d = SampleSettings(n_diff, s.gen_len, s.temperature, s.top_k, s.prepend_bos, s.stop_at_eos, s.seed + 1)
-    batches = [sample(m, prompts, d) for m in (reference, tuned)]
-    pid = torch.cat([b[1] for b in batches])
-    pmask = torch.cat([b[2] for b in batches])
-    tokens = torch.cat([pid, torch.cat([b[3] for b in batches])], 1)
-    attend = torch.cat([pmask, torch.ones_like(torch.cat([b[4] for b in batches]))], 1)
+    tokens, attend = diff_tokens([reference, tuned], prompts, s.for_diff(n_diff))
     diff = feature_diff(reference, tuned, sae, hook_name, tokens, attend)
     top = [int(f) for f in diff.ranked[:top_n]]
     scale = final_ln_scale(tuned, tokens, attend)

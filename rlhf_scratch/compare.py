@@ -18,8 +18,17 @@ the command writes to OUT:
     frontier.png          proxy reward vs KL(π‖π_ref), each point a phase
     heldout.png           proxy reward and the held-out scores (eval/*) per phase, per algorithm
     inside.png            residual drift and per-head DLA change of each tuned model (interp.across_runs)
+    features.png          with --features: do the runs move the same SAE features? (interp.across_runs)
     table.md, table.json  start/final reward, KL, held-out scores, wall, peak memory, tokens/s
     index.html            all of it, with the last samples of each run
+
+--features (opt-in) reads every run through ONE sparse autoencoder trained on the shared reference
+(`interp.features`; cached, so a second comparison or `python -m interp.features` on any of these
+runs reuses it): per run the change in each feature's mean activation, the top changed features side
+by side, the top-k overlap (Jaccard, against chance) and the cosine of the change vectors. Training
+the SAE takes minutes the first time (114 s to 14 min on 2 CPU cores at the default settings, by
+load); run the same command again with --features to add the view to a finished comparison (no run
+is retrained).
 
 An interrupted comparison continues where it stopped. Finished runs are kept. An interrupted
 run is resumed from its checkpoint (one with none is started again); a run another process is
@@ -42,7 +51,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from interp.pages import esc, figure, page, pyplot, table
+from interp.pages import Html, esc, figure, page, pyplot, rounded, table
 from rlhf_scratch.config import ALGOS, TASKS, ConfigError
 
 BETA_FLAG = {"ppo": "--kl-coef", "rloo": "--beta", "online_dpo": "--beta", "grpo": "--beta"}  # each algorithm's β
@@ -233,6 +242,125 @@ def inside_view(specs: list[RunSpec], out: Path) -> tuple[Path, dict]:
     return plot_inside_changes(changes, out / "inside.png"), summary
 
 
+FEATURE_KS = (10, 50)  # the top-k overlaps shown
+
+
+def check_features_flags(opts) -> None:
+    """The --features-* flags, and SAE Lens installed: one ConfigError line, before any run trains."""
+    for name in ("features_d_sae", "features_tokens", "features_top", "features_eval_batches"):
+        if getattr(opts, name) < 1:
+            raise ConfigError(f"{name}: must be >= 1; got {getattr(opts, name)}")
+    if opts.features_layer is not None and opts.features_layer < 0:
+        raise ConfigError(f"features_layer: must be >= 0; got {opts.features_layer}")
+    from interp.features import FeaturesError, SAESettings, require_sae_lens
+
+    if not 0 < SAESettings.k <= opts.features_d_sae:
+        raise ConfigError(f"features_d_sae: must be >= the SAE's k = {SAESettings.k:g}; got {opts.features_d_sae}")
+    try:
+        require_sae_lens()
+    except FeaturesError as e:
+        raise ConfigError(str(e)) from None
+
+
+def features_view(run_dirs: dict[str, Path], out: Path, settings, layer: int | None = None, hook: str = "resid_post",
+                  n_diff: int = 64, top_n: int = 10, cache_dir: str | Path | None = None) -> tuple[Path, dict]:
+    """Do the runs move the same SAE features? One SAE (trained on the shared reference, or loaded from
+    the cache), one set of sequences every model reads (`n_diff` completions sampled from the reference
+    and from each run), then `interp.across_runs.feature_overlap`. `settings`: the SAE's
+    `interp.features.SAESettings`. Raises FeaturesError (one line) on runs from different models or a
+    bad layer."""
+    import torch
+
+    from interp import features as F
+    from interp.across_runs import (
+        feature_changes,
+        feature_overlap,
+        plot_feature_overlap,
+        shared_top_features,
+        top_k_features,
+    )
+    from rlhf_scratch.prompts import load_prompts
+    from rlhf_scratch.runs import load_run
+
+    first = load_run(next(iter(run_dirs.values())))
+    reference, args = first.reference, first.args
+    tuned = {}
+    for label, run_dir in run_dirs.items():
+        run = load_run(run_dir)
+        if run.args.model != args.model:
+            raise F.FeaturesError(f"features: {label} starts from {run.args.model}, not {args.model}: one SAE cannot read both")
+        tuned[label] = run.tuned
+    n_layers = reference.cfg.n_layers
+    layer = n_layers // 2 if layer is None else layer
+    if not 0 <= layer < n_layers:
+        raise F.FeaturesError(f"features_layer: must be in 0..{n_layers - 1}; got {layer}")
+    hook_name = F.site_hook(layer, hook)
+    sae, quality, folder, cached = F.load_or_train_sae(reference, hook_name, settings, cache_dir)
+    print(f"features: SAE {'loaded from' if cached else 'trained and cached in'} {folder}", file=sys.stderr)
+
+    with torch.no_grad():
+        prompts = load_prompts(args.prompts, args.prefix, args.seed)[:256]
+        sampling = F.SampleSettings.from_args(args, n_diff, args.seed).for_diff(n_diff)
+        tokens, attend = F.diff_tokens([reference, *tuned.values()], prompts, sampling)
+        changes, alive = feature_changes(reference, tuned, sae, hook_name, tokens, attend)
+        overlap = feature_overlap(list(tuned), changes, alive, FEATURE_KS)
+        scale = F.final_ln_scale(reference, tokens, attend)
+        ranked = top_k_features(changes, top_n)  # [runs, top_n]
+        W_dec = sae.W_dec.detach()
+        summary = {
+            "site": hook_name, "sae_cache": str(folder), "sae": {k: v for k, v in quality.items() if k != "settings"},
+            "n_sequences": tokens.shape[0], "n_positions": int(F.real_positions(reference, tokens, attend).sum()),
+            "labels": overlap.labels, "n_alive": overlap.n_alive,
+            "cosine": overlap.cosine.tolist(),
+            "jaccard": {str(k): m.tolist() for k, m in overlap.jaccard.items()},
+            "chance_jaccard": {str(k): v for k, v in overlap.chance.items()},
+            "top": {label: [[int(f), changes[i, f].item()] for f in ranked[i]] for i, label in enumerate(overlap.labels)},
+            "shared": [{"feature": f, "in_top": n,
+                        "change": {label: changes[i, f].item() for i, label in enumerate(overlap.labels)},
+                        "promotes": [tok for tok, _ in F.promoted_tokens(reference, W_dec[f], scale, k=5)]}
+                       for f, n in shared_top_features(changes, top_n)],
+        }
+    return plot_feature_overlap(overlap, out / "features.png"), rounded(summary, nd=6)  # Δa of a short run: ~1e-4
+
+
+def features_section(features: dict, top_n: int) -> list[str]:
+    """The page's 'same features?' part: SAE quality, the top changes side by side, the overlaps."""
+    labels, shared = features["labels"], {s["feature"] for s in features["shared"]}
+    q = features["sae"]
+
+    def cell(f: int, change: float) -> Html:
+        text = esc(f"F{f} {change:+.3g}")
+        return Html(f"<b>{text}</b>" if f in shared else text)
+
+    side_by_side = table([[i + 1, *(cell(*features["top"][label][i]) if i < len(features["top"][label]) else ""
+                                    for label in labels)] for i in range(top_n)], header=["rank", *labels])
+
+    def matrix(m: list[list], fmt: str) -> str:
+        return table([[a, *("–" if v is None else fmt.format(v) for v in row)] for a, row in zip(labels, m)],
+                     header=["", *labels])
+
+    parts = ["<h2>Do the algorithms move the same features?</h2>",
+             f"<p>One sparse autoencoder, trained on the shared reference at <code>{esc(features['site'])}</code> "
+             f"({q['d_sae']} features; explained variance {q['explained_variance']:.3f}, L0 {q['l0']:.1f}, "
+             f"dead {q['dead_features']}, CE loss +{q['ce_loss_increase']:.3f} nats with it spliced in), reads every "
+             f"model on the same {features['n_sequences']} sequences (completions sampled from the reference and "
+             f"from each run; {features['n_positions']} token positions). Per run: Δa(f), the change in feature f's "
+             f"mean activation, tuned − reference. {features['n_alive']} features fire at all. In bold: features in "
+             "the top list of more than one run.</p>", side_by_side]
+    parts.append("<p>Cosine of the change vectors Δa (1 = the same features moved in the same proportions; "
+                 "−1 = opposite; 0 = unrelated):</p>" + matrix(features["cosine"], "{:+.2f}"))
+    for k, m in features["jaccard"].items():
+        parts.append(f"<p>Top-{k} overlap, Jaccard |T_i ∩ T_j| / |T_i ∪ T_j| of the {k} features with the largest "
+                     f"|Δa| (two random {k}-sets of the {features['n_alive']} live features: "
+                     f"{features['chance_jaccard'][k]:.3f} on average):</p>" + matrix(m, "{:.2f}"))
+    if features["shared"]:
+        parts.append("<p>Features in more than one run's top list (tokens their decoder direction promotes "
+                     "through the reference's unembedding):</p>" + table(
+            [[f"F{s['feature']}", s["in_top"], *(f"{s['change'][label]:+.3g}" for label in labels), ", ".join(map(repr, s["promotes"]))]
+             for s in features["shared"]], header=["feature", "in top lists", *(f"Δa {label}" for label in labels), "promotes"]))
+    return parts
+
+
 # --- the page ------------------------------------------------------------------------------------
 
 
@@ -284,7 +412,8 @@ def last_samples(run_dir: Path, n: int = 3) -> str:
     return "\n".join([f"phase {lines[0]}", *[l for l in lines[1:] if l.startswith("|")][: n + 2]])
 
 
-def write_html(out: Path, results: dict, figures: list[Path], inside: dict | None, specs: list[RunSpec]) -> Path:
+def write_html(out: Path, results: dict, figures: list[Path], inside: dict | None, specs: list[RunSpec],
+               features: dict | None = None, features_png: Path | None = None, top_n: int = 10) -> Path:
     runs = table([[name, *(_cell(r, k, fmt) for k, _, fmt in TABLE_COLUMNS)] for name, r in results.items()],
                  header=["run", *column_titles(results)])
     title = " vs ".join(dict.fromkeys(LABEL[spec.algo] for spec in specs))
@@ -299,6 +428,11 @@ def write_html(out: Path, results: dict, figures: list[Path], inside: dict | Non
                    for l, row in zip(labels, inside["dla_change_cosine"])]
         parts.append("<h2>What each changed inside</h2><p>Cosine of the per-head DLA-change vectors "
                      "(1 = the same heads moved the same way):</p>" + table(cosines, header=["", *labels]))
+    if features is not None:
+        parts += features_section(features, top_n)
+        if features_png is not None:
+            parts.append(figure(features_png, caption="Run × run: the cosine of the feature-change vectors and "
+                                                      "the top-k overlaps (chance level in each title)."))
     parts.append("<h2>Last samples</h2>")
     for spec in specs:
         parts.append(f"<h3>{esc(spec.name)}</h3><pre>{esc(last_samples(out / 'runs' / spec.name))}</pre>")
@@ -328,6 +462,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads of every run")
     parser.add_argument("--out", default=None, help="the comparison folder (None: comparisons/<task>-<time>)")
     parser.add_argument("--no-interp", action="store_true", help="skip the inside view (interp.across_runs)")
+    parser.add_argument("--features", action="store_true",
+                        help="add the SAE-features view: do the runs move the same features? (trains an SAE the first "
+                             "time: minutes; needs the `sae` extra)")
+    parser.add_argument("--features-layer", type=int, default=None, help="its site's block (None: n_layers // 2)")
+    parser.add_argument("--features-d-sae", type=int, default=1024, help="its SAE's features (as interp.features)")
+    parser.add_argument("--features-tokens", type=int, default=400_000, help="its SAE's training tokens")
+    parser.add_argument("--features-eval-batches", type=int, default=8, help="batches of SAE Lens's evals of its SAE")
+    parser.add_argument("--features-top", type=int, default=10, help="top changed features shown per run")
     opts = parser.parse_args(argv)
     try:
         algos = _csv(opts.algos, str, "algos")
@@ -339,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"kl_coefs: must be >= 0; got {opts.kl_coefs}")
         if opts.total_phases < 1:
             raise ConfigError(f"total_phases: must be >= 1; got {opts.total_phases}")
+        if opts.features:
+            check_features_flags(opts)
         out = Path(opts.out or f"comparisons/{opts.task}-{time.strftime('%Y%m%d-%H%M%S')}")
         flags = ["--total-phases", str(opts.total_phases), "--threads", str(opts.threads),
                  *(["--prompts", opts.prompts] if opts.prompts else []), *train_flags]
@@ -359,6 +503,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from rlhf_scratch.runs import read_status
 
+    bad_input: tuple[type[Exception], ...] = (ConfigError,)
+    if opts.features:
+        from interp.features import FeaturesError
+
+        bad_input = (ConfigError, FeaturesError)
     specs = plan_runs(algos, seeds, betas)
     results_path = out / RESULTS_FILE
     measured: dict[str, dict] = json.loads(results_path.read_text()) if results_path.is_file() else {}
@@ -386,16 +535,32 @@ def main(argv: list[str] | None = None) -> int:
         if not opts.no_interp:
             inside_png, inside = inside_view(specs, out)
             figures.append(inside_png)
+        features, features_png = None, None
+        if opts.features:
+            from interp.features import SAESettings
+
+            settings = SAESettings(d_sae=opts.features_d_sae, training_tokens=opts.features_tokens,
+                                   eval_batches=opts.features_eval_batches)
+            features_png, features = features_view({s.name: out / "runs" / s.name for s in specs}, out, settings,
+                                                   opts.features_layer, top_n=opts.features_top)
+    except bad_input as e:  # a bad --features-layer, runs from different models: not an interruption
+        bar.close()
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
     except (RuntimeError, OSError, ValueError) as e:
         bar.close()
         print(f"error: {str(e).splitlines()[0]}; run the same command again to continue", file=sys.stderr)
         return 1
     (out / "table.md").write_text(markdown_table(results) + "\n")
-    (out / "table.json").write_text(json.dumps({"runs": results, "inside": inside}, indent=1))
-    write_html(out, results, figures, inside, specs)
+    (out / "table.json").write_text(json.dumps({"runs": results, "inside": inside, "features": features}, indent=1))
+    write_html(out, results, figures, inside, specs, features, features_png, opts.features_top)
     print(markdown_table(results))
     if inside is not None:
         print("\nper-head DLA-change cosine:", json.dumps(dict(zip(inside["labels"], inside["dla_change_cosine"]))))
+    if features is not None:
+        print("SAE feature-change cosine:", json.dumps(dict(zip(features["labels"], features["cosine"]))))
+        for k, m in features["jaccard"].items():
+            print(f"top-{k} Jaccard (chance {features['chance_jaccard'][k]}):", json.dumps(dict(zip(features["labels"], m))))
     print(f"\nwrote {out}/index.html")
     return 0
 

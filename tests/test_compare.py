@@ -5,7 +5,17 @@ import json
 import pytest
 import torch
 
-from interp.across_runs import InsideChange, change_similarity, inside_changes
+from interp.across_runs import (
+    InsideChange,
+    chance_jaccard,
+    change_similarity,
+    cosine_matrix,
+    feature_overlap,
+    inside_changes,
+    jaccard_matrix,
+    shared_top_features,
+    top_k_features,
+)
 from interp.toy import perturb_head, toy_model, toy_tokenizer
 from rlhf_scratch.compare import RunSpec, main, markdown_table, plan_runs
 
@@ -32,6 +42,60 @@ def test_a_run_compared_with_itself_is_1():
     assert changes[0].drift[0].item() == pytest.approx(0.0, abs=1e-6), "the embeddings did not change"
 
 
+# Three runs' feature-change vectors Δa over six SAE features, worked by hand below. Every pair has a
+# different cosine and a different top-3 overlap, so a swapped pair or an off-by-one k fails.
+A = [3.0, -2.0, 0.0, 1.0, 0.0, 0.0]    # top-3 by |Δa|: {0, 1, 3}
+B = [0.0, -4.0, 0.0, 0.5, -1.0, 0.0]   # top-3: {1, 4, 3}
+C = [-1.0, 0.0, 0.3, 0.0, 0.0, 2.0]    # top-3: {5, 0, 2}
+CHANGES = torch.tensor([A, B, C])
+
+
+def test_feature_change_cosines_by_hand():
+    # |A|² = 9 + 4 + 1 = 14, |B|² = 16 + 0.25 + 1 = 17.25, |C|² = 1 + 0.09 + 4 = 5.09
+    # A·B = (−2)(−4) + (1)(0.5) = 8.5;  A·C = (3)(−1) = −3;  B·C = 0
+    expected = torch.tensor([[1.0, 8.5 / (14 * 17.25) ** 0.5, -3 / (14 * 5.09) ** 0.5],
+                             [8.5 / (14 * 17.25) ** 0.5, 1.0, 0.0],
+                             [-3 / (14 * 5.09) ** 0.5, 0.0, 1.0]])  # 0.547, −0.355, 0
+    torch.testing.assert_close(cosine_matrix(CHANGES), expected, atol=1e-6, rtol=0)
+    sim = cosine_matrix(torch.tensor([A, [0.0] * 6]))
+    assert torch.isnan(sim[1]).all() and torch.isnan(sim[:, 1]).all(), "a run that changed nothing has no direction"
+
+
+def test_top_k_sets_rank_by_size_not_sign_and_their_jaccard_by_hand():
+    assert top_k_features(CHANGES, 3).tolist() == [[0, 1, 3], [1, 4, 3], [5, 0, 2]]
+    # k = 3: A∩B = {1, 3}, A∪B = {0, 1, 3, 4} -> 2/4;  A∩C = {0}, A∪C = {0, 1, 2, 3, 5} -> 1/5;  B∩C = {} -> 0
+    torch.testing.assert_close(jaccard_matrix(CHANGES, 3), torch.tensor([[1.0, 0.5, 0.2], [0.5, 1.0, 0.0], [0.2, 0.0, 1.0]]))
+    # k = 4 (ties at 0: the lower index first): A {0, 1, 3, 2}, B {1, 4, 3, 0} -> 3/5, not k = 3's 2/4
+    assert jaccard_matrix(CHANGES, 4)[0, 1].item() == pytest.approx(0.6)
+    # opposite changes are the same top set (Jaccard 1) but cosine −1: the two measures answer different questions
+    flipped = torch.tensor([A, [-v for v in A]])
+    assert jaccard_matrix(flipped, 3)[0, 1].item() == 1.0 and cosine_matrix(flipped)[0, 1].item() == pytest.approx(-1.0)
+
+
+def test_features_in_several_top_lists_by_hand():
+    # top-3 sets {0, 1, 3}, {1, 4, 3}, {5, 0, 2}: features 0, 1 and 3 are in two each;
+    # mean |Δa| over the runs: F1 (2 + 4 + 0) / 3 = 2, F0 (3 + 0 + 1) / 3 = 4/3, F3 (1 + 0.5 + 0) / 3 = 0.5
+    assert shared_top_features(CHANGES, 3) == [(1, 2), (0, 2), (3, 2)]
+    assert shared_top_features(CHANGES, 1) == [], "top-1: 0, 1 and 5, all different"
+
+
+def test_chance_jaccard_by_hand():
+    # n = 4, k = 2: the overlap I is 0, 1, 2 with probabilities 1/6, 4/6, 1/6; J = I / (4 − I) = 0, 1/3, 1
+    assert chance_jaccard(2, 4) == pytest.approx(4 / 6 * 1 / 3 + 1 / 6 * 1)  # 7/18
+    assert chance_jaccard(1, 3) == pytest.approx(1 / 3), "one pick each: equal with probability 1/3"
+    assert chance_jaccard(5, 5) == 1.0, "k = n: both sets are everything"
+    with pytest.raises(ValueError, match="0 < k <= n"):
+        chance_jaccard(6, 5)
+
+
+def test_feature_overlap_drops_a_k_beyond_the_live_features():
+    alive = torch.tensor([True, True, True, True, False, True])  # 5 live features
+    overlap = feature_overlap(["a", "b", "c"], CHANGES, alive, ks=(3, 6))
+    assert list(overlap.jaccard) == [3] and overlap.n_alive == 5
+    assert overlap.chance[3] == pytest.approx(chance_jaccard(3, 5))
+    assert overlap.cosine[0, 2].item() == pytest.approx(-3 / (14 * 5.09) ** 0.5)
+
+
 def test_plan_and_names():
     specs = plan_runs(["ppo", "rloo"], [0, 1], [0.1])
     assert [s.name for s in specs] == ["ppo-s0-b0.1", "ppo-s1-b0.1", "rloo-s0-b0.1", "rloo-s1-b0.1"]
@@ -50,6 +114,28 @@ def test_bad_input_is_one_line(argv, message, tmp_path, capsys):
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--features-d-sae", "0"], "features_d_sae: must be >= 1"),
+    (["--features-layer", "-1"], "features_layer: must be >= 0"),
+    (["--features-d-sae", "8"], "features_d_sae: must be >= the SAE's k = 16"),
+    (["--features-eval-batches", "0"], "features_eval_batches: must be >= 1"),
+])
+def test_bad_features_flags_are_one_line_before_any_run(flags, message, tmp_path, capsys):
+    assert main(["sentiment", "--features", *flags, "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
+    assert not (tmp_path / "c").exists()
+
+
+def test_features_without_sae_lens_names_the_extra(monkeypatch, tmp_path, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sae_lens", None)  # import sae_lens -> ImportError
+    assert main(["sentiment", "--features", "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "[sae]" in err
+
+
 def test_an_existing_folder_is_never_taken_over(tmp_path, capsys):
     (tmp_path / "mine.txt").write_text("keep")
     assert main(["sentiment", "--out", str(tmp_path)]) == 2
@@ -58,7 +144,12 @@ def test_an_existing_folder_is_never_taken_over(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_comparison_writes_every_file_and_does_not_redo_finished_runs(tmp_path, capsys):
+def test_comparison_writes_every_file_and_does_not_redo_finished_runs(tmp_path, capsys, monkeypatch):
+    """Then the same command with --features adds the SAE-features view (a small SAE, cached in
+    tmp_path) to the finished comparison without retraining a run."""
+    from interp import features
+
+    monkeypatch.setattr(features, "default_cache_root", lambda: tmp_path / "saes")
     out = tmp_path / "cmp"
     argv = ["sentiment", "--algos", "ppo,rloo", "--total-phases", "2", "--out", str(out), *SMALL]
     assert main(argv) == 0
@@ -74,8 +165,23 @@ def test_comparison_writes_every_file_and_does_not_redo_finished_runs(tmp_path, 
     assert html.count("data:image/png;base64,") == 4 and "Last samples" in html
     metrics = out / "runs" / "ppo-s1" / "metrics.jsonl"
     before = (metrics.stat().st_mtime_ns, (out / "results.json").read_text())
-    assert main(argv) == 0  # again: both runs finished, nothing is retrained
+    # again, with the features view: both runs finished, nothing is retrained
+    small_sae = ["--features", "--features-d-sae", "64", "--features-tokens", "4096", "--features-eval-batches", "1",
+                 "--features-layer", "1", "--features-top", "5"]
+    cut = argv.index("--")
+    capsys.readouterr()
+    assert main([*argv[:cut], *small_sae, *argv[cut:]]) == 0
     assert (metrics.stat().st_mtime_ns, (out / "results.json").read_text()) == before
+    assert "trained and cached" in capsys.readouterr().err
+    f = json.loads((out / "table.json").read_text())["features"]
+    assert f["labels"] == ["ppo-s1", "rloo-s1"] and f["site"] == "blocks.1.hook_resid_post"
+    assert f["cosine"][0][0] == pytest.approx(1.0) and f["jaccard"]["10"][1][1] == 1.0
+    assert len(f["top"]["rloo-s1"]) == 5 and set(f["chance_jaccard"]) <= {"10", "50"}
+    html = (out / "index.html").read_text()
+    assert "Do the algorithms move the same features?" in html and html.count("data:image/png;base64,") == 5
+    assert main([*argv[:cut], *small_sae, "--features-layer", "7", *argv[cut:]]) == 2, "a layer the model lacks"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: features_layer: must be in 0..3; got 7") and "again" not in err[-1]
     changed = [a if a != "ppo,rloo" else "ppo" for a in argv]
     assert main(changed) == 2, "a different plan in the same folder is refused"
     assert "holds a different comparison" in capsys.readouterr().err

@@ -13,7 +13,7 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 def test_there_are_notebooks():
     assert [p.name for p in NOTEBOOKS] == ["01_ppo_objective_math.ipynb", "02_rlhf_end_to_end.ipynb", "03_ppo_rloo_dpo.ipynb",
-                                          "04_interp_walkthrough.ipynb"]
+                                          "04_interp_walkthrough.ipynb", "05_sae_features.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
