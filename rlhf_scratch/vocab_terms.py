@@ -83,7 +83,7 @@ class Unembedding:
     b_U: Float[Tensor, "d_vocab"]
 
     def __call__(self, hidden: Float[Tensor, "rows d_model"]) -> Float[Tensor, "rows d_vocab"]:
-        return hidden @ self.W_U + self.b_U
+        return torch.addmm(self.b_U, hidden, self.W_U)  # ĥ W_U + b_U, the bias added inside the product
 
 
 def unembedding(model: HookedTransformer) -> Unembedding:
@@ -93,28 +93,39 @@ def unembedding(model: HookedTransformer) -> Unembedding:
     return Unembedding(model.unembed.W_U, model.unembed.b_U)
 
 
+def _rowdot(a: Float[Tensor, "rows V"], b: Float[Tensor, "rows V"]) -> Float[Tensor, "rows"]:
+    """Σ_v a_v b_v for every row, as one batched dot product: the product [rows, V] is never written."""
+    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
+
+
 def _chunk_forward(hidden, target, ref_hidden, unembed, ref_unembed, temperature, with_entropy):
-    """One chunk's logsumexp(z) and terms (each [c]); z = unembed(ĥ) / T in float32."""
+    """One chunk's logsumexp(z), logsumexp(z_ref) and terms (each [c]); z = unembed(ĥ) / T in float32.
+
+    With q = π_ref,T and log q = z_ref − logsumexp(z_ref): H = −Σ p log p and KL = Σ p (log p − log q),
+    each a batched dot product over the vocabulary (`_rowdot`)."""
     z = temperature_scaled(unembed(hidden).float(), temperature)
     lse = z.logsumexp(-1)
     logprobs = z.gather(-1, target[:, None]).squeeze(-1) - lse
     if not with_entropy and ref_hidden is None:  # get_log_probs' form: no [c, V] log-softmax written out
-        return lse, logprobs, None, None, None
-    logp = z - lse[:, None]
+        return lse, logprobs, None, None, None, None
+    logp = z.sub_(lse[:, None])  # z is this chunk's own tensor: log p in place
     p = logp.exp()
-    entropy = -(p * logp).sum(-1) if with_entropy else None
-    kl = ref_logprobs = None
+    entropy = -_rowdot(p, logp) if with_entropy else None
+    kl = ref_logprobs = ref_lse = None
     if ref_hidden is not None:
-        logq = _ref_log_softmax(ref_hidden, ref_unembed, temperature)
-        kl = (p * (logp - logq)).sum(-1)
+        z_ref = _ref_logits(ref_hidden, ref_unembed, temperature)
+        ref_lse = z_ref.logsumexp(-1)
+        logq = z_ref.sub_(ref_lse[:, None])
         ref_logprobs = logq.gather(-1, target[:, None]).squeeze(-1)
-    return lse, logprobs, entropy, kl, ref_logprobs
+        kl = _rowdot(p, torch.sub(logp, logq, out=logq))  # log p − log q, written over log q
+    return lse, logprobs, entropy, kl, ref_logprobs, ref_lse
 
 
-def _ref_log_softmax(ref_hidden, ref_unembed, temperature):
-    """log π_ref,T over the vocabulary: float32, no gradient, outside any autocast (the reference's rule)."""
+def _ref_logits(ref_hidden, ref_unembed, temperature):
+    """z_ref = unembed_ref(ĥ_ref) / T: float32, no gradient, outside any autocast (the reference's rule)."""
     with torch.no_grad(), torch.autocast(ref_hidden.device.type, enabled=False):
-        return temperature_scaled(ref_unembed(ref_hidden.float()).float(), temperature).log_softmax(-1)
+        z_ref = temperature_scaled(ref_unembed(ref_hidden.float()).float(), temperature)
+    return z_ref
 
 
 class VocabTerms(torch.autograd.Function):
@@ -124,15 +135,15 @@ class VocabTerms(torch.autograd.Function):
     def forward(ctx, hidden, W_U, b_U, targets, ref_hidden, ref_W_U, ref_b_U, temperature, with_entropy, step):
         unembed = Unembedding(W_U, b_U)
         ref_unembed = None if ref_hidden is None else Unembedding(ref_W_U, ref_b_U)
-        columns = [[] for _ in range(5)]
+        columns = [[] for _ in range(6)]
         for start in range(0, hidden.shape[0], step):
             piece = slice(start, start + step)
             out = _chunk_forward(hidden[piece], targets[piece], None if ref_hidden is None else ref_hidden[piece],
                                  unembed, ref_unembed, temperature, with_entropy)
             for column, value in zip(columns, out):
                 column.append(value)
-        lse, logprobs, entropy, kl, ref_logprobs = [torch.cat(c) if c[0] is not None else None for c in columns]
-        ctx.save_for_backward(hidden, W_U, b_U, targets, ref_hidden, ref_W_U, ref_b_U, lse, entropy, kl)
+        lse, logprobs, entropy, kl, ref_logprobs, ref_lse = [torch.cat(c) if c[0] is not None else None for c in columns]
+        ctx.save_for_backward(hidden, W_U, b_U, targets, ref_hidden, ref_W_U, ref_b_U, lse, entropy, kl, ref_lse)
         ctx.temperature, ctx.step = temperature, step
         ctx.autocast = torch.get_autocast_dtype(hidden.device.type) if torch.is_autocast_enabled(hidden.device.type) else None
         empty = logprobs.new_zeros(0)
@@ -142,36 +153,51 @@ class VocabTerms(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_logprobs, g_entropy, g_kl, _g_ref):
-        hidden, W_U, b_U, targets, ref_hidden, ref_W_U, ref_b_U, lse, entropy, kl = ctx.saved_tensors
+        """Per chunk, with gL, gH, gK the incoming gradients of log p_target, H and KL (per row):
+
+            ∂J/∂z = p ⊙ [−gL − gH (log p + H) + gK (log p − log q − KL)] + gL · onehot(target)
+                  = p ⊙ [(gK − gH) log p − gK log q + c] + gL · onehot(target),   c = −gL − gH H − gK KL
+
+        two fused multiply-adds over the chunk, then one product with p; the 1/T of ∂z/∂logits is
+        folded into gL, gH and gK."""
+        hidden, W_U, b_U, targets, ref_hidden, ref_W_U, ref_b_U, lse, entropy, kl, ref_lse = ctx.saved_tensors
         T, step = ctx.temperature, ctx.step
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_W = torch.zeros_like(W_U, dtype=torch.float32) if ctx.needs_input_grad[1] else None
         grad_b = torch.zeros_like(b_U, dtype=torch.float32) if ctx.needs_input_grad[2] else None
         unembed = Unembedding(W_U, b_U)
         ref_unembed = None if ref_hidden is None else Unembedding(ref_W_U, ref_b_U)
+        gL = g_logprobs.float() / T
+        gH = g_entropy.float() / T if entropy is not None and g_entropy.numel() else None
+        gK = g_kl.float() / T if kl is not None and g_kl.numel() else None
+        c = -gL
+        if gH is not None:
+            c = c - gH * entropy
+        if gK is not None:
+            c = c - gK * kl
+        a = (0 if gK is None else gK) - (0 if gH is None else gH)  # coefficient of log p
         device = hidden.device.type
         with torch.autocast(device, dtype=ctx.autocast or torch.bfloat16, enabled=ctx.autocast is not None):
             for start in range(0, hidden.shape[0], step):
                 piece = slice(start, start + step)
                 h = hidden[piece]
-                logp = temperature_scaled(unembed(h).float(), T) - lse[piece, None]
+                logp = temperature_scaled(unembed(h).float(), T).sub_(lse[piece, None])  # a fresh tensor: in place
                 p = logp.exp()
-                # Σ_terms g · ∂term/∂z, gathered as p * coef + g_logprobs · onehot(target)
-                coef = -g_logprobs[piece, None].float()
-                if entropy is not None and g_entropy.numel():
-                    coef = coef - g_entropy[piece, None] * (logp + entropy[piece, None])
-                if kl is not None and g_kl.numel():
-                    logq = _ref_log_softmax(ref_hidden[piece], ref_unembed, T)
-                    coef = coef + g_kl[piece, None] * (logp - logq - kl[piece, None])
-                grad_z = p * coef
-                grad_z.scatter_add_(-1, targets[piece, None], g_logprobs[piece, None].float())
-                grad_logits = grad_z / T if T != 1.0 else grad_z
+                if gH is None and gK is None:
+                    grad_z = p.mul_(c[piece, None])
+                else:
+                    coef = torch.addcmul(c[piece, None], logp, a[piece, None])
+                    if gK is not None:
+                        logq = _ref_logits(ref_hidden[piece], ref_unembed, T).sub_(ref_lse[piece, None])
+                        coef.addcmul_(logq, gK[piece, None], value=-1)
+                    grad_z = p.mul_(coef)
+                grad_z.scatter_add_(-1, targets[piece, None], gL[piece, None])
                 if grad_hidden is not None:
-                    grad_hidden[piece] = (grad_logits.to(h.dtype) @ W_U.to(h.dtype).T).to(hidden.dtype)
+                    grad_hidden[piece] = (grad_z.to(h.dtype) @ W_U.to(h.dtype).T).to(hidden.dtype)
                 if grad_W is not None:
-                    grad_W += (h.T.to(grad_logits.dtype) @ grad_logits).float()
+                    grad_W += (h.T.to(grad_z.dtype) @ grad_z).float()
                 if grad_b is not None:
-                    grad_b += grad_logits.sum(0)
+                    grad_b += grad_z.sum(0)
         return (grad_hidden, None if grad_W is None else grad_W.to(W_U.dtype),
                 None if grad_b is None else grad_b.to(b_U.dtype), None, None, None, None, None, None, None)
 
@@ -197,8 +223,7 @@ def token_terms(
     chunk), forward and backward (`VocabTerms`). Gradients flow to ĥ, W_U and b_U of `unembed`;
     the reference side never takes one and runs float32 outside autocast.
     """
-    step = hidden.shape[0] if chunk_logits <= 0 else max(1, chunk_logits // unembed.W_U.shape[-1])
-    step = max(step, 1)
+    step = max(1, hidden.shape[0]) if chunk_logits <= 0 else max(1, chunk_logits // unembed.W_U.shape[-1])
     ref = (None, None, None) if ref_hidden is None else (ref_hidden, ref_unembed.W_U, ref_unembed.b_U)
     logprobs, entropy, kl, ref_logprobs = VocabTerms.apply(hidden, unembed.W_U, unembed.b_U, targets, *ref, temperature,
                                                            with_entropy, step)
