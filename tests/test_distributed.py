@@ -127,43 +127,62 @@ def saved_rollouts(tmp_path_factory):
     return paths
 
 
-def grads_alone(algo: str, rollout_path: Path, out: Path, rows: tuple[int, int] | None = None) -> dict:
-    args = [str(rollout_path), str(out), *(map(str, rows) if rows else [])]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = run_bounded([sys.executable, str(WORKER), algo, *args], env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return torch.load(out)
+ALGOS = ("rloo", "online_dpo", "ppo", "grpo")
+# PPO whitens advantages per minibatch, i.e. per rank (as CleanRL's multi-GPU PPO does): its 2-process
+# gradient is the mean of the two halves' gradients, each computed alone. The others: one process on
+# the whole batch of 8.
+ALONE = {"rloo": [(0, 8)], "online_dpo": [(0, 8)], "grpo": [(0, 8)], "ppo": [(0, 4), (4, 8)],
+         "online_dpo_judge": [(0, 8)]}
 
 
-@pytest.mark.parametrize("algo", ["rloo", "online_dpo", "ppo", "grpo"])
-def test_two_process_gradients_equal_one_process_on_the_global_batch(algo, saved_rollouts, tmp_path):
-    out = torchrun(str(WORKER), algo, str(saved_rollouts[algo]), str(tmp_path / "ddp.pt"), cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    ddp = torch.load(tmp_path / "ddp.pt")
-    if algo == "ppo":
-        # PPO whitens advantages per minibatch, i.e. per rank (as CleanRL's multi-GPU PPO does): its
-        # gradient is the mean of the two halves' gradients, each computed alone.
-        halves = [grads_alone(algo, saved_rollouts[algo], tmp_path / f"h{i}.pt", (4 * i, 4 * i + 4)) for i in (0, 1)]
-        expected = {k: (halves[0][k] + halves[1][k]) / 2 for k in halves[0]}
-    else:
-        expected = grads_alone(algo, saved_rollouts[algo], tmp_path / "one.pt", (0, 8))
+def run_jobs(jobs: list[list], folder: Path, under_torchrun: bool) -> subprocess.CompletedProcess:
+    """The worker's `jobs` mode: every job in one process start (or one torchrun of 2)."""
+    path = folder / ("ddp_jobs.json" if under_torchrun else "alone_jobs.json")
+    path.write_text(json.dumps(jobs))
+    if under_torchrun:
+        return torchrun(str(WORKER), "jobs", str(path), cwd=folder)
+    return run_bounded([sys.executable, str(WORKER), "jobs", str(path)], env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.fixture(scope="module")
+def learned_gradients(saved_rollouts, tmp_path_factory):
+    """Each algorithm's gradients from one learning phase: under torchrun (2 processes, each on its
+    half of the rows) and in one process (`ALONE`), each side in one process start; {kind: {algo: grads}}.
+    `online_dpo_judge`: Online DPO with a judge that abstains on the last pair (rank 1's) only."""
+    folder = tmp_path_factory.mktemp("grads")
+    rollout = {**saved_rollouts, "online_dpo_judge": saved_rollouts["online_dpo"]}
+    ddp = [[algo, str(rollout[algo]), str(folder / f"ddp-{algo}.pt"), None, None] for algo in ALONE]
+    alone = [[algo, str(rollout[algo]), str(folder / f"alone-{algo}-{a}.pt"), a, b] for algo in ALONE for a, b in ALONE[algo]]
+    for jobs, under_torchrun in ((ddp, True), (alone, False)):
+        done = run_jobs(jobs, folder, under_torchrun)
+        assert done.returncode == 0, done.stderr[-3000:]
+    expected, parts_of = {}, {}
+    for algo, parts in ALONE.items():
+        parts_of[algo] = [torch.load(folder / f"alone-{algo}-{a}.pt") for a, _ in parts]
+        expected[algo] = {k: sum(h[k] for h in parts_of[algo]) / len(parts) for k in parts_of[algo][0]}
+    return {"ddp": {algo: torch.load(folder / f"ddp-{algo}.pt") for algo in ALONE}, "alone": expected, "parts": parts_of}
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_two_process_gradients_equal_one_process_on_the_global_batch(algo, learned_gradients):
+    ddp, expected = dict(learned_gradients["ddp"][algo]), dict(learned_gradients["alone"][algo])
     assert set(ddp) == set(expected) and len(ddp) > 10
     assert ddp.pop("stats/judge/skipped") == expected.pop("stats/judge/skipped") == 0
     for name, grad in expected.items():
         torch.testing.assert_close(ddp[name], grad, atol=1e-5, rtol=0, msg=f"{algo}: {name}")
     assert any(g.abs().max() > 1e-4 for g in expected.values()), "a test of zero gradients proves nothing"
+    if algo == "ppo":  # were the halves' gradients equal, a run that dropped one rank's rows would pass too
+        first, second = learned_gradients["parts"]["ppo"]
+        assert any((first[k] - second[k]).abs().max() > 1e-4 for k in expected)
 
 
-def test_online_dpo_with_a_judge_undecided_on_one_rank_only_finishes_with_one_process_gradient(saved_rollouts, tmp_path):
+def test_online_dpo_with_a_judge_undecided_on_one_rank_only_finishes_with_one_process_gradient(learned_gradients):
     """The judge abstains (−1) on the last pair only, which rank 1 holds: rank 0 decides 2 pairs,
     rank 1 one. Dropping the pair made the ranks run different numbers of backward passes (a DDP
     deadlock); weighted 0, both step once, and DDP's mean equals one process's gradient over the 3
     decided pairs. judge/skipped is the total (1), not the total over the number of processes."""
-    out = torchrun(str(WORKER), "online_dpo_judge", str(saved_rollouts["online_dpo"]), str(tmp_path / "ddp.pt"),
-                   cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    ddp = torch.load(tmp_path / "ddp.pt")
-    expected = grads_alone("online_dpo_judge", saved_rollouts["online_dpo"], tmp_path / "one.pt", (0, 8))
+    ddp = dict(learned_gradients["ddp"]["online_dpo_judge"])
+    expected = dict(learned_gradients["alone"]["online_dpo_judge"])
     assert ddp.pop("stats/judge/skipped").item() == expected.pop("stats/judge/skipped").item() == 1
     assert set(ddp) == set(expected) and len(ddp) > 10
     for name, grad in expected.items():
