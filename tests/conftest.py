@@ -6,11 +6,33 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("WANDB_MODE", "disabled")
+# The suite runs on two pytest-xdist workers (pyproject's addopts). One torch thread each, and in
+# every process they start (runs, torchrun workers, notebook kernels): two workers with two threads
+# each on a 2-core machine oversubscribe it, and torch's spinning threads then run many times slower.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import rlhf_scratch  # noqa: E402,F401  (silences the HookedTransformer deprecation warning)
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """How the two xdist workers share the suite (`--dist loadgroup`): each test file stays on one
+    worker (its module fixtures — a trained run, TRL's models, two torchrun launches — made once), but
+    each notebook is a group of its own and they are handed out first (05 first: the later notebooks
+    run longer), so that the two workers finish together instead of one executing five notebooks at
+    the end."""
+    for item in items:
+        notebook = item.path.name == "test_notebooks.py" and "[" in item.nodeid
+        item.add_marker(pytest.mark.xdist_group(item.nodeid if notebook else item.path.name))
+    notebooks = [item for item in items if item.path.name == "test_notebooks.py"]
+    rest = [item for item in items if item.path.name != "test_notebooks.py"]
+    items[:] = sorted(notebooks, key=lambda item: item.nodeid, reverse=True) + rest
 
 
 @pytest.fixture
