@@ -103,25 +103,27 @@ def test_a_model_diffed_against_itself_reports_no_change(pair):
 
 
 def test_runs_that_moved_known_features_compare_as_worked_out_by_hand(pair):
-    """Across runs (interp.across_runs): run "a" moved feature 5 by +0.7, run "b" moved it by +0.7 and
-    feature 2 by −0.4, run "c" is the reference itself. cos(a, b) = 0.7² / (0.7 · √(0.7² + 0.4²)) =
-    0.7 / √0.65; both top-1 sets are {5}; "c" changed nothing, so it has no direction."""
+    """Across runs (interp.across_runs): run "a" moved feature 5 by +0.7 and feature 7 by +0.2, run "b"
+    moved feature 5 by +0.7 and feature 2 by −0.4, run "c" is the reference itself.
+    cos(a, b) = 0.7² / (√(0.7² + 0.2²) · √(0.7² + 0.4²)) = 0.49 / √(0.53 · 0.65); both top-1 sets are
+    {5}; the top-2 sets {5, 7} and {5, 2} overlap 1/3; "c" changed nothing, so it has no direction."""
     from interp.across_runs import feature_changes, feature_overlap
 
-    reference, tuned_a, sae, tokens = pair
-    tuned_b = copy.deepcopy(tuned_a)
+    reference, tuned, sae, tokens = pair
+    tuned_a, tuned_b = copy.deepcopy(tuned), copy.deepcopy(tuned)
     with torch.no_grad():
+        tuned_a.blocks[0].mlp.b_out += 0.2 * sae.W_dec[7]
         tuned_b.blocks[0].mlp.b_out -= 0.4 * sae.W_dec[2]
     changes, alive = feature_changes(reference, {"a": tuned_a, "b": tuned_b, "c": reference}, sae, SITE, tokens)
     expected = torch.zeros(3, sae.cfg.d_sae)
     expected[0, FEATURE] = expected[1, FEATURE] = ALPHA
-    expected[1, 2] = -0.4
+    expected[0, 7], expected[1, 2] = 0.2, -0.4
     torch.testing.assert_close(changes, expected, atol=1e-4, rtol=0)
     assert bool(alive.all()), "the hand-built SAE's features are always active"
     overlap = feature_overlap(["a", "b", "c"], changes, alive, ks=(1, 2))
-    assert overlap.cosine[0, 1].item() == pytest.approx(0.7 / 0.65 ** 0.5, abs=1e-3)
+    assert overlap.cosine[0, 1].item() == pytest.approx(0.49 / (0.53 * 0.65) ** 0.5, abs=1e-3)
     assert overlap.jaccard[1][0, 1].item() == 1.0
-    assert overlap.jaccard[2][1, :2].tolist() == pytest.approx([1 / 3, 1.0]), "top-2 of b is {5, 2}; a's second is noise"
+    assert overlap.jaccard[2][0, 1].item() == pytest.approx(1 / 3), "top-2: {5, 7} and {5, 2}"
     assert torch.isnan(overlap.cosine[2]).all() and torch.isnan(overlap.cosine[:, 2]).all()
 
 
