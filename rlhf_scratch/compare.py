@@ -282,12 +282,13 @@ def features_view(run_dirs: dict[str, Path], out: Path, settings, layer: int | N
     from rlhf_scratch.prompts import load_prompts
     from rlhf_scratch.runs import load_run
 
-    first = load_run(next(iter(run_dirs.values())))
-    reference, args = first.reference, first.args
+    reference = args = None
     tuned = {}
-    for label, run_dir in run_dirs.items():
+    for label, run_dir in run_dirs.items():  # each run loaded once; the first run's reference reads them all
         run = load_run(run_dir)
-        if run.args.model != args.model:
+        if reference is None:
+            reference, args = run.reference, run.args
+        elif run.args.model != args.model:
             raise F.FeaturesError(f"features: {label} starts from {run.args.model}, not {args.model}: one SAE cannot read both")
         tuned[label] = run.tuned
     n_layers = reference.cfg.n_layers

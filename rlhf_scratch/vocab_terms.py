@@ -124,8 +124,7 @@ def _chunk_forward(hidden, target, ref_hidden, unembed, ref_unembed, temperature
 def _ref_logits(ref_hidden, ref_unembed, temperature):
     """z_ref = unembed_ref(ĥ_ref) / T: float32, no gradient, outside any autocast (the reference's rule)."""
     with torch.no_grad(), torch.autocast(ref_hidden.device.type, enabled=False):
-        z_ref = temperature_scaled(ref_unembed(ref_hidden.float()).float(), temperature)
-    return z_ref
+        return temperature_scaled(ref_unembed(ref_hidden.float()).float(), temperature)
 
 
 class VocabTerms(torch.autograd.Function):
