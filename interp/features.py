@@ -496,7 +496,7 @@ def sampled_reward_and_kl(model: HookedTransformer, reference: HookedTransformer
     of samples from `model` with `fwd_hooks`. The reward is called by the trainer's contract; the KL
     is the log-ratio Σ_t log p_model − log p_ref summed over each sample's completion tokens."""
     from rlhf_scratch.generation import decode_completions
-    from rlhf_scratch.tasks import score_completions
+    from rlhf_scratch.reward.tasks import score_completions
 
     used, prompt_ids, prompt_mask, ids, mask = sample(model, prompts, s, fwd_hooks)
     completions = decode_completions(model, ids, mask, s.stop_at_eos)
@@ -783,7 +783,7 @@ def main(argv: list[str] | None = None) -> int:
         prompts = load_prompts(run.args.prompts, run.args.prefix, run.args.seed)[:256]
         reward_fn = None
         if not args.no_reward:
-            from rlhf_scratch.tasks import make_reward_fn
+            from rlhf_scratch.reward.tasks import make_reward_fn
 
             reward_fn = make_reward_fn(run.args, device=args.device)
         settings = SAESettings(d_sae=args.d_sae, k=args.k, training_tokens=args.training_tokens,

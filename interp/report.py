@@ -548,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         run = load_run(run_dir, device=args.device)
         reward_fn = None
         if not args.no_reward:
-            from rlhf_scratch.tasks import make_reward_fn
+            from rlhf_scratch.reward.tasks import make_reward_fn
 
             reward_fn = make_reward_fn(run.args, device=args.device)
     except (ValueError, OSError, RuntimeError) as err:  # RunFolderError (still training: what to do), Hub offline

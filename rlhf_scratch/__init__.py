@@ -40,16 +40,16 @@ _EXPORTS = {
     "ReplayMemory": "memory", "ReplayMinibatch": "memory",
     "TransformerWithValueHead": "model", "EarlyStopping": "kl_control", "AdaptiveKLController": "kl_control",
     # rewards, models, runs
-    "normalize_reward": "rewards", "reward_fn_sentiment_imdb": "rewards", "reward_fn_vader": "rewards",
-    "reward_fn_char_count": "rewards", "load_lm": "loading", "load_reward_model": "loading",
+    "normalize_reward": "reward.functions", "reward_fn_sentiment_imdb": "reward.functions", "reward_fn_vader": "reward.functions",
+    "reward_fn_char_count": "reward.functions", "load_lm": "loading", "load_classifier": "loading",
     "load_run": "runs", "load_args": "runs",
     # using a tuned model; judging it with what it was never trained on
     "to_hf_gpt2": "hf_format", "sample_both": "sample", "heldout_metrics": "heldout",
     # human feedback: preference pairs, a Bradley–Terry reward model, over-optimisation (docs/human-feedback.md)
-    "make_preference_pairs": "preferences", "bradley_terry_label": "preferences", "gold_scores": "preferences",
-    "calc_reward_model_loss": "reward_modeling", "reward_model_metrics": "reward_modeling",
-    "RewardModel": "reward_modeling", "RewardModelArgs": "reward_modeling", "train_reward_model": "reward_modeling",
-    "load_reward_model_run": "reward_modeling", "reward_model_classifier": "reward_modeling", "to_hf_reward_model": "hf_format", "export_reward_model": "export",
+    "make_preference_pairs": "reward.preferences", "bradley_terry_label": "reward.preferences", "gold_scores": "reward.preferences",
+    "calc_reward_model_loss": "reward.model", "reward_model_metrics": "reward.model",
+    "RewardModel": "reward.model", "RewardModelArgs": "reward.model", "train_reward_model": "reward.model",
+    "load_reward_model_run": "reward.model", "reward_model_classifier": "reward.model", "to_hf_reward_model": "hf_format", "export_reward_model": "export",
     "kl_bon": "overoptimization", "best_of_n_expectation": "overoptimization", "fit_gao": "overoptimization",
 }
 __all__ = sorted(_EXPORTS)

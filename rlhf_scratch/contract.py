@@ -10,10 +10,10 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import torch
 
 from rlhf_scratch.config import CommonArgs
-from rlhf_scratch.judges import Judge
 from rlhf_scratch.prompts import PromptIterator
+from rlhf_scratch.reward.judges import Judge
+from rlhf_scratch.reward.tasks import RewardFn
 from rlhf_scratch.rollout import Rollout
-from rlhf_scratch.tasks import RewardFn
 
 
 @runtime_checkable

@@ -9,7 +9,7 @@
     pipeline("text-generation", model="exported/")("This movie was really")
 
 A run folder of `python -m rlhf_scratch.reward_model` (config.json's algo is reward_model, the rule
-`loading.load_reward_model` uses) is exported by `export_reward_model` instead; see `to_hf_reward_model`.
+`loading.load_classifier` uses) is exported by `export_reward_model` instead; see `to_hf_reward_model`.
 
 TransformerLens loaded the model with its default processing (`loading.PROCESSING`): every
 LayerNorm's weight and bias are folded into the layer that reads it (the LayerNorms become bare
@@ -77,7 +77,7 @@ def export_reward_model(run_dir: str | Path, out_dir: str | Path) -> Path:
     as a `GPT2ForSequenceClassification` folder (config, model.safetensors, tokenizer) that
     `AutoModelForSequenceClassification.from_pretrained` loads and `--reward-model` accepts."""
     from rlhf_scratch.loading import no_weight_loading_bars
-    from rlhf_scratch.reward_modeling import load_reward_model_run
+    from rlhf_scratch.reward.model import load_reward_model_run
     from rlhf_scratch.runs import refuse_if_training
 
     out_dir = Path(out_dir)
@@ -118,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {out} exists and is not an empty folder; choose a new one (nothing was overwritten)",
               file=sys.stderr)
         return 2
-    from rlhf_scratch.reward_modeling import is_reward_model_run
+    from rlhf_scratch.reward.model import is_reward_model_run
 
     try:
-        if is_reward_model_run(opts.run_dir):  # the rule loading.load_reward_model uses
+        if is_reward_model_run(opts.run_dir):  # the rule loading.load_classifier uses
             if opts.value_head:
                 raise ValueError(f"--value-head: {opts.run_dir} is a reward-model run; only PPO runs have a value head")
             export_reward_model(opts.run_dir, out)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from rlhf_scratch.rewards import reward_fn_vader
+from rlhf_scratch.reward.functions import reward_fn_vader
 from rlhf_scratch.rollout import Rollout
 
 HELDOUT_METRICS = ("eval/vader", "eval/ref_logprob_per_token", "eval/repeated_3grams")

@@ -278,7 +278,7 @@ def load_lm(name: str = TINY, device: str | torch.device = "cpu") -> HookedTrans
     return model
 
 
-def load_reward_model(
+def load_classifier(
     name: str = TINY, device: str | torch.device = "cpu"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A sentiment classifier and its tokenizer, by the same call whatever the origin.
@@ -287,7 +287,7 @@ def load_reward_model(
     -> `AutoModelForSequenceClassification.from_pretrained`. Convention (as the IMDB model):
     label index 1 = positive, 0 = negative. A reward model (one label, e.g. a folder written by
     `python -m rlhf_scratch.reward_model`'s export) gives a scalar score instead (a reward-model
-    run folder itself is loaded by `reward_modeling.reward_model_classifier`).
+    run folder itself is loaded by `reward.model.reward_model_classifier`).
     Returned in eval mode, float32, on `device`.
     """
     folder = _local_folder(name, TINY_REWARD_DIR, "reward_model")

@@ -38,6 +38,7 @@ from rlhf_scratch.contract import TrainerContract
 from rlhf_scratch.heldout import HELDOUT_METRICS, heldout_metrics
 from rlhf_scratch.kl_control import EarlyStopping
 from rlhf_scratch.logger import Metrics, RunLogger
+from rlhf_scratch.reward.tasks import rewarded_by
 from rlhf_scratch.rollout import Rollout
 from rlhf_scratch.runs import (
     describe_rewarded_by,
@@ -49,7 +50,6 @@ from rlhf_scratch.runs import (
     save_run_policy,
     write_status,
 )
-from rlhf_scratch.tasks import rewarded_by
 from rlhf_scratch.timing import PARTS, take_times, timed
 
 # Logged every phase by every algorithm, computed from the rollout (TRL's names where TRL has one).

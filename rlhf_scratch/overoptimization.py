@@ -108,7 +108,7 @@ def evaluate_policy(lm, ref, prompts: list[str], proxy_fn, gen_len: int, per_pro
     per-token KL of the rollout, summed), d = √KL."""
     import torch
 
-    from rlhf_scratch.preferences import gold_scores
+    from rlhf_scratch.reward.preferences import gold_scores
     from rlhf_scratch.rollout import make_rollout
 
     with torch.no_grad():
@@ -133,8 +133,8 @@ def train_against_proxy(spec: dict) -> int:
 
     from rlhf_scratch.config import make_args
     from rlhf_scratch.loading import load_lm
+    from rlhf_scratch.reward.tasks import make_reward_fn
     from rlhf_scratch.runs import load_args, read_status
-    from rlhf_scratch.tasks import make_reward_fn
     from rlhf_scratch.train import TRAINER_OF_ALGO
 
     run_dir = Path(spec["run_dir"])
@@ -320,8 +320,8 @@ def run_study(opts, sizes: list[int], methods: list[str], out: Path) -> None:
     import torch
     from tqdm.auto import tqdm
 
-    from rlhf_scratch.preferences import make_preference_pairs, write_pairs
     from rlhf_scratch.prompts import load_prompts
+    from rlhf_scratch.reward.preferences import make_preference_pairs, write_pairs
 
     if opts.threads:
         torch.set_num_threads(opts.threads)
@@ -399,7 +399,7 @@ def proxy_accuracies(proxies: dict[int, Path], test_rows: list[dict], out: Path)
     path = out / "proxy_accuracy.json"
     if path.is_file():
         return json.loads(path.read_text())
-    from rlhf_scratch.reward_modeling import gold_accuracy, load_reward_model_run, pair_texts
+    from rlhf_scratch.reward.model import gold_accuracy, load_reward_model_run, pair_texts
 
     chosen, rejected = pair_texts(test_rows)
     acc = {}
@@ -417,8 +417,8 @@ def best_of_n_study(proxies: dict[int, Path], eval_prompts: list[str], opts) -> 
 
     from rlhf_scratch.generation import decode_completions, generate, tokenize_prompts
     from rlhf_scratch.loading import load_lm
-    from rlhf_scratch.preferences import gold_scores
-    from rlhf_scratch.reward_modeling import load_reward_model_run
+    from rlhf_scratch.reward.model import load_reward_model_run
+    from rlhf_scratch.reward.preferences import gold_scores
 
     torch.manual_seed(opts.seed)
     lm = load_lm("tiny").eval()

@@ -31,7 +31,7 @@ EXTRA = "Also: --resume RUN_DIR (continue an interrupted run), --export-to OUT (
 
 def main(argv: list[str] | None = None) -> int:
     from rlhf_scratch.cli import given_fields, parse_dataclass
-    from rlhf_scratch.reward_modeling import KIND, RewardModelArgs
+    from rlhf_scratch.reward.model import KIND, RewardModelArgs
 
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
 
     from rlhf_scratch.loading import HubUnreachableError
-    from rlhf_scratch.reward_modeling import train_reward_model
+    from rlhf_scratch.reward.model import train_reward_model
 
     try:
         run_dir = train_reward_model(args, resume=resume is not None)

@@ -38,7 +38,7 @@ from transformer_lens import HookedTransformer
 from rlhf_scratch.generation import attention_mask_or_none, decode_completions, generate, tokenize_prompts
 from rlhf_scratch.model import TransformerWithValueHead
 from rlhf_scratch.objectives import generated_span, sequence_log_probs
-from rlhf_scratch.tasks import score_completions
+from rlhf_scratch.reward.tasks import score_completions
 from rlhf_scratch.timing import timed
 from rlhf_scratch.vocab_terms import LOGITS_PER_CHUNK, final_hidden, token_terms, unembedding
 

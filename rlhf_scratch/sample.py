@@ -26,7 +26,7 @@ def sample_both(run, prompts: list[str], n: int, gen_len: int, temperature: floa
                 stop_at_eos: bool, seed: int) -> tuple[Rollout, Rollout]:
     """`n` completions of each prompt from the reference and from the tuned model (each scored
     against the reference and rewarded with the run's reward), with the same seed."""
-    from rlhf_scratch.tasks import make_reward_fn
+    from rlhf_scratch.reward.tasks import make_reward_fn
 
     reward_fn = make_reward_fn(run.args)
     rollouts = []

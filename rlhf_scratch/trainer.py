@@ -36,12 +36,12 @@ from transformer_lens import HookedTransformer
 from rlhf_scratch import distributed as dist
 from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.config import CommonArgs
-from rlhf_scratch.judges import Judge
 from rlhf_scratch.loop import run_training
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
+from rlhf_scratch.reward.judges import Judge
+from rlhf_scratch.reward.tasks import RewardFn, make_reward_fn
 from rlhf_scratch.rollout import Rollout, make_rollout
 from rlhf_scratch.run_setup import load_policy, load_reference, make_prompt_iterator, setup_torch
-from rlhf_scratch.tasks import RewardFn, make_reward_fn
 from rlhf_scratch.timing import timed
 
 

@@ -14,8 +14,8 @@ from rlhf_scratch import loading
 from rlhf_scratch.loading import (
     HubUnreachableError,
     asset_path,
+    load_classifier,
     load_lm,
-    load_reward_model,
     load_tokenizer,
 )
 
@@ -71,7 +71,7 @@ def test_tokenizer_of_lm_and_load_tokenizer_agree(lm):
 
 
 def test_tiny_reward_model_follows_the_imdb_label_convention():
-    model, tokenizer = load_reward_model("tiny")
+    model, tokenizer = load_classifier("tiny")
     assert type(model).__name__ == "GPT2ForSequenceClassification"
     assert model.config.id2label == {0: "NEGATIVE", 1: "POSITIVE"}
     assert model.config.pad_token_id == tokenizer.pad_token_id == 0
@@ -88,7 +88,7 @@ def hub_offline(tmp_path, monkeypatch):
 @pytest.mark.parametrize("loader, name", [
     (load_lm, "gpt2"),
     (load_tokenizer, "gpt2"),
-    (load_reward_model, "lvwerra/distilbert-imdb"),
+    (load_classifier, "lvwerra/distilbert-imdb"),
 ])
 def test_hub_id_without_hub_gives_one_line_error(hub_offline, loader, name):
     with pytest.raises(HubUnreachableError) as err:

@@ -15,10 +15,10 @@ from rlhf_scratch.algorithms.online_dpo import (
     select_chosen_by_judge,
 )
 from rlhf_scratch.config import make_args
-from rlhf_scratch.judges import ClassifierJudge, VaderJudge
 from rlhf_scratch.loop import SHARED_METRICS
 from rlhf_scratch.objectives import sequence_log_probs
 from rlhf_scratch.optim import get_optimizer
+from rlhf_scratch.reward.judges import ClassifierJudge, VaderJudge
 from rlhf_scratch.rollout import Rollout, policy_sequence_log_probs
 from rlhf_scratch.runs import load_run, read_metrics
 

@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from rlhf_scratch.preferences import bradley_terry_label, main
+from rlhf_scratch.preferences import main
+from rlhf_scratch.reward.preferences import bradley_terry_label
 
 
 def test_argmax_label_chooses_the_higher_gold_score_ties_to_a():
@@ -53,7 +54,7 @@ def test_pipeline_preferences_then_reward_model_then_ppo(tmp_path, capsys):
     """preferences (CLI) → reward model → 2 PPO phases rewarded by it, all on the tiny preset."""
     from rlhf_scratch.algorithms.ppo import RLHFTrainer
     from rlhf_scratch.config import make_args
-    from rlhf_scratch.reward_modeling import RewardModelArgs, load_reward_model_run, train_reward_model
+    from rlhf_scratch.reward.model import RewardModelArgs, load_reward_model_run, train_reward_model
     from rlhf_scratch.runs import read_metrics, read_status
 
     pairs = tmp_path / "pairs.jsonl"

@@ -9,8 +9,8 @@ import math
 
 import torch
 
-from rlhf_scratch.loading import load_lm, load_reward_model
-from rlhf_scratch.rewards import SentimentReward
+from rlhf_scratch.loading import load_classifier, load_lm
+from rlhf_scratch.reward.functions import SentimentReward
 from rlhf_scratch.tiny_preset import build as pretrain
 
 
@@ -51,7 +51,7 @@ def test_smoke_pretraining_runs_end_to_end(tmp_path):
     # What it wrote loads through the same functions as the shipped preset and the Hub models.
     lm = load_lm(str(tmp_path / "tiny_lm"))
     assert lm.cfg.d_model == 32 and lm.cfg.d_vocab == 400
-    model, _ = load_reward_model(str(tmp_path / "tiny_reward"))
+    model, _ = load_classifier(str(tmp_path / "tiny_reward"))
     assert model.config.num_labels == 2
     r = SentimentReward(str(tmp_path / "tiny_reward"))(["Fine.", "Awful!"])
     assert r.shape == (2,) and ((r >= 0) & (r <= 1)).all()

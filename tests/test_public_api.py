@@ -9,7 +9,7 @@ BLOG_NAMES = [
     "RLHFTrainer", "RLHFArgs", "get_samples", "get_log_probs", "compute_advantages", "calc_kl_penalty",
     "calc_entropy_bonus", "calc_value_fn_loss", "calc_clipped_sur_obj", "ReplayMemory", "ReplayMinibatch",
     "TransformerWithValueHead", "EarlyStopping", "AdaptiveKLController", "normalize_reward", "load_lm",
-    "load_reward_model", "load_run",
+    "load_classifier", "load_run",
 ]
 SIBLING_NAMES = ["RLOOTrainer", "compute_rloo_advantages", "OnlineDPOTrainer", "calc_dpo_loss", "Rollout", "make_rollout"]
 USE_NAMES = ["to_hf_gpt2", "sample_both", "heldout_metrics"]

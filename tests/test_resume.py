@@ -197,7 +197,7 @@ def test_non_finite_steps_are_skipped_counted_and_stop_the_run(tmp_path, prompts
 
 
 def test_a_reward_function_returning_nan_stops_the_run_naming_it(tmp_path, prompts_file):
-    from rlhf_scratch.tasks import RewardFunctionError
+    from rlhf_scratch.reward.tasks import RewardFunctionError
 
     def flaky_reward(prompts, completions, **kwargs):
         return [0.5] * (len(completions) - 1) + [float("nan")]

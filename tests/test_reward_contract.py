@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from rlhf_scratch.config import make_args
-from rlhf_scratch.rewards import SentimentReward, reward_fn_char_count, reward_fn_vader
-from rlhf_scratch.tasks import (
+from rlhf_scratch.reward.functions import SentimentReward, reward_fn_char_count, reward_fn_vader
+from rlhf_scratch.reward.tasks import (
     RewardFunctionError,
     follows_trl_contract,
     make_reward_fn,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlhf_scratch.reward_modeling import calc_reward_model_loss, reward_model_metrics
+from rlhf_scratch.reward.model import calc_reward_model_loss, reward_model_metrics
 
 CHOSEN = [2.0, 0.5, -1.0]
 REJECTED = [0.0, 1.5, -3.0]
@@ -90,7 +90,7 @@ def test_metrics_have_trl_names_and_hand_values():
 
 
 def test_gold_accuracy_counts_pairs_ordered_as_gold_ignoring_ties():
-    from rlhf_scratch.reward_modeling import gold_accuracy
+    from rlhf_scratch.reward.model import gold_accuracy
 
     rows = [{"score_chosen": 1.0, "score_rejected": 0.0},   # gold: chosen better; RM agrees
             {"score_chosen": 0.0, "score_rejected": 2.0},   # a noisy label: gold prefers rejected; RM agrees with gold
@@ -115,7 +115,7 @@ def marker_run(tmp_path_factory):
     """48 pairs: chosen = opening + marker + '.', rejected = opening + another word + '.'; gold 1 vs 0."""
     import json
 
-    from rlhf_scratch.reward_modeling import RewardModelArgs, train_reward_model
+    from rlhf_scratch.reward.model import RewardModelArgs, train_reward_model
 
     root = tmp_path_factory.mktemp("rm")
     rows = []
@@ -148,7 +148,7 @@ def test_reward_model_run_folder_has_trl_metric_names_and_checkpoints(marker_run
 def test_reward_model_ranks_the_marker_word_first_and_agrees_with_gold(marker_run):
     import json
 
-    from rlhf_scratch.reward_modeling import load_reward_model_run
+    from rlhf_scratch.reward.model import load_reward_model_run
 
     model = load_reward_model_run(marker_run)
     words = [MARKER, *OTHERS, " dull", " good"]
@@ -163,8 +163,8 @@ def test_export_loads_in_transformers_and_scores_like_the_run(marker_run, tmp_pa
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from rlhf_scratch.export import export_reward_model
-    from rlhf_scratch.reward_modeling import load_reward_model_run
-    from rlhf_scratch.rewards import SentimentReward
+    from rlhf_scratch.reward.functions import SentimentReward
+    from rlhf_scratch.reward.model import load_reward_model_run
 
     texts = ["The film was marvelous.", "A long, dull and lifeless film that never ends", "ok"]
     expected = load_reward_model_run(marker_run).score_texts(texts)
@@ -187,7 +187,7 @@ def test_export_command_takes_a_reward_model_run_folder(marker_run, tmp_path, ca
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from rlhf_scratch.export import main
-    from rlhf_scratch.reward_modeling import load_reward_model_run
+    from rlhf_scratch.reward.model import load_reward_model_run
 
     texts = ["The film was marvelous.", "The film was table.", "ok"]
     expected = load_reward_model_run(marker_run).score_texts(texts)
@@ -210,7 +210,7 @@ def test_reward_model_resume_continues_from_the_checkpoint(marker_run, tmp_path)
     import shutil
 
     from rlhf_scratch.checkpoint import list_checkpoints
-    from rlhf_scratch.reward_modeling import RewardModelArgs, train_reward_model
+    from rlhf_scratch.reward.model import RewardModelArgs, train_reward_model
 
     run = tmp_path / "run"
     shutil.copytree(marker_run, run)

@@ -9,8 +9,8 @@ import shutil
 import pytest
 import torch
 
-from rlhf_scratch.loading import asset_path, load_reward_model
-from rlhf_scratch.rewards import (
+from rlhf_scratch.loading import asset_path, load_classifier
+from rlhf_scratch.reward.functions import (
     SentimentReward,
     normalize_reward,
     reward_fn_char_count,
@@ -117,7 +117,7 @@ def _save_random_distilbert(folder):
 def test_local_distilbert_folder_loads_like_the_hub_model(tmp_path):
     folder = tmp_path / "distilbert"
     model, tokenizer = _save_random_distilbert(folder)
-    loaded, loaded_tok = load_reward_model(str(folder))
+    loaded, loaded_tok = load_classifier(str(folder))
     assert type(loaded).__name__ == "DistilBertForSequenceClassification"
     texts = POSITIVE + NEGATIVE[:1]  # odd batch, different lengths -> padding is exercised
     pos = reward_fn_sentiment_imdb(texts, "pos", classifier=(loaded, loaded_tok))

@@ -239,14 +239,14 @@ def test_lock_run_refuses_a_second_owner_in_one_line(tmp_path):
 
 
 def test_rewarded_by_names_the_task_a_python_function_and_a_judge():
-    from rlhf_scratch.judges import make_judge
-    from rlhf_scratch.tasks import make_reward_fn, rewarded_by
+    from rlhf_scratch.reward.judges import make_judge
+    from rlhf_scratch.reward.tasks import make_reward_fn, rewarded_by
 
     args = make_args("tiny", algo="online_dpo", task="vader", judge="vader")
     assert rewarded_by(args, make_reward_fn(args), make_judge("vader", "pos")) == {"reward": "task vader",
                                                                                   "judge": "judge vader"}
     other = make_args("tiny", task="vader", direction="neg")
-    assert rewarded_by(args, make_reward_fn(other))["reward"] == "python rlhf_scratch.rewards.reward_fn_vader", \
+    assert rewarded_by(args, make_reward_fn(other))["reward"] == "python rlhf_scratch.reward.functions.reward_fn_vader", \
         "the task's reward built for other args (direction neg) is not this run's"
     assert rewarded_by(args, count_the, make_judge("vader", "neg")) == {
-        "reward": f"python {count_the.__module__}.count_the", "judge": "python rlhf_scratch.judges.VaderJudge"}
+        "reward": f"python {count_the.__module__}.count_the", "judge": "python rlhf_scratch.reward.judges.VaderJudge"}

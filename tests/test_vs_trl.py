@@ -69,7 +69,7 @@ from rlhf_scratch.export import to_hf_gpt2
 from rlhf_scratch.generation import attention_mask_or_none, generate, tokenize_prompts
 from rlhf_scratch.loading import asset_path, load_lm, load_tokenizer
 from rlhf_scratch.objectives import get_log_probs, sequence_log_probs
-from rlhf_scratch.reward_modeling import calc_reward_model_loss
+from rlhf_scratch.reward.model import calc_reward_model_loss
 
 TRL_VERSION = "1.16.0"
 EXACT = dict(rtol=0, atol=1e-6)  # the same formula on the same numbers

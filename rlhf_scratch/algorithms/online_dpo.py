@@ -37,11 +37,11 @@ from tqdm.auto import tqdm
 
 from rlhf_scratch import distributed as dist
 from rlhf_scratch.config import OnlineDPOArgs
-from rlhf_scratch.judges import Judge, make_judge
 from rlhf_scratch.memory import minibatch_rows
 from rlhf_scratch.objectives import sequence_log_probs
+from rlhf_scratch.reward.judges import Judge, make_judge
+from rlhf_scratch.reward.tasks import RewardFn
 from rlhf_scratch.rollout import Rollout, policy_sequence_log_probs
-from rlhf_scratch.tasks import RewardFn
 from rlhf_scratch.timing import timed
 from rlhf_scratch.trainer import Trainer, mean_stats
 

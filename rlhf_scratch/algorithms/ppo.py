@@ -36,9 +36,9 @@ from rlhf_scratch.objectives import (
     generated_span,
     masked_mean,
 )
-from rlhf_scratch.rewards import normalize_reward
+from rlhf_scratch.reward.functions import normalize_reward
+from rlhf_scratch.reward.tasks import RewardFn
 from rlhf_scratch.rollout import Rollout
-from rlhf_scratch.tasks import RewardFn
 from rlhf_scratch.timing import timed
 from rlhf_scratch.trainer import Trainer, mean_stats
 from rlhf_scratch.vocab_terms import Unembedding, final_hidden, token_terms, unembedding

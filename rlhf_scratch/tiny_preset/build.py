@@ -45,7 +45,7 @@ from rlhf_scratch import corpus
 from rlhf_scratch.cli import given_fields, parse_dataclass
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.loading import TINY_LM_DIR, TINY_REWARD_DIR, asset_path, load_lm
-from rlhf_scratch.rewards import SentimentReward, reward_fn_vader
+from rlhf_scratch.reward.functions import SentimentReward, reward_fn_vader
 from rlhf_scratch.tiny_preset.tokenizer import save_tokenizer, train_tokenizer
 
 PROMPT = "This movie was really"

@@ -20,7 +20,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from rlhf_scratch.config import CommonArgs
-from rlhf_scratch.rewards import SentimentReward, reward_fn_char_count, reward_fn_vader
+from rlhf_scratch.reward.functions import SentimentReward, reward_fn_char_count, reward_fn_vader
 
 RewardFn = Callable[..., Any]
 """A reward function, under either of two contracts:

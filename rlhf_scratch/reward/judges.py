@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rlhf_scratch.rewards import SentimentReward, reward_fn_vader
+from rlhf_scratch.reward.functions import SentimentReward, reward_fn_vader
 
 Judge = Callable[[list[str], list[tuple[str, str]]], list[int]]
 """judge(prompts, pairs) -> per pair 0 (first better), 1 (second better) or -1 (cannot tell)."""

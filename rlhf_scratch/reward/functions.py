@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from rlhf_scratch.loading import TINY, load_reward_model
+from rlhf_scratch.loading import TINY, load_classifier
 
 DIRECTIONS = ("pos", "neg")
 
@@ -52,19 +52,11 @@ def normalize_reward(reward: Float[Tensor, "batch"], eps: float = 1e-5) -> Float
 def _cached_classifier(name: str, device: str):
     """The `(classifier, tokenizer)` of `--reward-model name`: a Hugging Face classifier (`tiny`, a
     folder, a Hub id, a reward model's export) or a reward-model run folder."""
-    from rlhf_scratch.reward_modeling import is_reward_model_run, reward_model_classifier
+    from rlhf_scratch.reward.model import is_reward_model_run, reward_model_classifier
 
     if is_reward_model_run(name):  # python -m rlhf_scratch.reward_model's run folder
         return reward_model_classifier(name, device)
-    return load_reward_model(name, device)
-
-
-@torch.inference_mode()
-def classifier_probs(
-    samples: list[str], classifier: tuple, batch_size: int = 64, max_length: int = 512
-) -> Float[Tensor, "batch n_labels"]:
-    """Softmax over a sequence classifier's labels, batched with padding and truncation."""
-    return classifier_logits(samples, classifier, batch_size, max_length).softmax(dim=-1)
+    return load_classifier(name, device)
 
 
 @torch.inference_mode()
@@ -92,7 +84,7 @@ def reward_fn_sentiment_imdb(
 
     label = 1 (positive) for direction "pos", 0 (negative) for "neg", the label order of
     `lvwerra/distilbert-imdb`. `classifier` is a `(model, tokenizer)` pair from
-    `load_reward_model`; by default the shipped `tiny` classifier (loaded once, then cached).
+    `load_classifier`; by default the shipped `tiny` classifier (loaded once, then cached).
     """
     _check_direction(direction)
     classifier = classifier or _cached_classifier(TINY, "cpu")
