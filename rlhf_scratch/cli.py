@@ -65,10 +65,13 @@ def one_line_error(event: tyro_errors.ParseErrorEvent, argv: list[str]) -> str:
     return f"invalid command line ({type(event).__name__})"
 
 
-def parse_dataclass(cls: type[T], argv: list[str], *, default: T, prog: str, description: str) -> T:
+def parse_dataclass(cls: type[T], argv: list[str], *, default: T, prog: str, description: str,
+                    aliases: dict[str, str] | None = None) -> T:
     """`cls` from `argv` over `default` (fields not given keep default's values). Raises
     `ConfigError` with one line for anything tyro rejects or does not know; `--help` prints the
-    help and raises SystemExit(0). The result is not validated: that is the caller's next step."""
+    help and raises SystemExit(0). The result is not validated: that is the caller's next step.
+    `aliases` maps another spelling of a flag to its field's (`{"--kl-coef": "--beta"}`)."""
+    argv = [_alias(token, aliases or {}) for token in argv]
 
     def reject(event: tyro_errors.ParseErrorEvent) -> None:
         raise ConfigError(one_line_error(event, argv))
@@ -79,6 +82,12 @@ def parse_dataclass(cls: type[T], argv: list[str], *, default: T, prog: str, des
     if unknown:
         raise ConfigError("unrecognized arguments: " + " ".join(unknown))
     return value
+
+
+def _alias(token: str, aliases: dict[str, str]) -> str:
+    """`token` with an aliased flag spelled as its field's (`--kl-coef=0.5` -> `--beta=0.5`)."""
+    flag, eq, value = token.partition("=")
+    return aliases[flag] + eq + value if flag in aliases else token
 
 
 def given_fields(value: object, default: object) -> dict[str, object]:

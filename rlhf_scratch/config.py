@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from rlhf_scratch import registry
+
 TASKS = ("sentiment", "vader", "periods")
 DIRECTIONS = ("pos", "neg")
 KV_CACHES = ("auto", "static", "transformer_lens")
@@ -50,6 +52,8 @@ class CommonArgs:
     """The fields every algorithm shares."""
 
     ALGO: ClassVar[str] = ""
+    FLAG_ALIASES: ClassVar[dict[str, str]] = {}
+    """Other spellings of a flag on the command line (`--kl-coef` for PPO's `--beta`, the blog's name)."""
 
     # --- what to train ---------------------------------------------------------------------
     task: str = "sentiment"
@@ -243,16 +247,23 @@ class CommonArgs:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "CommonArgs":
-        """Rebuild from a saved config; an unknown key is an error naming that key."""
+        """Rebuild from a saved config (CommonArgs.from_dict: the class its `algo` registers);
+        an unknown key is an error naming that key. Renamed fields of older run folders are read
+        under their new names (`RENAMED`)."""
         values = dict(values)
         algo = values.pop("algo", cls.ALGO or "ppo")
-        target = ARGS_OF_ALGO.get(algo) if cls is CommonArgs else cls
-        _check(target is not None and target.ALGO == algo, "algo",
-               f"must be one of {', '.join(ARGS_OF_ALGO)}; got {algo!r}")
+        target = args_class(algo) if cls is CommonArgs else cls
+        _check(target.ALGO == algo, "algo", f"is {algo!r}, but {target.__name__} is for {target.ALGO!r}")
+        for old, new in target.RENAMED.items():
+            if old in values:
+                values[new] = values.pop(old)
         names = {f.name for f in dataclasses.fields(target)}
         for key in values:
             _check(key in names, key, f"is not an {target.__name__} field")
         return target(**values)
+
+    RENAMED: ClassVar[dict[str, str]] = {}
+    """Fields renamed since older run folders were written: old name -> new name."""
 
 
 @dataclass
@@ -260,6 +271,8 @@ class RLHFArgs(CommonArgs):
     """PPO, the blog's algorithm: a value head, the clipped surrogate, an explicit KL penalty."""
 
     ALGO: ClassVar[str] = "ppo"
+    FLAG_ALIASES: ClassVar[dict[str, str]] = {"--kl-coef": "--beta"}
+    RENAMED: ClassVar[dict[str, str]] = {"kl_coef": "beta"}
 
     batches_per_learning_phase: int = 2
     """How many times the rollout batch is reshuffled and trained on per phase (PPO epochs)."""
@@ -271,8 +284,9 @@ class RLHFArgs(CommonArgs):
     """Weight of the value-function loss."""
     ent_coef: float = 0.001
     """Weight of the entropy bonus."""
-    kl_coef: float = 0.1
-    """β of the KL(π‖π_ref) penalty (the initial β when adaptive_kl is on)."""
+    beta: float = 0.1
+    """β of the KL(π‖π_ref) penalty (the initial β when adaptive_kl is on). The blog calls it
+    `kl_coef`: `--kl-coef` is the same flag."""
     detach_value_head: bool = True
     """If True (the blog's final code) value-loss gradients stop at the value head; if False
     (ARENA) they also train the trunk."""
@@ -290,7 +304,7 @@ class RLHFArgs(CommonArgs):
     normalize_reward: bool = True
     """Normalize each batch's rewards to mean 0, std 1 before the advantages."""
     adaptive_kl: bool = False
-    """Adapt kl_coef toward target_kl (Ziegler et al. 2019 controller)."""
+    """Adapt β toward target_kl (Ziegler et al. 2019 controller)."""
     target_kl: float = 0.5
     """Target of the adaptive controller: mean per-token KL(π‖π_ref) of a rollout, in nats."""
     kl_horizon: int = 10000
@@ -314,7 +328,7 @@ class RLHFArgs(CommonArgs):
         return super()._positive_ints() + ("batches_per_learning_phase", "kl_horizon")
 
     def _nonnegative_floats(self) -> tuple[str, ...]:
-        return super()._nonnegative_floats() + ("head_lr", "vf_coef", "ent_coef", "kl_coef")
+        return super()._nonnegative_floats() + ("head_lr", "vf_coef", "ent_coef", "beta")
 
 
 @dataclass
@@ -453,13 +467,16 @@ class OnlineDPOArgs(CommonArgs):
         return super()._positive_ints() + ("num_iterations",)
 
 
-ARGS_OF_ALGO: dict[str, type[CommonArgs]] = {"ppo": RLHFArgs, "rloo": RLOOArgs, "online_dpo": OnlineDPOArgs,
-                                             "grpo": GRPOArgs}
-ALGOS = tuple(ARGS_OF_ALGO)
+def args_class(algo: str) -> type[CommonArgs]:
+    """The args dataclass of a registered algorithm (`registry`); one line for an unknown one."""
+    _check(algo in registry.names(), "algo", f"must be one of {', '.join(registry.names())}; got {algo!r}")
+    return registry.get(algo).args_class()
+
 
 # Each preset is a set of field values applied over the dataclass defaults (which are tuned for
 # the tiny preset: see docs/results.md). A preset value for a field an algorithm does not have
-# (e.g. PPO's kl_coef for RLOO) is skipped.
+# (e.g. PPO's head_lr for RLOO) is skipped; a value given as {algo: value} applies to that
+# algorithm only (the gpt2 preset's β is PPO's, from the blog).
 PRESETS: dict[str, dict[str, Any]] = {
     # The shipped 4-layer review LM and classifier: runs offline on 2 CPU cores in minutes.
     "tiny": dict(model="tiny", reward_model="tiny"),
@@ -475,21 +492,35 @@ PRESETS: dict[str, dict[str, Any]] = {
         head_lr=5e-4,
         warmup_steps=20,
         final_scale=0.1,
-        kl_coef=2.5,
+        beta={"ppo": 2.5},
         gen_len=30,
         # top_k: each algorithm's default (the blog's 10 for PPO, TRL's 0 for the others)
     ),
 }
 
 
-def make_args(preset: str = "tiny", algo: str = "ppo", **overrides: Any) -> CommonArgs:
-    """Preset values, then `overrides` (e.g. from the command line), validated, for `algo`."""
-    _check(algo in ARGS_OF_ALGO, "algo", f"must be one of {', '.join(ALGOS)}; got {algo!r}")
+def preset_values(preset: str, cls: type[CommonArgs]) -> dict[str, Any]:
+    """The values `preset` gives the fields of `cls` (see PRESETS)."""
     _check(preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}; got {preset!r}")
-    cls = ARGS_OF_ALGO[algo]
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in PRESETS[preset].items():
+        if isinstance(value, dict):  # {algo: value}: that algorithm's only
+            if cls.ALGO not in value:
+                continue
+            value = value[cls.ALGO]
+        if key in names:
+            values[key] = value
+    return values
+
+
+def make_args(preset: str = "tiny", algo: str = "ppo", **overrides: Any) -> CommonArgs:
+    """Preset values, then `overrides` (e.g. from the command line), validated, for `algo`.
+    A field's old name (`kl_coef` for PPO's `beta`) is taken as its new one."""
+    cls = args_class(algo)
+    overrides = {cls.RENAMED.get(k, k): v for k, v in overrides.items()}
     names = {f.name for f in dataclasses.fields(cls)}
     for key in overrides:
         _check(key in names, key, f"is not an {cls.__name__} field")
-    preset_values = {k: v for k, v in PRESETS[preset].items() if k in names}
-    values = {**preset_values, **{k: v for k, v in overrides.items() if v is not None}}
+    values = {**preset_values(preset, cls), **{k: v for k, v in overrides.items() if v is not None}}
     return cls(preset=preset, **values).validate()

@@ -20,7 +20,9 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from tqdm.auto import tqdm
 
@@ -106,6 +108,31 @@ def phase_times(phase_seconds: float) -> Metrics:
     return {**{f"time/{part}": t for part, t in times.items()}, "time/other": max(other, 0.0)}
 
 
+@runtime_checkable
+class PhaseHook(Protocol):
+    """Work that runs beside training, once per phase, and logs its own numbers with the phase's
+    (the over-optimisation study's held-out evaluation: `studies.overoptimization`). The loop
+    calls `start` once the run folder exists and any checkpoint is restored (`phase` = phases
+    already done: 0 for a new run), then `after_phase` after each phase's learning; what that
+    returns is logged in metrics.jsonl with the phase, and must be named in `METRICS`."""
+
+    METRICS: tuple[str, ...]
+
+    def start(self, run_dir: Path, phase: int) -> None: ...
+    def after_phase(self, run_dir: Path, phase: int) -> dict[str, float]: ...
+
+
+class UndeclaredMetricError(RuntimeError):
+    """A trainer or hook returned a metric it does not declare (its METRICS): the run stops, naming it."""
+
+
+def check_declared(stats: dict[str, float], declared: Sequence[str], who: str) -> None:
+    """Every key of `stats` must be among `declared`; else one line naming the strays."""
+    stray = sorted(set(stats) - set(declared))
+    if stray:
+        raise UndeclaredMetricError(f"{who} returned {', '.join(stray)}, not among its METRICS; declare them there")
+
+
 class TrainingStopped(RuntimeError):
     """The run stopped before its last phase (a signal, or too many skipped steps); a checkpoint
     was written, and the message ends with the command that resumes it."""
@@ -186,19 +213,19 @@ class _LastCompleted:
 
     BIG = ("policy", "optimizer", "scheduler")
 
-    def __init__(self, trainer: Trainer):
+    def __init__(self, trainer: TrainerContract):
         self.phase, self.small, self.at, self.steps = 0, None, None, 0
         self._hook = trainer.optimizer.register_step_post_hook(self._count)
 
     def _count(self, *_) -> None:
         self.steps += 1
 
-    def keep(self, trainer: Trainer, state: dict) -> None:
+    def keep(self, trainer: TrainerContract, state: dict) -> None:
         self.phase = state["phase"]
         self.small = copy.deepcopy({k: v for k, v in state.items() if k not in self.BIG})
         self.at = (self.steps, trainer.scheduler.last_epoch)
 
-    def state(self, trainer: Trainer) -> dict | None:
+    def state(self, trainer: TrainerContract) -> dict | None:
         """The full state of the last completed phase, or None if the weights have moved since."""
         if self.small is None or self.at != (self.steps, trainer.scheduler.last_epoch):
             return None
@@ -215,8 +242,10 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-def run_training(trainer: TrainerContract, run_dir: Path | None = None, quiet: bool = False, resume: bool = False) -> Path:
+def run_training(trainer: TrainerContract, run_dir: Path | None = None, quiet: bool = False, resume: bool = False,
+                 hooks: Sequence[PhaseHook] = ()) -> Path:
     """Run every phase of `trainer`; write the run folder (created here unless given); return it.
+    Each of `hooks` runs after every phase and adds its metrics to the phase's (`PhaseHook`).
 
     With `resume`, `run_dir` is an existing run folder: its latest checkpoint is loaded and the
     run continues from the next phase, appending to metrics.jsonl and samples.md.
@@ -238,13 +267,13 @@ def run_training(trainer: TrainerContract, run_dir: Path | None = None, quiet: b
     run_dir = Path(run_dir)
     lock = lock_run(run_dir) if main else None  # before anything in the folder is written
     try:
-        return _run_phases(trainer, run_dir, quiet, resume)
+        return _run_phases(trainer, run_dir, quiet, resume, hooks)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bool) -> Path:
+def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bool, hooks: Sequence[PhaseHook]) -> Path:
     args, main = trainer.args, dist.is_main()
     early_stopping = (
         EarlyStopping(args.patience, args.kl_threshold, args.reward_threshold, args.window_size)
@@ -263,6 +292,8 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
     logger.say(f"run folder: {run_dir}  ({args.algo}, device {trainer.device}{ranks})")
     if main:
         write_status(run_dir, "running", done, args.total_phases)
+    for hook in hooks:
+        hook.start(run_dir, done)
     stopped: TrainingStopped | None = None
     phase = done
     last_completed = _LastCompleted(trainer)
@@ -277,7 +308,13 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
                 rollout = trainer.rollout_phase()
                 rollout_time = time.perf_counter() - start
                 learn_stats = trainer.learning_phase(rollout)
+                check_declared(learn_stats, trainer.METRICS, f"{type(trainer).__name__}.learning_phase")
                 seconds = time.perf_counter() - start
+                hook_stats: Metrics = {}
+                for hook in hooks:
+                    stats = hook.after_phase(run_dir, phase)
+                    check_declared(stats, hook.METRICS, type(hook).__name__)
+                    hook_stats.update(stats)
                 metrics: Metrics = {
                     "phase": phase,
                     **rollout_metrics(rollout),
@@ -288,6 +325,7 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
                     "charts/phase_time": seconds,
                     "charts/tokens_per_s": 0.0,  # filled in below, from every rank's tokens
                     **phase_times(seconds),
+                    **hook_stats,
                 }
                 metrics["charts/tokens_per_s"] = metrics["completions/total_tokens"] / seconds
                 with timed("logging"):

@@ -65,3 +65,13 @@ class TransformerWithValueHead(nn.Module):
         values, self._values = self._values, None
         assert values is not None
         return logits, values
+
+
+Policy = HookedTransformer | TransformerWithValueHead
+"""What a trainer trains and a run folder saves: the LM itself, or PPO's LM with its value head."""
+
+
+def language_model(policy: Policy) -> HookedTransformer:
+    """The HookedTransformer inside a policy (PPO's trunk, or the policy itself): what samples,
+    what is unembedded, what the interp tools read."""
+    return policy.base if isinstance(policy, TransformerWithValueHead) else policy

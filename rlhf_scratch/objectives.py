@@ -149,13 +149,15 @@ def sequence_log_probs(
 def calc_kl_penalty(
     logits: Float[Tensor, "batch gen_len d_vocab"],
     ref_logits: Float[Tensor, "batch gen_len d_vocab"],
-    kl_coef: float,
+    beta: float,
     mask: Bool[Tensor, "batch gen_len"] | None = None,
     from_logprobs: bool = False,
 ) -> Float[Tensor, ""]:
     """KL penalty keeping the policy pi near the frozen reference pi_ref (the trainer subtracts it).
 
-        penalty = kl_coef * mean_{kept b,t} sum_v pi(v) * (log pi(v) - log pi_ref(v))
+        penalty = beta * mean_{kept b,t} sum_v pi(v) * (log pi(v) - log pi_ref(v))
+
+(β is the blog's and ARENA's `kl_coef`; one name, `beta`, across every algorithm here.)
 
     i.e. KL(pi || pi_ref) over the full vocabulary at each generated position (`kl_per_token`),
     averaged over the kept tokens only: after EOS the policy chose nothing, so a drift of its
@@ -165,7 +167,7 @@ def calc_kl_penalty(
     `ref_logits` should come from the frozen model (no gradient needed through it).
     `from_logprobs=True`: both are log_softmax outputs already (see `kl_per_token`).
     """
-    return kl_coef * masked_mean(kl_per_token(logits, ref_logits, from_logprobs), mask)
+    return beta * masked_mean(kl_per_token(logits, ref_logits, from_logprobs), mask)
 
 
 def calc_entropy_bonus(

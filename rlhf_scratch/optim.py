@@ -5,12 +5,14 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from rlhf_scratch import registry
 from rlhf_scratch.config import CommonArgs
 
 
 def get_optimizer(model: nn.Module, base_lr: float, head_lr: float | None = None) -> torch.optim.AdamW:
-    """AdamW with two parameter groups: `model.base` at base_lr, `model.value_head` at head_lr
-    (PPO's policy); a model without a value head (RLOO, Online DPO) is one group at base_lr.
+    """AdamW with two parameter groups when `head_lr` is given: `model.base` at base_lr,
+    `model.value_head` at head_lr (PPO's policy); without it (RLOO, Online DPO, GRPO: no value
+    head) all of `model` is one group at base_lr.
 
     `maximize=True` because every trainer here ascends its objective (PPO's clipped surrogate
     - value loss + entropy bonus - KL penalty; RLOO's clipped sequence surrogate; minus the DPO
@@ -19,7 +21,7 @@ def get_optimizer(model: nn.Module, base_lr: float, head_lr: float | None = None
     this torch has it for the parameters' device.
     """
     fused = _fused_adamw_available(model)
-    if not hasattr(model, "value_head"):
+    if head_lr is None:
         return torch.optim.AdamW(model.parameters(), lr=base_lr, maximize=True, fused=fused)
     base_params = list(model.base.parameters())
     head_params = list(model.value_head.parameters())
@@ -76,7 +78,8 @@ def get_optimizer_and_scheduler(
     learning. The schedule ends at total_steps = total_phases - 1, so the last phase trains at
     exactly final_scale (and the first, with warmup, at 0 - as in the blog and ARENA).
     """
-    optimizer = get_optimizer(model, args.base_lr, getattr(args, "head_lr", None))
+    head_lr = args.head_lr if registry.get(args.algo).value_head else None  # PPO's value head: its own rate
+    optimizer = get_optimizer(model, args.base_lr, head_lr)
     lr_lambda = get_lr_scheduler(args.warmup_steps, args.total_phases - 1, args.final_scale)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lr_lambda)
     return optimizer, scheduler

@@ -18,15 +18,9 @@ import dataclasses
 import os
 import sys
 
+from rlhf_scratch import registry
 from rlhf_scratch.cli import flag_of, given_fields, parse_dataclass
-from rlhf_scratch.config import ALGOS, ARGS_OF_ALGO, PRESETS, TASKS, CommonArgs, ConfigError
-
-TRAINER_OF_ALGO = {
-    "ppo": ("rlhf_scratch.algorithms.ppo", "RLHFTrainer"),
-    "rloo": ("rlhf_scratch.algorithms.rloo", "RLOOTrainer"),
-    "online_dpo": ("rlhf_scratch.algorithms.online_dpo", "OnlineDPOTrainer"),
-    "grpo": ("rlhf_scratch.algorithms.grpo", "GRPOTrainer"),
-}
+from rlhf_scratch.config import PRESETS, TASKS, CommonArgs, ConfigError, args_class, preset_values
 
 PROG = "python -m rlhf_scratch.train"
 
@@ -35,9 +29,9 @@ RESUMABLE = ("total_phases", "save_every", "keep_checkpoints", "table_every", "p
 
 
 def description(algo: str) -> str:
-    cls = ARGS_OF_ALGO[algo]
+    cls = args_class(algo)
     return (f"RLHF of a language model toward a reward: {algo} ({cls.__doc__.strip()})\n\n"
-            f"usage: {PROG} TASK [--algo {{{','.join(ALGOS)}}}] [--FIELD VALUE ...]   |   {PROG} --resume RUN_DIR\n"
+            f"usage: {PROG} TASK [--algo {{{','.join(registry.names())}}}] [--FIELD VALUE ...]   |   {PROG} --resume RUN_DIR\n"
             f"TASK: {', '.join(TASKS)} (the same as --task). --algo picks the algorithm (default ppo; "
             f"`--algo ALGO --help` lists its fields). --resume continues an interrupted run from its latest "
             f"checkpoint with its saved config; only {', '.join(flag_of(f) for f in RESUMABLE)} may be given too. "
@@ -73,7 +67,8 @@ def _is_switch(token: str) -> bool:
     """Whether a flag takes no value (a boolean field's --x / --no-x, or --help)."""
     name = token[2:].removeprefix("no-").replace("-", "_")
     return token in ("-h", "--help") or any(
-        f.name == name and f.type in ("bool", bool) for cls in ARGS_OF_ALGO.values() for f in dataclasses.fields(cls))
+        f.name == name and f.type in ("bool", bool) for algo in registry.names()
+        for f in dataclasses.fields(args_class(algo)))
 
 
 def parse_args(argv: list[str]) -> tuple[CommonArgs, str | None]:
@@ -87,7 +82,8 @@ def parse_args(argv: list[str]) -> tuple[CommonArgs, str | None]:
             raise ConfigError(f"resume: --algo {algo} conflicts with the run's saved algo {saved.algo}")
         if preset is not None:
             rest += ["--preset", preset]
-        args = parse_dataclass(type(saved), rest, default=saved, prog=PROG, description=description(saved.algo))
+        args = parse_dataclass(type(saved), rest, default=saved, prog=PROG, description=description(saved.algo),
+                               aliases=type(saved).FLAG_ALIASES)
         for name, value in given_fields(args, saved).items():
             if name not in RESUMABLE:
                 allowed = ", ".join(flag_of(f) for f in RESUMABLE)
@@ -95,15 +91,13 @@ def parse_args(argv: list[str]) -> tuple[CommonArgs, str | None]:
                                   f"{name}={getattr(saved, name)!r} (only {allowed} may change)")
         return args.validate(), resume
     algo, preset = algo or "ppo", preset or "tiny"
-    if algo not in ARGS_OF_ALGO:
-        raise ConfigError(f"algo: must be one of {', '.join(ALGOS)}; got {algo!r}")
+    cls = args_class(algo)
     if preset not in PRESETS:
         raise ConfigError(f"preset: must be one of {', '.join(PRESETS)}; got {preset!r}")
-    cls = ARGS_OF_ALGO[algo]
-    names = {f.name for f in dataclasses.fields(cls)}
-    default = cls(preset=preset, task="", **{k: v for k, v in PRESETS[preset].items() if k in names})
+    default = cls(preset=preset, task="", **preset_values(preset, cls))
     try:
-        args = parse_dataclass(cls, rest, default=default, prog=PROG, description=description(algo))
+        args = parse_dataclass(cls, rest, default=default, prog=PROG, description=description(algo),
+                               aliases=cls.FLAG_ALIASES)
     except ConfigError as e:
         raise ConfigError(other_algorithm_hint(str(e), algo)) from None
     if args.task == "":
@@ -117,8 +111,13 @@ def other_algorithm_hint(message: str, algo: str) -> str:
         return message
     flags = [t.split("=")[0] for t in message.split(": ", 1)[1].split() if t.startswith("--")]
     for flag in flags:
-        owners = [a for a, cls in ARGS_OF_ALGO.items() if a != algo
-                  and flag.removeprefix("--").removeprefix("no-").replace("-", "_") in cls.__dataclass_fields__]
+        aliased = [a for a in registry.names() if a != algo and flag in args_class(a).FLAG_ALIASES]
+        if aliased and args_class(aliased[0]).FLAG_ALIASES[flag] != flag and \
+                args_class(aliased[0]).FLAG_ALIASES[flag].removeprefix("--").replace("-", "_") in args_class(algo).__dataclass_fields__:
+            target = args_class(aliased[0]).FLAG_ALIASES[flag]
+            return f"{message} ({flag} is --algo {aliased[0]}'s name for {target}; here: {target})"
+        owners = [a for a in registry.names() if a != algo
+                  and flag.removeprefix("--").removeprefix("no-").replace("-", "_") in args_class(a).__dataclass_fields__]
         if owners:
             return f"{message} ({flag} is an option of --algo {' / --algo '.join(owners)}, not of {algo})"
     return message
@@ -135,7 +134,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help (0)
         return int(e.code or 0)
 
-    import importlib
     from pathlib import Path
 
     from rlhf_scratch import distributed
@@ -143,7 +141,6 @@ def main(argv: list[str] | None = None) -> int:
     from rlhf_scratch.loop import TrainingStopped, run_training
     from rlhf_scratch.runs import check_new_run_dir, finished_summary
 
-    module, name = TRAINER_OF_ALGO[algo]
     rank0 = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0 (or no torchrun): the one that prints
     run_dir = Path(resume) if resume is not None else None
     finished = False
@@ -152,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             refuse_unresumable(resume, args)  # before the models load
         elif rank0:  # (under torchrun rank 0 creates it)
             check_new_run_dir(args.run_dir)  # before the models load: refuse to overwrite at once
-        trainer = getattr(importlib.import_module(module), name)(args)  # run setup: models, prompts, reward
+        trainer = registry.get(algo).trainer_class()(args)  # run setup: models, prompts, reward
         run_dir = run_training(trainer, run_dir, trainer.quiet, resume=resume is not None)  # the phase loop
         finished = True
     except (ValueError, OSError, HubUnreachableError) as e:  # ConfigError, RunFolderError, PromptError, ...
@@ -184,7 +181,7 @@ def refuse_unresumable(run_dir: str, args: CommonArgs) -> None:
     if not cli_can_rebuild(rewarded, args):
         raise ConfigError(f"resume: {run_dir} was rewarded by {describe_rewarded_by(rewarded)}, which the command "
                           f"line cannot rebuild; resume it from Python with the same function: "
-                          f"{TRAINER_OF_ALGO[args.algo][1]}(load_args({run_dir!r}), reward_fn=...).train({run_dir!r}, "
+                          f"{registry.get(args.algo).trainer_class().__name__}(load_args({run_dir!r}), reward_fn=...).train({run_dir!r}, "
                           "resume=True)")
 
 

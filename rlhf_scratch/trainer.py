@@ -25,6 +25,7 @@ import each other.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,7 +37,7 @@ from transformer_lens import HookedTransformer
 from rlhf_scratch import distributed as dist
 from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.config import CommonArgs
-from rlhf_scratch.loop import run_training
+from rlhf_scratch.loop import PhaseHook, run_training
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.reward.tasks import RewardFn, make_reward_fn
@@ -121,10 +122,11 @@ class Trainer:
         self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
         return stepped
 
-    def train(self, run_dir: str | Path | None = None, resume: bool = False) -> Path:
+    def train(self, run_dir: str | Path | None = None, resume: bool = False, hooks: Sequence[PhaseHook] = ()) -> Path:
         """Run every phase (`loop.run_training`): a new run folder (or `run_dir`), or with
-        `resume=True` continue the run in `run_dir` from its latest checkpoint. Returns the folder."""
-        return run_training(self, None if run_dir is None else Path(run_dir), self.quiet, resume)
+        `resume=True` continue the run in `run_dir` from its latest checkpoint. `hooks` run after
+        every phase and log beside it (`loop.PhaseHook`). Returns the folder."""
+        return run_training(self, None if run_dir is None else Path(run_dir), self.quiet, resume, hooks)
 
 
 def mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:

@@ -38,7 +38,7 @@ CASES = [
     (["sentiment", "--preset", "gpt5"], "preset: must be one of tiny, gpt2; got 'gpt5'"),
     (["sentiment", "--kl-coeff", "1"], "unrecognized arguments: --kl-coeff 1"),
     (["sentiment", "--kl-coef", "abc"], "argument --kl-coef: invalid float value: 'abc'"),
-    (["sentiment", "--kl-coef", "nan"], "kl_coef: must be a finite number >= 0; got nan"),
+    (["sentiment", "--kl-coef", "nan"], "beta: must be a finite number >= 0; got nan"),
     (["sentiment", "--base-lr", "inf"], "base_lr: must be a finite number >= 0; got inf"),
     (["sentiment", "--temperature", "0"], "temperature: must be > 0; got 0.0"),
     (["sentiment", "--top-k", "-1"], "top_k: must be >= 0 (0 = the whole vocabulary); got -1"),

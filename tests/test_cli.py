@@ -4,7 +4,8 @@ import dataclasses
 import subprocess
 import sys
 
-from rlhf_scratch.config import ALGOS, RLHFArgs
+from rlhf_scratch import registry
+from rlhf_scratch.config import RLHFArgs
 from rlhf_scratch.train import main
 
 
@@ -30,7 +31,7 @@ def test_help_lists_every_field_with_its_default(capsys):
 def test_bad_value_exits_2_with_one_line_naming_the_field():
     proc = _run("sentiment", "--kl-coef", "-1")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: kl_coef: must be a finite number >= 0; got -1.0"
+    assert proc.stderr.strip() == "error: beta: must be a finite number >= 0; got -1.0"
 
 
 def test_unknown_task_and_preset(capsys):
@@ -50,18 +51,18 @@ def test_algo_flag_builds_that_algorithms_parser(capsys):
     assert "--num-generations" in text and "--epsilon-high" in text and "--kl-coef" not in text
     assert main(["sentiment", "--algo", "rloo", "--kl-coef", "1"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "error: unrecognized arguments: --kl-coef 1 (--kl-coef is an option of --algo ppo, not of rloo)")
+        "error: unrecognized arguments: --kl-coef 1 (--kl-coef is --algo ppo's name for --beta; here: --beta)")
     assert main(["sentiment", "--algo", "rloo", "--kl-coeff", "1"]) == 2  # nobody's flag: no hint
     assert capsys.readouterr().err.strip() == "error: unrecognized arguments: --kl-coeff 1"
     assert main(["sentiment", "--algo", "sac"]) == 2
-    assert capsys.readouterr().err.strip() == f"error: algo: must be one of {', '.join(ALGOS)}; got 'sac'"
+    assert capsys.readouterr().err.strip() == f"error: algo: must be one of {', '.join(registry.names())}; got 'sac'"
 
 
 def test_task_is_the_first_bare_word_wherever_it_stands(capsys):
     from rlhf_scratch.train import parse_args
 
     args, resume = parse_args(["--kl-coef", "0.3", "vader", "--no-prepend-bos", "--algo", "ppo"])
-    assert (args.task, args.kl_coef, args.prepend_bos, resume) == ("vader", 0.3, False, None)
+    assert (args.task, args.beta, args.prepend_bos, resume) == ("vader", 0.3, False, None)
     args, _ = parse_args(["periods", "--stop-at-eos", "--top-k", "3"])
     assert (args.task, args.stop_at_eos, args.top_k) == ("periods", True, 3)
     args, _ = parse_args(["periods", "--no-stop-at-eos"])
@@ -73,7 +74,7 @@ def test_preset_fills_fields_the_command_line_does_not_give():
     from rlhf_scratch.train import parse_args
 
     args, _ = parse_args(["sentiment", "--preset", "gpt2", "--batch-size", "64"])
-    assert (args.kl_coef, args.base_lr, args.batch_size, args.model) == (2.5, 2e-5, 64, "gpt2")
+    assert (args.beta, args.base_lr, args.batch_size, args.model) == (2.5, 2e-5, 64, "gpt2")
 
 
 def test_a_flag_of_another_algorithm_names_it(capsys):

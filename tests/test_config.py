@@ -11,8 +11,8 @@ from rlhf_scratch.config import PRESETS, ConfigError, RLHFArgs, make_args
     "overrides, message",
     [
         (dict(batch_size=10, num_minibatches=4), "batch_size: must be divisible by num_minibatches (10 % 4 != 0)"),
-        (dict(kl_coef=-1.0), "kl_coef: must be a finite number >= 0; got -1.0"),
-        (dict(kl_coef=float("nan")), "kl_coef: must be a finite number >= 0; got nan"),
+        (dict(kl_coef=-1.0), "beta: must be a finite number >= 0; got -1.0"),
+        (dict(kl_coef=float("nan")), "beta: must be a finite number >= 0; got nan"),
         (dict(base_lr=float("inf")), "base_lr: must be a finite number >= 0; got inf"),
         (dict(vf_coef=-0.1), "vf_coef: must be a finite number >= 0; got -0.1"),
         (dict(ent_coef=-0.001), "ent_coef: must be a finite number >= 0; got -0.001"),
@@ -86,10 +86,10 @@ def test_presets_and_overrides():
     assert (tiny.model, tiny.reward_model, tiny.preset) == ("tiny", "tiny", "tiny")
     gpt2 = make_args("gpt2", kl_coef=1.0)
     assert (gpt2.model, gpt2.reward_model) == ("gpt2", "lvwerra/distilbert-imdb")
-    assert gpt2.kl_coef == 1.0, "a command-line value must win over the preset"
+    assert gpt2.beta == 1.0, "a command-line value must win over the preset"
     assert gpt2.batch_size == PRESETS["gpt2"]["batch_size"]
     # None means "not given on the command line": the preset/default stays
-    assert make_args("tiny", kl_coef=None).kl_coef == RLHFArgs().kl_coef
+    assert make_args("tiny", kl_coef=None).beta == RLHFArgs().beta
 
 
 def test_dict_round_trip():
@@ -104,18 +104,18 @@ def test_dict_round_trip():
         RLHFArgs.from_dict({**args.to_dict(), "bogus": 1})
 
 
-@pytest.mark.parametrize("algo", ["ppo", "rloo", "online_dpo"])
+@pytest.mark.parametrize("algo", ["ppo", "rloo", "online_dpo", "grpo"])
 def test_every_field_is_documented(algo, capsys):
     """Each flag's help (tyro reads the docstring under each field) says more than its default."""
     import re
 
-    from rlhf_scratch.config import ARGS_OF_ALGO
+    from rlhf_scratch.config import args_class
     from rlhf_scratch.train import main
 
     assert main(["--algo", algo, "--help"]) == 0
     text = " ".join(capsys.readouterr().out.replace("│", " ").replace("╰", " ").split())
     missing = []
-    for f in dataclasses.fields(ARGS_OF_ALGO[algo]):
+    for f in dataclasses.fields(args_class(algo)):
         flag = "--" + f.name.replace("_", "-")
         after = re.split(re.escape(flag) + r"(?:, --no-" + re.escape(flag[2:]) + r")? ", text, maxsplit=1)
         words = re.sub(r"^[A-Z|{},]+ ", "", after[1] if len(after) > 1 else "").split(" --")[0]

@@ -148,15 +148,15 @@ def test_kl_penalty_by_hand():
     # position 0: pi = [1/6, 2/6, 3/6] vs pi_ref uniform; position 1: identical (KL 0)
     logits = torch.tensor([[[0.0, LN2, LN3], [1.0, 2.0, 3.0]]])
     ref_logits = torch.tensor([[[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]]])
-    kl_coef = 0.5
+    beta = 0.5
     kl_pos0 = 1 / 6 * math.log((1 / 6) / (1 / 3)) + 2 / 6 * math.log((2 / 6) / (1 / 3)) + 3 / 6 * math.log((3 / 6) / (1 / 3))
-    expected = kl_coef * (kl_pos0 + 0.0) / 2
+    expected = beta * (kl_pos0 + 0.0) / 2
 
-    out = calc_kl_penalty(logits, ref_logits, kl_coef)
+    out = calc_kl_penalty(logits, ref_logits, beta)
     reversed_kl = 1 / 3 * (math.log((1 / 3) / (1 / 6)) + math.log((1 / 3) / (2 / 6)) + math.log((1 / 3) / (3 / 6)))
-    assert not close(out, kl_coef * reversed_kl / 2), "KL direction reversed: we want KL(pi || pi_ref) = sum pi (log pi - log pi_ref)"
-    assert not close(out, kl_pos0 / 2), "you forgot to multiply by kl_coef"
-    assert not close(out, kl_coef * kl_pos0), "take the mean over positions, not the sum"
+    assert not close(out, beta * reversed_kl / 2), "KL direction reversed: we want KL(pi || pi_ref) = sum pi (log pi - log pi_ref)"
+    assert not close(out, kl_pos0 / 2), "you forgot to multiply by beta (the blog's kl_coef)"
+    assert not close(out, beta * kl_pos0), "take the mean over positions, not the sum"
     assert close(out, expected), f"got {float(out)}, expected {expected}"
 
 

@@ -18,13 +18,13 @@ from rlhf_scratch.vocab_terms import Unembedding
 PHASE_METRICS = SHARED_METRICS + PPO_METRICS
 
 
-def objective(logits, values, ref_logits, mb, args, kl_coef):
+def objective(logits, values, ref_logits, mb, args, beta):
     """`compute_rlhf_objective` with the logits themselves as ĥ (an identity unembedding) and
     the reference's at the generated span, as the rollout keeps ĥ_ref."""
     span = slice(mb.sample_ids.shape[1] - mb.logprobs.shape[1] - 1, -1)
     d_vocab = logits.shape[-1]
     identity = Unembedding(torch.eye(d_vocab), torch.zeros(d_vocab))
-    return compute_rlhf_objective(logits, values, ref_logits[:, span], mb, args, kl_coef, identity, identity)
+    return compute_rlhf_objective(logits, values, ref_logits[:, span], mb, args, beta, identity, identity)
 
 
 def test_compute_rlhf_objective_by_hand():
@@ -52,7 +52,7 @@ def test_compute_rlhf_objective_by_hand():
         returns=torch.tensor([[1.5, 2.0], [1.5, 7.0]]),
     )
     args = make_args(clip_coef=0.2, vf_coef=0.2, ent_coef=0.01)
-    total, terms = objective(logits, values, ref_logits, mb, args, kl_coef=0.5)
+    total, terms = objective(logits, values, ref_logits, mb, args, beta=0.5)
 
     # kept advantages [1, 3, -1]: mean 1, std (n-1) 2 → Â = [0, 1, -1]
     # min(r Â, clip(r, 0.8, 1.2) Â): [min(0, 0), min(1.5, 1.2), min(-0.5, -0.8)] = [0, 1.2, -0.8]
@@ -113,7 +113,7 @@ def test_at_temperature_one_the_objective_is_the_blogs():
     logits, ref_logits, values, mb = _random_minibatch(torch.Generator().manual_seed(1))
     args = make_args(clip_coef=0.2, vf_coef=0.2, ent_coef=0.01)
     assert args.temperature == 1.0
-    total, terms = objective(logits, values, ref_logits, mb, args, kl_coef=0.5)
+    total, terms = objective(logits, values, ref_logits, mb, args, beta=0.5)
     lp_v, ref_v, mask = logits[:, 1:-1].log_softmax(-1), ref_logits[:, 1:-1].log_softmax(-1), mb.completion_mask
     blog = {"clipped_surrogate": calc_clipped_sur_obj(gather_log_probs(lp_v, mb.sample_ids[:, 2:]), mb.logprobs,
                                                       mb.advantages, 0.2, mask=mask),
@@ -131,8 +131,8 @@ def test_the_objective_is_of_the_sampled_distribution_at_temperature_t():
     logits, ref_logits, values, mb = _random_minibatch(torch.Generator().manual_seed(2))
     at_half = make_args(clip_coef=0.2, vf_coef=0.2, ent_coef=0.01, temperature=0.5)
     at_one = make_args(clip_coef=0.2, vf_coef=0.2, ent_coef=0.01)
-    total, terms = objective(logits, values, ref_logits, mb, at_half, kl_coef=0.5)
-    want, want_terms = objective(logits / 0.5, values, ref_logits / 0.5, mb, at_one, kl_coef=0.5)
+    total, terms = objective(logits, values, ref_logits, mb, at_half, beta=0.5)
+    want, want_terms = objective(logits / 0.5, values, ref_logits / 0.5, mb, at_one, beta=0.5)
     for name in ("clipped_surrogate", "entropy_bonus", "kl_penalty", "value_loss"):
         torch.testing.assert_close(terms[name], want_terms[name], msg=name)
     for wrong in (objective(logits, values, ref_logits / 0.5, mb, at_one, 0.5)[1],

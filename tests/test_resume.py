@@ -133,7 +133,7 @@ def test_resume_refuses_a_conflicting_flag_and_a_missing_folder(tmp_path, prompt
     before = (run_dir / "metrics.jsonl").read_text()
     assert main(["--resume", str(run_dir), "--kl-coef", "0.5"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: resume: --kl-coef 0.5 conflicts with the run's saved kl_coef=0.1 (only --total-phases")
+    assert err.startswith("error: resume: --beta 0.5 conflicts with the run's saved beta=0.1 (only --total-phases")
     assert main(["--resume", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'nope' / 'config.json'}: not found (is {tmp_path / 'nope'} a run folder?)"
     assert (run_dir / "metrics.jsonl").read_text() == before, "a refused resume touches nothing"

@@ -53,8 +53,9 @@ GRPO_METRICS = (
     "completions/mean_length_neg_adv",  # ours: mean length of the completions with A < 0 (NaN if none)
     "completions/mean_length_pos_adv",  # ours: mean length of the completions with A > 0 (NaN if none)
     "charts/skipped_steps",
+    "kl",  # logged only when β > 0, as TRL: mean per-token k3 of π to π_ref in the loss forward (KL_METRIC)
 )
-KL_METRIC = "kl"  # logged only when β > 0, as TRL: mean per-token k3 of π to π_ref in the loss forward
+KL_METRIC = "kl"
 
 
 def compute_grpo_advantages(

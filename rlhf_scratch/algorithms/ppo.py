@@ -45,7 +45,7 @@ from rlhf_scratch.vocab_terms import Unembedding, final_hidden, token_terms, une
 
 # Logged by PPO's learning phase each phase, besides loop.SHARED_METRICS (CleanRL's names).
 PPO_METRICS = (
-    "objective/kl_coef",  # β used this phase
+    "objective/beta",  # β used this phase (the blog's kl_coef)
     "objective/total",  # J, mean over minibatches
     "losses/clipped_surrogate",  # L_clip, mean over minibatches
     "losses/value_loss",  # ½·c_vf·MSE, mean over minibatches
@@ -64,7 +64,7 @@ def compute_rlhf_objective(
     ref_hidden: Float[Tensor, "minibatch gen_len d_ref"],
     mb: ReplayMinibatch,
     args: RLHFArgs,
-    kl_coef: float,
+    beta: float,
     unembed: Unembedding,
     ref_unembed: Unembedding,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
@@ -97,7 +97,7 @@ def compute_rlhf_objective(
         "clipped_surrogate": calc_clipped_sur_obj(per_token.logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),
         "value_loss": calc_value_fn_loss(values[:, gen], mb.returns, args.vf_coef, mask=mask),
         "entropy_bonus": args.ent_coef * masked_mean(per_token.entropy, mask),
-        "kl_penalty": kl_coef * masked_mean(per_token.kl, mask),
+        "kl_penalty": beta * masked_mean(per_token.kl, mask),
         "logprobs": per_token.logprobs,
     }
     total = terms["clipped_surrogate"] - terms["value_loss"] + terms["entropy_bonus"] - terms["kl_penalty"]
@@ -112,8 +112,8 @@ class RLHFTrainer(Trainer):
 
     def __init__(self, args: RLHFArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
         super().__init__(args, reward_fn, quiet)
-        self.kl_coef = args.kl_coef
-        self.kl_ctl = AdaptiveKLController(args.kl_coef, args.target_kl, args.kl_horizon) if args.adaptive_kl else None
+        self.beta = args.beta  # this phase's β (moved by the adaptive controller when it is on)
+        self.kl_ctl = AdaptiveKLController(args.beta, args.target_kl, args.kl_horizon) if args.adaptive_kl else None
 
     def build_policy(self, lm: HookedTransformer) -> TransformerWithValueHead:
         """The LM with the blog's value head on its final normalised residual: trained and saved together."""
@@ -152,7 +152,7 @@ class RLHFTrainer(Trainer):
                 ref_hidden = final_hidden(self.ref_model, mb.sample_ids, mask)[:, generated_span(prefix_len)]
         with timed("learning_forward"), self.learning_precision():
             hidden, values = self.learner(mb.sample_ids, attention_mask=mask, return_hidden=True)
-            total, terms = compute_rlhf_objective(hidden, values, ref_hidden, mb, self.args, self.kl_coef,
+            total, terms = compute_rlhf_objective(hidden, values, ref_hidden, mb, self.args, self.beta,
                                                   unembedding(self.policy.base), unembedding(self.ref_model))
         logprobs = terms.pop("logprobs")
         stats = {"objective/total": total.item(), **{f"losses/{k}": v.item() for k, v in terms.items()},
@@ -179,20 +179,20 @@ class RLHFTrainer(Trainer):
 
         gen = generated_span(rollout.prefix_len)
         phase_stats = mean_stats(stats)
-        phase_stats["objective/kl_coef"] = self.kl_coef
+        phase_stats["objective/beta"] = self.beta
         phase_stats["charts/skipped_steps"] = skipped
         phase_stats["losses/explained_variance"] = explained_variance(
             rollout.values[:, gen], memory.returns, mask=rollout.completion_mask)
         if self.kl_ctl is not None:  # β for the next phase, from this rollout's KL
             kl = dist.all_gather(rollout.kl)[dist.all_gather(rollout.completion_mask)].mean().item()
-            self.kl_coef = self.kl_ctl.update(kl, args.batch_size)
+            self.beta = self.kl_ctl.update(kl, args.batch_size)
         return phase_stats
 
     def extra_state(self) -> dict:
         """PPO's state besides weights and optimizer, for checkpoints: β and its controller."""
-        return {"kl_coef": self.kl_coef, "kl_ctl": vars(self.kl_ctl).copy() if self.kl_ctl else None}
+        return {"beta": self.beta, "kl_ctl": vars(self.kl_ctl).copy() if self.kl_ctl else None}
 
     def load_extra_state(self, state: dict) -> None:
-        self.kl_coef = state["kl_coef"]
+        self.beta = state["beta"] if "beta" in state else state["kl_coef"]  # (checkpoints before the rename)
         if self.kl_ctl is not None and state["kl_ctl"] is not None:
             vars(self.kl_ctl).update(state["kl_ctl"])
