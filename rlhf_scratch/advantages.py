@@ -18,6 +18,37 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 
+def check_groups(rewards: Float[Tensor, " batch"], num_generations: int, who: str) -> None:
+    """The group methods' input rule (RLOO, GRPO): G ≥ 2 completions per prompt, consecutive in a
+    batch that is a whole number of groups; else a ValueError naming `who`."""
+    if num_generations < 2:
+        raise ValueError(f"{who}: num_generations must be >= 2 (a group of one has no baseline); got {num_generations}")
+    if rewards.shape[0] % num_generations != 0:
+        raise ValueError(f"{who}: batch of {rewards.shape[0]} is not a multiple of num_generations {num_generations}")
+
+
+@torch.no_grad()
+def group_reward_stats(
+    scores: Float[Tensor, " batch"], rewards: Float[Tensor, " batch"], num_generations: int
+) -> dict[str, float]:
+    """TRL's reward statistics of a group method, over the whole (gathered) batch:
+
+        reward                 mean of the reward function's scores
+        reward_std             their std (n − 1; 0 for one score)
+        frac_reward_zero_std   fraction of prompts whose G `rewards` are all equal (isclose: float
+                               dust is not a spread): their advantages are 0, they teach nothing
+
+    `rewards` are what the advantages are built from (RLOO: after the KL shaping; GRPO: after any
+    missing-EOS penalty)."""
+    group_std = rewards.view(-1, num_generations).std(dim=1)  # [prompts]
+    zero_std = torch.isclose(group_std, torch.zeros_like(group_std))
+    return {
+        "reward": scores.mean().item(),
+        "reward_std": scores.std().item() if len(scores) > 1 else 0.0,
+        "frac_reward_zero_std": zero_std.float().mean().item(),
+    }
+
+
 def _check_prefix_len(prefix_len: int, seq_len: int) -> None:
     if not 1 <= prefix_len < seq_len:
         raise ValueError(f"prefix_len must be in [1, seq_len) = [1, {seq_len}); got {prefix_len}")

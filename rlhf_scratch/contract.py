@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
+from transformer_lens import HookedTransformer
 
 from rlhf_scratch.config import CommonArgs
+from rlhf_scratch.model import Policy
 from rlhf_scratch.prompts import PromptIterator
 from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.reward.tasks import RewardFn
@@ -23,8 +25,10 @@ class TrainerContract(Protocol):
 
     args: CommonArgs
     device: str
-    policy: torch.nn.Module
-    """What the run folder and the checkpoints save (PPO: the LM with its value head)."""
+    lm: HookedTransformer
+    """The language model being tuned: what samples, what is unembedded, what interp reads."""
+    policy: Policy
+    """What the run folder and the checkpoints save: `lm`, or PPO's `lm` with its value head."""
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     prompts: PromptIterator
@@ -36,7 +40,7 @@ class TrainerContract(Protocol):
     """Optimizer steps skipped in a row for a non-finite objective or gradient (the loop stops at
     args.max_skipped_steps)."""
     METRICS: ClassVar[tuple[str, ...]]
-    """The names learning_phase returns (besides the loop's shared ones)."""
+    """The names learning_phase may return (besides the loop's shared ones): the loop refuses any other."""
 
     def rollout_phase(self) -> Rollout: ...
     def learning_phase(self, rollout: Rollout) -> dict[str, float]: ...

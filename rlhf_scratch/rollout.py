@@ -36,7 +36,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from rlhf_scratch.generation import attention_mask_or_none, decode_completions, generate, tokenize_prompts
-from rlhf_scratch.model import TransformerWithValueHead
+from rlhf_scratch.model import TransformerWithValueHead, language_model
 from rlhf_scratch.objectives import generated_span, sequence_log_probs
 from rlhf_scratch.reward.tasks import score_completions
 from rlhf_scratch.timing import timed
@@ -140,7 +140,7 @@ def score_tokens(
     out: dict[str, list[Tensor]] = {"logprobs": [], "ref_logprobs": [], "kl": [], "entropy": [], "values": [],
                                      "ref_hidden": []}
     span = generated_span(prefix_len)
-    lm = policy.base if isinstance(policy, TransformerWithValueHead) else policy
+    lm = language_model(policy)
     for start in range(0, sample_ids.shape[0], chunk_size):
         ids, mask = sample_ids[start : start + chunk_size], attention_mask[start : start + chunk_size]
         tl_mask, targets = attention_mask_or_none(mask), ids[:, prefix_len:]
@@ -202,7 +202,7 @@ def make_rollout(
     `kv_cache` and `cuda_graph` choose how `generation.generate` samples (the static cache, CUDA-graphed
     on a GPU, where the model allows).
     """
-    lm = policy.base if isinstance(policy, TransformerWithValueHead) else policy
+    lm = language_model(policy)
     group_prompts = [p for p in prompts for _ in range(num_generations)]
     prompt_ids, prompt_mask = tokenize_prompts(lm, group_prompts, prepend_bos)
     with timed("generation"):
@@ -234,7 +234,7 @@ def make_rollout(
 
 
 def policy_token_log_probs(
-    policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"], chunk_logits: int = LOGITS_PER_CHUNK
+    policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, " rows"], *, chunk_logits: int
 ) -> Float[Tensor, "rows gen_len"]:
     """log π(o_t | q, o_<t) of every completion token of the rollout's `rows` under `policy` now, with
     gradient: one forward pass to ĥ, then the generated span's log-probs at the rollout's sampling
@@ -263,10 +263,10 @@ def unwrapped(module: torch.nn.Module) -> HookedTransformer:
 
 
 def policy_sequence_log_probs(
-    policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, "rows"], chunk_logits: int = LOGITS_PER_CHUNK
-) -> Float[Tensor, "rows"]:
+    policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, " rows"], *, chunk_logits: int
+) -> Float[Tensor, " rows"]:
     """log π(o | q) of the rollout's completions in `rows` under `policy` now, with gradient: the
     per-token log-probs of `policy_token_log_probs` summed over kept tokens (RLOO's ratio and DPO's
     loss are built on it). The same `learning_autocast` rule applies."""
-    logprobs = policy_token_log_probs(policy, rollout, rows, chunk_logits)
+    logprobs = policy_token_log_probs(policy, rollout, rows, chunk_logits=chunk_logits)
     return sequence_log_probs(logprobs, rollout.completion_mask[rows])

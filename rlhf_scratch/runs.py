@@ -38,10 +38,11 @@ from pathlib import Path
 import torch
 from transformer_lens import HookedTransformer
 
+from rlhf_scratch import registry
 from rlhf_scratch.checkpoint import list_checkpoints
 from rlhf_scratch.config import CommonArgs, ConfigError
 from rlhf_scratch.loading import load_lm
-from rlhf_scratch.model import TransformerWithValueHead
+from rlhf_scratch.model import TransformerWithValueHead, language_model
 
 CONFIG_FILE = "config.json"
 STATUS_FILE = "status.json"
@@ -335,7 +336,7 @@ class LoadedRun:
     @property
     def tuned(self) -> HookedTransformer:
         """The tuned language model, whatever the algorithm."""
-        return self.policy.base if isinstance(self.policy, TransformerWithValueHead) else self.policy
+        return language_model(self.policy)
 
 
 def load_args(run_dir: str | Path) -> CommonArgs:
@@ -369,7 +370,7 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> LoadedRun:
         raise RunFolderError(f"{weights}: unreadable ({type(e).__name__}); the file is truncated or not a policy") from None
     reference = load_lm(args.model, device=device).eval()
     lm = load_lm(args.model, device=device)
-    policy = TransformerWithValueHead(lm, args.detach_value_head) if args.algo == "ppo" else lm
+    policy = TransformerWithValueHead(lm, args.detach_value_head) if registry.get(args.algo).value_head else lm
     try:
         policy.load_state_dict(state)
     except RuntimeError as e:

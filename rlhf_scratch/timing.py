@@ -4,7 +4,8 @@
         completion_ids, completion_mask = generate(...)
 
 The loop calls `take_times()` once per phase; whatever the parts do not cover is `time/other`.
-Parts never nest (a section inside another would be counted twice). On a GPU, kernels run
+A section opened inside another is counted once, in the inner part: the outer part's clock stops
+while the inner one runs (PPO's per-minibatch reference forward inside its learning forward). On a GPU, kernels run
 asynchronously: a section synchronises the device at its start and end so the time lands in the
 part that launched the work (a few syncs per minibatch; the `.item()` calls of the logging
 already sync about as often).
@@ -30,6 +31,7 @@ PARTS = (
 )
 
 _totals: dict[str, float] = defaultdict(float)
+_open: list[list] = []  # the sections open now, innermost last: [part, start of its running stretch]
 
 
 def _sync() -> None:
@@ -39,14 +41,21 @@ def _sync() -> None:
 
 @contextmanager
 def timed(part: str):
-    """Add the wall time of the `with` block to `part` (one of `PARTS`)."""
+    """Add the wall time of the `with` block to `part` (one of `PARTS`), less that of any section
+    opened inside it (counted in its own part)."""
     _sync()
-    start = time.perf_counter()
+    now = time.perf_counter()
+    if _open:  # pause the enclosing section
+        _totals[_open[-1][0]] += now - _open[-1][1]
+    _open.append([part, now])
     try:
         yield
     finally:
         _sync()
-        _totals[part] += time.perf_counter() - start
+        now = time.perf_counter()
+        _totals[part] += now - _open.pop()[1]
+        if _open:  # the enclosing section runs again from now
+            _open[-1][1] = now
 
 
 def take_times() -> dict[str, float]:

@@ -1,49 +1,60 @@
-"""The trainer contract: what the phase loop needs from an algorithm, and the scaffolding that
-every algorithm shares, written once.
+"""The scaffolding every algorithm shares, written once; an algorithm adds its two phases.
 
     class RLOOTrainer(Trainer):                       # one file under algorithms/
-        METRICS = ("reward", "kl", ...)              # what learning_phase logs (TRL's names)
+        METRICS = ("reward", "kl", ...)              # what learning_phase returns (TRL's names)
 
         def rollout_phase(self) -> Rollout:          # sample, score, reward: no gradients
             return self.sample(num_generations=self.args.num_generations)
 
         def learning_phase(self, rollout) -> dict:   # the algorithm: its advantages and its loss
-            for rows in minibatch_rows(len(rollout), self.args.num_minibatches, self.args.num_iterations):
-                objective = ...                      # MAXIMISED
-                self.optimizer_step(objective)
-            self.scheduler.step()
-            return {...}
+            advantages = ...
+            def objective(rows):                     # one minibatch, MAXIMISED
+                seq_logprobs = self.sequence_log_probs(rollout, rows)
+                return calc_rloo_objective(...), {"objective/rloo": ...}
+            return {**self.ascend(minibatch_rows(...), objective), ...}
 
 `loop.run_training` knows an algorithm only through `contract.TrainerContract` (a Protocol: the
-attributes and methods it touches, nothing else). `Trainer` implements the shared part of it: run setup
-(seed, threads, device), the policy and the frozen reference, the prompts, the reward, the
+attributes and methods it touches, nothing else). `Trainer` implements the shared part of it: run
+setup (seed, threads, device), the policy and the frozen reference, the prompts, the reward, the
 optimizer and scheduler, the learning forward (DDP, torch.compile), the rollout's arguments from
-the config, the optimizer step with its non-finite guard, and checkpoint state beyond the
-weights. A subclass holds no scaffolding and the base holds no algorithm math; algorithms never
-import each other.
+the config, and the carrier of the learning phase:
+
+    token_log_probs / sequence_log_probs   log π of a minibatch now, with gradient, through the
+                                           learner, at the rollout's temperature, --chunk-logits at a time
+    ascend(minibatches, objective)         the minibatch loop: bar, the learning forward's clock and
+                                           precision, one guarded optimizer step each, one scheduler step
+
+so a setting of the learning phase is read in one place and no algorithm can miss it. A subclass
+holds no scaffolding and the base holds no algorithm math; algorithms never import each other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
+from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
 from rlhf_scratch import distributed as dist
 from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.config import CommonArgs
 from rlhf_scratch.loop import PhaseHook, run_training
+from rlhf_scratch.model import Policy
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.reward.tasks import RewardFn, make_reward_fn
-from rlhf_scratch.rollout import Rollout, make_rollout
+from rlhf_scratch.rollout import Rollout, make_rollout, policy_sequence_log_probs, policy_token_log_probs
 from rlhf_scratch.run_setup import load_policy, load_reference, make_prompt_iterator, setup_torch
 from rlhf_scratch.timing import timed
+
+Minibatch = TypeVar("Minibatch")
+Objective = Callable[[Minibatch], "tuple[Tensor, dict[str, float]] | None"]
 
 
 class Trainer:
@@ -58,7 +69,9 @@ class Trainer:
         self.args, self.quiet = args, quiet or not dist.is_main()  # one progress bar: rank 0's
         lm = load_policy(args.model, self.device)
         self.ref_model: HookedTransformer | None = load_reference(args.model, self.device) if self.uses_reference() else None
-        self.policy = self.build_policy(lm)
+        self.lm: HookedTransformer = lm
+        """The language model being tuned (PPO's policy is it plus a value head): what samples and what interp reads."""
+        self.policy: Policy = self.build_policy(lm)
         self.prompts = make_prompt_iterator(args, lm)
         self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
         self.judge: Judge | None = None  # Online DPO may set one
@@ -67,7 +80,7 @@ class Trainer:
         self.skipped_in_a_row = 0
 
     # ------------------------------------------------------------------ what a subclass may change
-    def build_policy(self, lm: HookedTransformer) -> torch.nn.Module:
+    def build_policy(self, lm: HookedTransformer) -> Policy:
         """The module that is trained and saved: the LM itself, unless the algorithm adds a head."""
         return lm
 
@@ -108,6 +121,41 @@ class Trainer:
     def learning_precision(self):
         """The context the learning forward runs in (bf16 autocast with --bf16, else nothing)."""
         return learning_autocast(self.args, self.device)
+
+    # ------------------------------------------------------------------ the learning phase's carrier
+    def token_log_probs(self, rollout: Rollout, rows: Int[Tensor, " rows"]) -> Float[Tensor, "rows gen_len"]:
+        """log π(o_t | q, o_<t) of the rollout's `rows` under the policy now, with gradient: through
+        the learner (compiled / DDP), at the temperature the rollout was sampled at, `--chunk-logits`
+        logits at a time (`rollout.policy_token_log_probs`)."""
+        return policy_token_log_probs(self.learner, rollout, rows, chunk_logits=self.args.chunk_logits)
+
+    def sequence_log_probs(self, rollout: Rollout, rows: Int[Tensor, " rows"]) -> Float[Tensor, " rows"]:
+        """log π(o | q) of the rollout's `rows` now, with gradient: `token_log_probs` summed over kept tokens."""
+        return policy_sequence_log_probs(self.learner, rollout, rows, chunk_logits=self.args.chunk_logits)
+
+    def ascend(self, minibatches: Iterable[Minibatch], objective: Objective, total: int | None = None) -> dict[str, float]:
+        """The minibatch loop of every algorithm's learning phase:
+
+            for each minibatch:   J, stats = objective(minibatch)     (the learning forward: its clock, its precision)
+                                  one optimizer step on J             (skipped if J or its gradient is not finite)
+            one scheduler step
+
+        `objective` returns None to skip a minibatch (Online DPO: no decided pair anywhere).
+        Returns the stats averaged over minibatches (`mean_stats`) and `charts/skipped_steps`."""
+        stats: list[dict[str, float]] = []
+        skipped = 0
+        bar = tqdm(minibatches, total=total, desc="minibatches", leave=False, disable=self.quiet)
+        for minibatch in bar:
+            with timed("learning_forward"), self.learning_precision():
+                out = objective(minibatch)
+            if out is None:
+                continue
+            J, minibatch_stats = out
+            skipped += not self.optimizer_step(J)
+            if minibatch_stats:
+                stats.append(minibatch_stats)
+        self.scheduler.step()
+        return {**mean_stats(stats), "charts/skipped_steps": float(skipped)}
 
     def optimizer_step(self, objective: Tensor) -> bool:
         """One ascent step on `objective` (MAXIMISED): zero the gradients, backward, clip the

@@ -50,7 +50,6 @@ def test_bf16_first_pass_ratios_are_one_and_nothing_is_clipped(one_thread):
     (bf16) must give back the rollout's log-probs. Scored in float32 (as before), RLOO's sequence
     ratio sums the rounding of ~gen_len tokens and clips sequences for rounding alone."""
     from rlhf_scratch.objectives import sequence_log_probs
-    from rlhf_scratch.rollout import policy_sequence_log_probs
 
     args = make_args("tiny", "rloo", bf16=True, batch_size=8, num_generations=2, gen_len=12, num_minibatches=1,
                      total_phases=1, device="cpu", seed=0, temperature=0.7, epsilon_low=0.001, epsilon_high=0.001)
@@ -58,10 +57,10 @@ def test_bf16_first_pass_ratios_are_one_and_nothing_is_clipped(one_thread):
     rollout = trainer.rollout_phase()
     old = sequence_log_probs(rollout.logprobs, rollout.completion_mask)
     with torch.no_grad():
-        fp32 = policy_sequence_log_probs(trainer.learner, rollout, torch.arange(len(rollout)))
+        fp32 = trainer.sequence_log_probs(rollout, torch.arange(len(rollout)))
     rows = torch.randperm(len(rollout))
     with torch.no_grad(), learning_autocast(args, "cpu"):
-        new = policy_sequence_log_probs(trainer.learner, rollout, rows)
+        new = trainer.sequence_log_probs(rollout, rows)
     ratio = (new - old[rows]).exp()
     assert (ratio - 1).abs().max().item() < 1e-3, f"first-pass ratios {ratio.tolist()}"
     assert (fp32 - old).abs().max().item() > 1e-3, "a float32 learning forward would not match: the test can tell"

@@ -26,9 +26,12 @@ def test_every_trainer_meets_the_contract_and_names_its_metrics(cls, algo, one_t
     assert set(stats) <= set(cls.METRICS), f"{algo} logs names its METRICS do not list: {set(stats) - set(cls.METRICS)}"
 
 
-def test_an_object_missing_a_member_is_not_a_trainer():
+def test_smoke_an_object_missing_a_member_is_not_a_trainer():
+    """Smoke test only: a runtime Protocol check sees names, not values (members set to None pass).
+    The loop's real test is `test_the_loop_needs_nothing_beyond_the_contract`."""
+
     class NoJudge:
-        args = device = policy = optimizer = scheduler = prompts = reward_fn = None
+        args = device = lm = policy = optimizer = scheduler = prompts = reward_fn = None
         skipped_in_a_row, METRICS = 0, ()
 
         def rollout_phase(self): ...
@@ -41,9 +44,83 @@ def test_an_object_missing_a_member_is_not_a_trainer():
     assert isinstance(NoJudge(), TrainerContract)
 
 
-def test_the_loop_probes_no_trainer_attribute():
-    source = (ROOT / "rlhf_scratch" / "loop.py").read_text()
-    assert not re.search(r"(hasattr|getattr)\(trainer", source), "the loop must use the contract, not probe"
+def contract_members() -> set[str]:
+    """Every attribute and method `TrainerContract` lists."""
+    return {name for name in dir(TrainerContract) if not name.startswith("_")} | set(TrainerContract.__annotations__)
+
+
+class ContractOnly:
+    """A trainer seen through the contract alone: any other attribute the loop asks for raises."""
+
+    def __init__(self, trainer):
+        object.__setattr__(self, "_trainer", trainer)
+
+    def __getattr__(self, name):
+        if name not in contract_members():
+            raise AssertionError(f"the loop read trainer.{name}, which TrainerContract does not list")
+        return getattr(self._trainer, name)
+
+    def __setattr__(self, name, value):
+        if name not in contract_members():
+            raise AssertionError(f"the loop set trainer.{name}, which TrainerContract does not list")
+        setattr(self._trainer, name, value)
+
+
+def test_the_loop_needs_nothing_beyond_the_contract(tmp_path, one_thread):
+    """A whole run (two phases, a checkpoint, the policy saved, then a resume) through an object
+    that has only the contract's members. Turns red when loop.py reads anything else of a trainer
+    (the old grep for `hasattr(trainer` could not see a misspelt or unlisted attribute)."""
+    from rlhf_scratch.loop import run_training
+
+    args = make_args("tiny", **{**SMALL, "total_phases": 2, "save_every": 1, "save_model": True})
+    run_dir = run_training(ContractOnly(RLHFTrainer(args, quiet=True)), tmp_path / "run", quiet=True)
+    assert (run_dir / "policy.pt").is_file() and json.loads((run_dir / "status.json").read_text())["status"] == "finished"
+    longer = make_args("tiny", **{**SMALL, "total_phases": 3, "save_every": 1})
+    run_training(ContractOnly(RLHFTrainer(longer, quiet=True)), run_dir, quiet=True, resume=True)
+    assert [json.loads(x)["phase"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_an_undeclared_metric_stops_the_run_naming_it(tmp_path, one_thread):
+    """The loop holds learning_phase to its METRICS: a typo'd or forgotten name is an error, not a silent new column."""
+    from rlhf_scratch.loop import UndeclaredMetricError
+
+    class Sloppy(RLOOTrainer):
+        def learning_phase(self, rollout):
+            return {**super().learning_phase(rollout), "objective/rlo": 0.0}
+
+    trainer = Sloppy(make_args("tiny", algo="rloo", num_generations=4, **SMALL), quiet=True)
+    with pytest.raises(UndeclaredMetricError, match=r"^Sloppy.learning_phase returned objective/rlo, not among its METRICS"):
+        trainer.train(tmp_path / "run")
+
+
+@pytest.mark.parametrize("algo", ["ppo", "rloo", "online_dpo", "grpo"])
+def test_chunk_logits_reaches_every_algorithms_learning_phase(algo, monkeypatch, one_thread):
+    """--chunk-logits is a setting of the learning phase: every vocabulary pass with gradient
+    (the learning forward's log-probs) must get the run's value. Red when an algorithm scores its
+    minibatch without it (RLOO, GRPO and Online DPO did: the flag silently did nothing there)."""
+    import rlhf_scratch.algorithms.ppo as ppo
+    import rlhf_scratch.rollout as rollout_module
+    from rlhf_scratch.vocab_terms import token_terms
+
+    seen: list[int] = []
+
+    def recording(*args, chunk_logits, **kwargs):
+        if torch.is_grad_enabled():
+            seen.append(chunk_logits)
+        return token_terms(*args, chunk_logits=chunk_logits, **kwargs)
+
+    monkeypatch.setattr(rollout_module, "token_terms", recording)
+    monkeypatch.setattr(ppo, "token_terms", recording)
+    extra = {"num_generations": 4} if algo in ("rloo", "grpo") else {}
+    trainer = make_trainer(algo, chunk_logits=0, **SMALL, **extra)
+    trainer.learning_phase(trainer.rollout_phase())
+    assert seen and set(seen) == {0}, f"{algo}'s learning phase used chunk_logits {sorted(set(seen))}, not the run's 0"
+
+
+def make_trainer(algo: str, **fields):
+    from rlhf_scratch import registry
+
+    return registry.get(algo).trainer_class()(make_args("tiny", algo=algo, **fields), quiet=True)
 
 
 def test_minibatch_rows_cover_each_row_once_per_pass():
@@ -55,29 +132,58 @@ def test_minibatch_rows_cover_each_row_once_per_pass():
         next(minibatch_rows(6, 4))
 
 
-def test_the_one_file_algorithm_of_the_architecture_page_runs_and_learns_its_objective(tmp_path, one_thread):
-    """The example is executed as written: a run folder, metrics with its names, a checkpoint."""
+@pytest.fixture
+def reinforce_example(tmp_path, monkeypatch):
+    """The architecture page's example as a user's module, imported as written: it registers
+    `reinforce` (taken away after). Its namespace."""
+    import importlib
+    import sys
+
+    from rlhf_scratch import registry
+
     page = (ROOT / "docs" / "architecture.md").read_text()
-    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
-    namespace: dict = {}
-    exec(compile(code, "docs/architecture.md", "exec"), namespace)
-    trainer = namespace["ReinforceTrainer"](make_args("tiny", **{**SMALL, "total_phases": 2}), quiet=True)
+    (tmp_path / "reinforce_example.py").write_text(re.search(r"```python\n(.*?)```", page, re.S).group(1))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        yield vars(importlib.import_module("reinforce_example"))
+    finally:
+        registry.unregister("reinforce")
+        sys.modules.pop("reinforce_example", None)
+
+
+def test_the_one_file_algorithm_trains_from_the_command_line_through_the_registry_alone(
+        reinforce_example, tmp_path, one_thread, capsys):
+    """Registering is all it takes: `--algo reinforce` parses, trains a phase, writes its run folder
+    with its metrics and a checkpoint, and the folder resumes and is read back as a REINFORCE run."""
+    from rlhf_scratch.runs import load_args, read_metrics
+    from rlhf_scratch.train import main
+
+    run_dir = tmp_path / "run"
+    flags = ["--batch-size", "8", "--num-minibatches", "2", "--gen-len", "5", "--warmup-steps", "0", "--threads", "1"]
+    assert main(["sentiment", "--algo", "reinforce", "--total-phases", "1", *flags, "--run-dir", str(run_dir)]) == 0
+    assert type(load_args(run_dir)).__name__ == "ReinforceArgs"
+    assert main(["--resume", str(run_dir), "--total-phases", "2"]) == 0
+    lines = read_metrics(run_dir)
+    assert [m["phase"] for m in lines] == [1, 2]
+    assert all(set(reinforce_example["REINFORCE_METRICS"]) <= set(m) for m in lines)
+    assert lines[0]["reward"] == pytest.approx(lines[0]["rewards/mean"])  # no EOS penalty: scores = rewards
+    assert main(["sentiment", "--algo", "reinforce", "--help"]) == 0
+    assert "REINFORCE (Williams 1992)" in capsys.readouterr().out
+
+
+def test_the_one_file_algorithm_learns_from_python(reinforce_example, tmp_path, one_thread):
+    trainer = reinforce_example["ReinforceTrainer"](make_args("tiny", algo="reinforce", **{**SMALL, "total_phases": 2}),
+                                                    quiet=True)
     assert isinstance(trainer, TrainerContract)
     before = [p.detach().clone() for p in trainer.policy.parameters()]
     run_dir = trainer.train(tmp_path / "run")
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["phase"] for m in lines] == [1, 2]
-    assert all(set(namespace["REINFORCE_METRICS"]) <= set(m) for m in lines)
-    assert lines[0]["reward"] == pytest.approx(lines[0]["rewards/mean"])  # no EOS penalty: scores = rewards
     # phase 1 trains at learning rate 0 (warmup), phase 2 does not: the weights moved
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters()))
-    assert (run_dir / "checkpoints").exists() or any(run_dir.glob("**/phase-*"))
+    assert any(run_dir.glob("checkpoints/phase-*"))
 
 
-def test_calc_reinforce_objective_of_the_example_by_hand():
-    page = (ROOT / "docs" / "architecture.md").read_text()
-    namespace: dict = {}
-    exec(compile(re.search(r"```python\n(.*?)```", page, re.S).group(1), "docs/architecture.md", "exec"), namespace)
+def test_calc_reinforce_objective_of_the_example_by_hand(reinforce_example):
+    namespace = reinforce_example
     logp = torch.tensor([-1.0, -2.0, -4.0], requires_grad=True)
     rewards = torch.tensor([3.0, 0.0, 0.0])  # mean 1: advantages [2, -1, -1]
     objective = namespace["calc_reinforce_objective"](logp, rewards)

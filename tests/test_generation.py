@@ -152,7 +152,7 @@ def test_rollout_log_probs_kl_and_entropy_are_of_the_sampled_distribution_at_tem
             torch.testing.assert_close(rollout.kl, (lp.exp() * (lp - lp_ref)).sum(-1), atol=1e-4, rtol=0)
             at_one = z.log_softmax(-1).gather(-1, tok)[..., 0]
             assert (at_one - rollout.logprobs).abs().max() > 0.1, "the T = 1 log-probs are far off: the test can tell"
-            now = policy_sequence_log_probs(lm, rollout, torch.arange(len(rollout)))
+            now = policy_sequence_log_probs(lm, rollout, torch.arange(len(rollout)), chunk_logits=2**21)
         torch.testing.assert_close(now, rollout.logprobs.sum(-1), atol=1e-4, rtol=0)
     finally:
         lm.load_state_dict(load_lm("tiny").state_dict())

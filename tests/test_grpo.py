@@ -11,6 +11,7 @@ import torch
 
 from rlhf_scratch.algorithms.grpo import (
     GRPO_METRICS,
+    KL_METRIC,
     GRPOTrainer,
     calc_clip_counts,
     calc_grpo_objective,
@@ -21,7 +22,6 @@ from rlhf_scratch.algorithms.grpo import (
 )
 from rlhf_scratch.config import ConfigError, make_args
 from rlhf_scratch.loop import SHARED_METRICS
-from rlhf_scratch.rollout import policy_token_log_probs
 from rlhf_scratch.runs import read_metrics
 
 # --- advantages ---------------------------------------------------------------------------------------
@@ -342,7 +342,7 @@ def test_learning_phase_metrics_by_hand(dataset_trainer):
     mask[1, 3:] = False  # as if row 1 had stopped at its 3rd token: the rest must not count
     # Before any step the learning forward reproduces the rollout's log π_old on kept tokens: ρ = 1.
     with torch.no_grad():
-        now = policy_token_log_probs(trainer.policy, rollout, torch.arange(8))
+        now = trainer.token_log_probs(rollout, torch.arange(8))
     torch.testing.assert_close(now[mask], rollout.logprobs[mask], atol=1e-4, rtol=1e-4)
 
     # hand-set rewards: prompt 1's four are equal (A = 0), prompt 2's are [0, 1, 0, 1]: A = ±0.5/(√(1/3) + 1e-4)
@@ -387,7 +387,7 @@ def test_the_cli_runs_grpo_end_to_end_without_a_reference(tmp_path, one_thread):
     assert (config["algo"], config["loss_type"], config["importance_sampling_level"]) == ("grpo", "grpo", "sequence")
     for m in metrics:
         missing = set(SHARED_METRICS + GRPO_METRICS) - set(m)
-        assert not missing, f"missing metrics: {missing}"
+        assert missing == {KL_METRIC}, f"missing metrics: {missing - {KL_METRIC}} (kl: only when beta > 0, as TRL)"
         assert "kl" not in m, "TRL logs kl only when β > 0"
         assert math.isnan(m["rollout/kl_full_vocab"]), "β = 0: no reference ran, the KL is not made up"
         assert m["completions/total_tokens"] == 8 * 6, "--prompts prefix: fixed-length completions"

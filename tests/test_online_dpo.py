@@ -19,7 +19,7 @@ from rlhf_scratch.loop import SHARED_METRICS
 from rlhf_scratch.objectives import sequence_log_probs
 from rlhf_scratch.optim import get_optimizer
 from rlhf_scratch.reward.judges import ClassifierJudge, VaderJudge
-from rlhf_scratch.rollout import Rollout, policy_sequence_log_probs
+from rlhf_scratch.rollout import Rollout
 from rlhf_scratch.runs import load_run, read_metrics
 
 
@@ -163,7 +163,7 @@ def test_learning_phase_widens_the_chosen_margin(one_thread):
 
     def mean_h():
         with torch.no_grad():
-            logps = policy_sequence_log_probs(trainer.policy, rollout, torch.arange(len(rollout)))
+            logps = trainer.sequence_log_probs(rollout, torch.arange(len(rollout)))
         return ((logps[chosen] - logps[rejected]) - (ref[chosen] - ref[rejected])).mean().item()
 
     assert mean_h() == pytest.approx(0.0, abs=1e-3), "policy = reference at the start"
@@ -221,7 +221,7 @@ def test_learning_phase_gradient_and_metrics_equal_a_hand_computation(swap, one_
     if swap == "chosen_rejected":
         chosen, rejected = rejected, chosen
     params = [p for p in trainer.policy.parameters() if p.requires_grad]
-    logps = policy_sequence_log_probs(trainer.policy, rollout, torch.arange(8))
+    logps = trainer.sequence_log_probs(rollout, torch.arange(8))
     ref = sequence_log_probs(rollout.ref_logprobs, rollout.completion_mask)
     if swap == "policy_reference":
         logps, ref = ref + 0 * logps, logps

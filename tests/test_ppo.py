@@ -24,7 +24,7 @@ def objective(logits, values, ref_logits, mb, args, beta):
     span = slice(mb.sample_ids.shape[1] - mb.logprobs.shape[1] - 1, -1)
     d_vocab = logits.shape[-1]
     identity = Unembedding(torch.eye(d_vocab), torch.zeros(d_vocab))
-    return compute_rlhf_objective(logits, values, ref_logits[:, span], mb, args, beta, identity, identity)
+    return compute_rlhf_objective(logits, values, ref_logits[:, span], mb, args, beta, args.temperature, identity, identity)
 
 
 def test_compute_rlhf_objective_by_hand():

@@ -17,7 +17,6 @@ from rlhf_scratch.algorithms.rloo import (
 )
 from rlhf_scratch.config import make_args
 from rlhf_scratch.loop import SHARED_METRICS
-from rlhf_scratch.rollout import policy_sequence_log_probs
 from rlhf_scratch.runs import load_run, read_metrics
 
 
@@ -182,7 +181,7 @@ def test_first_pass_ratio_is_one_and_learning_phase_metrics_by_hand(dataset_trai
     # Before any step the learning phase's forward must reproduce the rollout's log π_old: ρ = 1.
     # (A misaligned span, a lost attention mask or padding counted in the sum breaks this.)
     with torch.no_grad():
-        now = policy_sequence_log_probs(trainer.policy, rollout, torch.arange(8))
+        now = trainer.sequence_log_probs(rollout, torch.arange(8))
     old = torch.where(mask, rollout.logprobs, 0.0).sum(-1)
     torch.testing.assert_close(now, old, atol=1e-4, rtol=1e-4)
 
@@ -238,7 +237,7 @@ def test_learning_phase_gradient_and_metrics_equal_a_hand_computation(swap, one_
     grouped = shaped.view(2, 2)
     adv = (grouped - grouped.flip(1)).flatten()  # G = 2: the other completion is the baseline
     params = [p for p in trainer.policy.parameters() if p.requires_grad]
-    now = policy_sequence_log_probs(trainer.policy, rollout, torch.arange(4))
+    now = trainer.sequence_log_probs(rollout, torch.arange(4))
     ratio = (old - now).exp() if swap == "old_new" else (now - old).exp()
     hand = torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv).mean()
     expected = torch.autograd.grad(hand, params, allow_unused=True)

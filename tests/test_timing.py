@@ -29,3 +29,17 @@ def test_a_section_that_raises_is_still_counted():
     except RuntimeError:
         pass
     assert take_times()["reward"] >= 0.01
+
+
+def test_a_nested_section_is_counted_once_in_its_own_part():
+    """PPO's reference forward runs inside its learning forward: without the pause the outer part
+    would hold the inner's time too (the bug: learning_forward ≈ 0.09 here, counted twice overall)."""
+    take_times()
+    with timed("learning_forward"):
+        time.sleep(0.03)
+        with timed("reference_forward"):
+            time.sleep(0.06)
+        time.sleep(0.03)
+    times = take_times()
+    assert 0.06 <= times["reference_forward"] < 0.09
+    assert 0.06 <= times["learning_forward"] < 0.085, f"the inner section's 0.06 s leaked into the outer: {times}"

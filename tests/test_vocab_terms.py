@@ -171,7 +171,7 @@ def test_ppo_objective_from_the_kept_reference_equals_a_reference_forward():
         torch.manual_seed(1)
         return next(iter(memory.get_minibatches()))
 
-    kept, fresh = trainer.minibatch_objective(first_minibatch(rollout.ref_hidden)), trainer.minibatch_objective(first_minibatch(None))
+    kept, fresh = trainer.minibatch_objective(first_minibatch(rollout.ref_hidden), rollout.temperature), trainer.minibatch_objective(first_minibatch(None), rollout.temperature)
     assert kept[1]["losses/kl_penalty"] > 1e-4
     assert kept[1]["losses/kl_penalty"] == pytest.approx(fresh[1]["losses/kl_penalty"], rel=1e-4)
     grads = [torch.autograd.grad(j, trainer.policy.base.W_U)[0] for j, _ in (kept, fresh)]

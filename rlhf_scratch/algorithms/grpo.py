@@ -26,17 +26,17 @@ and docs/grpo.md, where the length bias of `grpo` is measured against `dr_grpo`,
 
 from __future__ import annotations
 
-import numpy as np
+from typing import NamedTuple
+
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from rlhf_scratch import distributed as dist
+from rlhf_scratch.advantages import check_groups, group_reward_stats
 from rlhf_scratch.config import GRPOArgs
 from rlhf_scratch.memory import minibatch_rows
-from rlhf_scratch.rollout import Rollout, policy_token_log_probs
-from rlhf_scratch.timing import timed
+from rlhf_scratch.rollout import Rollout
 from rlhf_scratch.trainer import Trainer
 
 # Logged by GRPO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names, then ours).
@@ -78,10 +78,7 @@ def compute_grpo_advantages(
     the policy-gradient theorem does not ask for. "none" removes it.
     """
     G = num_generations
-    if G < 2:
-        raise ValueError(f"compute_grpo_advantages: num_generations must be >= 2 (a group of one has no baseline); got {G}")
-    if rewards.shape[0] % G != 0:
-        raise ValueError(f"compute_grpo_advantages: batch of {rewards.shape[0]} is not a multiple of num_generations {G}")
+    check_groups(rewards, G, "compute_grpo_advantages")
     grouped = rewards.view(-1, G)  # [prompts, G]
     centred = (grouped - grouped.mean(dim=1, keepdim=True)).flatten()  # [batch]
     if scale_rewards == "none":
@@ -132,7 +129,17 @@ def calc_k3_kl(
     return x.exp() - x - 1
 
 
-def calc_grpo_objective(
+class GRPOTerms(NamedTuple):
+    """What `calc_grpo_terms` returns: J with its gradient, and TRL's diagnostics without one."""
+
+    objective: Float[Tensor, ""]
+    clip_counts: Float[Tensor, "3"]
+    """[low, high, n]: kept tokens (sequences, for GSPO) clipped on each side, of n (`clip_counts`)."""
+    kl_sum: Float[Tensor, ""]
+    """Σ over kept tokens of the KL term as optimised (ρ·k3 with the bias correction, else k3); 0 at β = 0."""
+
+
+def calc_grpo_terms(
     logprobs: Float[Tensor, "batch gen_len"],
     old_logprobs: Float[Tensor, "batch gen_len"],
     advantages: Float[Tensor, "batch"],
@@ -148,8 +155,9 @@ def calc_grpo_objective(
     num_items_in_batch: int | float | Tensor | None = None,
     num_splits: int = 1,
     use_bias_correction_kl: bool = True,
-) -> Float[Tensor, ""]:
-    """GRPO's clipped surrogate on a minibatch, MAXIMISED (= −TRL 1.16's loss):
+) -> GRPOTerms:
+    """GRPO's clipped surrogate on a minibatch, MAXIMISED (= −TRL 1.16's loss), and the numbers TRL
+    logs about it, from one importance ratio (`GRPOTerms`):
 
         ℓ_{i,t} = min(ρ A_i, clip(ρ, 1 − ε_low, 1 + ε_high) A_i) − β ρ k3_{i,t}     (ρ: calc_importance_ratio)
 
@@ -189,29 +197,39 @@ def calc_grpo_objective(
     ratio = calc_importance_ratio(logprobs, old_logprobs, mask, importance_sampling_level)
     A = advantages.unsqueeze(-1)  # [batch, 1]
     per_token = torch.minimum(ratio * A, ratio.clamp(1 - epsilon_low, 1 + epsilon_high) * A)
+    kl_sum = logprobs.new_zeros(())
     if beta != 0.0:
         if ref_logprobs is None:
             raise ValueError("calc_grpo_objective: beta != 0 needs ref_logprobs")
-        k3 = calc_k3_kl(logprobs, ref_logprobs)
-        per_token = per_token - beta * (ratio * k3 if use_bias_correction_kl else k3)
+        kl = calc_k3_kl(logprobs, ref_logprobs)
+        kl = ratio * kl if use_bias_correction_kl else kl  # [batch, gen_len]
+        per_token = per_token - beta * kl
+        kl_sum = kl.expand_as(m)[mask].sum().detach()  # TRL logs the KL term it optimises
     kept = per_token * m  # [batch, gen_len] (a [batch, 1] sequence term broadcasts over its tokens)
     if loss_type == "grpo":
-        return (kept.sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
-    if loss_type == "bnpo":
-        return kept.sum() / m.sum().clamp(min=1.0)
-    if loss_type == "dr_grpo":
-        return kept.sum() / (per_token.shape[0] * max_completion_length)
-    if loss_type == "dapo":
+        J = (kept.sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
+    elif loss_type == "bnpo":
+        J = kept.sum() / m.sum().clamp(min=1.0)
+    elif loss_type == "dr_grpo":
+        J = kept.sum() / (per_token.shape[0] * max_completion_length)
+    elif loss_type == "dapo":
         n = m.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch, dtype=m.dtype)
-        return kept.sum() / (n.clamp(min=1.0) / num_splits)
-    raise ValueError(f"calc_grpo_objective: loss_type must be grpo, bnpo, dr_grpo or dapo; got {loss_type!r}")
+        J = kept.sum() / (n.clamp(min=1.0) / num_splits)
+    else:
+        raise ValueError(f"calc_grpo_objective: loss_type must be grpo, bnpo, dr_grpo or dapo; got {loss_type!r}")
+    return GRPOTerms(J, clip_counts(ratio.detach(), advantages, mask, epsilon_low, epsilon_high), kl_sum)
+
+
+def calc_grpo_objective(*args, **kwargs) -> Float[Tensor, ""]:
+    """J alone (`calc_grpo_terms(...).objective`, same arguments): what TRL's `_compute_loss` returns, negated."""
+    return calc_grpo_terms(*args, **kwargs).objective
 
 
 @torch.no_grad()
 def calc_clip_counts(
     logprobs: Float[Tensor, "batch gen_len"],
     old_logprobs: Float[Tensor, "batch gen_len"],
-    advantages: Float[Tensor, "batch"],
+    advantages: Float[Tensor, " batch"],
     mask: Bool[Tensor, "batch gen_len"],
     epsilon_low: float,
     epsilon_high: float,
@@ -223,9 +241,21 @@ def calc_clip_counts(
 
     TRL's clip_ratio/low_mean is low / n with the counts summed over every process, per optimizer
     step (region = low + high: the sides never overlap); counts, not fractions, so the trainer can
-    sum them over processes first.
+    sum them over processes first. (`calc_grpo_terms` returns the same from the ratio it already has.)
     """
     ratio = calc_importance_ratio(logprobs, old_logprobs, mask, importance_sampling_level)
+    return clip_counts(ratio, advantages, mask, epsilon_low, epsilon_high)
+
+
+def clip_counts(
+    ratio: Float[Tensor, "batch ratio_len"],
+    advantages: Float[Tensor, " batch"],
+    mask: Bool[Tensor, "batch gen_len"],
+    epsilon_low: float,
+    epsilon_high: float,
+) -> Float[Tensor, "3"]:
+    """`calc_clip_counts` from the importance ratio itself: per token (ratio_len = gen_len), or
+    one per sequence (ratio_len = 1, GSPO)."""
     A = advantages.unsqueeze(-1)
     weight = mask.float() if ratio.shape[1] > 1 else torch.ones_like(ratio)  # tokens, or one per sequence
     low = ((ratio < 1 - epsilon_low) & (A < 0)).float() * weight
@@ -273,59 +303,34 @@ class GRPOTrainer(Trainer):
         all_advantages = compute_grpo_advantages(all_rewards, args.num_generations, args.scale_rewards)
         advantages = dist.local_rows(all_advantages)
         num_items_in_batch = dist.all_gather(mask.sum().view(1)).sum()  # kept tokens, whole generation batch
-        num_splits = args.num_minibatches * dist.world_size()
         use_ref = args.beta != 0.0
+        counts: list[Tensor] = []  # per step: [clip low, clip high, clip n, KL-term sum, kept tokens] on this rank
 
-        objectives: list[float] = []
-        counts: list[Tensor] = []  # per step: [clip low, clip high, clip n, k3 sum, kept tokens] on this rank
-        skipped = 0
-        minibatches = minibatch_rows(len(rollout), args.num_minibatches, args.num_iterations)
-        for rows in tqdm(minibatches, total=args.num_minibatches * args.num_iterations, desc="minibatches",
-                         leave=False, disable=self.quiet):
-            with timed("learning_forward"), self.learning_precision():
-                logprobs = policy_token_log_probs(self.learner, rollout, rows)
-                ref_logprobs = rollout.ref_logprobs[rows] if use_ref else None
-                objective = calc_grpo_objective(
-                    logprobs, rollout.logprobs[rows], advantages[rows], mask[rows],
-                    epsilon_low=args.epsilon_low, epsilon_high=args.epsilon_high, loss_type=args.loss_type,
-                    max_completion_length=args.gen_len, importance_sampling_level=args.importance_sampling_level,
-                    ref_logprobs=ref_logprobs, beta=args.beta, num_items_in_batch=num_items_in_batch,
-                    num_splits=num_splits, use_bias_correction_kl=args.use_bias_correction_kl,
-                )
-            skipped += not self.optimizer_step(objective)
-            objectives.append(objective.item())
-            with torch.no_grad():
-                clip = calc_clip_counts(logprobs, rollout.logprobs[rows], advantages[rows], mask[rows],
-                                        args.epsilon_low, args.epsilon_high, args.importance_sampling_level)
-                if use_ref:  # TRL logs the k3 it optimises: times the ratio under the bias correction
-                    per_token = calc_k3_kl(logprobs, ref_logprobs)
-                    if args.use_bias_correction_kl:
-                        per_token = per_token * calc_importance_ratio(logprobs, rollout.logprobs[rows], mask[rows],
-                                                                      args.importance_sampling_level)
-                    k3 = per_token[mask[rows]].sum()
-                else:
-                    k3 = logprobs.new_zeros(())
-                counts.append(torch.cat([clip, torch.stack([k3, mask[rows].sum().float()])]))
-        self.scheduler.step()
+        def objective(rows: Tensor) -> tuple[Tensor, dict[str, float]]:
+            terms = calc_grpo_terms(
+                self.token_log_probs(rollout, rows), rollout.logprobs[rows], advantages[rows], mask[rows],
+                epsilon_low=args.epsilon_low, epsilon_high=args.epsilon_high, loss_type=args.loss_type,
+                max_completion_length=args.gen_len, importance_sampling_level=args.importance_sampling_level,
+                ref_logprobs=rollout.ref_logprobs[rows] if use_ref else None, beta=args.beta,
+                num_items_in_batch=num_items_in_batch, num_splits=args.num_minibatches * dist.world_size(),
+                use_bias_correction_kl=args.use_bias_correction_kl,
+            )
+            counts.append(torch.cat([terms.clip_counts, torch.stack([terms.kl_sum, mask[rows].sum().float()])]))
+            return terms.objective, {"objective/grpo": terms.objective.item()}
 
+        learned = self.ascend(minibatch_rows(len(rollout), args.num_minibatches, args.num_iterations), objective,
+                              total=args.num_minibatches * args.num_iterations)
         # TRL's per-step means over every process's tokens, then the mean over steps
         steps = dist.all_gather(torch.stack(counts)).view(dist.world_size(), len(counts), 5).sum(0)  # [steps, 5]
         low, high = (steps[:, 0] / steps[:, 2]).mean().item(), (steps[:, 1] / steps[:, 2]).mean().item()
-        scores, all_mask = dist.all_gather(rollout.scores), dist.all_gather(mask)
-        group_std = all_rewards.view(-1, args.num_generations).std(dim=1)  # [prompts]
-        zero_std = torch.isclose(group_std, torch.zeros_like(group_std))  # == 0 would miss float dust
-        stats = {
-            "reward": scores.mean().item(),
-            "reward_std": scores.std().item() if len(scores) > 1 else 0.0,
-            "frac_reward_zero_std": zero_std.float().mean().item(),
+        return {
+            **group_reward_stats(dist.all_gather(rollout.scores), all_rewards, args.num_generations),
             **({KL_METRIC: (steps[:, 3] / steps[:, 4]).mean().item()} if use_ref else {}),
-            "entropy": dist.all_gather(rollout.entropy)[all_mask].mean().item(),
+            "entropy": dist.all_gather(rollout.entropy)[dist.all_gather(mask)].mean().item(),
             "clip_ratio/low_mean": low,
             "clip_ratio/high_mean": high,
             "clip_ratio/region_mean": low + high,
-            "objective/grpo": float(np.mean(objectives)),
+            **learned,
             "objective/beta": args.beta,
             **mean_length_by_advantage_sign(dist.all_gather(rollout.lengths), all_advantages),
-            "charts/skipped_steps": skipped,
         }
-        return stats

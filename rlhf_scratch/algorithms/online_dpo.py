@@ -33,7 +33,6 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from rlhf_scratch import distributed as dist
 from rlhf_scratch.config import OnlineDPOArgs
@@ -41,9 +40,8 @@ from rlhf_scratch.memory import minibatch_rows
 from rlhf_scratch.objectives import sequence_log_probs
 from rlhf_scratch.reward.judges import Judge, make_judge
 from rlhf_scratch.reward.tasks import RewardFn
-from rlhf_scratch.rollout import Rollout, policy_sequence_log_probs
-from rlhf_scratch.timing import timed
-from rlhf_scratch.trainer import Trainer, mean_stats
+from rlhf_scratch.rollout import Rollout
+from rlhf_scratch.trainer import Trainer
 
 # Logged by Online DPO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
 DPO_METRICS = (
@@ -232,36 +230,30 @@ class OnlineDPOTrainer(Trainer):
             chosen, rejected, weights = select_chosen_by_judge(self.judge, rollout)
         ref_logps = sequence_log_probs(rollout.ref_logprobs, rollout.completion_mask)
 
-        stats: list[dict[str, float]] = []
-        skipped = 0
-        pairs_per_minibatch = max(1, args.minibatch_size() // 2 // dist.world_size())  # this rank's share
-        num_minibatches = len(chosen) // pairs_per_minibatch
-        minibatches = minibatch_rows(len(chosen), num_minibatches, args.num_iterations)
-        for idx in tqdm(minibatches, total=num_minibatches * args.num_iterations, desc="minibatches",
-                        leave=False, disable=self.quiet):
+        def objective(idx: Tensor) -> tuple[Tensor, dict[str, float]] | None:
             c, r, w = chosen[idx], rejected[idx], weights[idx]
             decided = w.sum()
             decided_everywhere = dist.all_gather(decided.view(1)).sum()  # this step's decided pairs, all ranks
             if decided_everywhere == 0:
-                continue  # the same on every rank: nobody steps
-            with timed("learning_forward"), self.learning_precision():
-                logps = policy_sequence_log_probs(self.learner, rollout, torch.cat([c, r]))
-                out = calc_dpo_loss(logps[: len(c)], logps[len(c):], ref_logps[c], ref_logps[r],
-                                    args.beta, args.loss_type, weights=w)
-                # DDP averages the ranks' gradients: scale each rank's weighted mean by its share of the
-                # decided pairs (× 1.0 exactly in one process)
-                share = decided * dist.world_size() / decided_everywhere
-                objective = -out.loss * share  # the optimizer ascends (maximize=True)
-            skipped += not self.optimizer_step(objective)
-            if decided > 0:  # the diagnostics are over the decided pairs
-                keep = w > 0
-                stats.append({
-                    "loss/dpo": out.loss.item(),
-                    **implicit_reward_stats(out.chosen_rewards[keep], out.rejected_rewards[keep]),
-                    "logps/chosen": logps[: len(c)][keep].mean().item(),
-                    "logps/rejected": logps[len(c):][keep].mean().item(),
-                })
-        self.scheduler.step()
+                return None  # the same on every rank: nobody steps
+            logps = self.sequence_log_probs(rollout, torch.cat([c, r]))
+            out = calc_dpo_loss(logps[: len(c)], logps[len(c):], ref_logps[c], ref_logps[r], args.beta, args.loss_type,
+                                weights=w)
+            # DDP averages the ranks' gradients: scale each rank's weighted mean by its share of the
+            # decided pairs (× 1.0 exactly in one process)
+            share = decided * dist.world_size() / decided_everywhere
+            if decided == 0:  # this rank steps with the others; its diagnostics are over decided pairs only
+                return -out.loss * share, {}
+            keep = w > 0
+            return -out.loss * share, {  # the optimizer ascends (maximize=True)
+                "loss/dpo": out.loss.item(),
+                **implicit_reward_stats(out.chosen_rewards[keep], out.rejected_rewards[keep]),
+                "logps/chosen": logps[: len(c)][keep].mean().item(),
+                "logps/rejected": logps[len(c):][keep].mean().item(),
+            }
 
-        return {**mean_stats(stats), **rollout_objective_stats(rollout, chosen, rejected, weights, args.beta),
-                "beta": args.beta, "charts/skipped_steps": skipped}
+        pairs_per_minibatch = max(1, args.minibatch_size() // 2 // dist.world_size())  # this rank's share
+        num_minibatches = len(chosen) // pairs_per_minibatch
+        learned = self.ascend(minibatch_rows(len(chosen), num_minibatches, args.num_iterations), objective,
+                              total=num_minibatches * args.num_iterations)
+        return {**learned, **rollout_objective_stats(rollout, chosen, rejected, weights, args.beta), "beta": args.beta}

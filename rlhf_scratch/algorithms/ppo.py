@@ -17,7 +17,6 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
 from rlhf_scratch import distributed as dist
@@ -40,7 +39,7 @@ from rlhf_scratch.reward.functions import normalize_reward
 from rlhf_scratch.reward.tasks import RewardFn
 from rlhf_scratch.rollout import Rollout
 from rlhf_scratch.timing import timed
-from rlhf_scratch.trainer import Trainer, mean_stats
+from rlhf_scratch.trainer import Trainer
 from rlhf_scratch.vocab_terms import Unembedding, final_hidden, token_terms, unembedding
 
 # Logged by PPO's learning phase each phase, besides loop.SHARED_METRICS (CleanRL's names).
@@ -65,6 +64,7 @@ def compute_rlhf_objective(
     mb: ReplayMinibatch,
     args: RLHFArgs,
     beta: float,
+    temperature: float,
     unembed: Unembedding,
     ref_unembed: Unembedding,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
@@ -85,12 +85,12 @@ def compute_rlhf_objective(
     passes logits themselves with an identity W_U). Returns J and each term (with its coefficient
     applied, as the functions in `objectives` return them), and the log-probs.
 
-    Every distribution is the sampled one, softmax(z / T) at `args.temperature`
+    Every distribution is the sampled one, softmax(z / T) at the rollout's `temperature`
     (`temperature_scaled`, as the rollout scored π_old and π_ref): at T = 1 nothing is divided.
     """
     prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
     gen, mask, targets = generated_span(prefix_len), mb.completion_mask, mb.sample_ids[:, prefix_len:]
-    per_token = token_terms(hidden[:, gen].flatten(0, 1), unembed, targets.flatten(), args.temperature,
+    per_token = token_terms(hidden[:, gen].flatten(0, 1), unembed, targets.flatten(), temperature,
                             ref_hidden=ref_hidden.flatten(0, 1), ref_unembed=ref_unembed, with_entropy=True,
                             chunk_logits=args.chunk_logits).reshape(*targets.shape)
     terms = {
@@ -142,18 +142,17 @@ class RLHFTrainer(Trainer):
                                           args.gae_lambda, mask=rollout.completion_mask)
         return compute_advantages(rollout.values, rewards, rollout.prefix_len, mask=rollout.completion_mask)
 
-    def minibatch_objective(self, mb: ReplayMinibatch) -> tuple[Tensor, dict[str, float]]:
+    def minibatch_objective(self, mb: ReplayMinibatch, temperature: float) -> tuple[Tensor, dict[str, float]]:
         """J on one minibatch: policy forward to ĥ (and values), the reference's ĥ_ref (kept by the
-        rollout, or one reference forward), the terms."""
+        rollout, or one float32 reference forward), the terms at the sampling `temperature`."""
         mask, ref_hidden = attention_mask_or_none(mb.attention_mask), mb.ref_hidden
-        if ref_hidden is None:  # not kept by the rollout: one reference forward per minibatch
-            with timed("reference_forward"), torch.no_grad():
+        if ref_hidden is None:  # not kept by the rollout: one reference forward per minibatch, float32 as in the rollout
+            with timed("reference_forward"), torch.no_grad(), torch.autocast(torch.device(self.device).type, enabled=False):
                 prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
                 ref_hidden = final_hidden(self.ref_model, mb.sample_ids, mask)[:, generated_span(prefix_len)]
-        with timed("learning_forward"), self.learning_precision():
-            hidden, values = self.learner(mb.sample_ids, attention_mask=mask, return_hidden=True)
-            total, terms = compute_rlhf_objective(hidden, values, ref_hidden, mb, self.args, self.beta,
-                                                  unembedding(self.policy.base), unembedding(self.ref_model))
+        hidden, values = self.learner(mb.sample_ids, attention_mask=mask, return_hidden=True)
+        total, terms = compute_rlhf_objective(hidden, values, ref_hidden, mb, self.args, self.beta, temperature,
+                                              unembedding(self.lm), unembedding(self.ref_model))
         logprobs = terms.pop("logprobs")
         stats = {"objective/total": total.item(), **{f"losses/{k}": v.item() for k, v in terms.items()},
                  "losses/clipfrac": calc_clip_fraction(logprobs, mb.logprobs, self.args.clip_coef, mask=mb.completion_mask),
@@ -161,7 +160,7 @@ class RLHFTrainer(Trainer):
         return total, stats
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        """Advantages, then gradient ascent on J over every minibatch; one scheduler step."""
+        """Advantages, then gradient ascent on J over every minibatch of every PPO epoch; one scheduler step."""
         args = self.args
         advantages = self.rollout_advantages(rollout)
         memory = ReplayMemory(
@@ -169,24 +168,16 @@ class RLHFTrainer(Trainer):
             advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase,
             ref_hidden=rollout.ref_hidden,
         )
-        stats: list[dict[str, float]] = []
-        skipped = 0
-        for mb in tqdm(memory.get_minibatches(), total=len(memory), desc="minibatches", leave=False, disable=self.quiet):
-            total, mb_stats = self.minibatch_objective(mb)
-            skipped += not self.optimizer_step(total)
-            stats.append(mb_stats)
-        self.scheduler.step()
-
+        learned = self.ascend(memory.get_minibatches(), lambda mb: self.minibatch_objective(mb, rollout.temperature),
+                              total=len(memory))
         gen = generated_span(rollout.prefix_len)
-        phase_stats = mean_stats(stats)
-        phase_stats["objective/beta"] = self.beta
-        phase_stats["charts/skipped_steps"] = skipped
-        phase_stats["losses/explained_variance"] = explained_variance(
-            rollout.values[:, gen], memory.returns, mask=rollout.completion_mask)
+        stats = {**learned, "objective/beta": self.beta,  # the β this phase trained with
+                 "losses/explained_variance": explained_variance(rollout.values[:, gen], memory.returns,
+                                                                 mask=rollout.completion_mask)}
         if self.kl_ctl is not None:  # β for the next phase, from this rollout's KL
             kl = dist.all_gather(rollout.kl)[dist.all_gather(rollout.completion_mask)].mean().item()
             self.beta = self.kl_ctl.update(kl, args.batch_size)
-        return phase_stats
+        return stats
 
     def extra_state(self) -> dict:
         """PPO's state besides weights and optimizer, for checkpoints: β and its controller."""

@@ -21,15 +21,14 @@ from __future__ import annotations
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from rlhf_scratch import distributed as dist
+from rlhf_scratch.advantages import check_groups, group_reward_stats
 from rlhf_scratch.config import RLOOArgs
 from rlhf_scratch.memory import minibatch_rows
 from rlhf_scratch.objectives import sequence_log_probs
-from rlhf_scratch.rollout import Rollout, policy_sequence_log_probs
-from rlhf_scratch.timing import timed
-from rlhf_scratch.trainer import Trainer, mean_stats
+from rlhf_scratch.rollout import Rollout
+from rlhf_scratch.trainer import Trainer
 
 # Logged by RLOO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
 RLOO_METRICS = (
@@ -59,10 +58,7 @@ def compute_rloo_advantages(rewards: Float[Tensor, "batch"], num_generations: in
     includes r_i in its own baseline: the same direction, shrunk by (G−1)/G.)
     """
     G = num_generations
-    if G < 2:
-        raise ValueError(f"compute_rloo_advantages: num_generations must be >= 2 (leave-one-out needs another completion); got {G}")
-    if rewards.shape[0] % G != 0:
-        raise ValueError(f"compute_rloo_advantages: batch of {rewards.shape[0]} is not a multiple of num_generations {G}")
+    check_groups(rewards, G, "compute_rloo_advantages")
     grouped = rewards.view(-1, G)  # [prompts, G]
     baseline = (grouped.sum(dim=1, keepdim=True) - grouped) / (G - 1)  # [prompts, G]
     return (grouped - baseline).flatten()  # [batch]
@@ -164,34 +160,20 @@ class RLOOTrainer(Trainer):
             advantages = dist.local_rows(normalize_advantages(dist.all_gather(advantages)))
         old_seq_logprobs = sequence_log_probs(rollout.logprobs, mask)
 
-        stats: list[dict[str, float]] = []
-        skipped = 0
-        minibatches = minibatch_rows(len(rollout), args.num_minibatches, args.num_iterations)
-        for rows in tqdm(minibatches, total=args.num_minibatches * args.num_iterations, desc="minibatches",
-                         leave=False, disable=self.quiet):
-            with timed("learning_forward"), self.learning_precision():
-                seq_logprobs = policy_sequence_log_probs(self.learner, rollout, rows)
-                objective = calc_rloo_objective(seq_logprobs, old_seq_logprobs[rows], advantages[rows],
-                                                args.epsilon_low, args.epsilon_high)
-            skipped += not self.optimizer_step(objective)
-            stats.append({"objective/rloo": objective.item(),
-                          **calc_clip_ratios(seq_logprobs, old_seq_logprobs[rows], advantages[rows],
-                                             args.epsilon_low, args.epsilon_high)})
-        self.scheduler.step()
+        def objective(rows: Tensor) -> tuple[Tensor, dict[str, float]]:
+            seq_logprobs = self.sequence_log_probs(rollout, rows)
+            clip = (seq_logprobs, old_seq_logprobs[rows], advantages[rows], args.epsilon_low, args.epsilon_high)
+            J = calc_rloo_objective(*clip)
+            return J, {"objective/rloo": J.item(), **calc_clip_ratios(*clip)}
 
-        # the logged batch statistics are over the global batch (every rank's rows)
-        scores, all_mask = dist.all_gather(rollout.scores), dist.all_gather(mask)
-        group_std = dist.all_gather(shaped).view(-1, args.num_generations).std(dim=1)  # [prompts], after KL shaping
-        zero_std = torch.isclose(group_std, torch.zeros_like(group_std))  # == 0 would miss float dust
-        token_kl = dist.all_gather(rollout.logprobs - rollout.ref_logprobs)[all_mask]  # k1 per kept token
+        learned = self.ascend(minibatch_rows(len(rollout), args.num_minibatches, args.num_iterations), objective,
+                              total=args.num_minibatches * args.num_iterations)
+        token_kl = dist.all_gather(rollout.logprobs - rollout.ref_logprobs)[dist.all_gather(mask)]  # k1 per kept token
         return {
-            "reward": scores.mean().item(),
-            "reward_std": scores.std().item() if len(scores) > 1 else 0.0,
-            "frac_reward_zero_std": zero_std.float().mean().item(),
+            **group_reward_stats(dist.all_gather(rollout.scores), dist.all_gather(shaped), args.num_generations),
             "kl": token_kl.mean().item(),
-            "entropy": dist.all_gather(rollout.entropy)[all_mask].mean().item(),
+            "entropy": dist.all_gather(rollout.entropy)[dist.all_gather(mask)].mean().item(),
             "rewards/shaped_mean": dist.all_gather(shaped).mean().item(),
-            **mean_stats(stats),
+            **learned,
             "objective/beta": args.beta,
-            "charts/skipped_steps": skipped,
         }
