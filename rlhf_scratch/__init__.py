@@ -1,4 +1,5 @@
-"""rlhf_scratch: PPO, RLOO and Online DPO RLHF from scratch on TransformerLens.
+"""rlhf_scratch: RLHF from scratch on TransformerLens — PPO with a value head (the blog's), RLOO,
+Online DPO and GRPO over one rollout; preferences, a Bradley–Terry reward model, over-optimisation.
 
     from rlhf_scratch import RLHFTrainer, RLHFArgs, get_samples, calc_clipped_sur_obj, ...
 
@@ -8,6 +9,7 @@ The public names below are imported on first use (PEP 562), so `import rlhf_scra
 
 import importlib
 
+from rlhf_scratch import registry
 from rlhf_scratch.quiet import silence_hooked_transformer_deprecation
 
 silence_hooked_transformer_deprecation()  # we knowingly build on HookedTransformer (see quiet.py)
@@ -18,14 +20,6 @@ _EXPORTS = {
     "CommonArgs": "config", "RLHFArgs": "config", "RLOOArgs": "config", "OnlineDPOArgs": "config",
     "GRPOArgs": "config",
     "make_args": "config",
-    # trainers
-    "RLHFTrainer": "algorithms.ppo", "compute_rlhf_objective": "algorithms.ppo",
-    "RLOOTrainer": "algorithms.rloo", "compute_rloo_advantages": "algorithms.rloo",
-    "OnlineDPOTrainer": "algorithms.online_dpo", "calc_dpo_loss": "algorithms.online_dpo",
-    "GRPOTrainer": "algorithms.grpo", "compute_grpo_advantages": "algorithms.grpo",
-    "calc_grpo_objective": "algorithms.grpo", "calc_importance_ratio": "algorithms.grpo",
-    "calc_k3_kl": "algorithms.grpo", "calc_clip_counts": "algorithms.grpo",
-    "mean_length_by_advantage_sign": "algorithms.grpo",
     # the rollout
     "get_samples": "generation", "sample_next_token": "generation", "Rollout": "rollout", "make_rollout": "rollout",
     "policy_token_log_probs": "rollout", "policy_sequence_log_probs": "rollout",
@@ -50,8 +44,12 @@ _EXPORTS = {
     "calc_reward_model_loss": "reward.model", "reward_model_metrics": "reward.model",
     "RewardModel": "reward.model", "RewardModelArgs": "reward.model", "train_reward_model": "reward.model",
     "load_reward_model_run": "reward.model", "reward_model_classifier": "reward.model", "to_hf_reward_model": "hf_format", "export_reward_model": "export",
-    "kl_bon": "overoptimization", "best_of_n_expectation": "overoptimization", "fit_gao": "overoptimization",
+    "kl_bon": "studies.overoptimization", "best_of_n_expectation": "studies.overoptimization",
+    "fit_gao": "studies.overoptimization",
 }
+# every algorithm's trainer and formulas, as its registry entry lists them (rlhf_scratch/registry.py)
+_EXPORTS.update({name: entry.module.removeprefix("rlhf_scratch.") for entry in registry.ALGORITHMS.values()
+                 for name in entry.exports})
 __all__ = sorted(_EXPORTS)
 
 

@@ -72,7 +72,7 @@ def last_kept(mask: Bool[Tensor, "batch gen_len"]) -> Bool[Tensor, "batch gen_le
 @torch.no_grad()
 def compute_advantages(
     values: Float[Tensor, "batch seq_len"],
-    rewards: Float[Tensor, "batch"],
+    rewards: Float[Tensor, " batch"],
     prefix_len: int,
     mask: Bool[Tensor, "batch gen_len"] | None = None,
 ) -> Float[Tensor, "batch gen_len"]:
@@ -98,7 +98,7 @@ def compute_advantages(
 @torch.no_grad()
 def compute_gae_advantages(
     values: Float[Tensor, "batch seq_len"],
-    rewards: Float[Tensor, "batch"],
+    rewards: Float[Tensor, " batch"],
     prefix_len: int,
     gamma: float,
     gae_lambda: float,

@@ -38,6 +38,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from rlhf_scratch import registry
 from rlhf_scratch.hf_format import (  # the conversions; this module is the command around them
     VALUE_HEAD_FILE,
     final_norm_and_unembed,
@@ -57,7 +58,7 @@ def export(run_dir: str | Path, out_dir: str | Path, value_head: bool = False) -
 
     out_dir = Path(out_dir)
     run = load_run(run_dir)
-    if value_head and not hasattr(run.policy, "value_head"):
+    if value_head and not registry.get(run.args.algo).value_head:
         raise ValueError(f"--value-head: {run_dir} is a {run.args.algo} run; only PPO runs have a value head")
     hf = to_hf_gpt2(run.tuned)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
+from rlhf_scratch.objectives import temperature_scaled
 from rlhf_scratch.static_cache import StaticCacheDecoder, has_hooks, unsupported_reason
 
 
@@ -78,7 +79,7 @@ def attention_mask_or_none(mask: Bool[Tensor, "batch seq"]) -> Int[Tensor, "batc
 
 def sample_next_token(
     logits: Float[Tensor, "batch d_vocab"], temperature: float = 1.0, top_k: int = 0
-) -> Int[Tensor, "batch"]:
+) -> Int[Tensor, " batch"]:
     """Draw one token per row from softmax(logits / temperature), restricted to the top-k logits.
 
         top_k > 0:  v_1..v_k = the k largest logits;  p_i = softmax(v / T)_i;  token = index of v_i
@@ -89,9 +90,9 @@ def sample_next_token(
     """
     if top_k and top_k < logits.shape[-1]:
         top = logits.topk(top_k, dim=-1)
-        choice = torch.multinomial((top.values / temperature).softmax(dim=-1), num_samples=1)
+        choice = torch.multinomial(temperature_scaled(top.values, temperature).softmax(dim=-1), num_samples=1)
         return top.indices.gather(-1, choice).squeeze(-1)
-    return torch.multinomial((logits / temperature).softmax(dim=-1), num_samples=1).squeeze(-1)
+    return torch.multinomial(temperature_scaled(logits, temperature).softmax(dim=-1), num_samples=1).squeeze(-1)
 
 
 @runtime_checkable
@@ -102,7 +103,7 @@ class Decoder(Protocol):
         """Run the left-padded prompt, fill the cache, return the logits after its last column."""
         ...
 
-    def step(self, token: Int[Tensor, "batch"]) -> Float[Tensor, "batch d_vocab"]:
+    def step(self, token: Int[Tensor, " batch"]) -> Float[Tensor, "batch d_vocab"]:
         """Append one token per row to the cache, return the logits after it."""
         ...
 
@@ -120,7 +121,7 @@ class TransformerLensCacheDecoder:
         # The cache needs the mask even without padding: it appends each step's mask to it.
         return self.model(self.prompt_ids, attention_mask=self.prompt_mask.long(), past_kv_cache=self.cache)[:, -1]
 
-    def step(self, token: Int[Tensor, "batch"]) -> Float[Tensor, "batch d_vocab"]:
+    def step(self, token: Int[Tensor, " batch"]) -> Float[Tensor, "batch d_vocab"]:
         return self.model(token[:, None], attention_mask=self.step_mask, past_kv_cache=self.cache)[:, -1]
 
 

@@ -20,7 +20,7 @@ VALUE_HEAD_FILE = "value_head.safetensors"
 
 def final_norm_and_unembed(
     model: HookedTransformer,
-) -> tuple[Float[Tensor, "d_model"], Float[Tensor, "d_model"], Float[Tensor, "d_vocab d_model"]]:
+) -> tuple[Float[Tensor, " d_model"], Float[Tensor, " d_model"], Float[Tensor, "d_vocab d_model"]]:
     """GPT-2's `ln_f.weight`, `ln_f.bias` and untied `lm_head.weight` giving the model's logits
     (see the module docstring: bias 1, W_U + 1 cᵀ/d with c = b_U − 1·W_U)."""
     W_U, b_U = model.unembed.W_U.detach(), model.unembed.b_U.detach()

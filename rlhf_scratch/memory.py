@@ -114,7 +114,7 @@ class ReplayMemory:
 
 def minibatch_rows(
     batch: int, num_minibatches: int, passes: int = 1, generator: torch.Generator | None = None
-) -> Iterator[Int[Tensor, "minibatch"]]:
+) -> Iterator[Int[Tensor, " minibatch"]]:
     """Row indices of each minibatch, the one way every algorithm cuts a batch: `passes` random
     permutations of the batch, each cut into `num_minibatches` equal minibatches, so every row is
     used exactly once per pass. Each permutation is drawn when its pass begins, from `generator`

@@ -137,7 +137,7 @@ def entropy_per_token(
 
 def sequence_log_probs(
     logprobs: Float[Tensor, "batch gen_len"], mask: Bool[Tensor, "batch gen_len"]
-) -> Float[Tensor, "batch"]:
+) -> Float[Tensor, " batch"]:
     """log pi(o | q) of each whole completion: sum_t mask_t * log pi(o_t | q, o_<t).
 
     Written with `where`, not a product, so a -inf log-prob at a padded position cannot turn

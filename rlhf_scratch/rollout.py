@@ -66,9 +66,9 @@ class Rollout:
     None without a reference."""
     entropy: Float[Tensor, "batch gen_len"]
     """Entropy of π_old at each completion position, nats (a diagnostic)."""
-    scores: Float[Tensor, "batch"]
+    scores: Float[Tensor, " batch"]
     """What the reward function returned."""
-    rewards: Float[Tensor, "batch"]
+    rewards: Float[Tensor, " batch"]
     """scores − missing_eos_penalty for each completion without EOS (= scores without a penalty)."""
     prompts: list[str]
     """The prompt of each completion (each repeated num_generations times)."""
@@ -101,13 +101,13 @@ class Rollout:
         return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
 
     @property
-    def is_terminated(self) -> Bool[Tensor, "batch"]:
+    def is_terminated(self) -> Bool[Tensor, " batch"]:
         """Whether each completion produced EOS (the completion only — an EOS/BOS in the prompt
         does not count)."""
         return ((self.completion_ids == self.eos_token_id) & self.completion_mask).any(dim=-1)
 
     @property
-    def lengths(self) -> Int[Tensor, "batch"]:
+    def lengths(self) -> Int[Tensor, " batch"]:
         return self.completion_mask.sum(dim=-1)
 
     @property

@@ -104,11 +104,11 @@ class DecodeWeights:
     (TransformerLens rearranges W_O and transposes W_U on every forward)."""
 
     W_QKV: list[Float[Tensor, "three_heads_d_head d_model"]]  # per layer: [W_Q; W_K; W_V] as (h d) × d_model rows
-    b_QKV: list[Float[Tensor, "three_heads_d_head"]]
+    b_QKV: list[Float[Tensor, " three_heads_d_head"]]
     W_O: list[Float[Tensor, "d_model heads_d_head"]]
-    b_O: list[Float[Tensor, "d_model"]]
+    b_O: list[Float[Tensor, " d_model"]]
     W_U_T: Float[Tensor, "d_vocab d_model"]
-    b_U: Float[Tensor, "d_vocab"]
+    b_U: Float[Tensor, " d_vocab"]
 
     @classmethod
     def of(cls, model: HookedTransformer) -> DecodeWeights:
@@ -134,7 +134,7 @@ class StaticKVCache:
     keys: Float[Tensor, "n_layers batch n_heads total d_head"]
     values: Float[Tensor, "n_layers batch n_heads total d_head"]
     key_valid: Bool[Tensor, "batch total"]
-    slots: Int[Tensor, "total"]  # 0..total-1, made once: a CUDA graph may not allocate it per step
+    slots: Int[Tensor, " total"]  # 0..total-1, made once: a CUDA graph may not allocate it per step
 
     @classmethod
     def empty(cls, model: HookedTransformer, prompt_mask: Bool[Tensor, "batch prompt_len"], gen_len: int) -> StaticKVCache:
@@ -166,7 +166,7 @@ def attend_with_cache(
     cache: StaticKVCache,
     layer: int,
     h: Float[Tensor, "batch q d_model"],
-    columns: Int[Tensor, "q"],
+    columns: Int[Tensor, " q"],
     visible: Bool[Tensor, "batch 1 q total"],
 ) -> Float[Tensor, "batch q d_model"]:
     """One attention layer for q new positions: write their K/V at `columns`, attend over the cache."""
@@ -190,7 +190,7 @@ def forward_with_cache(
     cache: StaticKVCache,
     tokens: Int[Tensor, "batch q"],
     positions: Int[Tensor, "batch q"],
-    columns: Int[Tensor, "q"],
+    columns: Int[Tensor, " q"],
 ) -> Float[Tensor, "batch d_vocab"]:
     """The model's forward for q new tokens at cache columns `columns`, reading every earlier
     column from the cache and writing these; returns the next-token logits after the last of
@@ -275,7 +275,7 @@ class StaticCacheDecoder:
             self.model, self.weights, self.cache, self.token[:, None], self.position[:, None], self.column
         )
 
-    def step(self, token: Int[Tensor, "batch"]) -> Float[Tensor, "batch d_vocab"]:
+    def step(self, token: Int[Tensor, " batch"]) -> Float[Tensor, "batch d_vocab"]:
         self.token.copy_(token)
         if self.use_graph:
             if self.graph is None:

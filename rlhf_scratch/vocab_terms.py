@@ -80,7 +80,7 @@ class Unembedding:
     """logits = ĥ W_U + b_U (TransformerLens' `Unembed`, which GPT-2-style models use)."""
 
     W_U: Float[Tensor, "d_model d_vocab"]
-    b_U: Float[Tensor, "d_vocab"]
+    b_U: Float[Tensor, " d_vocab"]
 
     def __call__(self, hidden: Float[Tensor, "rows d_model"]) -> Float[Tensor, "rows d_vocab"]:
         return torch.addmm(self.b_U, hidden, self.W_U)  # ĥ W_U + b_U, the bias added inside the product
@@ -93,7 +93,7 @@ def unembedding(model: HookedTransformer) -> Unembedding:
     return Unembedding(model.unembed.W_U, model.unembed.b_U)
 
 
-def _rowdot(a: Float[Tensor, "rows V"], b: Float[Tensor, "rows V"]) -> Float[Tensor, "rows"]:
+def _rowdot(a: Float[Tensor, "rows V"], b: Float[Tensor, "rows V"]) -> Float[Tensor, " rows"]:
     """Σ_v a_v b_v for every row, as one batched dot product: the product [rows, V] is never written."""
     return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
 
@@ -204,7 +204,7 @@ class VocabTerms(torch.autograd.Function):
 def token_terms(
     hidden: Float[Tensor, "rows d_model"],
     unembed: Unembedding,
-    targets: Int[Tensor, "rows"],
+    targets: Int[Tensor, " rows"],
     temperature: float = 1.0,
     *,
     ref_hidden: Float[Tensor, "rows d_ref"] | None = None,

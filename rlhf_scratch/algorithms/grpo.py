@@ -59,8 +59,8 @@ KL_METRIC = "kl"
 
 
 def compute_grpo_advantages(
-    rewards: Float[Tensor, "batch"], num_generations: int, scale_rewards: str = "group"
-) -> Float[Tensor, "batch"]:
+    rewards: Float[Tensor, " batch"], num_generations: int, scale_rewards: str = "group"
+) -> Float[Tensor, " batch"]:
     """The group-relative advantage (the G completions of a prompt are consecutive in the batch):
 
         A_i = (r_i − mean_{j∈g} r_j) / (σ + 1e-4)      σ = std_{j∈g} r_j   ("group", TRL's default)
@@ -133,7 +133,7 @@ class GRPOTerms(NamedTuple):
     """What `calc_grpo_terms` returns: J with its gradient, and TRL's diagnostics without one."""
 
     objective: Float[Tensor, ""]
-    clip_counts: Float[Tensor, "3"]
+    clip_counts: Float[Tensor, " 3"]
     """[low, high, n]: kept tokens (sequences, for GSPO) clipped on each side, of n (`clip_counts`)."""
     kl_sum: Float[Tensor, ""]
     """Σ over kept tokens of the KL term as optimised (ρ·k3 with the bias correction, else k3); 0 at β = 0."""
@@ -142,7 +142,7 @@ class GRPOTerms(NamedTuple):
 def calc_grpo_terms(
     logprobs: Float[Tensor, "batch gen_len"],
     old_logprobs: Float[Tensor, "batch gen_len"],
-    advantages: Float[Tensor, "batch"],
+    advantages: Float[Tensor, " batch"],
     mask: Bool[Tensor, "batch gen_len"],
     *,
     epsilon_low: float,
@@ -234,7 +234,7 @@ def calc_clip_counts(
     epsilon_low: float,
     epsilon_high: float,
     importance_sampling_level: str = "token",
-) -> Float[Tensor, "3"]:
+) -> Float[Tensor, " 3"]:
     """[low, high, n]: how many kept tokens (sequences, for "sequence") are clipped on each side, of n.
 
         low  = #[ρ < 1 − ε_low  and A < 0]      high = #[ρ > 1 + ε_high and A > 0]
@@ -253,7 +253,7 @@ def clip_counts(
     mask: Bool[Tensor, "batch gen_len"],
     epsilon_low: float,
     epsilon_high: float,
-) -> Float[Tensor, "3"]:
+) -> Float[Tensor, " 3"]:
     """`calc_clip_counts` from the importance ratio itself: per token (ratio_len = gen_len), or
     one per sequence (ratio_len = 1, GSPO)."""
     A = advantages.unsqueeze(-1)
@@ -264,7 +264,7 @@ def clip_counts(
 
 
 def mean_length_by_advantage_sign(
-    lengths: Int[Tensor, "batch"], advantages: Float[Tensor, "batch"]
+    lengths: Int[Tensor, " batch"], advantages: Float[Tensor, " batch"]
 ) -> dict[str, float]:
     """The mean length of the completions the update pushes down (A < 0) and up (A > 0); NaN
     where there are none. The lesson's probe: under loss_type "grpo" the first should grow."""

@@ -69,18 +69,18 @@ class DPOLoss(NamedTuple):
     """What `calc_dpo_loss` returns: the mean loss (with gradient) and the implicit rewards (without)."""
 
     loss: Float[Tensor, ""]
-    chosen_rewards: Float[Tensor, "pairs"]
-    rejected_rewards: Float[Tensor, "pairs"]
+    chosen_rewards: Float[Tensor, " pairs"]
+    rejected_rewards: Float[Tensor, " pairs"]
 
 
 def calc_dpo_loss(
-    policy_chosen_logps: Float[Tensor, "pairs"],
-    policy_rejected_logps: Float[Tensor, "pairs"],
-    ref_chosen_logps: Float[Tensor, "pairs"],
-    ref_rejected_logps: Float[Tensor, "pairs"],
+    policy_chosen_logps: Float[Tensor, " pairs"],
+    policy_rejected_logps: Float[Tensor, " pairs"],
+    ref_chosen_logps: Float[Tensor, " pairs"],
+    ref_rejected_logps: Float[Tensor, " pairs"],
     beta: float,
     loss_type: str = "sigmoid",
-    weights: Float[Tensor, "pairs"] | None = None,
+    weights: Float[Tensor, " pairs"] | None = None,
 ) -> DPOLoss:
     """The DPO loss on summed, masked completion log-probs (MINIMISED), and the implicit rewards.
 
@@ -108,7 +108,7 @@ def calc_dpo_loss(
 
 
 @torch.no_grad()
-def implicit_reward_stats(chosen_rewards: Float[Tensor, "pairs"], rejected_rewards: Float[Tensor, "pairs"]) -> dict[str, float]:
+def implicit_reward_stats(chosen_rewards: Float[Tensor, " pairs"], rejected_rewards: Float[Tensor, " pairs"]) -> dict[str, float]:
     """TRL's diagnostics of the implicit rewards r = β (log π − log π_ref):
 
         rewards/chosen, rewards/rejected   mean r_c, mean r_r
@@ -123,7 +123,7 @@ def implicit_reward_stats(chosen_rewards: Float[Tensor, "pairs"], rejected_rewar
     }
 
 
-def select_chosen(rewards: Float[Tensor, "batch"]) -> tuple[Int[Tensor, "pairs"], Int[Tensor, "pairs"]]:
+def select_chosen(rewards: Float[Tensor, " batch"]) -> tuple[Int[Tensor, " pairs"], Int[Tensor, " pairs"]]:
     """Rows of the chosen and rejected completion of each pair (rows 2i, 2i+1) by reward:
 
         chosen = first if r_first >= r_second else second       (a tie goes to the first, as TRL)
@@ -137,7 +137,7 @@ def select_chosen(rewards: Float[Tensor, "batch"]) -> tuple[Int[Tensor, "pairs"]
 
 def select_chosen_by_judge(
     judge: Judge, rollout: Rollout
-) -> tuple[Int[Tensor, "pairs"], Int[Tensor, "pairs"], Float[Tensor, "pairs"]]:
+) -> tuple[Int[Tensor, " pairs"], Int[Tensor, " pairs"], Float[Tensor, " pairs"]]:
     """Rows of chosen and rejected by a judge's verdicts (0 first, 1 second), and each pair's weight
     in the loss: 1, or 0 for a pair the judge could not decide (−1; its rows are then first, second).
 
@@ -160,7 +160,7 @@ def select_chosen_by_judge(
 
 @torch.no_grad()
 def rollout_objective_stats(
-    rollout: Rollout, chosen: Int[Tensor, "pairs"], rejected: Int[Tensor, "pairs"], weights: Float[Tensor, "pairs"],
+    rollout: Rollout, chosen: Int[Tensor, " pairs"], rejected: Int[Tensor, " pairs"], weights: Float[Tensor, " pairs"],
     beta: float,
 ) -> dict[str, float]:
     """TRL's per-batch objective/* numbers of Online DPO, over every rank's completions:

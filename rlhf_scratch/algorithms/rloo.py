@@ -47,7 +47,7 @@ RLOO_METRICS = (
 )
 
 
-def compute_rloo_advantages(rewards: Float[Tensor, "batch"], num_generations: int) -> Float[Tensor, "batch"]:
+def compute_rloo_advantages(rewards: Float[Tensor, " batch"], num_generations: int) -> Float[Tensor, " batch"]:
     """The leave-one-out advantage: each completion's reward minus the mean of the OTHER G − 1
     completions of the same prompt (the G of a prompt are consecutive in the batch).
 
@@ -66,12 +66,12 @@ def compute_rloo_advantages(rewards: Float[Tensor, "batch"], num_generations: in
 
 @torch.no_grad()
 def compute_kl_shaped_rewards(
-    scores: Float[Tensor, "batch"],
+    scores: Float[Tensor, " batch"],
     logprobs: Float[Tensor, "batch gen_len"],
     ref_logprobs: Float[Tensor, "batch gen_len"],
     completion_mask: Bool[Tensor, "batch gen_len"],
     beta: float,
-) -> Float[Tensor, "batch"]:
+) -> Float[Tensor, " batch"]:
     """Fold the KL to the reference into the reward, at the sequence level (no gradient):
 
         r_i = R_i − β · Σ_t mask_t · (log π_old(o_t) − log π_ref(o_t))
@@ -87,7 +87,7 @@ def compute_kl_shaped_rewards(
     return scores - beta * kl
 
 
-def normalize_advantages(advantages: Float[Tensor, "batch"], eps: float = 1e-4) -> Float[Tensor, "batch"]:
+def normalize_advantages(advantages: Float[Tensor, " batch"], eps: float = 1e-4) -> Float[Tensor, " batch"]:
     """Whiten over the WHOLE batch: (A − mean) / (std + eps). Off by default, as in TRL.
 
     Not per group: a leave-one-out advantage divided by its own group's std explodes when the
@@ -98,9 +98,9 @@ def normalize_advantages(advantages: Float[Tensor, "batch"], eps: float = 1e-4) 
 
 
 def calc_rloo_objective(
-    seq_logprobs: Float[Tensor, "batch"],
-    old_seq_logprobs: Float[Tensor, "batch"],
-    advantages: Float[Tensor, "batch"],
+    seq_logprobs: Float[Tensor, " batch"],
+    old_seq_logprobs: Float[Tensor, " batch"],
+    advantages: Float[Tensor, " batch"],
     epsilon_low: float,
     epsilon_high: float,
 ) -> Float[Tensor, ""]:
@@ -120,9 +120,9 @@ def calc_rloo_objective(
 
 @torch.no_grad()
 def calc_clip_ratios(
-    seq_logprobs: Float[Tensor, "batch"],
-    old_seq_logprobs: Float[Tensor, "batch"],
-    advantages: Float[Tensor, "batch"],
+    seq_logprobs: Float[Tensor, " batch"],
+    old_seq_logprobs: Float[Tensor, " batch"],
+    advantages: Float[Tensor, " batch"],
     epsilon_low: float,
     epsilon_high: float,
 ) -> dict[str, float]:

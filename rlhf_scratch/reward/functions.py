@@ -1,6 +1,6 @@
 """Reward functions: text samples in, one scalar per sample out.
 
-Every reward here follows the blog's contract, `(samples: list[str], ...) -> Float[Tensor, "batch"]`,
+Every reward here follows the blog's contract, `(samples: list[str], ...) -> Float[Tensor, " batch"]`,
 each sample the prompt followed by its completion. The trainer calls any reward (these, or a
 TRL-style `fn(prompts=, completions=, completion_ids=, **kwargs)`) through
 `tasks.score_completions`, which tells the two contracts apart and checks every reward.
@@ -33,12 +33,12 @@ def _check_direction(direction: str) -> None:
         raise ValueError(f"direction must be 'pos' or 'neg', got {direction!r}")
 
 
-def reward_fn_char_count(generated_sample: list[str] | str, char: str = ".") -> Float[Tensor, "batch"]:
+def reward_fn_char_count(generated_sample: list[str] | str, char: str = ".") -> Float[Tensor, " batch"]:
     """r_i = number of occurrences of `char` in sample i (the blog's "periods" reward)."""
     return torch.tensor([float(s.count(char)) for s in _as_list(generated_sample)])
 
 
-def normalize_reward(reward: Float[Tensor, "batch"], eps: float = 1e-5) -> Float[Tensor, "batch"]:
+def normalize_reward(reward: Float[Tensor, " batch"], eps: float = 1e-5) -> Float[Tensor, " batch"]:
     """r_i <- (r_i - mean(r)) / (std(r) + eps), std unbiased (torch default).
 
     A constant batch gives zeros (0 / eps), never NaN; a batch of one gives zero too.
@@ -79,7 +79,7 @@ def classifier_logits(
 
 def reward_fn_sentiment_imdb(
     gen_sample: list[str] | str, direction: str = "pos", classifier: tuple | None = None
-) -> Float[Tensor, "batch"]:
+) -> Float[Tensor, " batch"]:
     """The blog's sentiment reward: r_i = softmax(classifier(sample_i))[label].
 
     label = 1 (positive) for direction "pos", 0 (negative) for "neg", the label order of
@@ -101,7 +101,7 @@ def _vader():
     return SentimentIntensityAnalyzer()
 
 
-def reward_fn_vader(gen_sample: list[str] | str, direction: str = "pos") -> Float[Tensor, "batch"]:
+def reward_fn_vader(gen_sample: list[str] | str, direction: str = "pos") -> Float[Tensor, " batch"]:
     """Lexicon sentiment: r_i = (compound_i + 1) / 2 for "pos", 1 - that for "neg".
 
     `compound` in [-1, 1] is VADER's normalised sum of word valences (with rules for negation,
@@ -130,7 +130,7 @@ class SentimentReward:
         self.__name__ = f"SentimentReward({reward_model}, {direction})"
         self.classifier = None if reward_model == "vader" else _cached_classifier(reward_model, device)
 
-    def __call__(self, samples: list[str] | str) -> Float[Tensor, "batch"]:
+    def __call__(self, samples: list[str] | str) -> Float[Tensor, " batch"]:
         if self.classifier is None:
             return reward_fn_vader(samples, self.direction)
         return reward_fn_sentiment_imdb(samples, self.direction, self.classifier)

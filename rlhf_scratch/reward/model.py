@@ -38,9 +38,9 @@ WEIGHTS_FILE = "reward_model.pt"
 
 
 def calc_reward_model_loss(
-    chosen_rewards: Float[Tensor, "batch"],
-    rejected_rewards: Float[Tensor, "batch"],
-    margin: Float[Tensor, "batch"] | float | None = None,
+    chosen_rewards: Float[Tensor, " batch"],
+    rejected_rewards: Float[Tensor, " batch"],
+    margin: Float[Tensor, " batch"] | float | None = None,
     center_rewards_coefficient: float | None = None,
 ) -> Float[Tensor, ""]:
     """The Bradley–Terry negative log-likelihood of TRL's `RewardTrainer.compute_loss` (minimised):
@@ -65,7 +65,7 @@ def calc_reward_model_loss(
 
 
 def reward_model_metrics(
-    chosen_rewards: Float[Tensor, "batch"], rejected_rewards: Float[Tensor, "batch"]
+    chosen_rewards: Float[Tensor, " batch"], rejected_rewards: Float[Tensor, " batch"]
 ) -> dict[str, float]:
     """TRL RewardTrainer's numbers for a batch of pairs:
 
@@ -124,7 +124,7 @@ class RewardModel(nn.Module):
 
     def forward(
         self, input_ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"]
-    ) -> Float[Tensor, "batch"]:
+    ) -> Float[Tensor, " batch"]:
         """r(x) for each right-padded row: the head on n̂ at the last kept, non-pad token.
         (Right padding needs no attention mask: the causal mask keeps every kept token from
         seeing the padding after it.)"""
@@ -139,7 +139,7 @@ class RewardModel(nn.Module):
         return self.score(resid[torch.arange(len(last)), last]).squeeze(-1)
 
     @torch.no_grad()
-    def score_texts(self, texts: list[str], batch_size: int = 64) -> Float[Tensor, "batch"]:
+    def score_texts(self, texts: list[str], batch_size: int = 64) -> Float[Tensor, " batch"]:
         """r(x) of every text, `batch_size` at a time, without gradients (on the CPU)."""
         out = [self(*self.tokenize(texts[i : i + batch_size])).cpu() for i in range(0, len(texts), batch_size)]
         return torch.cat(out) if out else torch.zeros(0)
@@ -212,7 +212,7 @@ def pair_texts(rows: list[dict]) -> tuple[list[str], list[str]]:
     return ([r.get("prompt", "") + r["chosen"] for r in rows], [r.get("prompt", "") + r["rejected"] for r in rows])
 
 
-def gold_accuracy(rm_chosen: Float[Tensor, "batch"], rm_rejected: Float[Tensor, "batch"], rows: list[dict]) -> float | None:
+def gold_accuracy(rm_chosen: Float[Tensor, " batch"], rm_rejected: Float[Tensor, " batch"], rows: list[dict]) -> float | None:
     """mean [sign(r_c − r_r) = sign(g_c − g_r)] over the pairs whose gold scores differ: how often
     the reward model orders a pair as the gold reward does (not as the possibly noisy label);
     None when the rows carry no gold scores."""

@@ -131,7 +131,7 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_rewards(out: Any, name: str, n: int) -> Float[Tensor, "batch"]:
+def check_rewards(out: Any, name: str, n: int) -> Float[Tensor, " batch"]:
     """`out` as a float32 CPU tensor of shape [n], or one line naming `name` and the first bad
     completion: wrong length or shape, a non-number, None, NaN or ±inf."""
     where = f"reward function {name!r}"
@@ -167,7 +167,7 @@ def score_completions(
     completions: list[str],
     completion_ids: list[list[int]],
     **kwargs: Any,
-) -> Float[Tensor, "batch"]:
+) -> Float[Tensor, " batch"]:
     """Call `reward_fn` by its contract and check what it returned; float32 rewards on the CPU.
 
     TRL's contract gets `prompts`, `completions`, `completion_ids` and `kwargs` (dataset columns)
