@@ -125,16 +125,26 @@ def test_at_temperature_one_the_objective_is_the_blogs():
 
 
 def test_the_objective_is_of_the_sampled_distribution_at_temperature_t():
-    """At T = 0.5 every term — ratio, entropy, KL to the reference — is of softmax(z / T): the same J
-    as T = 1 on logits and reference logits both divided by T. Forgetting T for the policy, for
-    the reference, or in either the KL or the entropy changes J."""
+    """At T = 0.5 every policy term — ratio, entropy, KL to the reference — is of softmax(z / T): the
+    same as T = 1 on logits and reference logits both divided by T, and not what T = 1 gives on the
+    raw logits (so the data can tell). The value loss reads the value head, not the logits: it is
+    the same at every T. Forgetting T for the policy, for the reference, or in any one term changes
+    that term; dividing the values (or the returns) by T changes the value loss."""
+    from rlhf_scratch.objectives import calc_value_fn_loss
+
     logits, ref_logits, values, mb = _random_minibatch(torch.Generator().manual_seed(2))
     at_half = make_args(clip_coef=0.2, vf_coef=0.2, ent_coef=0.01, temperature=0.5)
     at_one = make_args(clip_coef=0.2, vf_coef=0.2, ent_coef=0.01)
     total, terms = objective(logits, values, ref_logits, mb, at_half, beta=0.5)
     want, want_terms = objective(logits / 0.5, values, ref_logits / 0.5, mb, at_one, beta=0.5)
-    for name in ("clipped_surrogate", "entropy_bonus", "kl_penalty", "value_loss"):
-        torch.testing.assert_close(terms[name], want_terms[name], msg=name)
+    _, raw_terms = objective(logits, values, ref_logits, mb, at_one, beta=0.5)  # T forgotten everywhere
+    for name in ("clipped_surrogate", "entropy_bonus", "kl_penalty"):
+        torch.testing.assert_close(terms[name], want_terms[name], msg=f"{name} at T = 0.5 is not of softmax(z / T)")
+        assert (terms[name] - raw_terms[name]).abs() > 1e-3, f"{name} does not depend on T: the test cannot see T forgotten"
+    assert torch.equal(terms["value_loss"], raw_terms["value_loss"]), "the value loss changed with T"
+    torch.testing.assert_close(terms["value_loss"], calc_value_fn_loss(values[:, 1:-1], mb.returns, 0.2, mask=mb.completion_mask),
+                               msg="the value loss at T = 0.5 is not the blog's on the value head")
+    torch.testing.assert_close(total, want, msg="J = L_clip − value_loss + entropy_bonus − kl_penalty at T")
     for wrong in (objective(logits, values, ref_logits / 0.5, mb, at_one, 0.5)[1],
                   objective(logits / 0.5, values, ref_logits, mb, at_one, 0.5)[1]):
         assert not torch.allclose(wrong["kl_penalty"], terms["kl_penalty"]), "only one side at T"

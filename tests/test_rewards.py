@@ -1,5 +1,6 @@
 """Reward functions, checked against numbers worked out by hand."""
 
+import math
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -77,9 +78,40 @@ def test_shipped_classifier_reward_shape_range_and_order():
     assert neg[2:].min() > neg[:2].max(), f"'neg' must prefer the negative texts: {neg}"
 
 
-def test_blog_signature_accepts_one_string():
-    r = reward_fn_sentiment_imdb("What a great movie!")
-    assert r.shape == (1,)
+def test_one_string_is_scored_as_a_batch_of_one_by_hand():
+    """The blog calls `reward_fn_sentiment_imdb("What a great movie!")`: one string is one sample, whose
+    reward is softmax(classifier logits)[1] for "pos" and [0] = 1 − p for "neg", the classifier run
+    here by hand on that text alone (p = 0.892: a swapped label, 1 − p, shows).
+
+    Red if: the string is iterated as characters, the labels are swapped, "neg" is not 1 − p, or the
+    softmax is taken over the batch (a batch of one would give 1.0)."""
+    text = "What a great movie!"
+    model, tokenizer = load_classifier("tiny")
+    with torch.no_grad():
+        logits = model(**tokenizer(text, return_tensors="pt")).logits[0]
+    p = torch.sigmoid(logits[1] - logits[0])  # softmax over two labels, label 1 = POSITIVE
+    assert abs(p.item() - 0.5) > 0.3, f"p = {p.item():.3f}: too close to ½ to tell the labels apart"
+    torch.testing.assert_close(reward_fn_sentiment_imdb(text), p[None])
+    torch.testing.assert_close(reward_fn_sentiment_imdb(text, "neg"), 1 - p[None])
+    torch.testing.assert_close(reward_fn_sentiment_imdb([text, text]), torch.stack([p, p]), msg="a batch of two")
+
+
+def test_vader_by_hand_from_the_lexicon():
+    """VADER's compound = s / sqrt(s² + 15) (rounded to 4 decimals), s the sum of the words' lexicon
+    valences: great +3.1, dull −1.7; "but" halves the words before it and multiplies those after by 1.5.
+
+        "A great movie."          s = 3.1                      compound = 3.1 / sqrt(24.61) = 0.6249
+        "A great but dull movie." s = 0.5·3.1 − 1.5·1.7 = −1   compound = −1 / sqrt(16) = −0.25
+
+    reward "pos" = (compound + 1) / 2, "neg" = 1 − that. Red if: the map to [0, 1] is wrong (compound
+    itself, or (1 − compound) / 2 for "pos"), the directions are swapped, or one string is not a batch of one."""
+    great = round(3.1 / math.sqrt(3.1**2 + 15), 4)
+    assert great == 0.6249
+    texts = ["A great movie.", "A great but dull movie."]
+    want_pos = torch.tensor([(great + 1) / 2, (-0.25 + 1) / 2])  # [0.81245, 0.375]
+    torch.testing.assert_close(reward_fn_vader(texts, "pos"), want_pos)
+    torch.testing.assert_close(reward_fn_vader(texts, "neg"), 1 - want_pos)
+    torch.testing.assert_close(reward_fn_vader("A great but dull movie.", "neg"), torch.tensor([0.625]))
 
 
 def test_local_copy_of_shipped_classifier_scores_identically(tmp_path):

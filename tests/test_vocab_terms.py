@@ -136,15 +136,55 @@ def test_no_rows_by_vocabulary_tensor_is_kept_for_backward():
     assert not rows_by_vocab(saved_for_backward(lambda: token_terms(hidden, unembed, targets, chunk_logits=0, **kw)))
 
 
-def test_reshape_keeps_every_term():
-    terms = TokenTerms(torch.arange(6.0), torch.arange(6.0) + 1, None, torch.arange(6.0) - 1).reshape(2, 3)
-    assert terms.logprobs[1, 0] == 3 and terms.entropy[1, 0] == 4 and terms.kl is None and terms.ref_logprobs[1, 0] == 2
+def test_terms_of_flattened_rows_reshaped_are_the_terms_at_each_batch_position():
+    """PPO scores [batch, gen_len] positions as flattened rows and reshapes the terms back. Each
+    reshaped term at [b, t] must be log_softmax / entropy / KL computed directly on the [2, 3, V]
+    logits at [b, t] (batch 2 ≠ gen_len 3, a different target per position).
+
+    Red if: `reshape` permutes or drops a field (the terms differ per position and per field), the
+    rows come back transposed (column-major, or reshape(3, 2).T), or a term is of the wrong row."""
+    gen = torch.Generator().manual_seed(4)
+    logits, ref_logits = torch.randn(2, 3, V, generator=gen) * 2, torch.randn(2, 3, V, generator=gen) * 2
+    targets = torch.tensor([[0, 4, 1], [3, 2, 4]])
+    got = token_terms(logits.flatten(0, 1), identity(V), targets.flatten(), ref_hidden=ref_logits.flatten(0, 1),
+                      ref_unembed=identity(V), with_entropy=True).reshape(*targets.shape)
+    lp, lq = logits.log_softmax(-1), ref_logits.log_softmax(-1)
+    want = {"logprobs": lp.gather(-1, targets[..., None])[..., 0], "entropy": -(lp.exp() * lp).sum(-1),
+            "kl": (lp.exp() * (lp - lq)).sum(-1), "ref_logprobs": lq.gather(-1, targets[..., None])[..., 0]}
+    for name, value in want.items():
+        assert getattr(got, name).shape == (2, 3), name
+        torch.testing.assert_close(getattr(got, name), value, msg=name)
+    alone = token_terms(logits.flatten(0, 1), identity(V), targets.flatten()).reshape(*targets.shape)
+    torch.testing.assert_close(alone.logprobs, want["logprobs"])
+    assert alone.entropy is None and alone.kl is None and alone.ref_logprobs is None, "a term not asked for stays None"
 
 
-def test_the_config_default_is_the_module_default():
+@pytest.mark.parametrize("d_vocab, rows, chunks", [(8192, 300, [256, 44]), (50257, 50, [41, 9])])
+def test_the_default_chunk_is_8_mib_of_float32_logits(monkeypatch, d_vocab, rows, chunks):
+    """Both defaults — `--chunk-logits` (config) and `token_terms`' own — are 8 MiB of float32 logits,
+    8 · 2^20 B / 4 B = 2^21, so a chunk holds 2^21 // d_vocab positions: 256 at the tiny preset's
+    V = 8,192 (300 rows: chunks of 256 and 44), 41 at GPT-2's 50,257 (50 rows: 41 and 9).
+
+    Red if: either default moves from the documented 8 MiB (the two drifting apart included), or
+    the rows per chunk are not chunk_logits // d_vocab (e.g. divided by d_model, or rounded up)."""
+    from rlhf_scratch import vocab_terms
     from rlhf_scratch.config import make_args
 
-    assert make_args().chunk_logits == LOGITS_PER_CHUNK
+    chunk_forward, seen = vocab_terms._chunk_forward, []
+
+    def recording(hidden, *rest):
+        seen.append(hidden.shape[0])
+        return chunk_forward(hidden, *rest)
+
+    monkeypatch.setattr(vocab_terms, "_chunk_forward", recording)
+    hidden, targets = torch.randn(rows, 2), torch.arange(rows) % d_vocab
+    unembed = Unembedding(torch.randn(2, d_vocab), torch.zeros(d_vocab))
+    for chunk_logits in (make_args().chunk_logits, LOGITS_PER_CHUNK, None):
+        seen.clear()
+        kw = {} if chunk_logits is None else {"chunk_logits": chunk_logits}
+        assert chunk_logits is None or chunk_logits * 4 == 8 * 2**20, f"{chunk_logits} float32 logits are not 8 MiB"
+        token_terms(hidden, unembed, targets, **kw)
+        assert seen == chunks, f"chunk_logits={chunk_logits or 'default'}: chunks of {seen} rows, expected {chunks}"
 
 
 def test_ppo_objective_from_the_kept_reference_equals_a_reference_forward():
