@@ -1,17 +1,25 @@
 """interp: what did RLHF change? Compare a reference and a tuned HookedTransformer.
 
+The analyses take models, tokens or texts and (for sampled rewards) a reward function, and import
+nothing from the training package:
 - `interp.logits`    logit difference (positive vs negative words), log-prob change, KL, the
                      sentiment direction in the unembedding, sampled reward of a model;
 - `interp.residual`  logit lens, residual decomposition, per-layer drift, residual patching;
 - `interp.attention` per-head DLA, weight change, attention patterns, mean ablation, head patching;
 - `interp.neurons`   per-neuron DLA, activation change and the tokens a neuron promotes;
-- `interp.features`  `python -m interp.features RUN_DIR`: a sparse autoencoder trained on the
-                     reference, the features fine-tuning moved, and steering / ablation checks
+- `interp.sae`       a sparse autoencoder trained on the reference at one site, cached, and its quality
                      (needs the `sae` extra);
-- `interp.across_runs` several tuned models against one reference (`python -m rlhf_scratch.compare`);
-- `interp.report`    `python -m interp.report RUN_DIR`: the analyses above as an HTML report.
+- `interp.feature_diff` the features fine-tuning moved (one SAE, the same sequences through both models);
+- `interp.causal`    steering the reference with those features and ablating them from the tuned model;
+- `interp.sampling`  samples of a hooked model over left-padded prompts, their reward and KL;
+- `interp.across_runs` several tuned models against one reference (`python -m rlhf_scratch.compare`).
+
+Pages: `interp.report` (`make_report`, and `python -m interp.report RUN_DIR`) and
+`interp.features_page` (`make_features_report`; `python -m interp.features RUN_DIR` is `interp.features`).
+The two commands are the only modules that read a run folder (`rlhf_scratch.runs`), its prompts,
+its reward and the review corpus.
 
 Shared pieces: `interp.probes` (the fixed review openings every page probes), `interp.pages`
-(the HTML page, table and embedded-figure helpers), `interp.figures` (the figure types). Each
-analysis module is usable alone; `interp.toy` builds a tiny random pair for trying them.
+(the HTML page, table and figure helpers), `interp.figures` (the figure types). Each analysis
+module is usable alone; `interp.toy` builds a tiny random pair for trying them.
 """

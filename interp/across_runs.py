@@ -9,7 +9,7 @@ vectors: 1 means the same heads moved the same way in proportion, 0 means unrela
 means opposite. A run compared with itself gives 1.
 
 Do the algorithms move the same SAE features? With ONE sparse autoencoder (trained on the shared
-reference, `interp.features`) and one set of sequences that every model reads (completions sampled
+reference, `interp.sae`) and one set of sequences that every model reads (completions sampled
 from the reference and from each tuned model), each run i has a feature-change vector
 
     Δa_i(f) = mean_p a_f(x_i[p]) − mean_p a_f(x_ref[p])          (one entry per SAE feature f)
@@ -32,6 +32,8 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from interp import attention, logits, residual
+from interp.feature_diff import feature_diff
+from interp.pages import new_figure, save_figure
 
 
 @dataclass
@@ -84,13 +86,8 @@ def change_similarity(changes: list[InsideChange]) -> Float[Tensor, "runs runs"]
 
 def plot_inside_changes(changes: list[InsideChange], path: str | Path) -> Path:
     """Residual drift per site (lines) and each run's per-head DLA change (heatmaps, one colour scale)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     n = len(changes)
-    fig, axes = plt.subplots(1, n + 1, figsize=(4.2 * (n + 1), 3.4))
+    fig, axes = new_figure(1, n + 1, figsize=(4.2 * (n + 1), 3.4))
     for c in changes:
         axes[0].plot(range(len(c.drift)), c.drift.tolist(), marker="o", label=c.label)
     axes[0].set_xticks(range(len(changes[0].drift_sites)), changes[0].drift_sites, rotation=45, fontsize=7)
@@ -103,10 +100,7 @@ def plot_inside_changes(changes: list[InsideChange], path: str | Path) -> Path:
         ax.set_xticks(range(heads)), ax.set_yticks(range(layers))
         ax.set(title=c.label, xlabel="head", ylabel="layer" if i == 0 else None)
     fig.colorbar(im, ax=axes[1:], shrink=0.8, label="head DLA change, tuned − ref (nats)")
-    path = Path(path)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, Path(path), tight_layout=False)  # one colour bar spans several axes: bbox "tight"
 
 
 # --- SAE features: do the algorithms move the same ones? --------------------------------------------
@@ -179,9 +173,7 @@ def feature_changes(reference: HookedTransformer, tuned: dict[str, HookedTransfo
                     tokens: Int[Tensor, "seqs pos"], attention_mask: Bool[Tensor, "seqs pos"] | None = None
                     ) -> tuple[Float[Tensor, "runs d_sae"], Bool[Tensor, "d_sae"]]:
     """Δa_i for every labelled tuned model (rows in `tuned`'s order), all read through one SAE on the
-    same `tokens` (`interp.features.feature_diff`); and which features fire anywhere (reference or any run)."""
-    from interp.features import feature_diff
-
+    same `tokens` (`interp.feature_diff.feature_diff`); and which features fire anywhere (reference or any run)."""
     rows, alive = [], None
     for model in tuned.values():
         diff = feature_diff(reference, model, sae, hook_name, tokens, attention_mask)
@@ -194,15 +186,12 @@ def feature_changes(reference: HookedTransformer, tuned: dict[str, HookedTransfo
 def plot_feature_overlap(overlap: FeatureOverlap, path: str | Path) -> Path:
     """Run x run heatmaps, each cell annotated: the cosine of the change vectors (−1..1), then the
     top-k Jaccard overlap for each k (0..1, its chance level in the title)."""
-    from interp.pages import pyplot, save_figure
-
-    plt = pyplot()
     panels = [("cosine of the feature-change vectors", overlap.cosine, dict(cmap="RdBu", vmin=-1, vmax=1))]
     panels += [(f"top-{k} Jaccard overlap (chance {overlap.chance[k]:.2f})", overlap.jaccard[k],
                 dict(cmap="viridis", vmin=0, vmax=1)) for k in overlap.jaccard]
     n = len(overlap.labels)
     side = 1.0 + 0.55 * n
-    fig, axes = plt.subplots(1, len(panels), figsize=(side * len(panels) + 1.2, side), squeeze=False)
+    fig, axes = new_figure(1, len(panels), figsize=(side * len(panels) + 1.2, side), squeeze=False)
     for ax, (title, m, kw) in zip(axes[0], panels):
         im = ax.imshow(m.nan_to_num().numpy(), **kw)
         for i in range(n):

@@ -24,6 +24,7 @@ from torch import Tensor
 from transformer_lens import ActivationCache, HookedTransformer
 
 from interp.logits import RewardFn, SentimentTokens, logit_diff, mean_reward, residual_sentiment_direction
+from interp.pages import new_figure, save_figure
 from interp.residual import real_position_mask, recovered_fraction, stack_at_last_pos
 
 Head = tuple[int, int]
@@ -125,13 +126,8 @@ def plot_attention_patterns(
     title: str = "",
 ) -> Path:
     """Save a PNG of the attention patterns (query rows x key columns) of `heads` on one prompt."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     n = len(str_tokens)
-    fig, axes = plt.subplots(1, len(heads), figsize=(3.2 * len(heads) + 1, 3.4), squeeze=False)
+    fig, axes = new_figure(1, len(heads), figsize=(3.2 * len(heads) + 1, 3.4), squeeze=False)
     for ax, (layer, head) in zip(axes[0], heads):
         pattern = cache["pattern", layer][batch_index, head, :n, :n].detach().cpu().numpy()
         ax.imshow(pattern, cmap="Blues", vmin=0, vmax=1)
@@ -140,11 +136,7 @@ def plot_attention_patterns(
         ax.set_yticks(range(n), [repr(t)[1:-1] for t in str_tokens], fontsize=6)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, Path(path))
 
 
 def attention_patterns_html(cache: ActivationCache, layer: int, str_tokens: list[str], path: str | Path) -> Path | None:

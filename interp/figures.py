@@ -1,5 +1,8 @@
 """The interp pages' figure types: layer x head heatmaps, lines and bars over labelled sites, and a
-(site, position) heatmap. Each draws one PNG into `out_dir / name` and returns its path."""
+(site, position) heatmap. Each draws one PNG into `out_dir / name` and returns its path.
+
+Every figure is a `matplotlib.figure.Figure` made without pyplot (`interp.pages.new_figure`): no
+backend is chosen here, so a notebook's own figures keep showing after a report is drawn."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from interp.pages import pyplot, save_figure
+from interp.pages import new_figure, save_figure
 
 
 def heatmaps(
@@ -18,8 +21,7 @@ def heatmaps(
 
     Diverging colormaps are centred at 0.
     """
-    plt = pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels) + 0.8, 3.2), squeeze=False)
+    fig, axes = new_figure(1, len(panels), figsize=(3.6 * len(panels) + 0.8, 3.2), squeeze=False)
 
     def peak(i_s: list[int]) -> float:
         return max([float(panels[i][1].abs().nan_to_num().max()) for i in i_s] + [0.0]) or 1.0
@@ -41,8 +43,7 @@ def heatmaps(
 
 def lines(x_labels: list[str], series: dict[str, list[float]], out_dir: Path, name: str, title: str, unit: str) -> Path:
     """One line per series over the labelled x positions, with y = 0 marked."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    fig, ax = new_figure(figsize=(6.4, 3.4))
     for label, values in series.items():
         ax.plot(range(len(values)), values, marker="o", label=label)
     ax.axhline(0, color="grey", lw=0.6)
@@ -55,8 +56,7 @@ def lines(x_labels: list[str], series: dict[str, list[float]], out_dir: Path, na
 
 def bars(x_labels: list[str], series: dict[str, list[float]], out_dir: Path, name: str, title: str, unit: str) -> Path:
     """Grouped bars: one bar per series at each labelled x position."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.8, 3.4))
+    fig, ax = new_figure(figsize=(6.8, 3.4))
     width = 0.8 / len(series)
     for i, (label, values) in enumerate(series.items()):
         ax.bar([j + i * width for j in range(len(values))], values, width, label=label)
@@ -70,8 +70,7 @@ def bars(x_labels: list[str], series: dict[str, list[float]], out_dir: Path, nam
 
 def position_heatmap(fraction: Tensor, sites: list[str], str_tokens: list[str], out_dir: Path, name: str) -> Path:
     """Residual patching per (site, position): the fraction of the gap recovered, on a -1..1 scale."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(0.5 * len(str_tokens) + 2.5, 0.45 * len(sites) + 1.8))
+    fig, ax = new_figure(figsize=(0.5 * len(str_tokens) + 2.5, 0.45 * len(sites) + 1.8))
     im = ax.imshow(fraction.nan_to_num().numpy(), cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
     ax.set_xticks(range(len(str_tokens)), [repr(t)[1:-1] for t in str_tokens], rotation=90, fontsize=7)
     ax.set_yticks(range(len(sites)), sites, fontsize=8)

@@ -200,6 +200,20 @@ def next_token_kl(
 
 LogitsFn = Callable[[Int[Tensor, "batch pos"]], Float[Tensor, "batch pos d_vocab"]]
 RewardFn = Callable[[list[str]], Any]
+"""interp's reward contract, the blog's: `reward_fn([prompt + completion, ...])` -> one number per text
+(a list, an array or a tensor). A run's task reward (`rlhf_scratch.reward.tasks.make_reward_fn`) is one."""
+
+
+def draw_next_token(
+    logits: Float[Tensor, "batch d_vocab"], temperature: float, top_k: int, generator: torch.Generator
+) -> Int[Tensor, " batch"]:
+    """One token per row from softmax(logits / temperature), among the `top_k` largest (all when 0),
+    drawn on the CPU with `generator`: the one sampling step of every interp sampler."""
+    logits = logits.float().cpu() / temperature
+    if 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
 
 
 @torch.no_grad()
@@ -215,17 +229,14 @@ def sample_continuations(
     """Sample `gen_len` tokens after `prompt`, `n_samples` times, from `logits_fn` (top-k, temperature).
 
     No KV cache: every step calls `logits_fn` on the whole sequence, so hooks and hybrid
-    models that patch by position see the full sequence each time. Fixed `seed`.
+    models that patch by position see the full sequence each time. Fixed `seed`. (Prompts of
+    different lengths, left-padded, with hooks: `interp.sampling.sample`.)
     """
     generator = torch.Generator(device="cpu").manual_seed(seed)
     tokens = prompt.expand(n_samples, -1).clone()
     for _ in range(gen_len):
-        logits = logits_fn(tokens)[:, -1].float().cpu() / temperature
-        if 0 < top_k < logits.shape[-1]:
-            kth = logits.topk(top_k, dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        next_tok = torch.multinomial(logits.softmax(-1), 1, generator=generator)
-        tokens = torch.cat([tokens, next_tok.to(tokens.device)], dim=1)
+        next_tok = draw_next_token(logits_fn(tokens)[:, -1], temperature, top_k, generator)
+        tokens = torch.cat([tokens, next_tok[:, None].to(tokens.device)], dim=1)
     return tokens
 
 

@@ -4,7 +4,7 @@ comparison (`python -m rlhf_scratch.compare`) all use these, so a page looks and
 - `PAGE_STYLE`, `page(title, body)`   the CSS and the whole-page wrapper (doctype, title, style);
 - `esc`, `Html`, `table(rows)`        escaping, text that is already HTML, a table;
 - `figure(path, title, caption)`      a PNG embedded in the page (base64), so one file is the page;
-- `pyplot()`, `save_figure(fig, path)` matplotlib on the file-only Agg backend, saved the same way;
+- `new_figure(...)`, `save_figure(fig, path)`  a matplotlib Figure made without pyplot, saved the same way;
 - `rounded(x)`                        numbers rounded for a summary JSON (nan -> null).
 
 Importing this module imports neither torch nor matplotlib.
@@ -68,21 +68,27 @@ def page(title: str, body: Iterable[str]) -> str:
 # --- figures --------------------------------------------------------------------------------------
 
 
-def pyplot():
-    """matplotlib.pyplot on the Agg backend (writes files, never opens a window): the one place it is chosen."""
-    import matplotlib
+def new_figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (6.4, 4.0), **subplots_kw):
+    """(fig, axes): a `matplotlib.figure.Figure` and its `fig.subplots(nrows, ncols, **subplots_kw)`.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Made without pyplot, so no backend is chosen and no global state is touched: library code
+    draws here and saves with `save_figure`, and a notebook's inline figures keep working after
+    it (only a command's entry point may pick a backend). Such a figure is not registered with
+    pyplot, so nothing needs closing; to show one in a notebook, `display(fig)` or save and show the PNG."""
+    from matplotlib.figure import Figure
 
-    return plt
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, **subplots_kw)
 
 
-def save_figure(fig, path: Path) -> Path:
-    """Lay out, write `path` as a 110-dpi PNG and close the figure (pyplot keeps open ones alive)."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    pyplot().close(fig)
+def save_figure(fig, path: Path, dpi: int = 110, tight_layout: bool = True) -> Path:
+    """Lay out and write `path` as a PNG (110 dpi). A `new_figure` needs no closing: nothing else holds it.
+
+    tight_layout=False is for a figure that tight_layout cannot arrange (a colour bar shared by
+    several axes): it is cropped to its drawn extent instead."""
+    if tight_layout:
+        fig.tight_layout()
+    fig.savefig(path, dpi=dpi, bbox_inches=None if tight_layout else "tight")
     return Path(path)
 
 

@@ -16,7 +16,6 @@ from torch import Tensor
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from interp.logits import NEGATIVE_WORDS, POSITIVE_WORDS
-from rlhf_scratch.quiet import quiet_hooked_transformer
 
 ENDOFTEXT = "<|endoftext|>"
 FILLER_WORDS = (
@@ -60,8 +59,9 @@ def toy_model(seed: int = 0, tokenizer=None, n_layers: int = 2, n_heads: int = 4
         d_mlp=4 * n_heads * d_head, n_ctx=64, d_vocab=len(tokenizer), act_fn="gelu",
         normalization_type="LN", seed=seed,
     )
-    with quiet_hooked_transformer():  # we knowingly use HookedTransformer until TL 4
-        model = HookedTransformer(cfg, tokenizer=tokenizer)
+    # TL 3 deprecates HookedTransformer (we knowingly use it until TL 4): its notice names this line,
+    # which Python's default filters hide, and the test suite's filterwarnings ignores it
+    model = HookedTransformer(cfg, tokenizer=tokenizer)
     model.eval()
     return model
 
@@ -71,7 +71,7 @@ def perturb_head(
     model: HookedTransformer,
     layer: int,
     head: int,
-    direction: Float[Tensor, "d_model"] | None = None,
+    direction: Float[Tensor, " d_model"] | None = None,
     scale: float = 1.0,
     seed: int = 0,
 ) -> HookedTransformer:

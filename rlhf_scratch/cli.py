@@ -71,10 +71,15 @@ def parse_dataclass(cls: type[T], argv: list[str], *, default: T, prog: str, des
     `ConfigError` with one line for anything tyro rejects or does not know; `--help` prints the
     help and raises SystemExit(0). The result is not validated: that is the caller's next step.
     `aliases` maps another spelling of a flag to its field's (`{"--kl-coef": "--beta"}`)."""
-    argv = [_alias(token, aliases or {}) for token in argv]
+    aliases = aliases or {}
+    used = {aliases[t.partition("=")[0]]: t.partition("=")[0] for t in argv if t.partition("=")[0] in aliases}
+    argv = [_alias(token, aliases) for token in argv]
 
     def reject(event: tyro_errors.ParseErrorEvent) -> None:
-        raise ConfigError(one_line_error(event, argv))
+        message = one_line_error(event, argv)
+        for flag, typed in used.items():  # name the flag as the user spelled it
+            message = message.replace(f"argument {flag}:", f"argument {typed}:")
+        raise ConfigError(message)
 
     with tyro_errors.on_parse_error(reject):
         value, unknown = tyro.cli(cls, args=argv, default=default, prog=prog, description=description,

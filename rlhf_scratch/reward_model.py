@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help
         return int(e.code or 0)
 
+    from rlhf_scratch.lifecycle import TrainingStopped
     from rlhf_scratch.loading import HubUnreachableError
     from rlhf_scratch.reward.model import train_reward_model
 
@@ -81,10 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, HubUnreachableError) as e:  # ConfigError, PairsError, RunFolderError, ...
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"interrupted; resume with: python -m rlhf_scratch.reward_model --resume {args.run_dir}",
-              file=sys.stderr)
-        return 130
+    except TrainingStopped as e:  # Ctrl-C or SIGTERM: the step finished, a checkpoint was written
+        print(e, file=sys.stderr)  # ends with the resume command
+        return e.exit_code
     print(f"done: {run_dir}")
     return 0
 

@@ -52,6 +52,7 @@ CURVES_FILE = "curves.png"
 POLICY_FILE = "policy.pt"
 LOCK_FILE = "train.lock"
 REWARDED_BY = "rewarded_by"  # config.json's key for what scored the run (not an args field)
+REWARD_MODEL_KIND = "reward_model"  # config.json's "algo" in a reward-model run folder (reward.model.train_reward_model)
 
 
 class RunFolderError(ConfigError):
@@ -191,9 +192,19 @@ def read_status(run_dir: str | Path) -> dict:
     return status
 
 
+def saved_kind(run_dir: str | Path) -> str | None:
+    """config.json's "algo" of a run folder (an algorithm, or `reward_model`); None if unreadable."""
+    try:
+        return json.loads((Path(run_dir) / CONFIG_FILE).read_text()).get("algo", "ppo")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def resume_command(run_dir: str | Path) -> str:
-    """The shell command that continues `run_dir`, quoted so it pastes as it is (spaces, quotes)."""
-    return f"python -m rlhf_scratch.train --resume {shlex.quote(str(run_dir))}"
+    """The shell command that continues `run_dir`, quoted so it pastes as it is (spaces, quotes):
+    `train --resume`, or `reward_model --resume` for a reward-model run."""
+    command = "reward_model" if saved_kind(run_dir) == REWARD_MODEL_KIND else "train"
+    return f"python -m rlhf_scratch.{command} --resume {shlex.quote(str(run_dir))}"
 
 
 def next_step(run_dir: str | Path, status: dict | None = None) -> str:
@@ -226,7 +237,7 @@ def resume_hint(run_dir: str | Path) -> str:
         return "it has no checkpoint to resume from: start it again"
     at = int(checkpoints[-1].name.split("-")[1])
     rewarded = load_rewarded_by(run_dir)
-    if not cli_can_rebuild(rewarded, load_args(run_dir)):
+    if saved_kind(run_dir) != REWARD_MODEL_KIND and not cli_can_rebuild(rewarded, load_args(run_dir)):
         return (f"resume it from phase {at} in Python with the same reward ({describe_rewarded_by(rewarded)}): "
                 f"Trainer(load_args({str(run_dir)!r}), reward_fn=...).train({str(run_dir)!r}, resume=True)")
     return f"resume it from phase {at} with: {resume_command(run_dir)}"
@@ -344,6 +355,10 @@ def load_args(run_dir: str | Path) -> CommonArgs:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise RunFolderError(f"{path}: not found (is {run_dir} a run folder?)")
+    if saved_kind(run_dir) == REWARD_MODEL_KIND:
+        raise RunFolderError(f"{run_dir} is a reward-model run, not a policy's: resume it with "
+                             f"{resume_command(run_dir)}, use it with --reward-model {run_dir}, or export it with "
+                             f"python -m rlhf_scratch.export {run_dir} OUT")
     try:
         values = json.loads(path.read_text())
         values.pop(REWARDED_BY, None)

@@ -1,4 +1,5 @@
-"""interp.features: SAE feature diffing, explained fraction, steering and ablation, on known answers.
+"""interp.feature_diff, interp.causal and interp.sae (SAE feature diffing, explained fraction,
+steering and ablation) on known answers, and the `python -m interp.features` command.
 
 The known-answer SAE is built by hand: its decoder rows are an orthonormal basis Q of the residual
 stream, its encoder is Q^T and its encoder bias is large, so every feature is active and
@@ -16,6 +17,9 @@ import torch
 from sae_lens.saes.standard_sae import StandardSAE, StandardSAEConfig  # the `sae` extra, part of `dev`
 
 from interp import features as F
+from interp.causal import ablate_features_hook, add_vector_hook, steering_vector
+from interp.feature_diff import direction_logits, explained_fraction, feature_diff
+from interp.sae import SAESettings, load_or_train, model_hash
 
 SITE = "blocks.0.hook_resid_post"
 FEATURE, ALPHA = 5, 0.7
@@ -42,29 +46,29 @@ def pair(tiny_random_lm):
 
 def test_the_added_decoder_direction_ranks_first_with_its_exact_activation_change(pair):
     reference, tuned, sae, tokens = pair
-    diff = F.feature_diff(reference, tuned, sae, SITE, tokens)
+    diff = feature_diff(reference, tuned, sae, SITE, tokens)
     assert int(diff.ranked[0]) == FEATURE
     assert diff.change[FEATURE].item() == pytest.approx(ALPHA, abs=1e-4)
     others = torch.ones_like(diff.change, dtype=torch.bool)
     others[FEATURE] = False
     assert diff.change[others].abs().max().item() < 1e-4, "only the chosen feature moved"
     assert diff.freq_ref[FEATURE].item() == diff.freq_tuned[FEATURE].item() == 1.0
-    explained = F.explained_fraction(diff, sae.W_dec.detach(), ks=(1, 2))
+    explained = explained_fraction(diff, sae.W_dec.detach(), ks=(1, 2))
     assert explained["top_1"] == pytest.approx(1.0, abs=1e-4)
     assert explained["error_change"] == pytest.approx(0.0, abs=1e-4)
 
 
 def test_steering_the_reference_with_the_feature_reproduces_the_tuned_logits(pair):
     reference, tuned, sae, tokens = pair
-    diff = F.feature_diff(reference, tuned, sae, SITE, tokens)
+    diff = feature_diff(reference, tuned, sae, SITE, tokens)
     top = [int(diff.ranked[0])]
-    v = F.steering_vector(sae.W_dec.detach(), top, diff.change[top])
-    steered = reference.run_with_hooks(tokens, fwd_hooks=[(SITE, F.add_vector_hook(v))])
+    v = steering_vector(sae.W_dec.detach(), top, diff.change[top])
+    steered = reference.run_with_hooks(tokens, fwd_hooks=[(SITE, add_vector_hook(v))])
     tuned_logits, ref_logits = tuned(tokens), reference(tokens)
     assert (tuned_logits - ref_logits).abs().max() > 1e-2, "the synthetic tuned model must differ"
     torch.testing.assert_close(steered, tuned_logits, atol=1e-4, rtol=1e-4)
     # the opposite sign moves the logits away from the tuned model, not onto it
-    away = reference.run_with_hooks(tokens, fwd_hooks=[(SITE, F.add_vector_hook(-v))])
+    away = reference.run_with_hooks(tokens, fwd_hooks=[(SITE, add_vector_hook(-v))])
     assert (away - tuned_logits).abs().max() > 1e-2
 
 
@@ -72,7 +76,7 @@ def test_ablating_the_feature_zeroes_it_and_leaves_the_others(pair):
     reference, tuned, sae, tokens = pair
     _, cache = tuned.run_with_cache(tokens, names_filter=SITE)
     x = cache[SITE]
-    ablated = F.ablate_features_hook(sae, [FEATURE])(x.clone(), None)
+    ablated = ablate_features_hook(sae, [FEATURE])(x.clone(), None)
     a_before, a_after = sae.encode(x), sae.encode(ablated)
     assert a_after[..., FEATURE].abs().max().item() < 1e-4
     keep = [i for i in range(sae.cfg.d_sae) if i != FEATURE]
@@ -83,22 +87,22 @@ def test_a_zeroed_decoder_row_reports_zero_effect(pair):
     reference, tuned, sae, tokens = pair
     with torch.no_grad():
         sae.W_dec[FEATURE] = 0.0
-    diff = F.feature_diff(reference, tuned, sae, SITE, tokens)
-    v = F.steering_vector(sae.W_dec.detach(), [FEATURE], diff.change[[FEATURE]])
+    diff = feature_diff(reference, tuned, sae, SITE, tokens)
+    v = steering_vector(sae.W_dec.detach(), [FEATURE], diff.change[[FEATURE]])
     assert v.abs().max().item() == 0.0
-    steered = reference.run_with_hooks(tokens, fwd_hooks=[(SITE, F.add_vector_hook(v))])
+    steered = reference.run_with_hooks(tokens, fwd_hooks=[(SITE, add_vector_hook(v))])
     torch.testing.assert_close(steered, reference(tokens))
-    assert F.explained_fraction(diff, sae.W_dec.detach(), ks=(1,))["top_1"] == pytest.approx(0.0, abs=1e-6)
-    assert F.direction_logits(tuned, sae.W_dec[FEATURE].detach(), 1.3).abs().max().item() == 0.0
+    assert explained_fraction(diff, sae.W_dec.detach(), ks=(1,))["top_1"] == pytest.approx(0.0, abs=1e-6)
+    assert direction_logits(tuned, sae.W_dec[FEATURE].detach(), 1.3).abs().max().item() == 0.0
 
 
 def test_a_model_diffed_against_itself_reports_no_change(pair):
     reference, _, sae, tokens = pair
-    diff = F.feature_diff(reference, reference, sae, SITE, tokens)
+    diff = feature_diff(reference, reference, sae, SITE, tokens)
     assert diff.change.abs().max().item() == 0.0
     torch.testing.assert_close(diff.freq_ref, diff.freq_tuned)
     assert diff.resid_change.abs().max().item() == 0.0
-    explained = F.explained_fraction(diff, sae.W_dec.detach())
+    explained = explained_fraction(diff, sae.W_dec.detach())
     assert all(v != v for v in explained.values()), "no change to explain: nan, not a made-up fraction"
 
 
@@ -131,8 +135,29 @@ def test_direction_logits_use_the_given_models_final_layernorm_scale(tiny_random
     model = tiny_random_lm
     d = torch.arange(model.cfg.d_model, dtype=torch.float32)
     expected = ((d - d.mean()) / 2.0 * model.ln_final.w) @ model.W_U
-    torch.testing.assert_close(F.direction_logits(model, d, 2.0), expected)
-    torch.testing.assert_close(F.direction_logits(model, d, 4.0), expected / 2)
+    torch.testing.assert_close(direction_logits(model, d, 2.0), expected)
+    torch.testing.assert_close(direction_logits(model, d, 4.0), expected / 2)
+
+
+def test_a_cached_sae_loads_without_reading_a_text_and_other_settings_miss(pair, tmp_path):
+    """interp.sae.load_or_train: the cache key is (reference hash, site, settings). A hit loads the SAE
+    and its quality and never asks for texts (which corpus is the command's business); other settings
+    miss, and the first thing a miss does is ask for the train split."""
+    reference, _, sae, _ = pair
+    settings = SAESettings(d_sae=sae.cfg.d_sae)
+    folder = tmp_path / f"{model_hash(reference)[:16]}-{SITE}-{settings.key()}"
+    sae.save_model(folder)
+    (folder / "quality.json").write_text(json.dumps({"explained_variance": 0.5}))
+
+    def texts(split):
+        raise LookupError(f"texts({split!r}) asked for")
+
+    loaded, quality, where, cached = load_or_train(reference, SITE, settings, tmp_path, texts, progress=False)
+    assert cached and where == folder and quality == {"explained_variance": 0.5}
+    torch.testing.assert_close(loaded.W_dec, sae.W_dec)
+    with pytest.raises(LookupError, match="'train'"):
+        load_or_train(reference, SITE, SAESettings(d_sae=sae.cfg.d_sae, seed=1), tmp_path, texts, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder.name], "a failed training leaves nothing behind"
 
 
 def test_missing_sae_lens_fails_in_one_line_naming_the_extra(monkeypatch, tmp_path, capsys):

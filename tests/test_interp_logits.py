@@ -1,5 +1,6 @@
 """interp.logits: token sets, logit difference, log-prob change, KL, sentiment direction, sampling."""
 
+import copy
 import math
 
 import pytest
@@ -16,9 +17,11 @@ from interp.logits import (
     prompt_tokens,
     residual_sentiment_direction,
     sample_continuations,
+    sentiment_direction,
     sentiment_tokens,
     top_token_changes,
 )
+from interp.residual import logit_lens_logit_diff
 from interp.toy import perturb_head, toy_model, toy_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -120,7 +123,33 @@ def test_sampling_is_seeded_and_reward_is_the_mean(model):
     assert r == 1.0, "reward_fn gets prompt + continuation, special tokens removed"
 
 
+def test_a_direction_planted_in_the_final_layernorm_bias_moves_logit_diff_and_lens_by_hand(model):
+    """ln_final.b += c · d̂ with d = sentiment_direction and d̂ = d / |d|. The blocks are untouched and
+    ln_final's bias is added after the normalization, so every logit t moves by c · d̂ · W_U[:, t], and
+    the logit difference by c · d̂ · d = c · |d| exactly, on every prompt and at every logit-lens site.
+    Red if logit_diff and sentiment_direction disagree (a sum instead of a mean over the words, the
+    positive and negative sets swapped) or if the logit lens skips ln_final's bias."""
+    st = sentiment_tokens(model)
+    d = sentiment_direction(model, st)
+    c = 2.0
+    tuned = copy.deepcopy(model)
+    with torch.no_grad():
+        tuned.ln_final.b += c * d / d.norm()
+    expected = c * d.norm().item()  # by hand: 2 |d|
+    tokens, last = prompt_tokens(model, ["This movie was really", "I watched this film and it was", "The plot"])
+    with torch.no_grad():
+        ref_logits, ref_cache = model.run_with_cache(tokens)
+        tuned_logits, tuned_cache = tuned.run_with_cache(tokens)
+    moved = logit_diff(tuned_logits, st, last) - logit_diff(ref_logits, st, last)
+    torch.testing.assert_close(moved, torch.full((3,), expected), atol=1e-4, rtol=0)
+    lens_ref, sites = logit_lens_logit_diff(ref_cache, st, last)
+    lens_tuned, _ = logit_lens_logit_diff(tuned_cache, st, last)
+    torch.testing.assert_close(lens_tuned - lens_ref, torch.full((len(sites), 3), expected), atol=1e-4, rtol=0)
+
+
 def test_perturbed_head_moves_logit_diff(model):
+    """Smoke test (the known answer is the planted-bias test above): a head nudged along the
+    sentiment direction changes the logit difference at all."""
     st = sentiment_tokens(model)
     tuned = perturb_head(model, 1, 0, residual_sentiment_direction(model, st), scale=5.0)
     tokens = model.to_tokens("This movie was")

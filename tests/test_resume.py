@@ -181,8 +181,8 @@ def test_non_finite_steps_are_skipped_counted_and_stop_the_run(tmp_path, prompts
     # phase 1 runs normally; from phase 2 on every objective is NaN (2 minibatch steps a phase)
     objective = trainer.minibatch_objective
 
-    def nan_in_phase_2(mb):
-        total, stats = objective(mb)
+    def nan_in_phase_2(mb, temperature):
+        total, stats = objective(mb, temperature)
         return (total * float("nan"), stats) if trainer.scheduler.last_epoch >= 1 else (total, stats)
 
     trainer.minibatch_objective = nan_in_phase_2

@@ -30,10 +30,12 @@ from torch import Tensor, nn
 from transformer_lens import HookedTransformer
 from transformer_lens.hook_points import HookPoint
 
+from rlhf_scratch.runs import REWARD_MODEL_KIND
+
 # Logged every `log_every` steps (train, TRL RewardTrainer's names) and after every epoch on the
 # held-out pairs (the same names with an `eval/` prefix; TRL writes `eval_`).
 REWARD_MODEL_METRICS = ("loss", "accuracy", "margin", "min_reward", "mean_reward", "max_reward")
-KIND = "reward_model"  # config.json's "algo" in a reward-model run folder
+KIND = REWARD_MODEL_KIND  # config.json's "algo" in a reward-model run folder
 WEIGHTS_FILE = "reward_model.pt"
 
 
@@ -323,10 +325,11 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
     """
     from tqdm.auto import tqdm
 
-    from rlhf_scratch.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+    from rlhf_scratch.checkpoint import load_latest_checkpoint, rng_state, set_rng_state
+    from rlhf_scratch.lifecycle import RunLife
     from rlhf_scratch.loading import load_lm
     from rlhf_scratch.run_setup import resolve_device, set_seed
-    from rlhf_scratch.runs import CONFIG_FILE, append_metrics, check_new_run_dir, lock_run, write_status
+    from rlhf_scratch.runs import CONFIG_FILE, append_metrics, check_new_run_dir
 
     args.validate()
     say = (lambda text: None) if args.quiet else tqdm.write
@@ -346,70 +349,65 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
     steps_per_epoch = math.ceil(len(train_idx) / args.batch_size)
     total_steps = steps_per_epoch * args.epochs
     step = 0
-    if resume:
-        state = load_latest_checkpoint(run_dir, say)
-        model.load_state_dict(state["policy"])
-        optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
-        step = int(state["phase"])
-    else:
+    if not resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / CONFIG_FILE).write_text(json.dumps(args.to_dict(), indent=2) + "\n")
-    lock = lock_run(run_dir)  # one process trains a folder at a time (released when this one ends)
-    write_status(run_dir, "running", step)
-    say(f"reward model: {len(train_idx)} training pairs, {len(eval_idx)} held out, {total_steps} steps -> {run_dir}")
 
-    def save(at: int) -> None:
-        state = {"phase": at, "algo": KIND, "policy": model.state_dict(), "optimizer": optimizer.state_dict(),
-                 "rng": rng_state()}
-        save_checkpoint(run_dir, at, state, args.keep_checkpoints)
+    def state(at: int) -> dict:
+        return {"phase": at, "algo": KIND, "policy": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "rng": rng_state()}
 
-    window: list[dict[str, float]] = []
-    bar = tqdm(total=total_steps, initial=step, desc="reward model", disable=args.quiet)
-    try:
-        while step < total_steps:
-            epoch, within = divmod(step, steps_per_epoch)
-            order = list(train_idx)
-            random.Random(args.seed * 1000 + epoch).shuffle(order)  # the epoch's order, from (seed, epoch) alone
-            batch = [rows[i] for i in order[within * args.batch_size : (within + 1) * args.batch_size]]
-            chosen, rejected = pair_texts(batch)
-            ids, mask = model.tokenize(chosen + rejected)  # one forward for both sides, as TRL
-            rewards = model(ids, mask)
-            r_c, r_r = rewards[: len(batch)], rewards[len(batch) :]
-            margin = (torch.tensor([float(r["margin"]) for r in batch], device=rewards.device)
-                      if "margin" in batch[0] else None)
-            loss = calc_reward_model_loss(r_c, r_r, margin, args.center_rewards_coefficient)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-            optimizer.step()
-            step += 1
-            bar.update(1)
-            window.append({"loss": loss.item(), **reward_model_metrics(r_c, r_r)})
-            end_of_epoch = step % steps_per_epoch == 0
-            if step % args.log_every == 0 or end_of_epoch:
-                metrics = {"step": step, "epoch": step / steps_per_epoch,
-                           **{k: sum(w[k] for w in window) / len(window) for k in window[0]}}
-                window = []
-                if end_of_epoch:
-                    metrics.update(evaluate_pairs(model, eval_rows))
-                    say(f"epoch {step // steps_per_epoch}: eval/accuracy {metrics['eval/accuracy']:.3f}"
-                        + (f", eval/gold_accuracy {metrics['eval/gold_accuracy']:.3f}" if "eval/gold_accuracy" in metrics else ""))
-                append_metrics(run_dir, metrics)
-                bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['accuracy']:.2f}")
-            if args.save_every and step % args.save_every == 0 and step < total_steps:
-                save(step)
-    except KeyboardInterrupt:
-        bar.close()
-        save(step)
-        write_status(run_dir, "interrupted", step)
-        lock.release()
-        raise
-    bar.close()
-    save(step)
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, run_dir / WEIGHTS_FILE)
-    write_status(run_dir, "finished", step)
-    lock.release()
+    life = RunLife(run_dir, total_steps, args.keep_checkpoints, unit_name="step",
+                   state_now=lambda: {"policy": model.state_dict(), "optimizer": optimizer.state_dict()},
+                   moved=lambda: step)
+    with life:  # one process trains a folder at a time; Ctrl-C / SIGTERM finish the step and checkpoint
+        if resume:
+            restored = load_latest_checkpoint(run_dir, say)
+            model.load_state_dict(restored["policy"])
+            optimizer.load_state_dict(restored["optimizer"])
+            set_rng_state(restored["rng"])
+            step = int(restored["phase"])
+        life.start(step, state(step))
+        say(f"reward model: {len(train_idx)} training pairs, {len(eval_idx)} held out, {total_steps} steps -> {run_dir}")
+        window: list[dict[str, float]] = []
+        with tqdm(total=total_steps, initial=step, desc="reward model", disable=args.quiet) as bar:
+            while step < total_steps:
+                epoch, within = divmod(step, steps_per_epoch)
+                order = list(train_idx)
+                random.Random(args.seed * 1000 + epoch).shuffle(order)  # the epoch's order, from (seed, epoch) alone
+                batch = [rows[i] for i in order[within * args.batch_size : (within + 1) * args.batch_size]]
+                chosen, rejected = pair_texts(batch)
+                ids, mask = model.tokenize(chosen + rejected)  # one forward for both sides, as TRL
+                rewards = model(ids, mask)
+                r_c, r_r = rewards[: len(batch)], rewards[len(batch) :]
+                margin = (torch.tensor([float(r["margin"]) for r in batch], device=rewards.device)
+                          if "margin" in batch[0] else None)
+                loss = calc_reward_model_loss(r_c, r_r, margin, args.center_rewards_coefficient)
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+                optimizer.step()
+                step += 1
+                bar.update(1)
+                window.append({"loss": loss.item(), **reward_model_metrics(r_c, r_r)})
+                end_of_epoch = step % steps_per_epoch == 0
+                if step % args.log_every == 0 or end_of_epoch:
+                    metrics = {"step": step, "epoch": step / steps_per_epoch,
+                               **{k: sum(w[k] for w in window) / len(window) for k in window[0]}}
+                    window = []
+                    if end_of_epoch:
+                        metrics.update(evaluate_pairs(model, eval_rows))
+                        say(f"epoch {step // steps_per_epoch}: eval/accuracy {metrics['eval/accuracy']:.3f}"
+                            + (f", eval/gold_accuracy {metrics['eval/gold_accuracy']:.3f}" if "eval/gold_accuracy" in metrics else ""))
+                    append_metrics(run_dir, metrics)
+                    bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['accuracy']:.2f}")
+                due = args.save_every and step % args.save_every == 0
+                life.completed(step, state(step), save=bool(due or life.signal or step == total_steps))
+                if life.signal:
+                    raise life.interrupted_by_signal(step)
+                life.running(step)
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, run_dir / WEIGHTS_FILE)
+        life.finished(step)
     return run_dir
 
 
