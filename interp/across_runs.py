@@ -42,7 +42,7 @@ class InsideChange:
 
     label: str
     drift_sites: list[str]
-    drift: Float[Tensor, "site"]
+    drift: Float[Tensor, " site"]
     """1 − mean cosine of the residuals at each site."""
     head_dla_change: Float[Tensor, "n_layers n_heads"]
     """head DLA tuned − reference (nats)."""
@@ -158,7 +158,7 @@ class FeatureOverlap:
     """Features that fire on the shared sequences in the reference or in any run."""
 
 
-def feature_overlap(labels: list[str], changes: Float[Tensor, "runs d_sae"], alive: Bool[Tensor, "d_sae"],
+def feature_overlap(labels: list[str], changes: Float[Tensor, "runs d_sae"], alive: Bool[Tensor, " d_sae"],
                     ks: tuple[int, ...] = (10, 50)) -> FeatureOverlap:
     """The cosine matrix and the top-k Jaccard matrices of the change vectors, each k with its chance
     level among the `alive` features (a k above that count is dropped)."""
@@ -171,7 +171,7 @@ def feature_overlap(labels: list[str], changes: Float[Tensor, "runs d_sae"], ali
 @torch.no_grad()
 def feature_changes(reference: HookedTransformer, tuned: dict[str, HookedTransformer], sae, hook_name: str,
                     tokens: Int[Tensor, "seqs pos"], attention_mask: Bool[Tensor, "seqs pos"] | None = None
-                    ) -> tuple[Float[Tensor, "runs d_sae"], Bool[Tensor, "d_sae"]]:
+                    ) -> tuple[Float[Tensor, "runs d_sae"], Bool[Tensor, " d_sae"]]:
     """Δa_i for every labelled tuned model (rows in `tuned`'s order), all read through one SAE on the
     same `tokens` (`interp.feature_diff.feature_diff`); and which features fire anywhere (reference or any run)."""
     rows, alive = [], None

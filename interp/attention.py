@@ -57,7 +57,7 @@ def head_results(cache: ActivationCache) -> Float[Tensor, "layer_head batch pos 
 
 
 def head_dla(
-    cache: ActivationCache, tokens: SentimentTokens, last_pos: Int[Tensor, "batch"] | None = None
+    cache: ActivationCache, tokens: SentimentTokens, last_pos: Int[Tensor, " batch"] | None = None
 ) -> Float[Tensor, "n_layers n_heads"]:
     """Each head's direct contribution to the logit difference at the last token (nats, batch mean).
 
@@ -76,7 +76,7 @@ def head_dla_diff(
     ref_cache: ActivationCache,
     tuned_cache: ActivationCache,
     tokens: SentimentTokens,
-    last_pos: Int[Tensor, "batch"] | None = None,
+    last_pos: Int[Tensor, " batch"] | None = None,
 ) -> Float[Tensor, "n_layers n_heads"]:
     """head_dla(tuned) - head_dla(reference): which heads push sentiment harder after RLHF (nats).
 
@@ -157,7 +157,7 @@ def attention_patterns_html(cache: ActivationCache, layer: int, str_tokens: list
 
 @torch.no_grad()
 def head_means(
-    model: HookedTransformer, tokens: Int[Tensor, "batch pos"], last_pos: Int[Tensor, "batch"] | None = None
+    model: HookedTransformer, tokens: Int[Tensor, "batch pos"], last_pos: Int[Tensor, " batch"] | None = None
 ) -> Float[Tensor, "n_layers n_heads d_head"]:
     """Each head's z (hook_z) averaged over the batch and its real (non-padding) positions."""
     _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_z"))
@@ -183,7 +183,7 @@ def head_ablation_effects(
     tokens: Int[Tensor, "batch pos"],
     sentiment: SentimentTokens,
     means: Float[Tensor, "n_layers n_heads d_head"],
-    last_pos: Int[Tensor, "batch"] | None = None,
+    last_pos: Int[Tensor, " batch"] | None = None,
 ) -> Float[Tensor, "n_layers n_heads"]:
     """Logit difference with each head mean-ablated minus without (nats, batch mean), one head at a time.
 
@@ -231,7 +231,7 @@ def head_patching(
     tuned: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],
     sentiment: SentimentTokens,
-    last_pos: Int[Tensor, "batch"] | None = None,
+    last_pos: Int[Tensor, " batch"] | None = None,
 ) -> tuple[Float[Tensor, "n_layers n_heads"], Float[Tensor, "n_layers n_heads"]]:
     """Swap one head's output (z @ W_O) in the reference for the tuned model's, one head at a time.
 

@@ -77,7 +77,7 @@ def sentiment_tokens(
     return SentimentTokens(tuple(pos_ids), tuple(neg_ids), tuple(pos_kept), tuple(neg_kept))
 
 
-def prompt_tokens(model: HookedTransformer, prompts: list[str]) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch"]]:
+def prompt_tokens(model: HookedTransformer, prompts: list[str]) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, " batch"]]:
     """Tokenize `prompts` (with the model's default BOS), right-pad them into one batch.
 
     Returns (tokens, last_pos): last_pos[b] is the index of row b's last real token.
@@ -93,8 +93,8 @@ def prompt_tokens(model: HookedTransformer, prompts: list[str]) -> tuple[Int[Ten
 
 
 def at_last_pos(
-    x: Float[Tensor, "batch pos *rest"], last_pos: Int[Tensor, "batch"] | None = None
-) -> Float[Tensor, "batch *rest"]:
+    x: Float[Tensor, "batch pos *rest"], last_pos: Int[Tensor, " batch"] | None = None
+) -> Float[Tensor, " batch *rest"]:
     """x[b, last_pos[b]] for each row b (the last position when last_pos is None)."""
     if last_pos is None:
         return x[:, -1]
@@ -104,14 +104,14 @@ def at_last_pos(
 def logit_diff(
     logits: Float[Tensor, "batch pos d_vocab"],
     tokens: SentimentTokens,
-    last_pos: Int[Tensor, "batch"] | None = None,
-) -> Float[Tensor, "batch"]:
+    last_pos: Int[Tensor, " batch"] | None = None,
+) -> Float[Tensor, " batch"]:
     """mean_{t in pos} logit_t - mean_{t in neg} logit_t at each prompt's last token (nats of log-odds)."""
     last = at_last_pos(logits, last_pos)
     return last[:, list(tokens.pos_ids)].mean(-1) - last[:, list(tokens.neg_ids)].mean(-1)
 
 
-def sentiment_direction(model: HookedTransformer, tokens: SentimentTokens) -> Float[Tensor, "d_model"]:
+def sentiment_direction(model: HookedTransformer, tokens: SentimentTokens) -> Float[Tensor, " d_model"]:
     """mean_{t in pos} W_U[:, t] - mean_{t in neg} W_U[:, t]: the logit difference as a direction.
 
     It lives in the basis of the final LayerNorm's *output*: logit_diff = ln_final(x) . direction
@@ -121,7 +121,7 @@ def sentiment_direction(model: HookedTransformer, tokens: SentimentTokens) -> Fl
     return W_U[:, list(tokens.pos_ids)].mean(-1) - W_U[:, list(tokens.neg_ids)].mean(-1)
 
 
-def residual_sentiment_direction(model: HookedTransformer, tokens: SentimentTokens) -> Float[Tensor, "d_model"]:
+def residual_sentiment_direction(model: HookedTransformer, tokens: SentimentTokens) -> Float[Tensor, " d_model"]:
     """The sentiment direction in the *normalized residual* basis: ln_final's weight folded in.
 
     If y = (x - mean x) / scale is the residual after the cached final-LN scale (what
@@ -156,7 +156,7 @@ def direction_cosine(reference: HookedTransformer, tuned: HookedTransformer, tok
 def logprob_change(
     ref_logits: Float[Tensor, "batch pos d_vocab"],
     tuned_logits: Float[Tensor, "batch pos d_vocab"],
-    last_pos: Int[Tensor, "batch"] | None = None,
+    last_pos: Int[Tensor, " batch"] | None = None,
 ) -> Float[Tensor, "batch d_vocab"]:
     """log p_tuned(t | prompt) - log p_ref(t | prompt) for every token t, at each last position (nats)."""
     return at_last_pos(tuned_logits.log_softmax(-1) - ref_logits.log_softmax(-1), last_pos)

@@ -21,14 +21,14 @@ from interp.residual import real_position_mask, recovered_fraction
 Neuron = tuple[int, int]
 
 
-def _at_last(x: Float[Tensor, "batch pos ..."], last_pos: Int[Tensor, "batch"] | None) -> Float[Tensor, "batch ..."]:
+def _at_last(x: Float[Tensor, "batch pos ..."], last_pos: Int[Tensor, " batch"] | None) -> Float[Tensor, "batch ..."]:
     if last_pos is None:
         return x[:, -1]
     return x[torch.arange(x.shape[0], device=x.device), last_pos.to(x.device)]
 
 
 def neuron_dla(
-    cache: ActivationCache, tokens: SentimentTokens, last_pos: Int[Tensor, "batch"] | None = None
+    cache: ActivationCache, tokens: SentimentTokens, last_pos: Int[Tensor, " batch"] | None = None
 ) -> Float[Tensor, "n_layers d_mlp"]:
     """Each neuron's direct contribution to the logit difference at the last token (nats, batch mean):
 
@@ -53,7 +53,7 @@ def neuron_activation_change(
     ref_cache: ActivationCache,
     tuned_cache: ActivationCache,
     prompt_tokens: Int[Tensor, "batch pos"],
-    last_pos: Int[Tensor, "batch"] | None = None,
+    last_pos: Int[Tensor, " batch"] | None = None,
 ) -> Float[Tensor, "n_layers d_mlp"]:
     """mean over the prompts' real positions of post_tuned − post_ref, per neuron (signed; the
     same tokens through both models)."""
@@ -77,7 +77,7 @@ def top_neurons(scores: Float[Tensor, "n_layers d_mlp"], k: int = 5, absolute: b
 @torch.no_grad()
 def top_activating_tokens(
     model: HookedTransformer, prompt_tokens: Int[Tensor, "batch pos"], neuron: Neuron,
-    last_pos: Int[Tensor, "batch"] | None = None, k: int = 10,
+    last_pos: Int[Tensor, " batch"] | None = None, k: int = 10,
 ) -> list[tuple[float, str, str]]:
     """The k (activation, token, context) where `neuron` fires most on the prompts (real positions
     only): the token and the few tokens before it, so a reader can guess what the neuron reads."""
@@ -101,8 +101,8 @@ def neuron_patching(
     tokens: Int[Tensor, "batch pos"],
     sentiment: SentimentTokens,
     neurons: list[Neuron],
-    last_pos: Int[Tensor, "batch"] | None = None,
-) -> tuple[Float[Tensor, "k"], Float[Tensor, "k"]]:
+    last_pos: Int[Tensor, " batch"] | None = None,
+) -> tuple[Float[Tensor, " k"], Float[Tensor, " k"]]:
     """Put one neuron's tuned activation (hook_post, every position) into the reference, one
     neuron at a time: (effect on the reference's logit difference in nats, fraction of the
     tuned − reference gap recovered; nan when the gap is ~0). The reference keeps its own W_out,

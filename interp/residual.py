@@ -50,7 +50,7 @@ def recovered_fraction(
 
 
 def real_position_mask(
-    tokens: Int[Tensor, "batch pos"], last_pos: Int[Tensor, "batch"] | None
+    tokens: Int[Tensor, "batch pos"], last_pos: Int[Tensor, " batch"] | None
 ) -> Float[Tensor, "batch pos"]:
     """1.0 at each row's real tokens (positions <= last_pos), 0.0 at right padding."""
     pos = torch.arange(tokens.shape[1], device=tokens.device)
@@ -60,7 +60,7 @@ def real_position_mask(
 
 
 def stack_at_last_pos(
-    stack: Float[Tensor, "component batch pos d_model"], last_pos: Int[Tensor, "batch"] | None = None
+    stack: Float[Tensor, "component batch pos d_model"], last_pos: Int[Tensor, " batch"] | None = None
 ) -> Float[Tensor, "component batch d_model"]:
     """stack[:, b, last_pos[b]] for each row b (the last position when last_pos is None)."""
     if last_pos is None:
@@ -91,7 +91,7 @@ def logit_lens_logprobs(cache: ActivationCache) -> tuple[Float[Tensor, "site bat
 
 
 def logit_lens_logit_diff(
-    cache: ActivationCache, tokens: SentimentTokens, last_pos: Int[Tensor, "batch"] | None = None
+    cache: ActivationCache, tokens: SentimentTokens, last_pos: Int[Tensor, " batch"] | None = None
 ) -> tuple[Float[Tensor, "site batch"], list[str]]:
     """The logit difference (nats) the model would output if its residual stopped at each site.
 
@@ -118,7 +118,7 @@ def decompose_final_resid(cache: ActivationCache) -> tuple[Float[Tensor, "compon
 
 
 def component_logit_diff(
-    cache: ActivationCache, tokens: SentimentTokens, last_pos: Int[Tensor, "batch"] | None = None
+    cache: ActivationCache, tokens: SentimentTokens, last_pos: Int[Tensor, " batch"] | None = None
 ) -> tuple[Float[Tensor, "component batch"], list[str]]:
     """Direct logit attribution of each residual component to the logit difference (nats).
 
@@ -148,16 +148,16 @@ class ResidualDrift:
     """
 
     labels: list[str]
-    cosine: Float[Tensor, "site"]
-    diff_norm: Float[Tensor, "site"]
-    ref_norm: Float[Tensor, "site"]
+    cosine: Float[Tensor, " site"]
+    diff_norm: Float[Tensor, " site"]
+    ref_norm: Float[Tensor, " site"]
 
 
 def residual_drift(
     ref_cache: ActivationCache,
     tuned_cache: ActivationCache,
     tokens: Int[Tensor, "batch pos"],
-    last_pos: Int[Tensor, "batch"] | None = None,
+    last_pos: Int[Tensor, " batch"] | None = None,
 ) -> ResidualDrift:
     """Cosine similarity and norm of the difference of the raw (un-normalized) residuals per site."""
     ref, labels = ref_cache.accumulated_resid(return_labels=True)
@@ -222,8 +222,8 @@ class PatchingResult:
     """
 
     labels: list[str]
-    effect: Float[Tensor, "site *pos"]
-    fraction: Float[Tensor, "site *pos"]
+    effect: Float[Tensor, " site *pos"]
+    fraction: Float[Tensor, " site *pos"]
     ref_logit_diff: float
     tuned_logit_diff: float
 
@@ -234,7 +234,7 @@ def residual_patching(
     tuned: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],
     sentiment: SentimentTokens,
-    last_pos: Int[Tensor, "batch"] | None = None,
+    last_pos: Int[Tensor, " batch"] | None = None,
     per_position: bool = False,
 ) -> PatchingResult:
     """Patch the tuned residual into the reference at each site (and each position), one at a time.
@@ -282,7 +282,7 @@ def residual_patching_reward(
     n_samples: int = 16,
     gen_len: int = 20,
     seed: int = 0,
-) -> tuple[Float[Tensor, "site"], Float[Tensor, "site"], float, float]:
+) -> tuple[Float[Tensor, " site"], Float[Tensor, " site"], float, float]:
     """Mean reward of samples from each hybrid (tuned below site, reference above), and its fraction.
 
     Returns (reward per site, fraction of the reward gap per site, reference reward, tuned
