@@ -197,6 +197,12 @@ def _html(title: str, S: dict, figures: list[tuple[str, Path, str]]) -> str:
         "below are a coarse view.</p>",
         "<h2>Top changed features</h2>" + features,
     ]
+    if "causal" in S:
+        parts.insert(1, "<p>KL here is sampled: the mean over the samples of Σ_t log p_model(o_t) − log p_ref(o_t) on each "
+                        "completion's tokens. One sample's sum is negative wherever the reference liked those tokens more, so "
+                        "a mean of a few dozen can be below 0 although the true KL is ≥ 0 (its expectation when the samples "
+                        "come from the model; with top-k sampling, scored with the full softmax, even the expectation can be "
+                        "below 0). Compare conditions with each other, not with 0.</p>")
     parts += [figure(path, fig_title, caption) for fig_title, path, caption in figures]
     parts.append(f"<p><small>Generated in {S['seconds']:.1f} s.</small></p>")
     return page(title, parts)

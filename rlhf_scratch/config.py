@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rlhf_scratch import registry
@@ -63,7 +64,9 @@ class CommonArgs:
     model: str = "tiny"
     """Policy to tune: `tiny`, a TransformerLens pretrained name (e.g. `gpt2`) or a local HF GPT-2 folder."""
     reward_model: str = "tiny"
-    """Sentiment classifier for task `sentiment`: `tiny`, a Hub id or a local folder. Label 1 = positive."""
+    """What scores task `sentiment`: a classifier (`tiny`, a Hub id, a local folder; label 1 = positive)
+    or a reward model — a `python -m rlhf_scratch.reward_model` run folder or its export (its scalar
+    is the reward). A local path is recorded absolute, with a hash of its weights checked on resume."""
     direction: str = "pos"
     """`pos` rewards positive sentiment, `neg` negative (tasks `sentiment` and `vader`)."""
     seed: int = 1
@@ -203,6 +206,9 @@ class CommonArgs:
                f"must be a finite number; got {self.reward_threshold}")
         _check(self.missing_eos_penalty is None or (_finite(self.missing_eos_penalty) and self.missing_eos_penalty >= 0),
                "missing_eos_penalty", f"must be a finite number >= 0; got {self.missing_eos_penalty}")
+        _check(self.task == "sentiment" or self.reward_model == PRESETS[self.preset]["reward_model"], "reward_model",
+               f"only task sentiment reads a reward model; task {self.task} is scored by "
+               f"{'VADER' if self.task == 'vader' else 'counting periods'}: drop --reward-model, or use task sentiment")
         _check(self.prompts != "", "prompts", "must name a source: prefix, rt, a .txt/.jsonl file or a dataset")
         _check(self.prompts != PROMPT_PREFIX or self.prefix != "" or self.prepend_bos, "prefix",
                "must be non-empty when prepend_bos is False (generation needs at least one token)")
@@ -214,6 +220,19 @@ class CommonArgs:
 
     def _nonnegative_floats(self) -> tuple[str, ...]:
         return ("base_lr", "max_grad_norm", "warmup_steps", "final_scale")
+
+    def with_local_paths_resolved(self) -> "CommonArgs":
+        """These args with every local path they name made absolute (`model`, `reward_model`, a
+        prompts file or folder), so that a run folder's config means the same files wherever it is
+        resumed from. Names that are not local paths (`tiny`, `rt`, a Hub id) are left as they are."""
+        special = {"model": ("tiny",), "reward_model": ("tiny",), "prompts": (PROMPT_PREFIX, "rt")}
+        resolved = {}
+        for name, keep in special.items():
+            value = getattr(self, name)
+            path = Path(value).expanduser()
+            if value not in keep and path.exists():
+                resolved[name] = str(path.resolve())
+        return dataclasses.replace(self, **resolved) if resolved else self
 
     def eos_stops(self) -> bool:
         """Whether completions end at their first EOS (`stop_at_eos`, or its per-source default)."""
@@ -339,7 +358,8 @@ class GroupArgs(CommonArgs):
     num_generations: int = 4
     """G: completions per prompt (consecutive in the batch); batch_size must divide by it."""
     num_iterations: int = 1
-    """Passes over each rollout batch (1: the ratio is 1 and the loss is REINFORCE's)."""
+    """Passes over each rollout batch. With 1, the ratio is 1 (the loss REINFORCE's) only on the first
+    minibatch; later minibatches are scored by a policy that has already stepped."""
     epsilon_low: float = 0.2
     """Lower clip of the ratio: 1 - epsilon_low."""
     epsilon_high: float = 0.2
@@ -374,7 +394,8 @@ class RLOOArgs(GroupArgs):
     ALGO: ClassVar[str] = "rloo"
 
     num_iterations: int = 1
-    """Passes over each rollout batch (1: the ratio is 1 and the loss is plain REINFORCE)."""
+    """Passes over each rollout batch. With 1, the ratio is 1 (plain REINFORCE) only on the first
+    minibatch; later minibatches are scored by a policy that has already stepped."""
     epsilon_low: float = 0.2
     """Lower clip of the sequence ratio: 1 - epsilon_low."""
     epsilon_high: float = 0.2
@@ -397,7 +418,8 @@ class GRPOArgs(GroupArgs):
     """G: completions per prompt (consecutive in the batch); batch_size must divide by it. 8 as TRL:
     the tiny preset's batch of 64 is then 8 prompts."""
     num_iterations: int = 1
-    """Passes over each rollout batch (TRL's μ; 1: every ratio is 1 and the loss is REINFORCE-like)."""
+    """Passes over each rollout batch (TRL's μ). With 1, every ratio is 1 (the loss REINFORCE-like) only on
+    the first minibatch; later minibatches are scored by a policy that has already stepped."""
     epsilon_low: float = 0.2
     """Lower clip of the ratio: 1 - epsilon_low (TRL's `epsilon`)."""
     epsilon_high: float = 0.2

@@ -209,6 +209,30 @@ def check_model_folder(folder: Path, field: str, classifier: bool) -> None:
                 "be GPT-2 architecture (model_type gpt2); TransformerLens model names load from the Hub")
 
 
+WEIGHT_FILES = ("*.safetensors", "*.bin", "reward_model.pt", "policy.pt")
+
+
+def weights_digest(folder: str | Path) -> str | None:
+    """sha256 over the weight files of a local model folder (a HF folder's safetensors/bin, a
+    reward-model run's reward_model.pt), names and bytes, in name order: the identity a run records
+    for the reward model it was trained against. None if `folder` is not a local folder with weights."""
+    import hashlib
+
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        return None
+    files = sorted({f for pattern in WEIGHT_FILES for f in folder.glob(pattern) if f.is_file()})
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def load_tokenizer(name: str = TINY) -> PreTrainedTokenizerBase:
     """The LM's tokenizer: `tiny` (shipped), a local folder, or a Hub id."""
     folder = _local_folder(name, TINY_LM_DIR)

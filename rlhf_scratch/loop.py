@@ -167,7 +167,7 @@ def run_training(trainer: TrainerContract, run_dir: Path | None = None, quiet: b
     record = rewarded_by(args, trainer.reward_fn, trainer.judge)
     if resume:
         saved = load_rewarded_by(run_dir)
-        if saved is not None and saved != record:
+        if saved is not None and {key: record.get(key) for key in saved} != saved:  # (older runs record fewer keys)
             raise ConfigError(f"resume: {run_dir} was rewarded by {describe_rewarded_by(saved)}, this trainer by "
                               f"{describe_rewarded_by(record)}; resume it with the same reward function (and judge)")
     else:  # rank 0 creates the folder and tells the others its name

@@ -85,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingStopped as e:  # Ctrl-C or SIGTERM: the step finished, a checkpoint was written
         print(e, file=sys.stderr)  # ends with the resume command
         return e.exit_code
-    print(f"done: {run_dir}")
+    print(f"done: {run_dir}\n"
+          f"  train against it:  python -m rlhf_scratch.train sentiment --reward-model {run_dir}\n"
+          f"  export it:         python -m rlhf_scratch.export {run_dir} OUT_DIR")
     return 0
 
 

@@ -17,8 +17,14 @@ from rlhf_scratch.prompts import PromptIterator, check_prompt_lengths, load_prom
 
 
 def resolve_device(device: str) -> str:
+    """`auto` → cuda if available, else cpu; a device this torch cannot use is one ConfigError line."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device: {device!r} requested but no CUDA GPU is available to this torch "
+                          f"(torch {torch.__version__}); use --device cpu or auto")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device: 'mps' requested but the MPS backend is not available; use --device cpu or auto")
     return device
 
 
@@ -32,11 +38,6 @@ def setup_torch(args: CommonArgs) -> str:
     """Validate the args, seed every RNG, set the CPU threads; return the device to run on."""
     args.validate()
     device = resolve_device(args.device)
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device: {args.device!r} requested but no CUDA GPU is available to this torch "
-                          f"(torch {torch.__version__}); use --device cpu or auto")
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("device: 'mps' requested but the MPS backend is not available; use --device cpu or auto")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = dist.init(device)  # under torchrun: join the process group, one GPU per rank

@@ -255,6 +255,10 @@ def reward_shown(run_dir: str | Path, args: CommonArgs) -> str:
     config.json), or — for a run a Python function rewarded — the task's, saying it is not the run's."""
     rewarded = load_rewarded_by(run_dir)
     if cli_can_rebuild(rewarded, args):
+        if args.task == "sentiment" and args.reward_model != "tiny":
+            kind = ("a Bradley–Terry reward model's scalar score (unbounded, not a probability)"
+                    if saved_kind(args.reward_model) == REWARD_MODEL_KIND else "the classifier's probability")
+            return f"reward shown: {args.reward_model}, {kind} — the run's own"
         return f"reward shown: task {args.task}, the run's own"
     return (f"reward shown: task {args.task}, NOT the run's own: it was rewarded by {describe_rewarded_by(rewarded)}, "
             "which the command line cannot load")
@@ -308,7 +312,8 @@ def describe_rewarded_by(rewarded_by: dict | None) -> str:
     if rewarded_by is None:
         return "the task's reward"
     judge = rewarded_by.get("judge")
-    return rewarded_by["reward"] + (f", judged by {judge}" if judge else "")
+    weights = f" (reward model weights sha256 {rewarded_by['reward_model_sha256'][:12]}…)" if "reward_model_sha256" in rewarded_by else ""
+    return rewarded_by["reward"] + weights + (f", judged by {judge}" if judge else "")
 
 
 def append_metrics(run_dir: Path, metrics: dict[str, float | int]) -> None:

@@ -29,14 +29,19 @@ RESUMABLE = ("total_phases", "save_every", "keep_checkpoints", "table_every", "p
 
 
 def description(algo: str) -> str:
+    """The --help text above the flags: what the command does, its two forms, the presets — short
+    paragraphs (tyro keeps each one as a paragraph)."""
     cls = args_class(algo)
-    return (f"RLHF of a language model toward a reward: {algo} ({cls.__doc__.strip()})\n\n"
-            f"usage: {PROG} TASK [--algo {{{','.join(registry.names())}}}] [--FIELD VALUE ...]   |   {PROG} --resume RUN_DIR\n"
-            f"TASK: {', '.join(TASKS)} (the same as --task). --algo picks the algorithm (default ppo; "
-            f"`--algo ALGO --help` lists its fields). --resume continues an interrupted run from its latest "
-            f"checkpoint with its saved config; only {', '.join(flag_of(f) for f in RESUMABLE)} may be given too. "
-            f"Presets: {', '.join(PRESETS)}; the gpt2 preset sets "
-            + ", ".join(f"{k}={v}" for k, v in PRESETS["gpt2"].items()) + ".")
+    gpt2 = ", ".join(f"{k}={v[algo] if isinstance(v, dict) else v}" for k, v in preset_values("gpt2", cls).items())
+    return "\n\n".join([
+        f"RLHF of a language model toward the reward of TASK: {PROG} TASK [--FIELD VALUE ...]. "
+        f"This is --algo {algo}: {cls.__doc__.strip()}",
+        f"TASK is {', '.join(TASKS)}; --algo is one of {', '.join(registry.names())} (default ppo; "
+        "each has its own flags: --algo ALGO --help).",
+        f"To continue an interrupted run: {PROG} --resume RUN_DIR (only "
+        f"{', '.join(flag_of(f) for f in RESUMABLE)} may be given with it).",
+        f"--preset tiny (default) or gpt2; gpt2 sets {gpt2}.",
+    ])
 
 
 class _OneLineParser(argparse.ArgumentParser):

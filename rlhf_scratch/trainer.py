@@ -30,6 +30,7 @@ holds no scaffolding and the base holds no algorithm math; algorithms never impo
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -65,6 +66,7 @@ class Trainer:
     METRICS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, args: CommonArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
+        args = args.with_local_paths_resolved()  # what config.json records must mean the same files on resume
         self.device = setup_torch(args)
         self.args, self.quiet = args, quiet or not dist.is_main()  # one progress bar: rank 0's
         lm = load_policy(args.model, self.device)
@@ -144,7 +146,8 @@ class Trainer:
         Returns the stats averaged over minibatches (`mean_stats`) and `charts/skipped_steps`."""
         stats: list[dict[str, float]] = []
         skipped = 0
-        bar = tqdm(minibatches, total=total, desc="minibatches", leave=False, disable=self.quiet)
+        # a nested bar only on a terminal: written to a file it is a few lines of noise a phase
+        bar = tqdm(minibatches, total=total, desc="minibatches", leave=False, disable=self.quiet or not sys.stderr.isatty())
         for minibatch in bar:
             with timed("learning_forward"), self.learning_precision():
                 out = objective(minibatch)

@@ -406,3 +406,26 @@ def test_no_reference_model_is_loaded_at_beta_zero(dataset_trainer):
     assert trainer.ref_model is None
     rollout = trainer.rollout_phase()
     assert rollout.ref_logprobs is None and rollout.kl is None
+
+
+def test_with_equal_lengths_every_loss_type_is_the_same_update():
+    """No EOS stop (the default --prompts prefix): every row keeps all L tokens, so grpo (mean of row
+    means), bnpo (token mean), dr_grpo (sum / (B·L)) and dapo (sum / (N / splits), N = B·L) divide
+    the same sum by B·L. Red if an aggregation is wrong (e.g. dr_grpo dividing by B only) — and the
+    reason `GRPOTrainer` notes that --loss-type changes nothing there."""
+    torch.manual_seed(0)
+    B, L = 4, 5
+    old = -torch.rand(B, L) - 0.5
+    adv = torch.tensor([1.5, -0.5, 0.25, -1.25])
+    mask = torch.ones(B, L, dtype=torch.bool)
+    results = {}
+    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
+        logp = (old + 0.1 * torch.randn(B, L, generator=torch.Generator().manual_seed(1))).requires_grad_(True)
+        J = calc_grpo_objective(logp, old, adv, mask, loss_type=loss_type, max_completion_length=L, epsilon_low=0.2,
+                                epsilon_high=0.2, num_items_in_batch=B * L, num_splits=1)
+        J.backward()
+        results[loss_type] = (J.detach(), logp.grad)
+    J0, g0 = results["grpo"]
+    for loss_type, (J, g) in results.items():
+        torch.testing.assert_close(J, J0, rtol=0, atol=1e-7, msg=f"{loss_type} differs from grpo at equal lengths")
+        torch.testing.assert_close(g, g0, rtol=0, atol=1e-7)

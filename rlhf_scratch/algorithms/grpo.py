@@ -26,11 +26,13 @@ and docs/grpo.md, where the length bias of `grpo` is measured against `dr_grpo`,
 
 from __future__ import annotations
 
+import sys
 from typing import NamedTuple
 
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from rlhf_scratch import distributed as dist
 from rlhf_scratch.advantages import check_groups, group_reward_stats
@@ -56,6 +58,9 @@ GRPO_METRICS = (
     "kl",  # logged only when β > 0, as TRL: mean per-token k3 of π to π_ref in the loss forward (KL_METRIC)
 )
 KL_METRIC = "kl"
+LENGTH_NOTE = ("note: --loss-type {loss_type} changes nothing here: without a stop at EOS every completion has "
+               "gen_len={gen_len} tokens, and with equal lengths grpo, bnpo, dr_grpo and dapo give the same update; "
+               "the length lesson needs --stop-at-eos or --prompts rt (docs/grpo.md)")
 
 
 def compute_grpo_advantages(
@@ -282,6 +287,11 @@ class GRPOTrainer(Trainer):
 
     METRICS = GRPO_METRICS
     args: GRPOArgs
+
+    def __init__(self, args: GRPOArgs, reward_fn=None, quiet: bool = False):
+        super().__init__(args, reward_fn, quiet)
+        if not args.eos_stops() and args.loss_type != GRPOArgs.loss_type and not self.quiet:
+            tqdm.write(LENGTH_NOTE.format(loss_type=args.loss_type, gen_len=args.gen_len), file=sys.stderr)
 
     def uses_reference(self) -> bool:
         """As TRL: at β = 0 the reference is never loaded nor run (unless asked to measure the KL)."""

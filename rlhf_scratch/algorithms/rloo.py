@@ -13,7 +13,9 @@ the objective is PPO's clipped surrogate on the SEQUENCE log-prob ratio:
     ρ_i  = exp(log π(o_i|q) − log π_old(o_i|q))
     J    = mean_i min(ρ_i A_i, clip(ρ_i, 1−ε_low, 1+ε_high) A_i)   calc_rloo_objective (maximised)
 
-With one iteration per batch ρ = 1 and J's gradient is REINFORCE's, mean_i A_i ∇ log π(o_i|q).
+ρ = 1 only on the first minibatch of the first pass, where J's gradient is REINFORCE's,
+mean_i A_i ∇ log π(o_i|q). Even with one pass per batch, each later minibatch was sampled from π_old
+but is scored by a policy that has already taken steps, so its ρ ≠ 1 and the clip can bind.
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ def calc_rloo_objective(
 
     Once ρ has moved past the clip in the direction A pushes (ρ > 1+ε_high with A > 0, ρ < 1−ε_low
     with A < 0) the term is constant (no gradient); moving back is never clipped. At ρ = 1 (the
-    first pass over a batch) ∇J = mean_i A_i ∇ log π(o_i|q): REINFORCE with the leave-one-out baseline.
+    first minibatch of the first pass) ∇J = mean_i A_i ∇ log π(o_i|q): REINFORCE with the leave-one-out
+    baseline; later minibatches are scored by a policy that has already stepped, so ρ ≠ 1 there.
     """
     ratio = (seq_logprobs - old_seq_logprobs).exp()
     clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)

@@ -192,7 +192,26 @@ def load_pairs(source: str) -> list[dict]:
         rows = [_check_pair(dict(row), f"{source} row {i}") for i, row in enumerate(data)]
     if len(rows) < 2:
         raise PairsError(f"pairs: {source}: {len(rows)} pair(s); need at least 2 (one to train, one held out)")
+    check_gold_scores(rows, source)
     return rows
+
+
+GOLD_KEYS = ("score_chosen", "score_rejected")
+
+
+def check_gold_scores(rows: list[dict], source: str) -> None:
+    """Gold scores are all or nothing: if any row carries `score_chosen`/`score_rejected`, every row
+    must carry both as finite numbers (they are read after each epoch, `gold_accuracy`: a row
+    without them would fail there, after the training). One PairsError line naming the first bad row."""
+    if not any(key in row for row in rows for key in GOLD_KEYS):
+        return
+    for i, row in enumerate(rows):
+        for key in GOLD_KEYS:
+            value = row.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                got = "missing" if key not in row else repr(value)
+                raise PairsError(f"pairs: {source} row {i + 1}: {key} is {got}; other rows carry gold scores, so "
+                                 f"every row must (a finite number), or none")
 
 
 def _check_pair(row: object, where: str) -> dict:
@@ -389,6 +408,10 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
                 optimizer.step()
                 step += 1
                 bar.update(1)
+                # the step is done and kept before anything is evaluated: an evaluation that fails
+                # leaves a checkpoint of this step (and at the last step, a finished training to resume)
+                due = args.save_every and step % args.save_every == 0
+                life.completed(step, state(step), save=bool(due or life.signal or step == total_steps))
                 window.append({"loss": loss.item(), **reward_model_metrics(r_c, r_r)})
                 end_of_epoch = step % steps_per_epoch == 0
                 if step % args.log_every == 0 or end_of_epoch:
@@ -401,8 +424,6 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
                             + (f", eval/gold_accuracy {metrics['eval/gold_accuracy']:.3f}" if "eval/gold_accuracy" in metrics else ""))
                     append_metrics(run_dir, metrics)
                     bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['accuracy']:.2f}")
-                due = args.save_every and step % args.save_every == 0
-                life.completed(step, state(step), save=bool(due or life.signal or step == total_steps))
                 if life.signal:
                     raise life.interrupted_by_signal(step)
                 life.running(step)
@@ -433,7 +454,9 @@ def reward_model_classifier(run_dir: str | Path, device: str = "cpu") -> tuple:
     from rlhf_scratch.loading import as_classifier
 
     scalar = load_reward_model_run(run_dir, device="cpu")
-    return as_classifier(to_hf_reward_model(scalar), scalar.base.tokenizer, str(run_dir), device)
+    with torch.random.fork_rng(devices=[]):  # building the HF model initialises weights it then overwrites
+        classifier = to_hf_reward_model(scalar)
+    return as_classifier(classifier, scalar.base.tokenizer, str(run_dir), device)
 
 
 def load_reward_model_run(run_dir: str | Path, device: str = "cpu") -> RewardModel:
@@ -446,6 +469,7 @@ def load_reward_model_run(run_dir: str | Path, device: str = "cpu") -> RewardMod
     if not weights.is_file():
         raise ModelFolderError(f"reward_model: {run_dir} has no {WEIGHTS_FILE} (unfinished? resume it with "
                                f"python -m rlhf_scratch.reward_model --resume {run_dir})")
-    model = RewardModel(load_lm(config.get("model", "tiny"), device=device))
+    with torch.random.fork_rng(devices=[]):  # the head's throw-away initialisation must not move the run's RNG
+        model = RewardModel(load_lm(config.get("model", "tiny"), device=device))
     model.load_state_dict(torch.load(weights, map_location=device, weights_only=True))
     return model.eval()

@@ -20,6 +20,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from rlhf_scratch.config import CommonArgs
+from rlhf_scratch.loading import weights_digest
 from rlhf_scratch.reward.functions import SentimentReward, reward_fn_char_count, reward_fn_vader
 
 RewardFn = Callable[..., Any]
@@ -94,7 +95,12 @@ def rewarded_by(args: CommonArgs, reward_fn: RewardFn | None, judge: Callable | 
         judged = f"judge {args.judge}"
     else:
         judged = f"python {qualified_name(judge)}"
-    return {"reward": reward, "judge": judged}
+    record = {"reward": reward, "judge": judged}
+    if reward == "task sentiment":  # a local classifier or reward model: which weights, exactly
+        digest = weights_digest(args.reward_model) if args.reward_model != "tiny" else None
+        if digest is not None:
+            record["reward_model_sha256"] = digest
+    return record
 
 
 
