@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = make_preference_pairs(
             lm, prompts, opts.num_pairs, gold=opts.gold, label=opts.label, seed=opts.seed, gen_len=opts.gen_len,
             temperature=opts.temperature, top_k=opts.top_k, stop_at_eos=opts.prompts != PROMPT_PREFIX,
-            batch_size=opts.batch_size)
+            batch_size=opts.batch_size, source=opts.prompts)
         write_pairs(rows, opts.out)
     except (ValueError, OSError, HubUnreachableError) as e:  # PromptError, ModelFolderError, ...
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)

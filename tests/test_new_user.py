@@ -260,3 +260,23 @@ def test_reward_model_ends_with_the_next_commands(tmp_path, capsys, one_thread):
     assert main(["--pairs", str(pairs), "--run-dir", str(tmp_path / "rm"), "--epochs", "1", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert f"python -m rlhf_scratch.train sentiment --reward-model {tmp_path / 'rm'}" in out
+
+
+# --- 3. the model's context, checked before anything is sampled -----------------------------------
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--gen-len", "128"], "error: gen_len: 128 leaves no room for a prompt in the model's context n_ctx=128"),
+    (["--gen-len", "100"], "tokens with gen_len 100 exceed the model's context n_ctx=128"),
+])
+def test_preferences_checks_the_context_length_in_one_line(flags, message, tmp_path, capsys):
+    """Used to crash with `IndexError: index 128 is out of bounds` mid-generation."""
+    from rlhf_scratch.preferences import main
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("A short one.\n" + "a long review opening that goes on " * 8 + "\n")
+    out = tmp_path / "pairs.jsonl"
+    assert main(["--out", str(out), "--num-pairs", "2", "--prompts", str(prompts), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+    assert not out.exists()

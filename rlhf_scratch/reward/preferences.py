@@ -76,15 +76,23 @@ def make_preference_pairs(
     stop_at_eos: bool = True,
     batch_size: int = 64,
     quiet: bool = False,
+    source: str = "prompts",
 ) -> list[dict]:
     """`num_pairs` rows: prompts taken in a seeded shuffled order (cycled when there are fewer
-    prompts than pairs), two completions of each from `lm`, labelled by `gold` with `label`."""
+    prompts than pairs), two completions of each from `lm`, labelled by `gold` with `label`.
+    Every prompt must leave room for `gen_len` tokens in the model's context (a PromptError naming
+    the first that does not, from `source`, before anything is sampled)."""
     import torch
     from tqdm.auto import tqdm
 
     from rlhf_scratch.generation import decode_completions, generate, tokenize_prompts
-    from rlhf_scratch.prompts import PromptIterator
+    from rlhf_scratch.prompts import PromptError, PromptIterator, check_prompt_lengths
 
+    n_ctx = lm.cfg.n_ctx
+    if gen_len >= n_ctx:
+        raise PromptError(f"gen_len: {gen_len} leaves no room for a prompt in the model's context n_ctx={n_ctx}")
+    check_prompt_lengths(prompts, lambda p: lm.to_tokens(p, prepend_bos=prepend_bos, truncate=False).shape[1], n_ctx,
+                         gen_len, source)
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     order = PromptIterator(prompts, seed)
