@@ -11,7 +11,7 @@ completions × 30 tokens forced to full length (no EOS), top-k 10, temperature 1
 model (β = 0.1), 2 passes × 4 minibatches of 16, fp32, no gradient checkpointing, fused AdamW,
 the same reward (the tiny sentiment classifier as a reward function), logging every round.
 
-    ours  ppo   : RLHFTrainer,  batch 64, num_minibatches 4, batches_per_learning_phase 2, kl_coef 0.1
+    ours  ppo   : RLHFTrainer,  batch 64, num_minibatches 4, batches_per_learning_phase 2, beta 0.1
                   (ppo-lowmem: the same with --no-cache-ref-logprobs, a reference forward per minibatch)
     ours  rloo  : RLOOTrainer,  16 prompts × num_generations 4, num_minibatches 4, num_iterations 2, beta 0.1
     ours  grpo  : GRPOTrainer,  the same shape as rloo (loss_type dapo, scale_rewards group: both TRL's defaults)
@@ -100,17 +100,14 @@ def count_flops(fn) -> float:
 
 
 def worker_ours(system: str, opts) -> dict:
-    import importlib
-
     import torch
 
+    from rlhf_scratch import registry
     from rlhf_scratch.config import make_args
     from rlhf_scratch.runs import read_metrics
-    from rlhf_scratch.train import TRAINER_OF_ALGO
 
     algo = system.split("-")[1]  # ours-ppo-lowmem -> ppo
-    module, name = TRAINER_OF_ALGO[algo]
-    Trainer = getattr(importlib.import_module(module), name)  # only the chosen algorithm's module, as train does
+    Trainer = registry.get(algo).trainer_class()  # only the chosen algorithm's module, as train does
     marks = {"imports": time.time()}
 
     task = "sentiment"
@@ -124,12 +121,11 @@ def worker_ours(system: str, opts) -> dict:
         task = "periods"  # the tiny classifier's tokenizer does not cover GPT-2's vocabulary
     common = dict(task=task, total_phases=opts.warmup + opts.rounds, batch_size=BATCH, gen_len=GEN_LEN, top_k=TOP_K,
                   num_minibatches=MINIBATCHES, device=opts.device, threads=opts.threads, save_every=0,
-                  save_model=False, stop_at_eos=False, warmup_steps=1, compile=opts.compile, bf16=opts.bf16)
+                  save_model=False, stop_at_eos=False, warmup_steps=1, compile=opts.compile, bf16=opts.bf16, beta=BETA)
     if algo == "ppo":
-        args = make_args("tiny", "ppo", batches_per_learning_phase=PASSES, kl_coef=BETA,
-                         cache_ref_logprobs=system == "ours-ppo", **common)
+        args = make_args("tiny", "ppo", batches_per_learning_phase=PASSES, cache_ref_logprobs=system == "ours-ppo", **common)
     else:  # rloo and grpo: G completions of BATCH / G prompts
-        args = make_args("tiny", algo, num_generations=GROUP, num_iterations=PASSES, beta=BETA, **common)
+        args = make_args("tiny", algo, num_generations=GROUP, num_iterations=PASSES, **common)
     trainer = Trainer(args, quiet=True)
     marks["trainer_init"] = time.time()
     learning_ends = watch_phases(trainer, marks)

@@ -14,12 +14,8 @@ import argparse
 import statistics
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from rlhf_scratch.runs import load_args, read_metrics  # noqa: E402
+from interp.pages import new_figure, save_figure
+from rlhf_scratch.runs import load_args, read_metrics
 
 
 def default_label(run: str) -> str:
@@ -42,7 +38,7 @@ def main() -> None:
     walls = opts.wall.split(",") if opts.wall else [""] * len(opts.runs)
     peaks = opts.peak_mib.split(",") if opts.peak_mib else [""] * len(opts.runs)
 
-    fig, (ax_r, ax_f) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_r, ax_f) = new_figure(1, 2, figsize=(11.0, 4.0))  # a Figure of its own: no backend, no pyplot
     rows, lengths = [], []
     for run, label, wall, peak in zip(opts.runs, labels, walls, peaks):
         m = read_metrics(run)
@@ -65,8 +61,7 @@ def main() -> None:
         ax.legend()
     if opts.title:
         fig.suptitle(opts.title)
-    fig.tight_layout()
-    fig.savefig(opts.out, dpi=110)
+    save_figure(fig, Path(opts.out))
     spans = {(min(10, n), n) for n in lengths}
     last = f"last {spans.pop()[0]} of {lengths[0]}" if len(spans) == 1 else "last 10 (fewer in shorter runs)"
     header = ["run", "reward, phase 1", f"reward, {last}", f"KL, {last}", f"length, {last}",

@@ -24,25 +24,31 @@ def run(variant: str, run_dir: str) -> None:
     from rlhf_scratch.config import make_args
 
     if variant == "rloo":
-        from rlhf_scratch.algorithms.grpo import mean_length_by_advantage_sign
-        from rlhf_scratch.algorithms.rloo import RLOOTrainer, compute_kl_shaped_rewards, compute_rloo_advantages
-
-        trainer = RLOOTrainer(make_args("tiny", "rloo", run_dir=run_dir, **SETTINGS))
-        learn = trainer.learning_phase
-
-        def learning_phase_with_lengths(rollout):
-            args = trainer.args
-            shaped = compute_kl_shaped_rewards(rollout.rewards, rollout.logprobs, rollout.ref_logprobs,
-                                               rollout.completion_mask, args.beta)
-            advantages = compute_rloo_advantages(shaped, args.num_generations)
-            return {**learn(rollout), **mean_length_by_advantage_sign(rollout.lengths, advantages)}
-
-        trainer.learning_phase = learning_phase_with_lengths
+        trainer = rloo_with_lengths()(make_args("tiny", "rloo", run_dir=run_dir, **SETTINGS))
     else:
         from rlhf_scratch.algorithms.grpo import GRPOTrainer
 
         trainer = GRPOTrainer(make_args("tiny", "grpo", run_dir=run_dir, loss_type=variant, measure_kl=True, **SETTINGS))
     trainer.train(Path(run_dir))
+
+
+def rloo_with_lengths() -> type:
+    """RLOOTrainer that also logs GRPO's completions/mean_length_neg_adv and _pos_adv, from RLOO's own
+    leave-one-out advantages (of the KL-shaped rewards, as RLOO's learning phase computes them)."""
+    from rlhf_scratch.algorithms.grpo import mean_length_by_advantage_sign
+    from rlhf_scratch.algorithms.rloo import RLOOTrainer, compute_kl_shaped_rewards, compute_rloo_advantages
+
+    class RLOOWithLengths(RLOOTrainer):  # a subclass, not a patched method: the loop checks what it logs
+        METRICS = (*RLOOTrainer.METRICS, "completions/mean_length_neg_adv", "completions/mean_length_pos_adv")
+
+        def learning_phase(self, rollout):
+            args = self.args
+            shaped = compute_kl_shaped_rewards(rollout.rewards, rollout.logprobs, rollout.ref_logprobs,
+                                               rollout.completion_mask, args.beta)
+            advantages = compute_rloo_advantages(shaped, args.num_generations)
+            return {**super().learning_phase(rollout), **mean_length_by_advantage_sign(rollout.lengths, advantages)}
+
+    return RLOOWithLengths
 
 
 def smooth(xs: list[float], k: int = 5) -> list[float]:
@@ -55,14 +61,14 @@ def smooth(xs: list[float], k: int = 5) -> list[float]:
 
 
 def plot(run_dirs: list[str], out: str = "docs/figures/grpo_length_bias.png") -> None:
-    from rlhf_scratch.plots import plt
+    from interp.pages import new_figure, save_figure
 
     panels = [("rewards/mean", "reward (sentiment)"), ("rollout/kl_full_vocab", "KL(π‖π_ref), nats / token"),
               ("completions/mean_length", "mean completion length, tokens"),
               ("completions/mean_length_neg_adv", "length of completions with A < 0"),
               ("completions/mean_length_pos_adv", "length of completions with A > 0"),
               ("length_gap", "length(A < 0) − length(A > 0)")]
-    fig, axes = plt.subplots(2, 3, figsize=(14, 7))
+    fig, axes = new_figure(2, 3, figsize=(14.0, 7.0))
     for run_dir in run_dirs:
         metrics = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
         config = json.loads((Path(run_dir) / "config.json").read_text())
@@ -78,8 +84,7 @@ def plot(run_dirs: list[str], out: str = "docs/figures/grpo_length_bias.png") ->
     axes.flat[0].legend(fontsize=8)
     fig.suptitle("tiny preset, --prompts rt (EOS ends completions), batch 64 = 8 prompts × 8, β = 0; "
                  "trailing 5-phase means", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    save_figure(fig, Path(out))
     print(f"wrote {out}")
 
 

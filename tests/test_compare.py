@@ -1,6 +1,7 @@
-"""`python -m rlhf_scratch.compare` and `interp.across_runs`."""
+"""`python -m rlhf_scratch.compare` (rlhf_scratch/studies/compare.py) and `interp.across_runs`."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -17,7 +18,8 @@ from interp.across_runs import (
     top_k_features,
 )
 from interp.toy import perturb_head, toy_model, toy_tokenizer
-from rlhf_scratch.compare import RunSpec, main, markdown_table, plan_runs
+from rlhf_scratch.studies.compare import CompareArgs, label, main, results_table
+from rlhf_scratch.studies.runner import Unit, markdown_table
 
 SMALL = ["--", "--batch-size", "8", "--gen-len", "6", "--num-minibatches", "2"]
 
@@ -97,9 +99,22 @@ def test_feature_overlap_drops_a_k_beyond_the_live_features():
 
 
 def test_plan_and_names():
-    specs = plan_runs(["ppo", "rloo"], [0, 1], [0.1])
-    assert [s.name for s in specs] == ["ppo-s0-b0.1", "ppo-s1-b0.1", "rloo-s0-b0.1", "rloo-s1-b0.1"]
-    assert RunSpec("online_dpo", 3).name == "online_dpo-s3" and RunSpec("online_dpo", 3).group == "Online DPO"
+    units = CompareArgs(task="sentiment", algos="ppo,rloo", seeds="0,1", kl_coefs="0.1").units()
+    assert [u.name for u in units] == ["ppo-s0-b0.1", "ppo-s1-b0.1", "rloo-s0-b0.1", "rloo-s1-b0.1"]
+    assert [label(u) for u in units[1:3]] == ["PPO β=0.1", "RLOO β=0.1"], "seeds share a curve, algorithms do not"
+    assert Unit("online_dpo", 3).name == "online_dpo-s3" and label(Unit("online_dpo", 3)) == "Online DPO"
+
+
+def test_the_default_algorithms_and_each_runs_command_come_from_the_registry(tmp_path):
+    from rlhf_scratch import registry
+    from rlhf_scratch.studies.compare import train_command
+
+    assert CompareArgs(task="sentiment").algo_names() == [a for a in registry.names() if registry.get(a).compared_by_default]
+    cmd = train_command(Unit("grpo", 2, ("b", 0.25)), "sentiment", tmp_path / "run", ["--total-phases", "3"])
+    assert cmd[3:] == ["sentiment", "--algo", "grpo", "--seed", "2", "--run-dir", str(tmp_path / "run"),
+                       "--total-phases", "3", *registry.get("grpo").study_flags, "--beta", "0.25"]
+    assert "--measure-kl" in cmd, "GRPO's study flag: its β = 0 runs would log no KL"
+    assert "--beta" not in train_command(Unit("ppo", 1), "vader", tmp_path / "run", []), "unswept: the algorithm's own β"
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -184,13 +199,13 @@ def test_comparison_writes_every_file_and_does_not_redo_finished_runs(tmp_path, 
     assert err[-1].startswith("error: features_layer: must be in 0..3; got 7") and "again" not in err[-1]
     changed = [a if a != "ppo,rloo" else "ppo" for a in argv]
     assert main(changed) == 2, "a different plan in the same folder is refused"
-    assert "holds a different comparison" in capsys.readouterr().err
+    assert "holds a different comparison (algos ppo,rloo there, ppo here)" in capsys.readouterr().err
 
 
 def test_table_shows_held_out_scores_from_phase_1_to_the_end():
     row = {"reward_start": 0.5, "reward_final": 0.91, "kl_final": 0.25, "eval/vader_start": 0.6, "eval/vader_final": 0.55,
            "wall_s": 12.4, "peak_mib": 1234.5, "tokens_per_s": 100.0}
-    table = markdown_table({"ppo-s1": {"phases": 5, "averaged": 5, **row}}).splitlines()
+    table = markdown_table(*results_table({"ppo-s1": {"phases": 5, "averaged": 5, **row}})).splitlines()
     assert table[0].startswith("| run | reward, phase 1 | reward, last 5 of 5 phases | KL, last 5 of 5 phases | "
                                "VADER (held out) |"), "says what was averaged: a 5-phase run has no last 10"
     assert table[2] == "| ppo-s1 | 0.500 | 0.910 | 0.250 | 0.600 → 0.550 |  |  | 12 | 1,234 | 100 |"
@@ -205,8 +220,8 @@ def test_an_interrupted_comparison_continues_the_interrupted_run(tmp_path, monke
     import threading
     import time
 
-    from rlhf_scratch import compare
     from rlhf_scratch.runs import read_status
+    from rlhf_scratch.studies import runner
 
     out = tmp_path / "cmp"
     argv = ["sentiment", "--algos", "rloo", "--total-phases", "12", "--no-interp", "--out", str(out), *SMALL]
@@ -227,7 +242,7 @@ def test_an_interrupted_comparison_continues_the_interrupted_run(tmp_path, monke
         threading.Thread(target=after_first_phase, daemon=True).start()
         return proc
 
-    monkeypatch.setattr(compare.subprocess, "Popen", popen_then_ctrl_c)
+    monkeypatch.setattr(runner.subprocess, "Popen", popen_then_ctrl_c)
     assert main(argv) == 1, "the interrupted run stops the comparison, which says how to continue"
     status = read_status(out / "runs" / "rloo-s1")
     assert status["status"] == "interrupted" and 1 <= status["phase"] < 12
@@ -241,34 +256,27 @@ def test_an_interrupted_comparison_continues_the_interrupted_run(tmp_path, monke
     assert "rloo-s1" in json.loads((out / "results.json").read_text())
 
 
-def test_help_shows_every_default(capsys):
-    with pytest.raises(SystemExit):
-        main(["--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    for default in ("(default: 100)", "(default: 1)", "(default: ppo,rloo,online_dpo"):
+def test_help_shows_every_flag_with_its_default(capsys):
+    assert main(["--help"]) == 0
+    text = re.sub(r",\s+", ",", " ".join(capsys.readouterr().out.replace("│", " ").split()))  # boxes and wraps folded
+    for default in ("(default: 100)", "(default: 1)", "(default: ppo,rloo,online_dpo)", "(default: 1024)"):
         assert default in text, default
+    for flag in ("--algos", "--seeds", "--kl-coefs", "--total-phases", "--prompts", "--threads", "--jobs", "--out",
+                 "--no-interp", "--features", "--features-layer", "--features-d-sae", "--features-tokens",
+                 "--features-eval-batches", "--features-top"):
+        assert flag in text, f"the documented {flag} is gone"
 
 
-def test_a_running_comparison_shows_each_runs_phase(tmp_path, monkeypatch):
-    """`run_one` reports the run's completed phases (status.json) while its process runs."""
-    import subprocess
-    import sys
+def test_flags_after_the_double_dash_go_to_every_run_and_into_the_plan():
+    from rlhf_scratch.studies.runner import parse_study
 
-    from rlhf_scratch import compare
-
-    run_dir = tmp_path / "ppo-s1"
-    fake_train = ("import json, os, sys, time\n"
-                  f"d = {str(run_dir)!r}; os.makedirs(d, exist_ok=True)\n"
-                  "for phase in (1, 2, 3):\n"
-                  "    time.sleep(0.7)\n"
-                  "    open(os.path.join(d, 'status.json'), 'w').write(json.dumps({'status': 'running', 'phase': phase}))\n")
-    real_popen = subprocess.Popen
-    monkeypatch.setattr(compare.subprocess, "Popen", lambda cmd, **kw: real_popen([sys.executable, "-c", fake_train], **kw))
-    seen = []
-    measured = compare.run_one(RunSpec("ppo", 1), "sentiment", run_dir, [], progress=seen.append)
-    assert seen[-1] == 3 and {1, 2} & set(seen), seen
-    assert seen == sorted(seen), "phases only go forward"
-    assert measured["wall_s"] > 2 and measured["peak_mib"] > 0
+    args = parse_study(CompareArgs, ["vader", "--prompts", "rt", "--total-phases", "7"], prog="p", description="",
+                       default=CompareArgs(task="", train_flags=("--gen-len", "40")))
+    assert args.run_flags() == ["--total-phases", "7", "--threads", "1", "--prompts", "rt", "--gen-len", "40"]
+    assert args.plan() == {"task": "vader", "algos": ["ppo", "rloo", "online_dpo"], "seeds": [1], "kl_coefs": None,
+                           "train_flags": args.run_flags()}
+    assert args.interp and not parse_study(CompareArgs, ["vader", "--no-interp"], prog="p", description="",
+                                           default=CompareArgs(task="")).interp
 
 
 def test_grpo_is_compared_with_its_kl_measured(tmp_path):

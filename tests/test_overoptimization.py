@@ -1,14 +1,17 @@
-"""The over-optimisation study's pieces against numbers worked out by hand: KL of best-of-n,
-the exact best-of-n expectation, Gao et al.'s fits and their peaks, and its command line."""
+"""The over-optimisation study's pieces (rlhf_scratch/studies/overoptimization.py) against numbers
+worked out by hand: KL of best-of-n, the exact best-of-n expectation, Gao et al.'s fits and their
+peaks; its per-phase evaluation hook; and its command line."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
-from rlhf_scratch.overoptimization import best_of_n_expectation, fit_gao, kl_bon, main
+from rlhf_scratch import registry
+from rlhf_scratch.studies.overoptimization import best_of_n_expectation, fit_gao, kl_bon, main
 
 
 def test_kl_of_best_of_n_is_log_n_minus_n_minus_one_over_n():
@@ -54,8 +57,9 @@ def test_a_rising_curve_has_no_peak_within_the_fit():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--algos", "ppo,sft"], "error: algos: unknown method 'sft'; choose from ppo, rloo, grpo, online_dpo, bon"),
-    (["--rm-pairs", "250,x"], "error: rm_pairs: expected a comma-separated list; got '250,x'"),
+    (["--algos", "ppo,sft"], f"error: algos: unknown sft; choose from {', '.join(registry.names())}, bon"),
+    (["--rm-pairs", "250,x"], "error: rm_pairs: expected a comma-separated list of ints; got '250,x'"),
+    (["--rm-pairs", "250,9"], "error: rm_pairs: each size must be >= 10; got 9"),
     (["--bon-max", "100"], "error: bon_max: must be a power of 2 >= 2; got 100"),
     (["--total-phases", "0"], "error: total_phases: must be >= 1; got 0"),
 ])
@@ -72,6 +76,55 @@ def test_a_folder_that_is_not_this_study_is_refused(tmp_path, capsys):
     assert "is not a study folder" in capsys.readouterr().err
 
 
+def test_every_documented_flag_is_there_and_out_is_required(capsys):
+    assert main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    for flag in ("--out", "--rm-pairs", "--algos", "--total-phases", "--test-pairs", "--eval-prompts", "--eval-per-prompt",
+                 "--bon-max", "--rm-epochs", "--gen-len", "--batch-size", "--base-lr", "--seed", "--threads", "--jobs",
+                 "--report"):
+        assert flag in text, f"the documented {flag} is gone"
+    assert "(default: 250,1000,4000)" in text and "(default: 30)" in text
+    assert main([]) == 2
+    assert capsys.readouterr().err.strip() == "error: out: required (the study folder)"
+
+
+def _fake_evaluation(calls):
+    """evaluate_policy's stand-in: records which model it evaluated; 3 prompts × 2 samples."""
+    def evaluate(lm, ref, prompts, proxy_fn, gen_len, per_prompt):
+        calls.append(lm)
+        samples = [{"prompt": p, "completion": f"c{i}", "gold": 0.5, "proxy": 1.0} for p in prompts for i in range(per_prompt)]
+        return {"study/gold": 0.5, "study/proxy": 1.0, "study/kl": 0.25, "study/d": 0.5}, samples
+    return evaluate
+
+
+def test_the_evaluation_hook_scores_the_reference_only_when_a_run_starts(tmp_path, monkeypatch, tiny_random_lm):
+    """phase 0 (the reference) is evaluated by `start` for a new run and never on resume (a resumed
+    run must draw no random numbers the interrupted one did not); every phase after is logged; and
+    what is evaluated is the LM inside the policy, PPO's value head or not."""
+    from types import SimpleNamespace
+
+    from rlhf_scratch.loop import PhaseHook
+    from rlhf_scratch.model import TransformerWithValueHead
+    from rlhf_scratch.studies import overoptimization_run as study
+
+    calls = []
+    monkeypatch.setattr(study, "evaluate_policy", _fake_evaluation(calls))
+    hook = object.__new__(study.HeldOutEvaluation)  # its models are not needed here
+    hook.trainer = SimpleNamespace(policy=TransformerWithValueHead(tiny_random_lm), args=SimpleNamespace(gen_len=4))
+    hook.prompts, hook.per_prompt, hook.ref, hook.proxy_fn = ["a", "b", "c"], 2, None, None
+    assert isinstance(hook, PhaseHook)
+    hook.start(tmp_path, 5)
+    assert calls == [] and not (tmp_path / study.START_FILE).exists(), "a resumed run: no phase 0"
+    hook.start(tmp_path, 0)
+    assert calls == [tiny_random_lm], "the value head's trunk, not the wrapper"
+    assert json.loads((tmp_path / study.START_FILE).read_text())["study/d"] == 0.5
+    metrics = hook.after_phase(tmp_path, 1)
+    assert set(metrics) <= set(study.HeldOutEvaluation.METRICS) and len(calls) == 2
+    lines = [json.loads(x) for x in (tmp_path / study.SAMPLES_FILE).read_text().splitlines()]
+    assert [x["phase"] for x in lines] == [0, 1]
+    assert [s["prompt"] for s in lines[1]["samples"]] == ["a", "b", "c"], "one sample per prompt"
+
+
 def test_a_best_of_n_curve_falling_from_the_start_peaks_at_the_reference():
     d = np.linspace(0.2, 2.0, 10)
     fit = fit_gao(list(d), list(d * (-0.3 - 0.1 * d)), "bon")
@@ -83,8 +136,6 @@ def test_a_small_study_runs_end_to_end_and_continues(tmp_path, monkeypatch, caps
     """The whole pipeline at toy size, two processes at a time: gold pairs → two proxies →
     best-of-n → an RL run per proxy (each its own process) → table, figure, page. Run again, it
     trains nothing more; `--report` rebuilds the table from the runs."""
-    import json
-
     monkeypatch.setenv("WANDB_MODE", "disabled")
     out = tmp_path / "study"
     argv = ["--out", str(out), "--rm-pairs", "10,12", "--algos", "rloo,bon", "--total-phases", "1", "--test-pairs", "4",
@@ -96,11 +147,18 @@ def test_a_small_study_runs_end_to_end_and_continues(tmp_path, monkeypatch, caps
     rloo = table["curves"]["rloo"]["10"]
     assert len(rloo["d"]) == 2 and rloo["d"][0] == 0.0, "phase 0 is the reference itself (d = 0), then one phase"
     assert table["curves"]["bon"]["12"]["d"] == pytest.approx([0.0, math.sqrt(kl_bon(2))])
+    assert {"pairs_s", "rm-10_s", "rm-12_s", "bon_s", "rloo-rm10_s", "rloo-rm12_s"} <= set(table["times_s"])
     times = json.loads((out / "times.json").read_text())
-    assert {"pairs_s", "rm-10_s", "rm-12_s", "bon_s", "rloo-rm10_s", "rloo-rm12_s", "study_wall_s"} <= set(times)
+    assert set(times) == {"pairs", "rm-10", "rm-12", "bon", "rloo-rm10", "rloo-rm12", "study_wall"}
+    assert times["rloo-rm10"]["peak_mib"] > 100 and times["rloo-rm10"]["setting"] == ["rm", 10]
+    run = out / "runs" / "rloo-rm10"
+    assert [json.loads(x)["phase"] for x in (run / "study_samples.jsonl").read_text().splitlines()] == [0, 1]
+    assert "study/gold" in json.loads((run / "metrics.jsonl").read_text())
     assert (out / "overoptimization.png").is_file() and "best-of-n" in (out / "index.html").read_text()
     assert main(argv) == 0, "a finished study runs again without training"
     again = json.loads((out / "times.json").read_text())
-    assert {k: v for k, v in again.items() if k != "study_wall_s"} == {k: v for k, v in times.items() if k != "study_wall_s"}
+    assert {k: v for k, v in again.items() if k != "study_wall"} == {k: v for k, v in times.items() if k != "study_wall"}
     assert main([*argv, "--report"]) == 0
     assert "| RLOO | 10 |" in (out / "table.md").read_text()
+    assert main([*argv[:-2], "--jobs", "1", "--rm-pairs", "10"]) == 2, "a different plan"
+    assert "holds a different study (rm_pairs 10,12 there, 10 here)" in capsys.readouterr().err

@@ -172,7 +172,9 @@ def test_a_live_run_is_refused_by_resume_export_sample_report_and_compare_and_fi
     """Also the console: a table at the first and last phase only, a bar that reaches 6/6, and `done`
     saying where the run is, the two commands to look at it, and that one checkpoint is kept."""
     from interp.report import main as report_main
-    from rlhf_scratch import compare, export, sample
+    from rlhf_scratch import export, sample
+    from rlhf_scratch.studies.compare import train_command
+    from rlhf_scratch.studies.runner import Unit
 
     run = tmp_path / "live"
     live = subprocess.Popen(_train_cmd(run, "--total-phases", "6", "--save-every", "1"), stdout=subprocess.PIPE,
@@ -188,7 +190,7 @@ def test_a_live_run_is_refused_by_resume_export_sample_report_and_compare_and_fi
         assert "\n" not in err and f"the run is still training (process {live.pid}" in err, err
         assert "--resume" not in err, "no advice to resume a run that is running"
     with pytest.raises(RuntimeError, match=f"run ppo-s1: the run is still training \\(process {live.pid}"):
-        compare.run_one(compare.RunSpec("ppo", 1), "periods", run, [])
+        train_command(Unit("ppo", 1), "periods", run, [])
     _, resume_err = resume.communicate(timeout=300)
     live.send_signal(signal.SIGCONT)
     assert resume.returncode == 2

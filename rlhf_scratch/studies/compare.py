@@ -1,0 +1,395 @@
+"""PPO vs RLOO vs Online DPO in one command: equal budget, a reward–KL frontier, held-out judges.
+
+    python -m rlhf_scratch.compare sentiment                                   # the three, defaults
+    python -m rlhf_scratch.compare sentiment --algos ppo,rloo --seeds 0,1,2 --total-phases 50
+    python -m rlhf_scratch.compare sentiment --algos rloo --kl-coefs 0.02,0.1,0.5   # a β sweep: the frontier
+    python -m rlhf_scratch.compare sentiment --algos ppo,rloo,online_dpo,grpo        # GRPO too (docs/grpo.md)
+    python -m rlhf_scratch.compare sentiment --out comparisons/x -- --prompts rt    # flags after -- go to every run
+
+Every (algorithm, seed, β) is one `python -m rlhf_scratch.train` run in its own process
+(`studies.runner`), so each gets its own wall time and peak memory and a crash stays in one run;
+`--jobs` runs at a time (default 1: a run's wall time is then its own). The runs write to
+OUT/runs/<algo>-s<seed>[-b<β>]/. Every run has the same prompts, seed, reward and generated tokens
+per phase (batch_size completions of gen_len tokens: PPO 64 prompts × 1, RLOO 16 × 4, DPO 32 × 2,
+GRPO 8 × 8). An algorithm's runs get its registry entry's `study_flags`: GRPO's default β = 0 needs
+no reference model and so logs no KL, and `--measure-kl` gives it a point on the reward–KL frontier.
+Then the command writes to OUT:
+
+    reward_vs_phase.png   proxy reward per phase, one line per algorithm (the band spans the seeds)
+    frontier.png          proxy reward vs KL(π‖π_ref), each point a phase
+    heldout.png           proxy reward and the held-out scores (eval/*) per phase, per algorithm
+    inside.png            residual drift and per-head DLA change of each tuned model (interp.across_runs)
+    features.png          with --features: do the runs move the same SAE features? (compare_features.py)
+    table.md, table.json  start/final reward, KL, held-out scores, wall, peak memory, tokens/s
+    index.html            all of it, with the last samples of each run
+
+An interrupted comparison continues where it stopped: finished runs are kept, an interrupted run
+is resumed from its checkpoint (one with none is started again), a run another process is still
+training is refused. One bar counts the phases of all runs and names the running ones. The final
+columns average the last 10 phases (fewer in a shorter run: the table says how many). The plan is
+saved in OUT/compare.json and must match; what each run measured is in OUT/results.json.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Annotated
+
+import tyro
+
+from interp.pages import esc, figure, new_figure, save_figure, table
+from rlhf_scratch import registry
+from rlhf_scratch.config import TASKS, ConfigError
+from rlhf_scratch.studies.runner import (
+    Job,
+    Ledger,
+    Unit,
+    by_group,
+    check_at_least,
+    check_choices,
+    csv_list,
+    markdown_table,
+    open_study,
+    parse_study,
+    plan_units,
+    run_jobs,
+    study_main,
+    write_report,
+)
+
+PROG = "python -m rlhf_scratch.compare"
+PLAN_FILE, RESULTS_FILE = "compare.json", "results.json"
+LAST = 10  # "final" = the mean of the last 10 phases (fewer if the run is shorter)
+TASK_METAVAR = "{" + ",".join(TASKS) + "}"
+
+
+def compared_by_default() -> list[str]:
+    """The algorithms `--algos` defaults to: the registry's that are `compared_by_default`."""
+    return [name for name in registry.names() if registry.get(name).compared_by_default]
+
+
+@dataclass
+class CompareArgs:
+    """The comparison: which runs, and how to run them."""
+
+    task: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar=TASK_METAVAR, help_behavior_hint="(required)")] = ""
+    """The reward every run maximises."""
+    algos: str = field(default_factory=lambda: ",".join(compared_by_default()))
+    """Comma-separated algorithms, any of the registry's (`ppo,rloo,online_dpo,grpo` adds GRPO)."""
+    seeds: str = "1"
+    """Comma-separated seeds, a run each (a band over them in the figures)."""
+    kl_coefs: str | None = None
+    """Comma-separated β values, a run each per algorithm (the frontier); None: each algorithm's default β."""
+    total_phases: int = 100
+    """Phases of every run."""
+    prompts: str | None = None
+    """As train's --prompts (None: the blog's prefix)."""
+    threads: int = 1
+    """Torch CPU threads of every run."""
+    jobs: int = 1
+    """Runs at a time, each its own process (more share the cores, and their wall times say less)."""
+    out: str | None = None
+    """The comparison folder (None: comparisons/<task>-<time>); the same command again continues it."""
+    interp: bool = True
+    """The inside view (interp.across_runs): residual drift and per-head DLA change of each tuned model."""
+    features: bool = False
+    """Add the SAE-features view: do the runs move the same features? (trains an SAE the first time:
+    minutes; needs the `sae` extra). Given on a finished comparison, it retrains no run."""
+    features_layer: int | None = None
+    """The features view's site: this block's residual stream (None: n_layers // 2)."""
+    features_d_sae: int = 1024
+    """Features of its SAE (as interp.features)."""
+    features_tokens: int = 400_000
+    """Training tokens of its SAE."""
+    features_eval_batches: int = 8
+    """Batches of SAE Lens's evals of its SAE."""
+    features_top: int = 10
+    """Top changed features shown per run."""
+    train_flags: tyro.conf.Suppress[tuple[str, ...]] = ()
+    """The flags after `--`: given to every run's `python -m rlhf_scratch.train`."""
+
+    def algo_names(self) -> list[str]:
+        names = csv_list(self.algos, str, "algos")
+        check_choices(names, registry.names(), "algos")
+        return names
+
+    def seed_list(self) -> list[int]:
+        return csv_list(self.seeds, int, "seeds")
+
+    def betas(self) -> list[float] | None:
+        return csv_list(self.kl_coefs, float, "kl_coefs") if self.kl_coefs else None
+
+    def validate(self) -> CompareArgs:
+        """Every field checked (one line naming the first bad one), SAE Lens too with --features."""
+        if self.task not in TASKS:
+            got = f"; got {self.task!r}" if self.task else " (required)"
+            raise ConfigError(f"task: must be one of {', '.join(TASKS)}{got}")
+        self.algo_names(), self.seed_list()  # each parsed, or its one line
+        if any(b < 0 for b in self.betas() or []):
+            raise ConfigError(f"kl_coefs: must be >= 0; got {self.kl_coefs}")
+        check_at_least(self, ("total_phases", "jobs"))
+        if self.features:
+            from rlhf_scratch.studies.compare_features import check_features_flags
+
+            check_features_flags(self)
+        return self
+
+    def run_flags(self) -> list[str]:
+        """The flags every run gets (the `--` ones last)."""
+        return ["--total-phases", str(self.total_phases), "--threads", str(self.threads),
+                *(["--prompts", self.prompts] if self.prompts else []), *self.train_flags]
+
+    def plan(self) -> dict:
+        """What makes the comparison (OUT/compare.json): a second call into the folder must match it."""
+        return {"task": self.task, "algos": self.algo_names(), "seeds": self.seed_list(),
+                "kl_coefs": self.betas(), "train_flags": self.run_flags()}
+
+    def units(self) -> list[Unit]:
+        """A run per (algorithm, β, seed); β is the setting tagged `b` (`ppo-s1-b0.1`)."""
+        betas = self.betas()
+        return plan_units(self.algo_names(), self.seed_list(),
+                          [("b", b) for b in betas] if betas else [None])
+
+
+def label(unit: Unit) -> str:
+    """The curve a run belongs to: the algorithm's label, and its β when swept (`RLOO β=0.1`)."""
+    return registry.get(unit.method).label + (f" β={unit.value:g}" if unit.value is not None else "")
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+def train_command(unit: Unit, task: str, run_dir: Path, flags: Sequence[str]) -> list[str]:
+    """The process of one run: `python -m rlhf_scratch.train` with its algorithm, seed and β, the
+    algorithm's study flags and `flags` — or `--resume` of its interrupted run that has a checkpoint.
+    A run another process is training is refused (one line); one with no checkpoint, or a finished
+    run whose numbers were lost, is started over."""
+    from rlhf_scratch.runs import list_checkpoints, next_step, read_status
+
+    train = [sys.executable, "-m", "rlhf_scratch.train"]
+    if run_dir.exists():
+        status = read_status(run_dir)
+        if status["status"] == "running":
+            raise RuntimeError(f"run {unit.name}: {next_step(run_dir, status)}")
+        if status["status"] != "finished" and list_checkpoints(run_dir):  # interrupted, failed or lost: continue it
+            return [*train, "--resume", str(run_dir)]
+        shutil.rmtree(run_dir)
+    beta = [] if unit.value is None else ["--beta", str(unit.value)]
+    return [*train, task, "--algo", unit.method, "--seed", str(unit.seed), "--run-dir", str(run_dir), *flags,
+            *registry.get(unit.method).study_flags, *beta]
+
+
+def summarize(run_dir: Path, measured: dict) -> dict:
+    """One row of the table from a finished run's metrics.jsonl and what its process measured."""
+    from rlhf_scratch.runs import read_metrics
+
+    m = read_metrics(run_dir)
+    last = m[-LAST:]
+
+    def final(key: str) -> float:
+        return statistics.mean(x[key] for x in last)
+
+    row = {"phases": len(m), "averaged": len(last), "reward_start": m[0]["rewards/mean"], "reward_final": final("rewards/mean"),
+           "kl_final": final("rollout/kl_full_vocab"), "length_final": final("completions/mean_length"),
+           "tokens_per_s": statistics.median(x["charts/tokens_per_s"] for x in m),
+           "wall_s": measured["wall_s"], "peak_mib": measured["peak_mib"]}
+    for key in ("eval/vader", "eval/ref_logprob_per_token", "eval/repeated_3grams"):
+        if key in m[0]:
+            row[key + "_start"], row[key + "_final"] = m[0][key], final(key)
+    return row
+
+
+# --- figures -------------------------------------------------------------------------------------
+
+
+def _band(ax, runs: list[list[dict]], x_key: str, y_key: str, label: str) -> None:
+    """The mean over seeds as a line; min–max over seeds as a band (one seed: just the line)."""
+    n = min(len(r) for r in runs)
+    xs = [runs[0][i][x_key] for i in range(n)]
+    ys = [[r[i][y_key] for r in runs] for i in range(n)]
+    line, = ax.plot(xs, [statistics.mean(y) for y in ys], label=label)
+    if len(runs) > 1:
+        ax.fill_between(xs, [min(y) for y in ys], [max(y) for y in ys], color=line.get_color(), alpha=0.2)
+
+
+HELDOUT_PANELS = [("rewards/mean", "proxy reward"), ("eval/vader", "held-out: VADER"),
+                  ("eval/ref_logprob_per_token", "held-out: reference log-prob / token"),
+                  ("eval/repeated_3grams", "held-out: repeated 3-grams")]
+
+
+def plot_comparison(groups: dict[str, list[list[dict]]], out: Path) -> list[Path]:
+    """reward_vs_phase.png, frontier.png, heldout.png from each group's runs' metrics (one list per seed)."""
+    fig, ax = new_figure(figsize=(6.4, 4.0))
+    for name, runs in groups.items():
+        _band(ax, runs, "phase", "rewards/mean", name)
+    ax.set(xlabel="phase", ylabel="proxy reward (training reward)", title="reward per phase")
+    ax.grid(alpha=0.3), ax.legend()
+    paths = [save_figure(fig, out / "reward_vs_phase.png")]
+
+    fig, ax = new_figure(figsize=(6.4, 4.0))
+    for colour, (name, runs) in enumerate(groups.items()):
+        for i, r in enumerate(runs):
+            ax.plot([x["rollout/kl_full_vocab"] for x in r], [x["rewards/mean"] for x in r], marker=".", alpha=0.6,
+                    label=name if i == 0 else None, color=f"C{colour}")
+    ax.set(xlabel="KL(π‖π_ref), nats per token", ylabel="proxy reward", title="the reward–KL frontier (a point per phase)")
+    ax.grid(alpha=0.3), ax.legend()
+    paths.append(save_figure(fig, out / "frontier.png"))
+
+    fig, axes = new_figure(1, len(HELDOUT_PANELS), figsize=(4.2 * len(HELDOUT_PANELS), 3.6))
+    for ax, (key, title) in zip(axes, HELDOUT_PANELS):
+        for name, runs in groups.items():
+            if key in runs[0][0]:
+                _band(ax, runs, "phase", key, name)
+        ax.set(xlabel="phase", title=title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    paths.append(save_figure(fig, out / "heldout.png"))
+    return paths
+
+
+def inside_view(run_dirs: dict[str, Path], out: Path) -> tuple[Path, dict]:
+    """interp.across_runs on one run per curve (`run_dirs`, by label): residual drift, head DLA change, similarity."""
+    from interp.across_runs import change_similarity, inside_changes, plot_inside_changes
+    from interp.probes import REVIEW_PROMPTS
+    from rlhf_scratch.runs import load_run
+
+    runs = {name: load_run(run_dir) for name, run_dir in run_dirs.items()}
+    reference = next(iter(runs.values())).reference
+    changes = inside_changes(reference, {name: run.tuned for name, run in runs.items()}, list(REVIEW_PROMPTS))
+    sim = change_similarity(changes)
+    summary = {"labels": [c.label for c in changes],
+               "dla_change_cosine": [[None if v != v else round(v, 3) for v in row] for row in sim.tolist()],
+               "logit_diff_change": {c.label: round(c.logit_diff_change, 3) for c in changes},
+               "final_drift": {c.label: round(c.drift[-1].item(), 4) for c in changes},
+               "head_dla_change": {c.label: [[round(v, 4) for v in row] for row in c.head_dla_change.tolist()] for c in changes}}
+    return plot_inside_changes(changes, out / "inside.png"), summary
+
+
+# --- the table and the page ----------------------------------------------------------------------
+
+
+TABLE_COLUMNS = [("reward_start", "reward, phase 1", "{:.3f}"), ("reward_final", "reward, {final}", "{:.3f}"),
+                 ("kl_final", "KL, {final}", "{:.3f}"),
+                 ("eval/vader", "VADER (held out)", "{:.3f}"),
+                 ("eval/ref_logprob_per_token", "ref log-prob / token (held out)", "{:.2f}"),
+                 ("eval/repeated_3grams", "repeated 3-grams (held out)", "{:.3f}"), ("wall_s", "wall (s)", "{:.0f}"),
+                 ("peak_mib", "peak RSS (MiB)", "{:,.0f}"), ("tokens_per_s", "tokens/s", "{:.0f}")]
+"""(key, title, format); a held-out key `eval/…` shows its phase-1 value and its mean over the last LAST
+phases, `start → final`; `{final}` in a title says what was averaged (see `averaged_label`)."""
+
+
+def averaged_label(results: dict[str, dict]) -> str:
+    """What the final columns average, e.g. `last 5 of 5 phases` (LAST, or fewer in a shorter run)."""
+    spans = {(r["averaged"], r["phases"]) for r in results.values() if "averaged" in r}
+    if len(spans) == 1:
+        n, m = spans.pop()
+        return f"last {n} of {m} phases"
+    return f"last {LAST} phases (fewer in shorter runs)"
+
+
+def _cell(row: dict, key: str, fmt: str) -> str:
+    if key.startswith("eval/"):
+        if key + "_final" not in row:
+            return ""
+        return f"{fmt.format(row[key + '_start'])} → {fmt.format(row[key + '_final'])}"
+    return fmt.format(row[key]) if key in row else ""
+
+
+def results_table(results: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the table: a row per run, its cells formatted (markdown and HTML alike)."""
+    final = averaged_label(results)
+    header = ["run", *(title.format(final=final) for _, title, _ in TABLE_COLUMNS)]
+    return header, [[name, *(_cell(r, key, fmt) for key, _, fmt in TABLE_COLUMNS)] for name, r in results.items()]
+
+
+def last_samples(run_dir: Path, n: int = 3) -> str:
+    """The last sample table of a run's samples.md, its first `n` rows."""
+    from rlhf_scratch.runs import SAMPLES_FILE
+
+    section = (run_dir / SAMPLES_FILE).read_text().split("## phase ")[-1]
+    lines = section.splitlines()
+    return "\n".join([f"phase {lines[0]}", *[l for l in lines[1:] if l.startswith("|")][: n + 2]])
+
+
+def page_body(results: dict[str, dict], figures: list[Path], inside: dict | None, units: list[Unit], out: Path,
+              features_parts: list[str]) -> list[str]:
+    """index.html's parts: the table, the figures, the inside view, the features view, the last samples."""
+    header, rows = results_table(results)
+    title = " vs ".join(dict.fromkeys(registry.get(unit.method).label for unit in units))
+    parts = [f"<h1>{esc(title)}</h1>",
+             "<p>Same prompts, seed, reward and generated tokens per phase. Proxy = the training reward. "
+             "Held out = judges the runs never trained on (rlhf_scratch/heldout.py). Final = mean of the "
+             f"{esc(averaged_label(results))}.</p>", table(rows, header=header), *map(figure, figures)]
+    if inside is not None:
+        labels = inside["labels"]
+        cosines = [[l, *("nan" if v is None else f"{v:+.2f}" for v in row)]
+                   for l, row in zip(labels, inside["dla_change_cosine"])]
+        parts.append("<h2>What each changed inside</h2><p>Cosine of the per-head DLA-change vectors "
+                     "(1 = the same heads moved the same way):</p>" + table(cosines, header=["", *labels]))
+    parts += features_parts
+    parts.append("<h2>Last samples</h2>")
+    parts += [f"<h3>{esc(u.name)}</h3><pre>{esc(last_samples(out / 'runs' / u.name))}</pre>" for u in units]
+    return parts
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def run_comparison(args: CompareArgs) -> None:
+    """Train the runs not done yet, then write the figures, the table and the page, and print the table."""
+    out = Path(args.out or f"comparisons/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+    open_study(out, args.plan(), PLAN_FILE, "comparison")
+    units, flags, ledger = args.units(), args.run_flags(), Ledger(out / RESULTS_FILE)
+    run_dirs = {unit.name: out / "runs" / unit.name for unit in units}
+    run_jobs([Job(u.name, partial(train_command, u, args.task, run_dirs[u.name], flags), run_dirs[u.name],
+                  args.total_phases, asdict(u)) for u in units],
+             ledger, parallel=args.jobs, desc="phases, all runs", unit="phase")
+
+    from rlhf_scratch.runs import read_metrics
+
+    results = {u.name: summarize(run_dirs[u.name], ledger[u.name]) for u in units}
+    groups = by_group(units).values()
+    figures = plot_comparison({label(g[0]): [read_metrics(run_dirs[u.name]) for u in g] for g in groups}, out)
+    inside = None
+    if args.interp:
+        inside_png, inside = inside_view({label(g[0]): run_dirs[g[0].name] for g in groups}, out)
+        figures.append(inside_png)
+    features, features_parts = None, []
+    if args.features:
+        from rlhf_scratch.studies.compare_features import features_of_runs
+
+        features, features_parts = features_of_runs(args, run_dirs, out)
+    table_md = markdown_table(*results_table(results))
+    page = write_report(out, title="rlhf_scratch comparison", table_md=table_md,
+                        data={"runs": results, "inside": inside, "features": features},
+                        body=page_body(results, figures, inside, units, out, features_parts))
+    print(table_md)
+    if inside is not None:
+        print("\nper-head DLA-change cosine:", json.dumps(dict(zip(inside["labels"], inside["dla_change_cosine"]))))
+    if features is not None:
+        print("SAE feature-change cosine:", json.dumps(dict(zip(features["labels"], features["cosine"]))))
+        for k, m in features["jaccard"].items():
+            print(f"top-{k} Jaccard (chance {features['chance_jaccard'][k]}):", json.dumps(dict(zip(features["labels"], m))))
+    print(f"\nwrote {page}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rlhf_scratch.compare TASK [--flag value …] [-- train flags …]`."""
+    argv = sys.argv[1:] if argv is None else argv
+    cut = argv.index("--") if "--" in argv else len(argv)
+    default = CompareArgs(train_flags=tuple(argv[cut + 1:]))
+    description = __doc__.split("\n\n")[0] + " Flags after -- go to every `python -m rlhf_scratch.train` run."
+    return study_main(lambda: parse_study(CompareArgs, argv[:cut], default=default, prog=PROG, description=description),
+                      run_comparison)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

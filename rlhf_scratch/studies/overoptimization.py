@@ -1,0 +1,488 @@
+"""Reward-model over-optimisation (Gao, Schulman & Hilton 2022), reproduced at tiny scale.
+
+    python -m rlhf_scratch.overoptimization --out study/                       # the defaults below
+    python -m rlhf_scratch.overoptimization --rm-pairs 250,1000 --algos ppo,bon --total-phases 20 --out s/
+
+1. Gold-labelled pairs, once: `preferences.make_preference_pairs` on training prompts (the gold
+   is the tiny classifier's log-odds, labels drawn by Bradley–Terry), max(--rm-pairs) of them
+   plus --test-pairs more that no proxy trains on. Smaller sizes are prefixes of the big file.
+2. One proxy reward model per size (`python -m rlhf_scratch.reward_model`, own process); its
+   accuracy against gold on the common test pairs goes in the table.
+3. Best-of-n from the reference on the held-out prompts: n = 1, 2, 4 … --bon-max, the sample the
+   proxy ranks first, scored by gold. KL_bon = log n − (n−1)/n; the expectation over the n-subsets
+   of the --bon-max samples is exact (the i-th best of N is the best of a random n-subset with
+   probability C(i−1, n−1)/C(N, n)).
+4. Every RL algorithm of the registry against every proxy, each run its own process (resumable, a
+   run folder each: `overoptimization_run`). After every phase the policy is evaluated on the same
+   held-out prompts (`HeldOutEvaluation`, a `loop.PhaseHook`): gold and proxy reward, and
+   KL(π‖π_ref) = the full-vocabulary per-token KL summed over the completion, averaged over
+   samples — one estimator for every algorithm; d = √KL.
+5. Gao et al.'s functional forms, fitted by least squares per (method, proxy size) to the gold
+   reward's gain over the reference, R = gold − gold(π_ref):
+
+       R_bon(d) = d(α − β d)        peak at d* = α / 2β,          R* = α² / 4β
+       R_RL(d)  = d(α − β log d)    peak at d* = exp(α/β − 1),   R* = β d*
+
+Writes OUT/table.md, table.json, overoptimization.png (gold solid, proxy dashed, against d, one
+colour per proxy size, one panel per method) and index.html (with samples at each run's gold
+peak and at its end); OUT/times.json has what each part and process took. Run the same command
+again to continue an interrupted study (`studies.runner`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Annotated
+
+import tyro
+
+from interp.pages import esc, figure, new_figure, save_figure, table
+from rlhf_scratch import registry
+from rlhf_scratch.config import ConfigError
+from rlhf_scratch.studies.overoptimization_run import SAMPLES_FILE, START_FILE, rl_command
+from rlhf_scratch.studies.runner import (
+    Job,
+    Ledger,
+    Unit,
+    check_at_least,
+    check_choices,
+    csv_list,
+    markdown_table,
+    open_study,
+    parse_study,
+    plan_units,
+    run_jobs,
+    study_main,
+    write_report,
+)
+
+PROG = "python -m rlhf_scratch.overoptimization"
+BON = "bon"  # best-of-n: a method of this study, not an RL algorithm
+PLAN_FILE, TIMES_FILE = "study.json", "times.json"
+
+
+def methods() -> list[str]:
+    """Every method the study knows: the registry's algorithms, then best-of-n."""
+    return [*registry.names(), BON]
+
+
+def label(method: str) -> str:
+    return "best-of-n" if method == BON else registry.get(method).label
+
+
+# --- the pieces ----------------------------------------------------------------------------------
+
+
+def kl_bon(n: int) -> float:
+    """KL(best-of-n ‖ reference) = log n − (n − 1)/n (Stiennon et al. 2020; an upper bound, tight
+    for continuous rewards)."""
+    return math.log(n) - (n - 1) / n
+
+
+def best_of_n_expectation(proxy: list[float], values: list[float], n: int) -> float:
+    """E[value of the proxy's best among n draws without replacement from N samples], exactly:
+    with samples sorted by proxy ascending, sample i (1-based) is the best of a random n-subset
+    with probability C(i−1, n−1) / C(N, n)."""
+    N = len(proxy)
+    if not 1 <= n <= N:
+        raise ValueError(f"best_of_n_expectation: n must be in 1..{N}; got {n}")
+    order = sorted(range(N), key=lambda j: proxy[j])
+    log_total = math.lgamma(N + 1) - math.lgamma(n + 1) - math.lgamma(N - n + 1)
+    out = 0.0
+    for rank, j in enumerate(order, start=1):
+        if rank >= n:
+            log_c = math.lgamma(rank) - math.lgamma(n) - math.lgamma(rank - n + 1)
+            out += values[j] * math.exp(log_c - log_total)
+    return out
+
+
+def fit_gao(ds: list[float], rs: list[float], form: str) -> dict[str, float] | None:
+    """Least-squares α, β of R_bon(d) = d(α − βd) (`form="bon"`) or R_RL(d) = d(α − β log d)
+    (`form="rl"`) through the points (d, R) with d > 0, and the peak d*, R* (inf when β ≤ 0:
+    no peak within the fit; 0 for a best-of-n curve that only falls). None with fewer than 2 points."""
+    import numpy as np
+
+    pts = [(d, r) for d, r in zip(ds, rs) if d > 1e-6 and math.isfinite(r)]
+    if len(pts) < 2:
+        return None
+    d = np.array([p[0] for p in pts])
+    r = np.array([p[1] for p in pts])
+    X = np.stack([d, -d * d], 1) if form == "bon" else np.stack([d, -d * np.log(d)], 1)
+    (alpha, beta), *_ = np.linalg.lstsq(X, r, rcond=None)
+    if beta <= 0:
+        d_star, r_star = math.inf, math.inf
+    elif form == "bon" and alpha <= 0:  # falling from the start: the peak is the reference itself
+        d_star, r_star = 0.0, 0.0
+    elif form == "bon":
+        d_star, r_star = alpha / (2 * beta), alpha**2 / (4 * beta)
+    else:
+        d_star = math.exp(min(alpha / beta - 1, 50.0))
+        r_star = beta * d_star
+    return {"alpha": float(alpha), "beta": float(beta), "d_star": float(d_star), "R_star": float(r_star)}
+
+
+# --- the study -----------------------------------------------------------------------------------
+
+
+@dataclass
+class StudyArgs:
+    """The study: what it trains and measures, and how many processes at a time."""
+
+    out: Annotated[str, tyro.conf.arg(help_behavior_hint="(required)")] = ""
+    """The study folder; the same command again continues the study there."""
+    rm_pairs: str = "250,1000,4000"
+    """Comma-separated preference-pair counts: one proxy reward model each."""
+    algos: str = field(default_factory=lambda: ",".join(methods()))
+    """Comma-separated methods: the registry's algorithms and `bon` (best-of-n)."""
+    total_phases: int = 30
+    """Phases per RL run."""
+    test_pairs: int = 200
+    """Gold pairs no proxy trains on (each proxy's accuracy)."""
+    eval_prompts: int = 32
+    """Held-out prompts, evaluated every phase."""
+    eval_per_prompt: int = 2
+    """Samples per held-out prompt each phase."""
+    bon_max: int = 256
+    """Largest n of best-of-n (a power of 2)."""
+    rm_epochs: int = 2
+    """Epochs of each proxy reward model."""
+    gen_len: int = 16
+    """Tokens per completion (the most)."""
+    batch_size: int = 32
+    """Completions per RL phase."""
+    base_lr: float = 1e-4
+    """Learning rate of every RL run."""
+    seed: int = 1
+    """Seed of the prompts' split, the pairs, the proxies, best-of-n and every RL run."""
+    threads: int = 1
+    """Torch threads of each process."""
+    jobs: int = 2
+    """Processes (reward models, RL runs) at a time."""
+    report: bool = False
+    """Train nothing more: write the table, figure and page from the runs so far."""
+
+    def sizes(self) -> list[int]:
+        return sorted(set(csv_list(self.rm_pairs, int, "rm_pairs")))
+
+    def methods(self) -> list[str]:
+        return csv_list(self.algos, str, "algos")
+
+    def validate(self) -> StudyArgs:
+        """Every field checked; one line naming the first bad one."""
+        if not self.out:
+            raise ConfigError("out: required (the study folder)")
+        sizes = self.sizes()
+        check_choices(self.methods(), methods(), "algos")
+        if min(sizes) < 10:
+            raise ConfigError(f"rm_pairs: each size must be >= 10; got {min(sizes)}")
+        check_at_least(self, ("total_phases", "test_pairs", "eval_prompts", "eval_per_prompt", "rm_epochs", "gen_len",
+                              "batch_size", "jobs"))
+        if self.bon_max < 2 or self.bon_max & (self.bon_max - 1):
+            raise ConfigError(f"bon_max: must be a power of 2 >= 2; got {self.bon_max}")
+        return self
+
+    def plan(self) -> dict:
+        """What makes the study (OUT/study.json): everything but the folder and how it is run."""
+        skip = ("out", "threads", "jobs", "report")
+        return {**{k: v for k, v in asdict(self).items() if k not in skip}, "rm_pairs": self.sizes(),
+                "algos": self.methods()}
+
+    def rl_units(self) -> list[Unit]:
+        """An RL run per (algorithm, proxy size): the setting tagged `rm` (`rloo-rm250`)."""
+        return plan_units([m for m in self.methods() if m != BON], settings=[("rm", n) for n in self.sizes()])
+
+
+def run_study(args: StudyArgs) -> None:
+    """Everything not done yet, then the table, the figure and the page (`--report`: no training);
+    the wall time of the whole call goes to times.json (study_wall_s)."""
+    out = open_study(Path(args.out), args.plan(), PLAN_FILE, "study")
+    ledger = Ledger(out / TIMES_FILE)
+    if args.report:
+        page = build_study(args, out, ledger)
+    else:
+        with ledger.timing("study_wall"):
+            page = build_study(args, out, ledger)
+    print((out / "table.md").read_text())
+    print(f"wrote {page}")
+
+
+def build_study(args: StudyArgs, out: Path, ledger: Ledger) -> Path:
+    """Steps 1–5 of the module docstring, each skipped where its result is already in OUT; the page."""
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    train_file, eval_file = split_prompts(out, args)
+    pairs = gold_pairs(out, args, train_file, ledger)
+    proxies: dict[int, Path] = {n: out / f"rm-{n}" for n in args.sizes()}
+    run_jobs([Job(f"rm-{n}", partial(proxy_command, pairs, n, out, args), rm_dir) for n, rm_dir in proxies.items()],
+             ledger, parallel=args.jobs, desc="proxy reward models", unit="model")
+    accuracy = proxy_accuracies(proxies, pairs[max(args.sizes()):], out)
+    if not args.report:
+        if BON in args.methods() and not (out / "bon.json").is_file():
+            with ledger.timing("bon"):
+                bon = best_of_n_study(proxies, eval_file.read_text().splitlines(), args)
+                (out / "bon.json").write_text(json.dumps(bon, indent=1))
+        run_jobs([Job(u.name, partial(rl_command, rl_spec(u, args, out, proxies, train_file, eval_file)),
+                      out / "runs" / u.name, args.total_phases, asdict(u)) for u in args.rl_units()],
+                 ledger, parallel=args.jobs, desc="RL runs", unit="phase")
+    return write_study_report(args, out, accuracy, ledger.seconds())
+
+
+def rl_spec(unit: Unit, args: StudyArgs, out: Path, proxies: dict[int, Path], train_file: Path, eval_file: Path) -> dict:
+    """One RL run, as its process reads it (`overoptimization_run.train_against_proxy`): the tiny
+    preset against the proxy, whole-vocabulary sampling (so its KL is the KL of what is sampled)."""
+    return {"algo": unit.method, "proxy": str(proxies[unit.value]), "run_dir": str(out / "runs" / unit.name),
+            "train_prompts": str(train_file), "eval_prompts": str(eval_file), "per_prompt": args.eval_per_prompt,
+            "train_fields": {"total_phases": args.total_phases, "batch_size": args.batch_size, "gen_len": args.gen_len,
+                             "top_k": 0, "base_lr": args.base_lr, "warmup_steps": 2, "threads": args.threads,
+                             "seed": args.seed, "save_every": 5, "table_every": 10**6, "plot_every": 10**6}}
+
+
+def write_study_report(args: StudyArgs, out: Path, accuracy: dict[str, float], times: dict[str, float]) -> Path:
+    """table.md, table.json and index.html from what is in OUT: the curves, their fits, the samples."""
+    sizes, methods = args.sizes(), args.methods()
+    curves = collect_curves(out, sizes, methods)
+    rows = make_table(curves, accuracy, sizes, methods)
+    header, cells = table_cells(rows)
+    body = ["<h1>Reward-model over-optimisation (Gao et al. 2022), tiny preset</h1>",
+            "<p>Gold = the tiny classifier's log-odds; proxies = Bradley–Terry reward models trained on "
+            "gold-labelled pairs. Gains are over the reference policy, d = √KL.</p>",
+            figure(plot_study(curves, sizes, methods, out)), "<h2>Table</h2>", table(cells, header=header),
+            f"<h2>Wall time (s)</h2><pre>{esc(json.dumps(times, indent=1))}</pre>",
+            "<h2>Samples at the gold peak and at the end</h2>", *samples_section(out, args.rl_units())]
+    return write_report(out, title="Reward-model over-optimisation", table_md=markdown_table(header, cells),
+                        data={"rows": rows, "proxy_accuracy": accuracy, "times_s": times, "curves": curves}, body=body)
+
+
+def split_prompts(out: Path, args: StudyArgs) -> tuple[Path, Path]:
+    """OUT/prompts_eval.txt (the first --eval-prompts of the shuffled review openings: held out) and
+    OUT/prompts_train.txt (the rest: pairs and RL), made once."""
+    import random
+
+    from rlhf_scratch.prompts import load_prompts
+
+    train_file, eval_file = out / "prompts_train.txt", out / "prompts_eval.txt"
+    if not eval_file.is_file():
+        prompts = load_prompts("rt", seed=args.seed)
+        random.Random(args.seed).shuffle(prompts)
+        prompts = [p for p in prompts if "\n" not in p]
+        eval_file.write_text("\n".join(prompts[: args.eval_prompts]) + "\n")
+        train_file.write_text("\n".join(prompts[args.eval_prompts :]) + "\n")
+    return train_file, eval_file
+
+
+def gold_pairs(out: Path, args: StudyArgs, train_file: Path, ledger: Ledger) -> list[dict]:
+    """OUT/pairs.jsonl, made once: max(--rm-pairs) training pairs, then --test-pairs test pairs."""
+    from rlhf_scratch.reward.preferences import make_preference_pairs, write_pairs
+
+    pairs_file, n = out / "pairs.jsonl", max(args.sizes())
+    if not pairs_file.is_file():
+        from tqdm.auto import tqdm
+
+        from rlhf_scratch.loading import load_lm
+
+        tqdm.write(f"gold pairs: {n} + {args.test_pairs} test")
+        with ledger.timing("pairs"):
+            rows = make_preference_pairs(load_lm("tiny").eval(), train_file.read_text().splitlines(),
+                                         n + args.test_pairs, gold="tiny", label="bt", seed=args.seed, gen_len=args.gen_len)
+            write_pairs(rows, pairs_file)
+    return [json.loads(x) for x in pairs_file.read_text().splitlines()]
+
+
+def proxy_command(rows: list[dict], n: int, out: Path, args: StudyArgs) -> list[str]:
+    """The process of the proxy trained on the first `n` pairs (OUT/pairs-n.jsonl): a new reward-model
+    run in OUT/rm-n, or `--resume` of one that has begun."""
+    from rlhf_scratch.reward.preferences import write_pairs
+    from rlhf_scratch.runs import STATUS_FILE
+
+    rm_dir, subset = out / f"rm-{n}", out / f"pairs-{n}.jsonl"
+    if not subset.is_file():
+        write_pairs(rows[:n], subset)
+    cmd = [sys.executable, "-m", "rlhf_scratch.reward_model", "--quiet", "--threads", str(args.threads)]
+    if (rm_dir / STATUS_FILE).is_file():
+        return [*cmd, "--resume", str(rm_dir)]
+    return [*cmd, "--pairs", str(subset), "--run-dir", str(rm_dir), "--epochs", str(args.rm_epochs), "--seed", str(args.seed)]
+
+
+def proxy_accuracies(proxies: dict[int, Path], test_rows: list[dict], out: Path) -> dict[str, float]:
+    """Each proxy's accuracy against gold on the common test pairs (cached in OUT/proxy_accuracy.json)."""
+    path = out / "proxy_accuracy.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    from rlhf_scratch.reward.model import gold_accuracy, load_reward_model_run, pair_texts
+
+    chosen, rejected = pair_texts(test_rows)
+    acc = {}
+    for n, rm_dir in proxies.items():
+        model = load_reward_model_run(rm_dir)
+        acc[str(n)] = gold_accuracy(model.score_texts(chosen), model.score_texts(rejected), test_rows)
+    path.write_text(json.dumps(acc, indent=1))
+    return acc
+
+
+def best_of_n_study(proxies: dict[int, Path], eval_prompts: list[str], args: StudyArgs) -> dict:
+    """bon_max samples of each held-out prompt from the reference; per proxy size and n = 1, 2, 4 …
+    the exact expected gold and proxy of the proxy's pick, averaged over prompts."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from rlhf_scratch.generation import decode_completions, generate, tokenize_prompts
+    from rlhf_scratch.loading import load_lm
+    from rlhf_scratch.reward.model import load_reward_model_run
+    from rlhf_scratch.reward.preferences import gold_scores
+
+    torch.manual_seed(args.seed)
+    lm = load_lm("tiny").eval()
+    texts: list[list[str]] = []
+    for prompt in tqdm(eval_prompts, desc="best-of-n samples", file=sys.stderr):
+        ids, mask = tokenize_prompts(lm, [prompt] * args.bon_max, True)
+        comp, cmask = generate(lm, ids, mask, args.gen_len, 1.0, 0, True)
+        texts.append([prompt + c for c in decode_completions(lm, comp, cmask, True)])
+    flat = [t for group in texts for t in group]
+    gold = gold_scores(flat).view(len(eval_prompts), args.bon_max).tolist()
+    ns = [2**k for k in range(int(math.log2(args.bon_max)) + 1)]
+    result = {"n": ns, "kl": [kl_bon(n) for n in ns], "d": [math.sqrt(kl_bon(n)) for n in ns], "sizes": {}}
+    for size, rm_dir in proxies.items():
+        proxy = load_reward_model_run(rm_dir).score_texts(flat).view(len(eval_prompts), args.bon_max).tolist()
+        result["sizes"][str(size)] = {
+            "gold": [sum(best_of_n_expectation(p, g, n) for p, g in zip(proxy, gold)) / len(gold) for n in ns],
+            "proxy": [sum(best_of_n_expectation(p, p, n) for p in proxy) / len(proxy) for n in ns],
+        }
+    return result
+
+
+# --- the curves, the table, the figure, the samples ----------------------------------------------
+
+
+def reference_means(out: Path, size: int) -> tuple[float, float] | None:
+    """Mean gold and proxy of the reference policy on the held-out prompts, from best-of-n's
+    samples (bon_max per prompt: a far tighter estimate than one phase's evaluation), or None."""
+    path = out / "bon.json"
+    if not path.is_file():
+        return None
+    s = json.loads(path.read_text())["sizes"][str(size)]
+    return s["gold"][0], s["proxy"][0]
+
+
+def collect_curves(out: Path, sizes: list[int], methods: list[str]) -> dict:
+    """{method: {size: {"d": [...], "gold": [...], "proxy": [...]}}}, gold and proxy as gains over
+    the reference policy (its best-of-n samples' means when there are any, else phase 0)."""
+    curves: dict = {}
+    for method in methods:
+        curves[method] = {}
+        for n in sizes:
+            if method == BON:
+                if not (out / "bon.json").is_file():
+                    continue
+                bon = json.loads((out / "bon.json").read_text())
+                s = bon["sizes"][str(n)]
+                curves[method][str(n)] = {"d": bon["d"], "gold": [g - s["gold"][0] for g in s["gold"]],
+                                          "proxy": [p - s["proxy"][0] for p in s["proxy"]], "n": bon["n"]}
+                continue
+            run_dir = out / "runs" / Unit(method, setting=("rm", n)).name
+            if not (run_dir / START_FILE).is_file():  # not started (--report)
+                continue
+            start = json.loads((run_dir / START_FILE).read_text())
+            phases = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+            points = [start] + phases
+            gold0, proxy0 = reference_means(out, n) or (start["study/gold"], start["study/proxy"])
+            curves[method][str(n)] = {
+                "d": [m["study/d"] for m in points],
+                "gold": [m["study/gold"] - gold0 for m in points],
+                "proxy": [m["study/proxy"] - proxy0 for m in points],
+                "phase": [0] + [m["phase"] for m in phases],
+            }
+    return curves
+
+
+def make_table(curves: dict, accuracy: dict, sizes: list[int], methods: list[str]) -> list[dict]:
+    """A row per (method, proxy size) with a curve: the Gao fit, the gold peak, the final point."""
+    rows = []
+    for method in methods:
+        for n in sizes:
+            c = curves[method].get(str(n))
+            if c is None:
+                continue
+            fit = fit_gao(c["d"], c["gold"], "bon" if method == BON else "rl") or {}
+            peak = max(range(len(c["gold"])), key=lambda i: c["gold"][i])
+            rows.append({"method": method, "rm_pairs": n, "rm_gold_accuracy": accuracy.get(str(n)),
+                         **{k: fit.get(k) for k in ("alpha", "beta", "d_star", "R_star")},
+                         "peak_gold": c["gold"][peak], "peak_d": c["d"][peak],
+                         "final_gold": c["gold"][-1], "final_proxy": c["proxy"][-1], "final_d": c["d"][-1],
+                         "points": len(c["d"])})
+    return rows
+
+
+def _f(x, digits: int = 3) -> str:
+    return "—" if x is None else ("∞" if x == math.inf else f"{x:.{digits}f}")
+
+
+def table_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the table, formatted: the same in table.md and on the page."""
+    header = ["method", "RM pairs", "RM acc. vs gold", "α", "β", "d* (fit)", "R* (fit)", "peak gold Δ (at d)",
+              "final gold Δ", "final proxy Δ", "final d"]
+    return header, [[label(r["method"]), str(r["rm_pairs"]), _f(r["rm_gold_accuracy"]), _f(r["alpha"]), _f(r["beta"]),
+                     _f(r["d_star"], 2), _f(r["R_star"]), f"{_f(r['peak_gold'])} ({_f(r['peak_d'], 2)})",
+                     _f(r["final_gold"]), _f(r["final_proxy"]), _f(r["final_d"], 2)] for r in rows]
+
+
+def plot_study(curves: dict, sizes: list[int], methods: list[str], out: Path) -> Path:
+    """One panel per method: gold gain (solid) and proxy gain (dashed) against d = √KL, one colour
+    per proxy size, the fitted Gao form dotted."""
+    import numpy as np
+    from matplotlib import colormaps
+
+    fig, axes = new_figure(1, len(methods), figsize=(4.2 * len(methods), 3.8), squeeze=False)
+    colours = colormaps["viridis"](np.linspace(0.1, 0.85, len(sizes)))
+    for ax, method in zip(axes[0], methods):
+        for colour, n in zip(colours, sizes):
+            c = curves[method].get(str(n))
+            if c is None:
+                continue
+            ax.plot(c["d"], c["gold"], "-o", ms=2.5, color=colour, label=f"gold, RM {n} pairs")
+            ax.plot(c["d"], c["proxy"], "--", color=colour, alpha=0.8, label=f"proxy, RM {n} pairs")
+            fit = fit_gao(c["d"], c["gold"], "bon" if method == BON else "rl")
+            if fit:
+                d = np.linspace(1e-3, max(c["d"]) or 1e-3, 60)
+                r = d * (fit["alpha"] - fit["beta"] * (d if method == BON else np.log(d)))
+                ax.plot(d, r, ":", color=colour, lw=1)
+        ax.axhline(0, color="grey", lw=0.6)
+        ax.set(title=label(method), xlabel="d = √KL(π‖π_ref)  (nats^½)", ylabel="reward gain over π_ref")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    return save_figure(fig, out / "overoptimization.png")
+
+
+def samples_section(out: Path, units: list[Unit]) -> list[str]:
+    """The page's samples of each RL run: at its gold peak and at its end."""
+    parts = []
+    for unit in units:
+        path = out / "runs" / unit.name / SAMPLES_FILE
+        if not path.is_file():
+            continue
+        evals = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        peak = max(evals, key=lambda e: e["study/gold"])
+        parts.append(f"<h3>{esc(label(unit.method))}, RM {unit.value} pairs</h3>")
+        for title, e in (("gold peak", peak), ("end", evals[-1])):
+            lines = "\n".join(f"[gold {s['gold']:+.2f} proxy {s['proxy']:+.2f}] {s['prompt']}|{s['completion']}"
+                              for s in e["samples"])
+            parts.append(f"<p><b>{title}</b>: phase {e['phase']}, gold {e['study/gold']:.3f}, proxy "
+                         f"{e['study/proxy']:.3f}, d {e['study/d']:.2f}</p><pre>{esc(lines)}</pre>")
+    return parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rlhf_scratch.overoptimization --out DIR [--flag value …]`."""
+    argv = sys.argv[1:] if argv is None else argv
+    return study_main(lambda: parse_study(StudyArgs, argv, default=StudyArgs(), prog=PROG,
+                                          description=__doc__.split("\n\n")[0]), run_study)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""One RL run of the over-optimisation study, in a process of its own: an algorithm trained against
+a proxy reward model, and after every phase the policy judged on held-out prompts by gold and proxy.
+
+    python -m rlhf_scratch.studies.overoptimization_run SPEC_JSON     # what `rl_command(spec)` runs
+
+The judging is `HeldOutEvaluation`, a `loop.PhaseHook`: the loop calls it once per phase and logs
+what it returns (study/gold, study/proxy, study/kl, study/d) in metrics.jsonl beside the phase's own
+numbers. The study (`studies.overoptimization`) reads those back into its curves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+from rlhf_scratch import registry
+
+STUDY_METRICS = ("study/gold", "study/proxy", "study/kl", "study/d")  # logged by every RL run, every phase
+SAMPLES_FILE = "study_samples.jsonl"
+START_FILE = "study_start.json"  # the reference policy's evaluation (phase 0)
+
+
+def evaluate_policy(lm, ref, prompts: list[str], proxy_fn, gen_len: int, per_prompt: int, chunk_size: int = 32):
+    """Sample `per_prompt` completions of each held-out prompt (temperature 1, whole vocabulary,
+    stop at EOS), and return (metrics, samples): mean gold, mean proxy, and KL = mean over samples
+    of Σ_t KL(π(·|s_t) ‖ π_ref(·|s_t)) over the kept completion tokens (the full-vocabulary
+    per-token KL of the rollout, summed), d = √KL."""
+    import torch
+
+    from rlhf_scratch.reward.preferences import gold_scores
+    from rlhf_scratch.rollout import make_rollout
+
+    with torch.no_grad():
+        rollout = make_rollout(lm, ref, prompts, proxy_fn, num_generations=per_prompt, gen_len=gen_len,
+                               temperature=1.0, top_k=0, prepend_bos=True, stop_at_eos=True, chunk_size=chunk_size)
+    kl = (rollout.kl * rollout.completion_mask).sum(-1)
+    gold = gold_scores(rollout.texts)
+    metrics = {"study/gold": gold.mean().item(), "study/proxy": rollout.scores.mean().item(),
+               "study/kl": kl.mean().item(), "study/d": math.sqrt(max(kl.mean().item(), 0.0))}
+    samples = [{"prompt": p, "completion": c, "gold": g, "proxy": r}
+               for p, c, g, r in zip(rollout.prompts, rollout.completions, gold.tolist(), rollout.scores.tolist())]
+    return metrics, samples
+
+
+class HeldOutEvaluation:
+    """The study's eye on an RL run, a `loop.PhaseHook`: after every phase the policy on the held-out
+    prompts (`evaluate_policy`), logged as study/* in metrics.jsonl, a few samples appended to
+    study_samples.jsonl. The reference itself is phase 0 of every curve: evaluated when a new run
+    starts (study_start.json), never on resume, so a resumed run draws no random numbers the
+    interrupted one did not and stays bit-exact."""
+
+    METRICS = STUDY_METRICS
+
+    def __init__(self, trainer, prompts: list[str], per_prompt: int):
+        from rlhf_scratch.loading import load_lm
+        from rlhf_scratch.reward.tasks import make_reward_fn
+
+        self.trainer, self.prompts, self.per_prompt = trainer, prompts, per_prompt
+        self.ref = load_lm(trainer.args.model).eval()
+        self.proxy_fn = make_reward_fn(trainer.args)  # the proxy: the run's own reward
+
+    def start(self, run_dir: Path, phase: int) -> None:
+        if phase == 0:
+            (run_dir / START_FILE).write_text(json.dumps(self.after_phase(run_dir, 0)))
+
+    def after_phase(self, run_dir: Path, phase: int) -> dict[str, float]:
+        from rlhf_scratch.model import language_model
+
+        metrics, samples = evaluate_policy(language_model(self.trainer.policy), self.ref, self.prompts, self.proxy_fn,
+                                           self.trainer.args.gen_len, self.per_prompt)
+        with open(run_dir / SAMPLES_FILE, "a") as f:
+            f.write(json.dumps({"phase": phase, **metrics, "samples": samples[:: self.per_prompt][:6]}) + "\n")
+        return metrics
+
+
+def train_against_proxy(spec: dict) -> int:
+    """The body of one run's process: train `spec["algo"]` against the proxy `spec["proxy"]` (or
+    resume it), with `HeldOutEvaluation` after every phase. A failure is one `error:` line."""
+    from rlhf_scratch.config import make_args
+    from rlhf_scratch.runs import STATUS_FILE, load_args, read_status
+
+    run_dir = Path(spec["run_dir"])
+    resume = (run_dir / STATUS_FILE).is_file()
+    if resume and read_status(run_dir)["status"] == "finished":
+        return 0
+    try:
+        args = load_args(run_dir) if resume else make_args(
+            "tiny", algo=spec["algo"], task="sentiment", reward_model=spec["proxy"], prompts=spec["train_prompts"],
+            run_dir=str(run_dir), **spec["train_fields"])
+        trainer = registry.get(args.algo).trainer_class()(args, quiet=True)
+        hook = HeldOutEvaluation(trainer, Path(spec["eval_prompts"]).read_text().splitlines(), spec["per_prompt"])
+        trainer.train(run_dir, resume=resume, hooks=[hook])
+    except (ValueError, OSError, RuntimeError) as e:  # TrainingStopped (Ctrl-C) too: its line says how to resume
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def rl_command(spec: dict) -> list[str]:
+    """The process of one RL run: this module, with the run (`train_against_proxy`'s spec) as JSON."""
+    return [sys.executable, "-m", "rlhf_scratch.studies.overoptimization_run", json.dumps(spec)]
+
+
+if __name__ == "__main__":
+    sys.exit(train_against_proxy(json.loads(sys.argv[1])))

@@ -1,0 +1,137 @@
+"""The study runner (rlhf_scratch/studies/runner.py) with no training at all: units and their
+names, the plan file, list flags, the ledger, and resumable processes (tiny `python -c` ones)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from rlhf_scratch.config import ConfigError
+from rlhf_scratch.studies.runner import (
+    Job,
+    Ledger,
+    Unit,
+    by_group,
+    csv_list,
+    markdown_table,
+    open_study,
+    plan_units,
+    run_jobs,
+    study_main,
+)
+
+
+def test_units_are_named_and_grouped_over_their_seeds():
+    units = plan_units(["ppo", "rloo"], seeds=[1, 2], settings=[("b", 0.1), ("b", 0.5)])
+    assert [u.name for u in units] == ["ppo-s1-b0.1", "ppo-s2-b0.1", "ppo-s1-b0.5", "ppo-s2-b0.5",
+                                       "rloo-s1-b0.1", "rloo-s2-b0.1", "rloo-s1-b0.5", "rloo-s2-b0.5"]
+    groups = by_group(units)
+    assert list(groups) == [("ppo", ("b", 0.1)), ("ppo", ("b", 0.5)), ("rloo", ("b", 0.1)), ("rloo", ("b", 0.5))]
+    assert [u.seed for u in groups[("rloo", ("b", 0.5))]] == [1, 2], "a group is one setting over its seeds"
+    assert Unit("rloo", setting=("rm", 250)).name == "rloo-rm250" and Unit("ppo", 3).name == "ppo-s3"
+    assert Unit("rloo", setting=("rm", 250)).value == 250 and Unit("ppo", 3).value is None
+
+
+@pytest.mark.parametrize("text, kind, message", [
+    ("1,x", int, "seeds: expected a comma-separated list of ints; got '1,x'"),
+    (",", int, "seeds: empty list"),
+])
+def test_list_flags_are_parsed_or_refused_in_one_line(text, kind, message):
+    assert csv_list(" ppo, rloo ,", str, "algos") == ["ppo", "rloo"]
+    with pytest.raises(ConfigError) as err:
+        csv_list(text, kind, "seeds")
+    assert str(err.value) == message
+
+
+def test_markdown_table():
+    assert markdown_table(["run", "reward"], [["ppo-s1", "0.500"], ["rloo-s1", ""]]) == (
+        "| run | reward |\n|---|---|\n| ppo-s1 | 0.500 |\n| rloo-s1 |  |")
+
+
+def test_a_plan_is_kept_and_a_different_plan_is_refused_naming_what_differs(tmp_path):
+    out = tmp_path / "study"
+    plan = {"algos": ["ppo", "rloo"], "seeds": [1], "phases": 30}
+    assert open_study(out, plan, "study.json", "study") == out
+    (out / "runs").mkdir()  # the study's own work: the same plan again continues it
+    open_study(out, {"seeds": [1], "phases": 30, "algos": ("ppo", "rloo")}, "study.json", "study")
+    with pytest.raises(ConfigError) as err:
+        open_study(out, {**plan, "algos": ["ppo"], "phases": 40}, "study.json", "study")
+    assert str(err.value) == (f"out: {out} holds a different study (algos ppo,rloo there, ppo here; phases 30 there, "
+                              "40 here); choose a new --out")
+    assert json.loads((out / "study.json").read_text()) == plan, "the refused plan was not written"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(ConfigError, match="exists and is not a study folder"):
+        open_study(tmp_path / "mine", plan, "study.json", "study")
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+
+
+def _job(name: str, log, fail: bool = False, folder=None) -> Job:
+    """A unit whose process appends its name to `log` (and fails with an `error:` line if `fail`);
+    with a folder, it marks it finished the way a run folder says so."""
+    code = f"open({str(log)!r}, 'a').write({name!r} + '\\n')\n"
+    if fail:
+        code += "import sys; print('warming up', file=sys.stderr); print('error: boom', file=sys.stderr); " \
+                "print('a last line', file=sys.stderr); sys.exit(3)\n"
+    if folder is not None:
+        code += (f"import os, json; os.makedirs({str(folder)!r}, exist_ok=True)\n"
+                 f"open(os.path.join({str(folder)!r}, 'status.json'), 'w').write(json.dumps({{'status': 'finished', 'phase': 1}}))\n")
+    return Job(name, lambda: [sys.executable, "-c", code], folder=folder, record={"unit": name})
+
+
+def test_a_failed_unit_stops_the_study_and_the_next_call_runs_only_what_is_not_done(tmp_path):
+    log, ledger_path = tmp_path / "launched.txt", tmp_path / "ledger.json"
+    folder = tmp_path / "runs" / "b"
+    jobs = [_job("a", log), _job("b", log, fail=True, folder=folder), _job("c", log)]
+    with pytest.raises(RuntimeError) as err:
+        run_jobs(jobs, Ledger(ledger_path), parallel=1)
+    assert str(err.value) == "b failed (exit 3): error: boom", "its last error: line, not its last line"
+    assert log.read_text().split() == ["a", "b"], "no unit starts after a failure"
+    assert set(json.loads(ledger_path.read_text())) == {"a"}
+
+    jobs[1] = _job("b", log, folder=folder)
+    ledger = Ledger(ledger_path)
+    run_jobs(jobs, ledger, parallel=2)
+    assert sorted(log.read_text().split()[2:]) == ["b", "c"], "a finished unit is not run again"
+    assert ledger["b"]["unit"] == "b" and ledger["b"]["wall_s"] > 0 and ledger["b"]["peak_mib"] > 0
+    run_jobs(jobs, Ledger(ledger_path), parallel=2)
+    assert len(log.read_text().split()) == 4, "all finished: nothing runs"
+    (folder / "status.json").write_text(json.dumps({"status": "interrupted", "phase": 0}))
+    run_jobs(jobs, Ledger(ledger_path), parallel=2)
+    assert log.read_text().split()[4:] == ["b"], "a unit whose folder is not finished runs again"
+
+
+def test_the_bar_follows_each_running_units_phase(tmp_path):
+    run_dir = tmp_path / "ppo-s1"
+    fake_train = ("import json, os, time\n"
+                  f"d = {str(run_dir)!r}; os.makedirs(d, exist_ok=True)\n"
+                  "for phase in (1, 2, 3):\n"
+                  "    open(os.path.join(d, 'status.json'), 'w').write(json.dumps({'status': 'running', 'phase': phase}))\n"
+                  "    time.sleep(0.8)\n")
+    seen: list[int] = []
+    run_jobs([Job("ppo-s1", lambda: [sys.executable, "-c", fake_train], run_dir, steps=3)], Ledger(tmp_path / "l.json"),
+             watch=lambda name, steps: seen.append(steps))
+    assert seen[-1] == 3 and {1, 2} & set(seen), seen
+    assert seen == sorted(seen), "phases only go forward"
+
+
+def test_a_studys_errors_are_one_line_with_its_exit_code(capsys):
+    def fail(exc):
+        def run(args):
+            raise exc
+        return run
+
+    def bad_input():
+        raise ConfigError("seeds: empty list")
+
+    assert study_main(bad_input, fail(AssertionError)) == 2
+    assert capsys.readouterr().err == "error: seeds: empty list\n"
+    assert study_main(lambda: None, fail(RuntimeError("b failed (exit 3): error: boom\nmore"))) == 1
+    assert capsys.readouterr().err == "error: b failed (exit 3): error: boom; run the same command again to continue\n"
+    assert study_main(lambda: None, fail(ConfigError("features_layer: must be in 0..3; got 7"))) == 2
+    assert "again" not in capsys.readouterr().err, "bad input found late is still bad input: nothing to continue"
+    assert study_main(lambda: None, fail(KeyboardInterrupt())) == 130
+    assert capsys.readouterr().err == "interrupted; run the same command again to continue\n"
+    assert study_main(lambda: None, lambda args: None) == 0
