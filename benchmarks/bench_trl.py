@@ -128,9 +128,10 @@ def worker_ours(system: str, opts) -> dict:
         args = make_args("tiny", algo, num_generations=GROUP, num_iterations=PASSES, **common)
     trainer = Trainer(args, quiet=True)
     marks["trainer_init"] = time.time()
-    learning_ends = watch_phases(trainer, marks)
+    clock = PhaseClock(marks)
+    learning_ends = clock.learning_ends
     with tempfile.TemporaryDirectory() as tmp:
-        run_dir = trainer.train(Path(tmp) / "run")
+        run_dir = trainer.train(Path(tmp) / "run", hooks=[clock])
         marks["train_end"] = time.time()
         metrics = read_metrics(run_dir)
     rounds = []
@@ -146,26 +147,25 @@ def worker_ours(system: str, opts) -> dict:
             "marks": {k: t - opts.t0 for k, t in marks.items()}}
 
 
-def watch_phases(trainer, marks: dict) -> list[float]:
-    """Clock the loop's calls of `trainer`: marks["first_round"] at the first rollout, and the returned
-    list gets the perf_counter at the end of every learning phase. A round is then timed as TRL's
-    clock times one (from one optimizer step's end to the next round's): end of phase k−1's learning
-    → end of phase k's, so it holds phase k−1's log line and the loop's bookkeeping too. Its parts
-    are phase k's `time/<part>`, whose `logging` is phase k−1's log line (loop.phase_times)."""
-    learning_ends: list[float] = []
-    rollout_phase, learning_phase = trainer.rollout_phase, trainer.learning_phase
+class PhaseClock:
+    """A `loop.PhaseHook` that clocks the loop: marks["first_round"] just before the first rollout,
+    and `learning_ends` gets the perf_counter at the end of every learning phase. A round is then
+    timed as TRL's clock times one (from one optimizer step's end to the next round's): end of phase
+    k−1's learning → end of phase k's, so it holds phase k−1's log line and the loop's bookkeeping
+    too. Its parts are phase k's `time/<part>`, whose `logging` is phase k−1's log line
+    (loop.phase_times)."""
 
-    def clocked_rollout_phase():
-        marks.setdefault("first_round", time.time())
-        return rollout_phase()
+    METRICS: tuple[str, ...] = ()
 
-    def clocked_learning_phase(rollout):
-        stats = learning_phase(rollout)
-        learning_ends.append(time.perf_counter())
-        return stats
+    def __init__(self, marks: dict):
+        self.marks, self.learning_ends = marks, []
 
-    trainer.rollout_phase, trainer.learning_phase = clocked_rollout_phase, clocked_learning_phase
-    return learning_ends
+    def start(self, run_dir, phase: int) -> None:
+        self.marks.setdefault("first_round", time.time())
+
+    def after_phase(self, run_dir, phase: int) -> dict[str, float]:
+        self.learning_ends.append(time.perf_counter())
+        return {}
 
 
 def asset_folder(name: str) -> Path:
