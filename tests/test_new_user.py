@@ -280,3 +280,28 @@ def test_preferences_checks_the_context_length_in_one_line(flags, message, tmp_p
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
     assert not out.exists()
+
+
+def test_the_overoptimization_study_checks_the_context_before_making_its_folder(tmp_path, capsys):
+    """A --gen-len that overflows the model crashed mid-study with an IndexError, and the half-made
+    folder then refused the corrected command ("holds a different study")."""
+    from rlhf_scratch.overoptimization import main
+
+    assert main(["--out", str(tmp_path / "study"), "--gen-len", "120"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: gen_len: prompts: rt row") and "exceed the model's context n_ctx=128" in err
+    assert not (tmp_path / "study").exists()
+
+
+@pytest.mark.parametrize("ds, gold, verdict", [
+    ([0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.25, 0.3], "not enough points (4 < 6)"),
+    ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.10, 0.19, 0.27, 0.34, 0.40, 0.45], "peak outside the data"),
+    ([0.2, 0.4, 0.6, 0.8, 1.0, 1.2], [0.2, 0.32, 0.36, 0.34, 0.28, 0.18], None),
+])
+def test_a_gao_fit_is_reported_only_where_the_data_support_it(ds, gold, verdict):
+    """The study printed R* = 162 from 4 points that stayed within ±1. Red if a fit from too few
+    points, or one whose peak lies far beyond the last measured d, is reported as a finding."""
+    from rlhf_scratch.studies.overoptimization import fit_gao, unsupported_fit
+
+    why = unsupported_fit(fit_gao(ds, gold, "rl"), ds)
+    assert (why is None) if verdict is None else why.startswith(verdict), why

@@ -12,20 +12,11 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from rlhf_scratch.course.execute_notebooks import EXCLUDED, notebook_paths, notebooks_in
+
 NOTEBOOK_DIR = Path(__file__).parent.parent / "notebooks"
 
-EXCLUDED: dict[str, str] = {}
-"""Notebooks (path relative to `notebooks/`) the suite does not execute, each with why. Empty: all run."""
-
-
-def notebooks_in(folder: Path) -> list[Path]:
-    """Every `.ipynb` under `folder`, subfolders included, sorted; not in hidden folders (Jupyter's
-    `.ipynb_checkpoints/` holds autosaved copies, not notebooks of the project)."""
-    found = folder.rglob("*.ipynb")
-    return sorted(p for p in found if not any(part.startswith(".") for part in p.relative_to(folder).parts))
-
-
-NOTEBOOKS = [p for p in notebooks_in(NOTEBOOK_DIR) if p.relative_to(NOTEBOOK_DIR).as_posix() not in EXCLUDED]
+NOTEBOOKS = notebook_paths(NOTEBOOK_DIR)  # discovery and EXCLUDED: rlhf_scratch/course/execute_notebooks.py
 
 
 def _walk(folder: Path) -> set[str]:

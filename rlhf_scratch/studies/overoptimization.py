@@ -197,9 +197,29 @@ class StudyArgs:
         return plan_units([m for m in self.methods() if m != BON], settings=[("rm", n) for n in self.sizes()])
 
 
+def check_context(args: StudyArgs) -> None:
+    """Every review opening the study may use, plus --gen-len tokens, must fit the tiny model's context:
+    one line naming the first that does not, before the study folder is made (a half-made folder
+    would hold the bad plan and refuse the corrected command)."""
+    from rlhf_scratch.loading import load_lm
+    from rlhf_scratch.prompts import PromptError, check_prompt_lengths, load_prompts
+
+    lm = load_lm("tiny")
+    n_ctx = lm.cfg.n_ctx
+    if args.gen_len >= n_ctx:
+        raise ConfigError(f"gen_len: {args.gen_len} leaves no room for a prompt in the model's context n_ctx={n_ctx}")
+    prompts = [p for p in load_prompts("rt", seed=args.seed) if "\n" not in p]
+    try:
+        check_prompt_lengths(prompts, lambda p: lm.to_tokens(p, truncate=False).shape[1], n_ctx, args.gen_len, "rt")
+    except PromptError as e:  # bad input: exit 2, nothing written
+        raise ConfigError(f"gen_len: {e}") from None
+
+
 def run_study(args: StudyArgs) -> None:
     """Everything not done yet, then the table, the figure and the page (`--report`: no training);
     the wall time of the whole call goes to times.json (study_wall_s)."""
+    if not args.report:
+        check_context(args)
     out = open_study(Path(args.out), args.plan(), PLAN_FILE, "study")
     ledger = Ledger(out / TIMES_FILE)
     if args.report:
@@ -410,13 +430,33 @@ def make_table(curves: dict, accuracy: dict, sizes: list[int], methods: list[str
             if c is None:
                 continue
             fit = fit_gao(c["d"], c["gold"], "bon" if method == BON else "rl") or {}
+            why_not = unsupported_fit(fit, c["d"])
+            if why_not:
+                fit = {}
             peak = max(range(len(c["gold"])), key=lambda i: c["gold"][i])
             rows.append({"method": method, "rm_pairs": n, "rm_gold_accuracy": accuracy.get(str(n)),
-                         **{k: fit.get(k) for k in ("alpha", "beta", "d_star", "R_star")},
+                         **{k: fit.get(k) for k in ("alpha", "beta", "d_star", "R_star")}, "fit": why_not or "fitted",
                          "peak_gold": c["gold"][peak], "peak_d": c["d"][peak],
                          "final_gold": c["gold"][-1], "final_proxy": c["proxy"][-1], "final_d": c["d"][-1],
                          "points": len(c["d"])})
     return rows
+
+
+MIN_FIT_POINTS = 6
+"""Fewest (d, gold) points a two-parameter Gao fit is reported from."""
+PEAK_REACH = 1.5
+"""A fitted peak is reported only within this factor of the largest d measured: beyond it the curve
+has not turned, and the fit is extrapolating (4 points within ±1 once gave R* = 162)."""
+
+
+def unsupported_fit(fit: dict, ds: list[float]) -> str | None:
+    """Why a Gao fit must not be reported, or None: too few points, or a peak outside the data."""
+    points = sum(d > 1e-6 for d in ds)
+    if not fit or points < MIN_FIT_POINTS:
+        return f"not enough points ({points} < {MIN_FIT_POINTS})"
+    if math.isfinite(fit["d_star"]) and fit["d_star"] > PEAK_REACH * max(ds):
+        return f"peak outside the data (d* {fit['d_star']:.2f} > {PEAK_REACH} × largest d {max(ds):.2f})"
+    return None
 
 
 def _f(x, digits: int = 3) -> str:
@@ -425,10 +465,10 @@ def _f(x, digits: int = 3) -> str:
 
 def table_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the table, formatted: the same in table.md and on the page."""
-    header = ["method", "RM pairs", "RM acc. vs gold", "α", "β", "d* (fit)", "R* (fit)", "peak gold Δ (at d)",
+    header = ["method", "RM pairs", "RM acc. vs gold", "α", "β", "d* (fit)", "R* (fit)", "fit", "peak gold Δ (at d)",
               "final gold Δ", "final proxy Δ", "final d"]
     return header, [[label(r["method"]), str(r["rm_pairs"]), _f(r["rm_gold_accuracy"]), _f(r["alpha"]), _f(r["beta"]),
-                     _f(r["d_star"], 2), _f(r["R_star"]), f"{_f(r['peak_gold'])} ({_f(r['peak_d'], 2)})",
+                     _f(r["d_star"], 2), _f(r["R_star"]), r["fit"], f"{_f(r['peak_gold'])} ({_f(r['peak_d'], 2)})",
                      _f(r["final_gold"]), _f(r["final_proxy"]), _f(r["final_d"], 2)] for r in rows]
 
 
@@ -448,7 +488,7 @@ def plot_study(curves: dict, sizes: list[int], methods: list[str], out: Path) ->
             ax.plot(c["d"], c["gold"], "-o", ms=2.5, color=colour, label=f"gold, RM {n} pairs")
             ax.plot(c["d"], c["proxy"], "--", color=colour, alpha=0.8, label=f"proxy, RM {n} pairs")
             fit = fit_gao(c["d"], c["gold"], "bon" if method == BON else "rl")
-            if fit:
+            if fit and not unsupported_fit(fit, c["d"]):
                 d = np.linspace(1e-3, max(c["d"]) or 1e-3, 60)
                 r = d * (fit["alpha"] - fit["beta"] * (d if method == BON else np.log(d)))
                 ax.plot(d, r, ":", color=colour, lw=1)

@@ -1,0 +1,381 @@
+"""Writes the exercise notebooks of this folder: `python notebooks/exercises/make_exercises.py`.
+
+Each exercise is three cells: the formula and what to watch for (markdown), a stub with the
+solution's signature and docstring that raises NotImplementedError (tagged `exercise`), and
+`check_<name>(<name>)` (tagged `check`); both code cells carry `metadata["exercise"] = <name>`.
+The tags are what tests/test_course_checks.py reads: it swaps each stub for the package's solution
+and executes the notebook, and it checks that every shipped stub still raises.
+
+Edit the text here, not in the notebooks, then run this file (the test compares the two).
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).parent
+
+KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
+SETUP = """\
+import math
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from rlhf_scratch.course import (
+{checks}
+)"""
+
+HOW = """\
+**How it works.** Each exercise gives a formula and what to watch for, then a stub: replace its
+`raise NotImplementedError` with your code and run the cell after it. `check_<name>` calls your
+function on small cases worked out by hand (in `rlhf_scratch/course/checks.py`) and prints one line
+when all pass. When one fails it raises an `AssertionError` that names the case and, when it
+recognises the mistake by the number you produced, says which one (`hint: ...`). Keep the
+signature as given: the checks call it as the trainers do.
+
+The solutions are the package's own functions (named under each exercise); read them once your
+check passes."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One function to write: its name, the teacher's note (markdown) and the stub (code)."""
+
+    name: str
+    note: str
+    stub: str
+
+
+def exercise_cells(ex: Exercise) -> list:
+    """Formula, stub, check: three cells with stable ids (regenerating changes no diff)."""
+    meta = {"exercise": ex.name}
+    return [
+        new_markdown_cell(ex.note, id=f"{ex.name}-note"),
+        new_code_cell(ex.stub, id=f"{ex.name}-stub", metadata={**meta, "tags": ["exercise"]}),
+        new_code_cell(f"check_{ex.name}({ex.name})", id=f"{ex.name}-check", metadata={**meta, "tags": ["check"]}),
+    ]
+
+
+def notebook(intro: str, exercises: list[Exercise], outro: str) -> nbformat.NotebookNode:
+    checks = "\n".join(f"    check_{ex.name}," for ex in exercises)
+    cells = [new_markdown_cell(intro + "\n\n" + HOW, id="intro"), new_code_cell(SETUP.format(checks=checks), id="setup")]
+    for ex in exercises:
+        cells += exercise_cells(ex)
+    cells.append(new_markdown_cell(outro, id="outro"))
+    return new_notebook(cells=cells, metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}})
+
+
+# --- 01: PPO's objective ----------------------------------------------------------------------
+
+GET_LOG_PROBS = Exercise("get_log_probs", r"""## 1 · `get_log_probs`: the log-probability of each sampled token
+
+$$\log \pi_T(x_{t+1} \mid x_{\le t}) = \mathrm{log\_softmax}(z_t / T)\,[x_{t+1}]$$
+
+The logits at position $t$ predict token $t+1$. So the generated tokens `tokens[:, prefix_len:]` are
+scored by `logits[:, prefix_len-1 : -1]`, and the last position predicts nothing. Without
+`prefix_len`, score every next token (`seq_len - 1` of them).
+
+Watch for:
+- the **off-by-one** between logits and tokens: line them up before gathering;
+- `torch.log(torch.softmax(z))` underflows to $\log 0 = -\infty$ for an unlikely token once the logits
+  are large (the check multiplies them by 100): use `log_softmax`, which subtracts the max first;
+- the tokens were sampled from $\mathrm{softmax}(z / T)$: **divide** by the temperature;
+- `x.gather(-1, idx[..., None]).squeeze(-1)` picks one entry per position.
+
+Solution: `rlhf_scratch.objectives.get_log_probs`.""", '''\
+def get_log_probs(
+    logits: Float[Tensor, "batch seq_len d_vocab"],
+    tokens: Int[Tensor, "batch seq_len"],
+    prefix_len: int | None = None,
+    temperature: float = 1.0,
+) -> Float[Tensor, "batch gen_len"]:
+    """log softmax(logits[b, t] / temperature)[tokens[b, t+1]]: the log-prob of each token that came next.
+
+    With prefix_len, only the generated tokens tokens[:, prefix_len:] (gen_len = seq_len - prefix_len);
+    without it, every next token (gen_len = seq_len - 1).
+    """
+    raise NotImplementedError''')
+
+COMPUTE_ADVANTAGES = Exercise("compute_advantages", r"""## 2 · `compute_advantages`: the blog's one-step advantage
+
+$$A_t = Q_t - V(s_t), \qquad Q_t = V(s_{t+1}) \text{ for } t < \text{last}, \qquad Q_\text{last} = r$$
+
+State $s_t$ is the context up to and including token $t$, and `values[:, t]` $= V(s_t)$. The first
+generated token is chosen in $s_{\text{prefix\_len}-1}$, so the states of the generated steps are
+`values[:, prefix_len-1 : -1]`; the value after the last token is never used, because the reward
+takes its place. This is GAE with $\gamma = 1, \lambda = 0$: low variance, biased by the value head.
+
+With a `mask` (True up to and including the first EOS), the episode ends at each row's **last kept**
+token: the reward arrives there, and the padding after it gets advantage 0.
+
+Watch for: $Q - V$, not $V - Q$; $Q_\text{last}$ is the reward alone; this is not the Monte-Carlo
+$r - V(s_t)$. Advantages are targets, not something to differentiate (`@torch.no_grad()`).
+
+Solution: `rlhf_scratch.advantages.compute_advantages`.""", '''\
+@torch.no_grad()
+def compute_advantages(
+    values: Float[Tensor, "batch seq_len"],
+    rewards: Float[Tensor, " batch"],
+    prefix_len: int,
+    mask: Bool[Tensor, "batch gen_len"] | None = None,
+) -> Float[Tensor, "batch gen_len"]:
+    """A_t = V(s_{t+1}) - V(s_t) for each generated step, the reward in place of V after the last one.
+
+    With mask, the last step is each row's last kept token and masked positions get 0.
+    """
+    raise NotImplementedError''')
+
+NORMALIZE_REWARD = Exercise("normalize_reward", r"""## 3 · `normalize_reward`: whiten the batch's rewards
+
+$$\hat r_i = \frac{r_i - \bar r}{\sigma_r + \epsilon}$$
+
+with $\sigma_r$ the **unbiased** standard deviation ($\div (n-1)$, Bessel's correction), torch's
+default `r.std()` and the blog's: the deviations are measured from the batch's own mean, which sits
+closer to the data than the true mean, so $\div n$ would underestimate the spread.
+
+Watch for: $\epsilon$ goes on the std, outside the square root; a constant batch must give zeros
+(not NaN), and so must a batch of one (its unbiased std is $0/0$).
+
+Solution: `rlhf_scratch.reward.functions.normalize_reward`.""", '''\
+def normalize_reward(reward: Float[Tensor, " batch"], eps: float = 1e-5) -> Float[Tensor, " batch"]:
+    """(r - mean(r)) / (std(r) + eps), std unbiased; zeros for fewer than two rewards."""
+    raise NotImplementedError''')
+
+CLIPPED_SUR_OBJ = Exercise("calc_clipped_sur_obj", r"""## 4 · `calc_clipped_sur_obj`: PPO's clipped surrogate (maximised)
+
+$$r_t = \exp(\log\pi_\theta(a_t|s_t) - \log\pi_\text{old}(a_t|s_t)), \qquad
+\hat A_t = \frac{A_t - \mathrm{mean}(A)}{\mathrm{std}(A) + \epsilon}$$
+$$L^\text{clip} = \mathbb{E}_t\big[\min\big(r_t \hat A_t,\ \mathrm{clip}(r_t, 1-c, 1+c)\,\hat A_t\big)\big]$$
+
+with $c$ = `clip_coef` and $\epsilon$ = `eps`. The advantages are whitened per minibatch, std unbiased. The min makes the objective pessimistic:
+once the ratio has moved past the clip in the direction the advantage pushes, the term is flat
+(no gradient), while moving back is never clipped.
+
+Watch for: `min`, not `max`; the ratio is $\pi / \pi_\text{old}$; this is an objective the trainer
+**ascends**: return it, not its negative. With a `mask`: the mean **and** the whitening run over the
+kept tokens only (`x[mask]`), so padding neither counts in the mean nor shifts $\hat A$; set the
+ratio to 1 and $\hat A$ to 0 at masked positions (`torch.where`) so nothing there reaches a gradient.
+
+Solution: `rlhf_scratch.objectives.calc_clipped_sur_obj`.""", '''\
+def calc_clipped_sur_obj(
+    logprobs: Float[Tensor, "minibatch gen_len"],
+    mb_logprobs: Float[Tensor, "minibatch gen_len"],
+    mb_advantages: Float[Tensor, "minibatch gen_len"],
+    clip_coef: float,
+    eps: float = 1e-8,
+    mask: Bool[Tensor, "minibatch gen_len"] | None = None,
+) -> Float[Tensor, ""]:
+    """mean over kept tokens of min(r A_hat, clip(r, 1 - clip_coef, 1 + clip_coef) A_hat), to maximise.
+
+    r = exp(logprobs - mb_logprobs); A_hat = advantages whitened over the kept tokens (std n - 1).
+    """
+    raise NotImplementedError''')
+
+KL_PENALTY = Exercise("calc_kl_penalty", r"""## 5 · `calc_kl_penalty`: stay near the reference
+
+$$\text{penalty} = \beta\ \mathbb{E}_t \sum_v \pi(v \mid s_t)\,\big(\log\pi(v \mid s_t) - \log\pi_\text{ref}(v \mid s_t)\big)$$
+
+the full-vocabulary $\mathrm{KL}(\pi \,\|\, \pi_\text{ref})$ at each generated position, averaged over
+the kept positions, times $\beta$. It is a positive number the trainer subtracts.
+
+Watch for: the **direction**: weight by the policy's $\pi(v)$, so the penalty punishes text the
+reference finds unlikely ($\mathrm{KL}(\pi_\text{ref} \,\|\, \pi)$ is another number); don't forget
+$\beta$; compute $\log\pi$ with `log_softmax` and $\pi$ as its `exp()` (the check multiplies the
+logits by 100: `softmax(...).log()` gives $0 \cdot (-\infty) = $ NaN). `from_logprobs=True` means the
+inputs are already `log_softmax` outputs; since `log_softmax` of a log-softmax changes nothing,
+you may apply it regardless.
+
+Solution: `rlhf_scratch.objectives.calc_kl_penalty`.""", '''\
+def calc_kl_penalty(
+    logits: Float[Tensor, "batch gen_len d_vocab"],
+    ref_logits: Float[Tensor, "batch gen_len d_vocab"],
+    beta: float,
+    mask: Bool[Tensor, "batch gen_len"] | None = None,
+    from_logprobs: bool = False,
+) -> Float[Tensor, ""]:
+    """beta * mean over kept positions of KL(pi || pi_ref) = sum_v pi(v) (log pi(v) - log pi_ref(v))."""
+    raise NotImplementedError''')
+
+ENTROPY_BONUS = Exercise("calc_entropy_bonus", r"""## 6 · `calc_entropy_bonus`: reward exploring
+
+$$\text{bonus} = c_\text{ent}\ \mathbb{E}_t\Big[-\sum_v \pi(v \mid s_t) \log \pi(v \mid s_t)\Big]$$
+
+over the kept positions; uniform logits over $V$ tokens give the maximum, $c_\text{ent} \ln V$.
+
+Watch for: the minus sign (entropy is positive); $c_\text{ent}$; a confident distribution has
+$\pi(v) = 0$ in float32 for some $v$, and $0 \cdot \log 0$ is NaN: take `log_softmax`, then
+$\pi = $ `exp()` of it.
+
+Solution: `rlhf_scratch.objectives.calc_entropy_bonus`.""", '''\
+def calc_entropy_bonus(
+    logits: Float[Tensor, "batch gen_len d_vocab"],
+    ent_coef: float,
+    mask: Bool[Tensor, "batch gen_len"] | None = None,
+    from_logprobs: bool = False,
+) -> Float[Tensor, ""]:
+    """ent_coef * mean over kept positions of the entropy -sum_v pi(v) log pi(v)."""
+    raise NotImplementedError''')
+
+VALUE_FN_LOSS = Exercise("calc_value_fn_loss", r"""## 7 · `calc_value_fn_loss`: regress the value head onto the returns
+
+$$\text{loss} = \tfrac12\, c_\text{vf}\ \mathbb{E}_t\big[(V(s_t) - R_t)^2\big]$$
+
+over the kept positions (a state after EOS is past the end of the episode and has no return).
+The $\tfrac12$ is CleanRL's and ARENA's convention: the gradient is then $c_\text{vf}(V - R)/N$.
+
+Watch for: both coefficients, the $\tfrac12$ and $c_\text{vf}$; a mean, not a sum; the mean over
+the kept tokens only.
+
+Solution: `rlhf_scratch.objectives.calc_value_fn_loss`.""", '''\
+def calc_value_fn_loss(
+    values: Float[Tensor, "minibatch gen_len"],
+    mb_returns: Float[Tensor, "minibatch gen_len"],
+    vf_coef: float,
+    mask: Bool[Tensor, "minibatch gen_len"] | None = None,
+) -> Float[Tensor, ""]:
+    """1/2 * vf_coef * mean over kept positions of (values - mb_returns)^2."""
+    raise NotImplementedError''')
+
+PPO = notebook(
+    """# Exercises 1 · PPO's objective, term by term
+
+Write the seven functions PPO's learning phase is made of, as the blog post *Whirlwind of PPO, RLHF
+and Interp from scratch* names them. The trainer ascends
+
+$$J(\\theta) = L^\\text{clip} - \\tfrac12 c_\\text{vf}\\,\\mathbb{E}[(V - R)^2] + c_\\text{ent}\\,\\mathbb{E}[H(\\pi)] - \\beta\\,\\mathbb{E}[\\mathrm{KL}(\\pi \\,\\|\\, \\pi_\\text{ref})]$$
+
+Sequence layout everywhere: `[prefix (prefix_len tokens) | generated (gen_len tokens)]`. A mask
+`Bool[batch, gen_len]` is True up to and including each completion's first EOS; what follows is
+padding, not an action, and every mean below runs over the kept positions only. Notebook
+`../01_ppo_objective_math.ipynb` shows each of these functions at work.""",
+    [GET_LOG_PROBS, COMPUTE_ADVANTAGES, NORMALIZE_REWARD, CLIPPED_SUR_OBJ, KL_PENALTY, ENTROPY_BONUS, VALUE_FN_LOSS],
+    """## All seven pass?
+
+Compare your code with `rlhf_scratch/objectives.py`, `advantages.py` and `reward/functions.py`, then
+go on to `02_beyond_ppo_exercises.ipynb`: RLOO's and GRPO's advantages, the DPO loss and the
+Bradley–Terry reward model's loss.""",
+)
+
+
+# --- 02: beyond PPO ---------------------------------------------------------------------------
+
+RLOO = Exercise("compute_rloo_advantages", r"""## 1 · `compute_rloo_advantages`: the leave-one-out baseline
+
+$$A_i = r_i - \frac{1}{G-1}\sum_{j \ne i} r_j = \frac{G}{G-1}\big(r_i - \bar r\big)$$
+
+over the $G$ completions of the same prompt, which are **consecutive** rows of the batch
+(`rewards.view(-1, G)` is `[prompts, G]`). The baseline does not depend on $r_i$, so the gradient
+estimate stays unbiased, and each group's advantages sum to zero.
+
+Watch for: the mean of the **others** ($\div (G-1)$), not the group mean (that is GRPO's, and
+shrinks $A$ by $(G-1)/G$); groups within a prompt, not across the batch.
+
+Solution: `rlhf_scratch.algorithms.rloo.compute_rloo_advantages`.""", '''\
+def compute_rloo_advantages(rewards: Float[Tensor, " batch"], num_generations: int) -> Float[Tensor, " batch"]:
+    """r_i minus the mean reward of the other G - 1 completions of its prompt (the G are consecutive)."""
+    raise NotImplementedError''')
+
+GRPO = Exercise("compute_grpo_advantages", r"""## 2 · `compute_grpo_advantages`: the group-relative advantage
+
+$$A_i = \frac{r_i - \mathrm{mean}_{j \in g}\, r_j}{\sigma + 10^{-4}}$$
+
+with $\sigma$ the **unbiased** std ($\div (n-1)$, as TRL's `nanstd`) of the group
+(`scale_rewards="group"`, the default) or of the whole batch (`"batch"`), and no division at all for
+`"none"` (Dr. GRPO, which argues the division weights prompts by how easy they are).
+
+Watch for: always centre by the **group's** mean, whatever the scaling; a group of equal rewards
+has $\sigma = 0$ and must give $A = 0$, not NaN (that is what the $10^{-4}$ is for).
+
+Solution: `rlhf_scratch.algorithms.grpo.compute_grpo_advantages`.""", '''\
+def compute_grpo_advantages(
+    rewards: Float[Tensor, " batch"], num_generations: int, scale_rewards: str = "group"
+) -> Float[Tensor, " batch"]:
+    """(r_i - group mean) / (std + 1e-4), std of the group ("group") or the batch ("batch"); "none": no division."""
+    raise NotImplementedError''')
+
+DPO = Exercise("calc_dpo_loss", r"""## 3 · `calc_dpo_loss`: the preference is all the loss sees
+
+On summed, masked completion log-probs,
+
+$$h = \big(\log\pi(y_c) - \log\pi(y_r)\big) - \big(\log\pi_\text{ref}(y_c) - \log\pi_\text{ref}(y_r)\big)$$
+$$\text{sigmoid (DPO):}\ \ell = -\log\sigma(\beta h) \qquad \text{ipo:}\ \ell = \Big(h - \frac{1}{2\beta}\Big)^2$$
+
+The loss is the mean of $\ell$, or with 0/1 `weights` (a judge that could not decide gives 0)
+$\sum w \ell / \max(\sum w, 1)$. Return it with the implicit rewards $\beta(\log\pi - \log\pi_\text{ref})$
+of the chosen and the rejected completions (detached: they are diagnostics).
+
+Watch for: $\beta$ inside the sigmoid; the sign of each difference; this loss is **minimised**;
+`torch.log(torch.sigmoid(x))` is $-\infty$ once $\sigma(x)$ underflows (the check uses a margin of
+$-10^4$): use `F.logsigmoid`.
+
+Solution: `rlhf_scratch.algorithms.online_dpo.calc_dpo_loss` (it returns a NamedTuple, `DPOLoss`;
+a plain tuple does here).""", '''\
+def calc_dpo_loss(
+    policy_chosen_logps: Float[Tensor, " pairs"],
+    policy_rejected_logps: Float[Tensor, " pairs"],
+    ref_chosen_logps: Float[Tensor, " pairs"],
+    ref_rejected_logps: Float[Tensor, " pairs"],
+    beta: float,
+    loss_type: str = "sigmoid",
+    weights: Float[Tensor, " pairs"] | None = None,
+) -> tuple[Float[Tensor, ""], Float[Tensor, " pairs"], Float[Tensor, " pairs"]]:
+    """(loss, chosen_rewards, rejected_rewards): the mean DPO (or IPO) loss and the implicit rewards."""
+    raise NotImplementedError''')
+
+REWARD_MODEL = Exercise("calc_reward_model_loss", r"""## 4 · `calc_reward_model_loss`: Bradley–Terry
+
+The reward model says the chosen completion wins with probability $\sigma(r_c - r_r)$; train it on
+the negative log-likelihood of the labels (TRL's `RewardTrainer`):
+
+$$\text{loss} = \mathrm{mean}_i\big[-\log\sigma(r_{c,i} - r_{r,i} - m_i)\big] + c\ \mathrm{mean}_i\big[(r_{c,i} + r_{r,i})^2\big]$$
+
+An optional `margin` $m$ asks the chosen side to win by at least $m$; an optional
+`center_rewards_coefficient` $c$ pulls the rewards toward 0, since the likelihood only sees their
+differences. `None` means no such term.
+
+Watch for: chosen minus rejected; the minus sign (minimised); the mean of the squares, not the
+square of the mean; `F.logsigmoid` rather than `log(sigmoid)` (the check uses differences of ±2000).
+
+Solution: `rlhf_scratch.reward.model.calc_reward_model_loss`.""", '''\
+def calc_reward_model_loss(
+    chosen_rewards: Float[Tensor, " batch"],
+    rejected_rewards: Float[Tensor, " batch"],
+    margin: Float[Tensor, " batch"] | float | None = None,
+    center_rewards_coefficient: float | None = None,
+) -> Float[Tensor, ""]:
+    """mean -log sigmoid(r_c - r_r - margin) + c * mean((r_c + r_r)^2)."""
+    raise NotImplementedError''')
+
+BEYOND = notebook(
+    """# Exercises 2 · Beyond PPO: RLOO, GRPO, DPO and the reward model
+
+PPO needs a value head for its baseline. RLOO and GRPO sample $G$ completions of each prompt and
+use the others as the baseline; Online DPO compares two completions and needs no reward inside the
+loss at all; and a reward model learns a reward from such comparisons. Each is one function here.
+Notebook `../03_ppo_rloo_dpo.ipynb` shows them side by side; `docs/algorithms.md` has every formula.""",
+    [RLOO, GRPO, DPO, REWARD_MODEL],
+    """## All four pass?
+
+Compare with `rlhf_scratch/algorithms/rloo.py`, `grpo.py`, `online_dpo.py` and
+`rlhf_scratch/reward/model.py`. `docs/grpo.md` goes on to GRPO's length-bias fixes, and
+`docs/human-feedback.md` from preference pairs through a reward model to over-optimisation.""",
+)
+
+NOTEBOOKS = {"01_ppo_objective_exercises.ipynb": PPO, "02_beyond_ppo_exercises.ipynb": BEYOND}
+"""Every exercise notebook of this folder, by file name."""
+
+
+def main() -> None:
+    for name, nb in NOTEBOOKS.items():
+        nbformat.validate(nb)
+        nbformat.write(nb, HERE / name)
+        print("wrote", HERE / name)
+
+
+if __name__ == "__main__":
+    main()

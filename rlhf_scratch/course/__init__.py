@@ -1,0 +1,44 @@
+"""The course around the notebooks; here, exercise mode: write each formula, a check says if it is right.
+
+    from rlhf_scratch.course import check_calc_kl_penalty
+    check_calc_kl_penalty(my_calc_kl_penalty)     # prints one line, or raises with a hint
+
+Each `check_<name>(fn)` (`checks.py`) runs your `fn`, which has the signature of the package's
+`<name>` (the solution), on small cases worked out by hand; when the answer is wrong it recognises
+the classic mistake by the number it produced (logits and tokens off by one, a missing coefficient,
+the KL the wrong way round, padding counted in a mean, log(softmax) at logits x 100, ...) and says
+so. `notebooks/exercises/` holds a stub and its check for every function. The other modules of this
+package (the learning-phase check of notebook 06, re-executing the notebooks) are imported by name.
+
+The checks are imported on first use (PEP 562), as the package's top-level names are, so that
+importing a sibling module does not import torch.
+"""
+
+import importlib
+
+_CHECKS = (
+    "check_calc_clipped_sur_obj",
+    "check_calc_dpo_loss",
+    "check_calc_entropy_bonus",
+    "check_calc_kl_penalty",
+    "check_calc_reward_model_loss",
+    "check_calc_value_fn_loss",
+    "check_compute_advantages",
+    "check_compute_grpo_advantages",
+    "check_compute_rloo_advantages",
+    "check_get_log_probs",
+    "check_normalize_reward",
+)
+__all__ = list(_CHECKS)
+
+
+def __getattr__(name: str):
+    if name not in _CHECKS:
+        raise AttributeError(f"module 'rlhf_scratch.course' has no attribute {name!r}")
+    value = getattr(importlib.import_module("rlhf_scratch.course.checks"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_CHECKS))

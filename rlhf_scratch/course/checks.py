@@ -1,0 +1,759 @@
+"""The checks of exercise mode: `check_<name>(fn)` runs your `<name>` on hand-computed cases.
+
+Every case's answer is worked out by hand in a comment beside it, with numbers chosen asymmetric
+(a swapped pair, a sign, a missing coefficient each give another number). A wrong answer is
+compared with what each classic mistake gives on the same inputs, also worked out by hand, so the
+AssertionError names the mistake instead of only printing two numbers:
+
+    check_calc_kl_penalty failed on case 1/3 (two positions, β = 0.2):
+      got      0.043604
+      expected 0.00872
+      hint: you forgot to multiply by beta (got the un-coefficiented value)
+
+A pass prints one line: `check_calc_kl_penalty: all 3 cases pass`.
+
+Your `fn` must have the signature of the package's function of the same name (the solution; its
+module is in `REFERENCES`): the check calls the required arguments by position and the optional
+ones by keyword, exactly as the trainers do. Only torch is imported here, so a notebook that
+imports the checks starts in a second.
+"""
+
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+LN2, LN3 = math.log(2), math.log(3)
+
+
+# --- what a check is made of -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Where the solution lives and its signature (parameter names and defaults, no annotations)."""
+
+    module: str
+    signature: str
+
+    def param_names(self) -> tuple[str, ...]:
+        """`(a, b=1.0)` -> ("a", "b"); no default here holds a comma."""
+        return tuple(p.split("=")[0].strip() for p in self.signature.strip("()").split(","))
+
+
+REFERENCES: dict[str, Reference] = {
+    "get_log_probs": Reference("rlhf_scratch.objectives", "(logits, tokens, prefix_len=None, temperature=1.0)"),
+    "compute_advantages": Reference("rlhf_scratch.advantages", "(values, rewards, prefix_len, mask=None)"),
+    "normalize_reward": Reference("rlhf_scratch.reward.functions", "(reward, eps=1e-05)"),
+    "calc_clipped_sur_obj": Reference(
+        "rlhf_scratch.objectives", "(logprobs, mb_logprobs, mb_advantages, clip_coef, eps=1e-08, mask=None)"),
+    "calc_kl_penalty": Reference("rlhf_scratch.objectives", "(logits, ref_logits, beta, mask=None, from_logprobs=False)"),
+    "calc_entropy_bonus": Reference("rlhf_scratch.objectives", "(logits, ent_coef, mask=None, from_logprobs=False)"),
+    "calc_value_fn_loss": Reference("rlhf_scratch.objectives", "(values, mb_returns, vf_coef, mask=None)"),
+    "compute_rloo_advantages": Reference("rlhf_scratch.algorithms.rloo", "(rewards, num_generations)"),
+    "compute_grpo_advantages": Reference("rlhf_scratch.algorithms.grpo", "(rewards, num_generations, scale_rewards='group')"),
+    "calc_dpo_loss": Reference(
+        "rlhf_scratch.algorithms.online_dpo",
+        "(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta, loss_type='sigmoid', weights=None)"),
+    "calc_reward_model_loss": Reference(
+        "rlhf_scratch.reward.model", "(chosen_rewards, rejected_rewards, margin=None, center_rewards_coefficient=None)"),
+}
+"""The solution of each exercise: `from <module> import <name>`, with this signature."""
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A classic bug, recognised by what it returns on one case (worked out by hand)."""
+
+    gives: Any  # a number or nested list (or a tensor); its shape counts too
+    hint: str
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of the learner's function and its known answer.
+
+    `run` calls fn on fresh inputs (so an in-place edit cannot leak into the next case);
+    `if_not_finite` is the hint for an inf/NaN where the answer is finite (the stability cases);
+    `needs_grad`: the inputs carry gradients and the trainer backpropagates through the output.
+    """
+
+    name: str
+    run: Callable[[Callable], Any]
+    expected: Any
+    mistakes: tuple[Mistake, ...] = ()
+    if_not_finite: str = "an inf or NaN where the answer is finite: look for a log of 0 or a division by 0"
+    needs_grad: bool = False
+    atol: float = 1e-5
+    rtol: float = 1e-4
+
+
+NO_GRAD = ("the value is right but carries no gradient: the trainer backpropagates through it (no .item(), "
+           ".detach(), torch.no_grad() or torch.tensor(...) on the way)")
+LOG_SOFTMAX = ("not finite for logits x 100: log(softmax(x)) underflows to log(0) = -inf for an unlikely token "
+               "(and 0 * -inf = NaN); use x.log_softmax(-1), which subtracts the max before exponentiating")
+LOGSIGMOID = ("not finite for a large margin: log(sigmoid(x)) is log(0) = -inf once sigmoid(x) underflows "
+              "(x below about -88 in float32); use F.logsigmoid(x) (= -softplus(-x)), stable for any x")
+PADDING_COUNTED = ("padding counted in the mean: you zeroed the masked positions but divided by all of them; "
+                   "average over the kept tokens only (sum over mask / mask.sum(), or x[mask].mean())")
+MASK_IGNORED = "the mask was ignored: the positions after EOS are padding, not actions; average over mask == True only"
+
+
+def _tensor(x: Any) -> Tensor:
+    return x.detach().double().cpu() if isinstance(x, Tensor) else torch.tensor(x, dtype=torch.float64)
+
+
+def _t(values: Any, grad: bool = False) -> Tensor:
+    """A float32 input (the dtype the trainers use), optionally requiring grad."""
+    return torch.tensor(values, dtype=torch.float32, requires_grad=grad)
+
+
+def _fmt(t: Tensor) -> str:
+    t = _tensor(t)
+    return f"{t.item():.6g}" if t.dim() == 0 else str(torch.round(t, decimals=6).tolist())
+
+
+def _close(out: Tensor, value: Tensor, case: Case) -> bool:
+    return out.shape == value.shape and torch.allclose(_tensor(out), value, rtol=case.rtol, atol=case.atol)
+
+
+def _judge(case: Case, out: Any) -> str | None:
+    """None if `out` is the answer; else what went wrong, with the hint of the mistake it matches."""
+    if not isinstance(out, Tensor):
+        return f"  got a {type(out).__name__}, expected a tensor"
+    expected = _tensor(case.expected)
+    got = f"  got      {_fmt(out)}\n  expected {_fmt(expected)}"
+    if _close(out, expected, case):
+        return got + f"\n  hint: {NO_GRAD}" if case.needs_grad and not out.requires_grad else None
+    if torch.isfinite(expected).all() and not torch.isfinite(_tensor(out)).all():
+        return got + f"\n  hint: {case.if_not_finite}"
+    for mistake in case.mistakes:
+        if _close(out, _tensor(mistake.gives), case):
+            return got + f"\n  hint: {mistake.hint}"
+    if out.shape != expected.shape:
+        return f"  got shape {tuple(out.shape)}, expected {tuple(expected.shape)}\n{got}"
+    return got + "\n  (not a mistake this check knows: go through the formula step by step on these inputs)"
+
+
+def _check_signature(name: str, fn: Callable) -> None:
+    ref = REFERENCES[name]
+    try:
+        params = tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # a builtin or C function: nothing to compare
+        return
+    if params != ref.param_names():
+        raise AssertionError(f"check_{name}: fn must have the signature of {ref.module}.{name}{ref.signature}; "
+                             f"yours is ({', '.join(params)})")
+
+
+def _run(name: str, fn: Callable, cases: list[Case]) -> None:
+    """Run every case; raise at the first wrong one with its hint, or print the one pass line."""
+    _check_signature(name, fn)
+    for i, case in enumerate(cases, 1):
+        problem = _judge(case, case.run(fn))
+        if problem is not None:
+            raise AssertionError(f"check_{name} failed on case {i}/{len(cases)} ({case.name}):\n{problem}")
+    print(f"check_{name}: all {len(cases)} cases pass")
+
+
+# --- get_log_probs ----------------------------------------------------------------------------
+
+OFF_BY_ONE = ("off by one between logits and tokens: the logits at position t predict token t+1, so "
+              "tokens[:, prefix_len:] are scored by logits[:, prefix_len-1:-1] (the last position predicts nothing)")
+
+
+def _get_log_probs_cases() -> list[Case]:
+    # softmax[0, ln 2, ln 3] = [1/6, 2/6, 3/6];  softmax[ln 3, 0, 0] = [3/5, 1/5, 1/5]
+    a = [[[0.0, LN2, LN3], [LN3, 0.0, 0.0], [5.0, -5.0, 1.0]]]
+    b = [[[5.0, -5.0, 1.0], [0.0, LN2, LN3], [LN3, 0.0, 0.0], [0.0, 0.0, 0.0]]]
+    lse = math.log(math.exp(5) + math.exp(-5) + math.exp(1))  # logsumexp [5, -5, 1]
+    return [
+        Case("no prefix_len: one log-prob per next token",
+             lambda fn: fn(_t(a, grad=True), torch.tensor([[2, 1, 0]])),
+             # position 0 scores token 1: ln(2/6); position 1 scores token 0: ln(3/5)
+             [[math.log(2 / 6), math.log(3 / 5)]],
+             (Mistake([[math.log(3 / 6), math.log(1 / 5)]], OFF_BY_ONE),  # logits[:, :-1] with tokens[:, :-1]
+              Mistake([[math.log(1 / 5), 5 - lse]], OFF_BY_ONE),  # logits[:, 1:] with tokens[:, 1:]
+              Mistake([[LN2, LN3]], "those are the raw logits of the tokens: subtract logsumexp (log_softmax) "
+                                    "to make them log-probabilities"),
+              Mistake([[2 / 6, 3 / 5]], "those are probabilities: take the log (log_softmax, not softmax)")),
+             needs_grad=True),
+        Case("prefix_len = 2: only the generated tokens",
+             lambda fn: fn(_t(b), torch.tensor([[0, 1, 2, 0]]), prefix_len=2),
+             # generated tokens 2, 0 are scored by positions 1, 2: ln(3/6), ln(3/5)
+             [[math.log(3 / 6), math.log(3 / 5)]],
+             (Mistake([[-5 - lse, math.log(3 / 6), math.log(3 / 5)]],
+                      "prefix_len ignored: with it, return only the gen_len = seq_len - prefix_len generated tokens"),
+              Mistake([[math.log(1 / 5), math.log(1 / 3)]], OFF_BY_ONE),  # logits[:, 2:] with tokens[:, 2:]
+              Mistake([[math.log(2 / 6), math.log(1 / 5)]], OFF_BY_ONE))),  # logits[:, 1:-1] with tokens[:, 1:-1]
+        Case("temperature 0.5",
+             lambda fn: fn(_t(a), torch.tensor([[0, 1, 0]]), temperature=0.5),
+             # z / T = 2z: softmax ∝ [1, 4, 9] -> ln(4/14);  ∝ [9, 1, 1] -> ln(9/11)
+             [[math.log(4 / 14), math.log(9 / 11)]],
+             (Mistake([[math.log(2 / 6), math.log(3 / 5)]], "the temperature was ignored: the tokens were sampled "
+                                                            "from softmax(logits / T), score them under it"),
+              # z · T: softmax ∝ [1, √2, √3] -> ln(√2 / (1+√2+√3));  ∝ [√3, 1, 1] -> ln(√3 / (√3+2))
+              Mistake([[math.log(2**0.5 / (1 + 2**0.5 + 3**0.5)), math.log(3**0.5 / (3**0.5 + 2))]],
+                      "divide the logits by the temperature, don't multiply"))),
+        Case("stability: logits x 100",
+             lambda fn: fn(_t([[[0.0, LN2, LN3], [0.0, 0.0, 0.0]]]) * 100, torch.tensor([[0, 0]])),
+             # logits [0, 100 ln 2, 100 ln 3]: log p(token 0) = -100 ln 3 - ln(1 + 2^100 / 3^100 + 3^-100)
+             [[-100 * LN3]],
+             if_not_finite=LOG_SOFTMAX, atol=1e-3),
+    ]
+
+
+def check_get_log_probs(fn: Callable) -> None:
+    """Check `get_log_probs(logits, tokens, prefix_len=None, temperature=1.0) -> [batch, gen_len]`,
+    the signature of `rlhf_scratch.objectives.get_log_probs`.
+
+    Recognises: logits and tokens off by one, prefix_len ignored, raw logits or probabilities
+    returned instead of log-probs, the temperature ignored or multiplied, log(softmax) at logits x 100.
+    """
+    _run("get_log_probs", fn, _get_log_probs_cases())
+
+
+# --- compute_advantages -----------------------------------------------------------------------
+
+
+def _compute_advantages_cases() -> list[Case]:
+    values = [[1.0, 2.0, 3.0, 4.0], [0.0, -1.0, 5.0, 2.0]]  # prefix_len 2: the actions are chosen in s_1, s_2
+    masked_values = [[0.0, 1.0, 2.0, 4.0, 9.0], [0.0, 1.0, 3.0, 9.0, 9.0]]
+    mask = [[True, True, True], [True, True, False]]
+    return [
+        Case("two samples, prefix_len = 2",
+             lambda fn: fn(_t(values), _t([10.0, -3.0]), 2),
+             # row 0: [V(s_2) - V(s_1), r - V(s_2)] = [3 - 2, 10 - 3];  row 1: [5 - (-1), -3 - 5]
+             [[1.0, 7.0], [6.0, -8.0]],
+             (Mistake([[-1.0, -7.0], [-6.0, 8.0]], "sign: A = Q - V(s_t), how much better the step went than "
+                                                   "expected; you computed V(s_t) - Q"),
+              Mistake([[1.0, 6.0], [-3.0, -5.0]], "states shifted by one: the first generated token is chosen in "
+                                                  "s_{prefix_len-1}, so V(s_t) is values[:, prefix_len-1:-1]"),
+              Mistake([[1.0, 1.0], [6.0, -3.0]], "the reward is missing: after the last token there is no state, "
+                                                 "so Q_last = reward (not V(s_{last+1}))"),
+              Mistake([[1.0, 11.0], [6.0, -6.0]], "Q_last = reward alone: there is no state after the last token "
+                                                  "whose value you could add"),
+              Mistake([[8.0, 7.0], [-2.0, -8.0]], "that is the Monte-Carlo advantage reward - V(s_t) (GAE with "
+                                                  "lambda = 1); the blog's one-step estimate uses V(s_{t+1}) - V(s_t)"))),
+        Case("row 1 ends at EOS (mask)",
+             lambda fn: fn(_t(masked_values), _t([10.0, 20.0]), 2, mask=torch.tensor(mask)),
+             # row 0: [2 - 1, 4 - 2, 10 - 4];  row 1 ends at t = 1: [3 - 1, 20 - 3, 0 (padding)]
+             [[1.0, 2.0, 6.0], [2.0, 17.0, 0.0]],
+             (Mistake([[1.0, 2.0, 6.0], [2.0, 6.0, 11.0]], "the mask was ignored: the episode ends at each sample's "
+                                                           "last KEPT token, the reward arrives there and padding gets 0"),
+              Mistake([[1.0, 2.0, 6.0], [2.0, 6.0, 0.0]], "you zeroed the padding, but the reward must arrive at the "
+                                                          "last kept token (t = 1 in row 1), not at the last position"))),
+    ]
+
+
+def check_compute_advantages(fn: Callable) -> None:
+    """Check the blog's one-step advantage `compute_advantages(values, rewards, prefix_len, mask=None)
+    -> [batch, gen_len]`, the signature of `rlhf_scratch.advantages.compute_advantages`.
+
+    Recognises: the sign (V - Q), states shifted by one, the reward missing or added to a value,
+    the Monte-Carlo advantage instead, the mask ignored or the reward not moved to the last kept token.
+    """
+    _run("compute_advantages", fn, _compute_advantages_cases())
+
+
+# --- normalize_reward -------------------------------------------------------------------------
+
+
+def _normalize_reward_cases() -> list[Case]:
+    # [0, 0, 4]: mean 4/3, deviations [-4/3, -4/3, 8/3], Σ dev² = 96/9
+    unbiased, population = math.sqrt(96 / 9 / 2), math.sqrt(96 / 9 / 3)  # 2.309401 (n-1), 1.885618 (n)
+    centred = [-4 / 3, -4 / 3, 8 / 3]
+    return [
+        Case("[0, 0, 4], eps = 0",
+             lambda fn: fn(_t([0.0, 0.0, 4.0]), eps=0.0),
+             [x / unbiased for x in centred],  # [-0.57735, -0.57735, 1.154701]
+             (Mistake([x / population for x in centred],
+                      "you divided by the population std (÷ n). The reference uses torch's default, the unbiased std "
+                      "(÷ (n-1), Bessel's correction: the deviations are taken from the batch's own mean, which "
+                      "makes them smaller than from the true mean), as the blog's reward.std(); here n = 3 and "
+                      "the two differ by sqrt(3/2)"),
+              Mistake([0.0, 0.0, 4 / unbiased], "subtract the mean before dividing by the std"),
+              Mistake(centred, "you centred the rewards but did not divide by the std"),
+              Mistake([x / unbiased**2 for x in centred], "divide by the std, not the variance"))),
+        Case("[1, 2, 3], eps = 0.5",
+             lambda fn: fn(_t([1.0, 2.0, 3.0]), eps=0.5),
+             # mean 2, unbiased std sqrt((1 + 0 + 1) / 2) = 1: [-1, 0, 1] / (1 + 0.5)
+             [-1 / 1.5, 0.0, 1 / 1.5],
+             (Mistake([-1.0, 0.0, 1.0], "eps was ignored: (r - mean) / (std + eps)"),
+              Mistake([-(1.5**-0.5), 0.0, 1.5**-0.5], "eps goes outside the square root: (r - mean) / (std + eps), "
+                                                      "not / sqrt(var + eps)"))),
+        Case("a constant batch",
+             lambda fn: fn(_t([3.7] * 5)),
+             [0.0] * 5,  # std 0: 0 / eps = 0
+             if_not_finite="a constant batch has std 0: add eps to the std so it gives 0 / eps = 0, not NaN"),
+        Case("a batch of one",
+             lambda fn: fn(_t([2.0])),
+             [0.0],
+             if_not_finite="a batch of one: the unbiased std of one number is NaN (÷ (n-1) = ÷ 0); "
+                           "return zeros when there are fewer than 2 rewards"),
+    ]
+
+
+def check_normalize_reward(fn: Callable) -> None:
+    """Check `normalize_reward(reward, eps=1e-5) -> [batch]`, the signature of
+    `rlhf_scratch.reward.functions.normalize_reward`.
+
+    Recognises: the population std (÷ n) where the reference uses the unbiased one (÷ n-1),
+    the mean not subtracted, no division or a division by the variance, eps ignored or inside the
+    square root, NaN for a constant batch or a batch of one.
+    """
+    _run("normalize_reward", fn, _normalize_reward_cases())
+
+
+# --- calc_clipped_sur_obj ---------------------------------------------------------------------
+
+
+def _surrogate(ratio: Tensor, adv: Tensor, clip: float, pick: Callable = torch.minimum) -> Tensor:
+    """The per-token clipped surrogate, for computing what a mistake gives."""
+    return pick(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
+
+
+def _clipped_sur_obj_cases() -> list[Case]:
+    ratio = torch.tensor([[1.5, 1.1], [0.7, 0.6]], dtype=torch.float64)
+    old = [[-1.0, -2.0], [-0.5, -1.0]]
+    new = (torch.tensor(old, dtype=torch.float64) + ratio.log()).tolist()
+    adv = torch.tensor([[4.0, 0.0], [2.0, -2.0]], dtype=torch.float64)
+    # mean 1: centred [[3, -1], [1, -3]], Σ c² = 20, unbiased std sqrt(20/3) = 2.581989
+    std = math.sqrt(20 / 3)
+    # token terms (in units of 1/std): (0,0) A>0, r 1.5 clipped to 1.2: 3.6;  (0,1) r 1.1 inside: -1.1;
+    # (1,0) A>0, r 0.7 below the clip but moving back is never clipped: 0.7;  (1,1) A<0, r 0.6 clipped to 0.8: -2.4
+    expected = (3.6 - 1.1 + 0.7 - 2.4) / 4 / std  # 0.0774597
+    whitened = (adv - adv.mean()) / adv.std()
+    # mask: kept advantages [1, 3, 5] (mean 3, std 2) whiten to [-1, 0, 1]; the 1000s are padding
+    m_adv = torch.tensor([[1.0, 3.0, 1000.0], [5.0, -1000.0, 1000.0]], dtype=torch.float64)
+    m_ratio = torch.tensor([[0.9, 1.0, 1.5], [1.1, 1.5, 1.5]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    m_all = _surrogate(m_ratio, (m_adv - m_adv.mean()) / m_adv.std(), 0.2)  # whitened with the padding
+    return [
+        Case("four tokens, two of them clipped",
+             lambda fn: fn(_t(new, grad=True), _t(old), _t(adv.tolist()), 0.2),
+             expected,
+             (Mistake((ratio * whitened).mean(), "the ratio was not clipped: min(r A, clip(r, 1-eps, 1+eps) A)"),
+              Mistake((ratio.clamp(0.8, 1.2) * whitened).mean(), "take the min of the unclipped and the clipped "
+                                                                 "term, not the clipped term alone"),
+              Mistake(_surrogate(ratio, whitened, 0.2, torch.maximum).mean(),
+                      "min, not max: the objective is pessimistic, the clip only ever takes a gain away"),
+              Mistake(_surrogate(ratio, (adv - adv.mean()) / adv.std(unbiased=False), 0.2).mean(),
+                      "the advantages were whitened with the population std (÷ n); the reference uses the unbiased "
+                      "std (÷ (n-1), torch's default and CleanRL's)"),
+              Mistake(_surrogate(ratio, adv, 0.2).mean(), "normalise the advantages per minibatch first: "
+                                                          "(A - mean) / (std + eps)"),
+              Mistake(_surrogate(ratio, adv - adv.mean(), 0.2).mean(), "you centred the advantages but did not "
+                                                                       "divide by their std"),
+              Mistake(_surrogate(ratio, adv / adv.std(), 0.2).mean(), "subtract the advantages' mean as well as "
+                                                                      "dividing by their std"),
+              Mistake(_surrogate(1 / ratio, whitened, 0.2).mean(), "the ratio is upside down: r = pi / pi_old = "
+                                                                   "exp(logprobs - mb_logprobs)"),
+              Mistake(-expected, "sign: this is an objective to MAXIMISE (the trainer ascends it), not a loss")),
+             needs_grad=True),
+        Case("row 0 keeps 2 tokens, row 1 keeps 1 (mask)",
+             lambda fn: fn(_t(m_ratio.log().tolist()), _t([[0.0] * 3] * 2), _t(m_adv.tolist()), 0.2,
+                           mask=torch.tensor(mask.tolist())),
+             # kept terms: r 0.9 · (-1) = -0.9, r 1.0 · 0 = 0, r 1.1 · 1 = 1.1: mean over the 3 kept = 0.2 / 3
+             0.2 / 3,
+             (Mistake(0.2 / 6, PADDING_COUNTED),
+              Mistake(m_all.mean(), MASK_IGNORED + " (and the padding's advantages shifted the whitening)"),
+              Mistake(m_all[mask].mean(), "the advantages were whitened with the padding included: their mean "
+                                          "and std must be over the kept tokens only"))),
+    ]
+
+
+def check_calc_clipped_sur_obj(fn: Callable) -> None:
+    """Check `calc_clipped_sur_obj(logprobs, mb_logprobs, mb_advantages, clip_coef, eps=1e-8, mask=None)
+    -> scalar` (maximised), the signature of `rlhf_scratch.objectives.calc_clipped_sur_obj`.
+
+    Recognises: no clip, the clipped term alone, max for min, the advantages not (or half)
+    normalised or normalised with ÷ n, the ratio upside down, a loss's sign, padding counted in the
+    mean, the mask ignored or leaking into the whitening.
+    """
+    _run("calc_clipped_sur_obj", fn, _clipped_sur_obj_cases())
+
+
+# --- calc_kl_penalty --------------------------------------------------------------------------
+
+
+def _kl_penalty_cases() -> list[Case]:
+    # position 0: pi = [1/6, 2/6, 3/6] vs uniform: KL = 1/6 ln(1/2) + 2/6 ln 1 + 3/6 ln(3/2) = 0.0872081
+    # position 1: identical distributions, KL 0
+    kl0 = LN2 / -6 + 0.5 * math.log(1.5)
+    reverse = (LN2 + math.log(2 / 3)) / 3  # KL(uniform || pi) = 1/3 (ln 2 + ln 1 + ln 2/3) = 0.0958940
+    logits, ref = [[[0.0, LN2, LN3], [1.0, 2.0, 3.0]]], [[[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]]]
+    beta = 0.2
+    # mask: kept positions [0, ln 3] and [ln 3, 0] (p = 1/4, 3/4: KL to uniform = 1/4 ln(1/2) + 3/4 ln(3/2) =
+    # 0.1308121) and [0, 0] (KL 0); the padding is peaked, KL to uniform ≈ ln 2
+    kl_quarter = -LN2 / 4 + 0.75 * math.log(1.5)
+    m_logits = [[[0.0, LN3], [0.0, 0.0], [9.0, -9.0]], [[LN3, 0.0], [9.0, -9.0], [9.0, -9.0]]]
+    p = 1 / (1 + math.exp(-18))
+    kl_peaked = p * math.log(2 * p) + (1 - p) * math.log(2 * (1 - p))
+    mask = [[True, True, False], [True, False, False]]
+    return [
+        Case("two positions, β = 0.2",
+             lambda fn: fn(_t(logits, grad=True), _t(ref), beta),
+             beta * kl0 / 2,  # 0.00872081
+             (Mistake(beta * reverse / 2, "wrong KL direction: you computed KL(pi_ref || pi); the penalty is "
+                                          "KL(pi || pi_ref) = Σ_v pi(v) (log pi(v) - log pi_ref(v)), weighted by the "
+                                          "policy's probabilities, so it punishes text the reference finds unlikely"),
+              Mistake(kl0 / 2, "you forgot to multiply by beta (got the un-coefficiented value)"),
+              Mistake(beta * kl0, "take the mean over positions, not the sum"),
+              Mistake(-beta * kl0 / 2, "sign: the penalty is a positive number (KL >= 0) that the trainer subtracts"),
+              # Σ_v (log pi - log pi_ref) at position 0: ln(1/2) + ln 1 + ln(3/2)
+              Mistake(beta * math.log(0.75) / 2, "weight each log-ratio by pi(v): Σ_v pi(v) (log pi(v) - log pi_ref(v))")),
+             needs_grad=True),
+        Case("stability: logits x 100",
+             lambda fn: fn(_t([[[0.0, LN2, LN3]]]) * 100, _t([[[0.0, 0.0, 0.0]]]), 1.0),
+             # pi is one-hot on token 2 up to e^-40: KL(one-hot || uniform over 3) = ln 3
+             LN3,
+             if_not_finite=LOG_SOFTMAX, atol=1e-4),
+        Case("padding after EOS (mask), β = 2",
+             lambda fn: fn(_t(m_logits), _t([[[0.0, 0.0]] * 3] * 2), 2.0, mask=torch.tensor(mask)),
+             2 * (2 * kl_quarter + 0) / 3,  # 0.1744161
+             (Mistake(2 * (2 * kl_quarter) / 6, PADDING_COUNTED),
+              Mistake(2 * (2 * kl_quarter + 3 * kl_peaked) / 6, MASK_IGNORED))),
+    ]
+
+
+def check_calc_kl_penalty(fn: Callable) -> None:
+    """Check `calc_kl_penalty(logits, ref_logits, beta, mask=None, from_logprobs=False) -> scalar`,
+    the signature of `rlhf_scratch.objectives.calc_kl_penalty` (the cases pass raw logits).
+
+    Recognises: the wrong KL direction, beta forgotten, a sum over positions, the sign, the
+    log-ratio not weighted by pi, log(softmax) at logits x 100, padding counted or the mask ignored.
+    """
+    _run("calc_kl_penalty", fn, _kl_penalty_cases())
+
+
+# --- calc_entropy_bonus -----------------------------------------------------------------------
+
+
+def _entropy_bonus_cases() -> list[Case]:
+    # H[1/6, 2/6, 3/6] = 1.0114043;  H[3/5, 1/5, 1/5] = 0.9502705
+    h0 = -(math.log(1 / 6) / 6 + math.log(2 / 6) * 2 / 6 + math.log(3 / 6) * 3 / 6)
+    h1 = -(0.6 * math.log(0.6) + 0.4 * math.log(0.2))
+    coef = 0.1
+    # mask: kept H[1/4, 3/4] = 0.5623351 twice and H[1/2, 1/2] = ln 2; the padding is uniform too (ln 2)
+    h_quarter = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    m_logits = [[[0.0, LN3], [0.0, 0.0], [4.0, 4.0]], [[LN3, 0.0], [4.0, 4.0], [4.0, 4.0]]]
+    mask = [[True, True, False], [True, False, False]]
+    kept = 2 * h_quarter + LN2
+    return [
+        Case("two positions, ent_coef = 0.1",
+             lambda fn: fn(_t([[[0.0, LN2, LN3], [LN3, 0.0, 0.0]]], grad=True), coef),
+             coef * (h0 + h1) / 2,  # 0.0980837
+             (Mistake((h0 + h1) / 2, "you forgot to multiply by ent_coef (got the un-coefficiented value)"),
+              Mistake(-coef * (h0 + h1) / 2, "sign: the entropy is -Σ p log p, a positive number (the bonus the "
+                                             "trainer adds)"),
+              Mistake(coef * (h0 + h1), "take the mean over positions, not the sum")),
+             needs_grad=True),
+        Case("stability: logits x 100",
+             lambda fn: fn(_t([[[0.0, LN2, LN3]]]) * 100, 1.0),
+             0.0,  # one-hot up to e^-40: entropy ≈ 40.5 e^-40.5 ≈ 1e-16
+             if_not_finite=LOG_SOFTMAX, atol=1e-6),
+        Case("padding after EOS (mask), ent_coef = 0.5",
+             lambda fn: fn(_t(m_logits), 0.5, mask=torch.tensor(mask)),
+             0.5 * kept / 3,  # 0.3029695
+             (Mistake(0.5 * kept / 6, PADDING_COUNTED),
+              Mistake(0.5 * (kept + 3 * LN2) / 6, MASK_IGNORED))),
+    ]
+
+
+def check_calc_entropy_bonus(fn: Callable) -> None:
+    """Check `calc_entropy_bonus(logits, ent_coef, mask=None, from_logprobs=False) -> scalar`,
+    the signature of `rlhf_scratch.objectives.calc_entropy_bonus` (the cases pass raw logits).
+
+    Recognises: ent_coef forgotten, the sign, a sum over positions, log(softmax) at logits x 100
+    (0 · log 0 = NaN), padding counted or the mask ignored.
+    """
+    _run("calc_entropy_bonus", fn, _entropy_bonus_cases())
+
+
+# --- calc_value_fn_loss -----------------------------------------------------------------------
+
+
+def _value_fn_loss_cases() -> list[Case]:
+    mse = (1 + 4 + 0) / 3  # errors V - R = [1, -2, 0]
+    return [
+        Case("three positions, vf_coef = 0.2",
+             lambda fn: fn(_t([[1.0, 2.0, 3.0]], grad=True), _t([[0.0, 4.0, 3.0]]), 0.2),
+             0.5 * 0.2 * mse,  # 1/6
+             (Mistake(0.2 * mse, "you forgot the 1/2 in 1/2 * vf_coef * mean((V - R)^2) (CleanRL's and ARENA's)"),
+              Mistake(0.5 * mse, "you forgot to multiply by vf_coef (got the un-coefficiented value)"),
+              Mistake(mse, "both coefficients are missing: 1/2 * vf_coef * mean((V - R)^2)"),
+              Mistake(0.5 * 0.2 * (1 + 4 + 0), "take the mean of the squared errors, not the sum"),
+              Mistake(0.5 * 0.2 * (1 + 2 + 0) / 3, "square the errors (mean((V - R)^2)), not their absolute value"),
+              Mistake(-0.5 * 0.2 * mse, "sign: the loss is a positive number that the trainer subtracts")),
+             needs_grad=True),
+        Case("padding after EOS (mask), vf_coef = 0.3",
+             lambda fn: fn(_t([[1.0, 2.0, 9.0], [0.0, 9.0, 9.0]]), _t([[2.0, 0.0, -9.0], [3.0, -9.0, -9.0]]), 0.3,
+                           mask=torch.tensor([[True, True, False], [True, False, False]])),
+             0.5 * 0.3 * (1 + 4 + 9) / 3,  # kept errors 1, 2, 3: 0.7
+             (Mistake(0.5 * 0.3 * (1 + 4 + 9) / 6, PADDING_COUNTED),
+              Mistake(0.5 * 0.3 * (14 + 3 * 18**2) / 6, MASK_IGNORED))),
+    ]
+
+
+def check_calc_value_fn_loss(fn: Callable) -> None:
+    """Check `calc_value_fn_loss(values, mb_returns, vf_coef, mask=None) -> scalar`, the signature
+    of `rlhf_scratch.objectives.calc_value_fn_loss`.
+
+    Recognises: the 1/2, vf_coef or both forgotten, a sum, absolute errors, the sign, padding
+    counted or the mask ignored.
+    """
+    _run("calc_value_fn_loss", fn, _value_fn_loss_cases())
+
+
+# --- compute_rloo_advantages ------------------------------------------------------------------
+
+MEAN_BASELINE = ("that is the group-mean baseline r_i - mean_j r_j (GRPO's), which includes r_i itself; "
+                 "leave-one-out subtracts the mean of the OTHER G-1 rewards: (Σ_j r_j - r_i) / (G-1)")
+
+
+def _rloo_advantages_cases() -> list[Case]:
+    six = [1.0, 0.0, 0.5, 0.25, 2.0, 4.0]
+    return [
+        Case("one group of 4",
+             lambda fn: fn(_t([1.0, 2.0, 3.0, 6.0]), 4),
+             # baselines (2+3+6)/3, (1+3+6)/3, (1+2+6)/3, (1+2+3)/3 = 11/3, 10/3, 3, 2
+             [1 - 11 / 3, 2 - 10 / 3, 0.0, 4.0],
+             (Mistake([-2.0, -1.0, 0.0, 3.0], MEAN_BASELINE),
+              Mistake([1 - 11 / 4, 2 - 10 / 4, 3 - 9 / 4, 6 - 6 / 4], "divide the others' sum by G-1 (how many "
+                                                                      "there are), not by G"),
+              Mistake([11 / 3 - 1, 10 / 3 - 2, 0.0, -4.0], "sign: A_i = r_i - baseline, not baseline - r_i"))),
+        Case("three prompts, G = 2",
+             lambda fn: fn(_t(six), 2),
+             # each advantage is the difference to the other completion of its prompt
+             [1.0, -1.0, 0.25, -0.25, -2.0, 2.0],
+             (Mistake([0.5, -0.5, 0.125, -0.125, -1.0, 1.0], MEAN_BASELINE),
+              # groups read as rows {0, 3}, {1, 4}, {2, 5}
+              Mistake([0.75, -2.0, -3.5, -0.75, 2.0, 3.5], "the G completions of a prompt are CONSECUTIVE rows "
+                                                           "(prompt-major): group with view(-1, G), not view(G, -1)"),
+              # whole batch: r_i - (7.75 - r_i) / 5
+              Mistake([r - (7.75 - r) / 5 for r in six], "the baseline must come from the other completions of the "
+                                                         "SAME prompt, not of the whole batch"))),
+    ]
+
+
+def check_compute_rloo_advantages(fn: Callable) -> None:
+    """Check `compute_rloo_advantages(rewards, num_generations) -> [batch]`, the signature of
+    `rlhf_scratch.algorithms.rloo.compute_rloo_advantages`.
+
+    Recognises: the group-mean baseline for leave-one-out, ÷ G for ÷ (G-1), the sign, groups
+    read across the batch (view(G, -1)), a whole-batch baseline.
+    """
+    _run("compute_rloo_advantages", fn, _rloo_advantages_cases())
+
+
+# --- compute_grpo_advantages ------------------------------------------------------------------
+
+GRPO_EPS = 1e-4
+
+
+def _grpo_advantages_cases() -> list[Case]:
+    rewards = [1.0, 2.0, 3.0, 6.0, 5.0, 5.0, 5.0, 5.0]  # group 1 spread, group 2 all equal
+    centred = [-2.0, -1.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0]  # group 1: mean 3
+    group_std = math.sqrt(14 / 3)  # Σ dev² = 14, unbiased: 2.160247
+    batch_std = math.sqrt(22 / 7)  # all 8: mean 4, Σ dev² = 22, unbiased: 1.772811
+
+    def scaled(xs: list[float], std: float) -> list[float]:
+        return [x / (std + GRPO_EPS) for x in xs]
+
+    population = ("the std with ÷ n (population); the reference uses the unbiased std, ÷ (n-1), as TRL's nanstd "
+                  "and torch's default: with G = 4 the ÷ n std is sqrt(3/4) of it, so your advantages are 15% too large")
+    six = [1.0, 0.0, 0.5, 0.25, 2.0, 4.0]
+    return [
+        Case("scale_rewards = 'group', G = 4",
+             lambda fn: fn(_t(rewards), 4, "group"),
+             scaled(centred, group_std),  # [-0.925777, -0.462889, 0, 1.388666, 0, 0, 0, 0]
+             (Mistake(scaled(centred, math.sqrt(14 / 4)), population),
+              Mistake([4 / 3 * x for x in centred], "that is RLOO's leave-one-out advantage G/(G-1) (r_i - mean); GRPO "
+                                                    "subtracts the group mean (r_i included) and divides by the group's std"),
+              Mistake(centred, "divide by the group's std (+ 1e-4): scale_rewards = 'group'"),
+              Mistake(scaled(centred, batch_std), "scale_rewards = 'group' divides by each group's OWN std, "
+                                                  "not the whole batch's")),
+             if_not_finite="a group of equal rewards has std 0: divide by (std + 1e-4), so its advantages are 0, not NaN"),
+        Case("scale_rewards = 'batch', G = 4",
+             lambda fn: fn(_t(rewards), 4, "batch"),
+             scaled(centred, batch_std),
+             (Mistake(scaled(centred, group_std), "scale_rewards = 'batch' divides by the std of the whole batch"),
+              Mistake(scaled([r - 4.0 for r in rewards], batch_std), "centre each reward by its GROUP's mean, even when "
+                                                                     "scaling by the batch's std"),
+              Mistake(scaled(centred, math.sqrt(22 / 8)), population))),
+        Case("scale_rewards = 'none' (Dr. GRPO), G = 2",
+             lambda fn: fn(_t(six), 2, "none"),
+             [0.5, -0.5, 0.125, -0.125, -1.0, 1.0],  # ± half the difference within each pair
+             (Mistake([1.0, -1.0, 0.25, -0.25, -2.0, 2.0], "that is RLOO's leave-one-out baseline; GRPO's is the "
+                                                           "group mean, r_i included (half the difference at G = 2)"),
+              Mistake([0.5 / (0.5**0.5 + GRPO_EPS) * s for s in (1, -1, 1, -1, 1, -1)],
+                      "scale_rewards = 'none' divides by nothing: A_i = r_i - mean_g r"))),
+    ]
+
+
+def check_compute_grpo_advantages(fn: Callable) -> None:
+    """Check `compute_grpo_advantages(rewards, num_generations, scale_rewards='group') -> [batch]`,
+    the signature of `rlhf_scratch.algorithms.grpo.compute_grpo_advantages` (A = (r - group mean) /
+    (std + 1e-4); std over the group, the batch, or none).
+
+    Recognises: the std with ÷ n for ÷ (n-1), RLOO's leave-one-out instead, no scaling or the other
+    scaling, centring by the batch mean, NaN for a group of equal rewards (no 1e-4).
+    """
+    _run("compute_grpo_advantages", fn, _grpo_advantages_cases())
+
+
+# --- calc_dpo_loss ----------------------------------------------------------------------------
+
+
+def _dpo_part(out: Any, i: int) -> Tensor:
+    """Part i of the learner's (loss, chosen_rewards, rejected_rewards)."""
+    if isinstance(out, Tensor) or not isinstance(out, tuple | list) or len(out) != 3:
+        raise AssertionError("check_calc_dpo_loss: return (loss, chosen_rewards, rejected_rewards), the mean loss "
+                             f"and the implicit rewards (the package returns them as the NamedTuple DPOLoss); got {out!r}")
+    return out[i]
+
+
+def _softplus(x: float) -> float:
+    return math.log1p(math.exp(x))
+
+
+def _dpo_loss_cases() -> list[Case]:
+    pairs = [[-10.0, -4.0], [-12.0, -3.0], [-11.0, -6.0], [-10.0, -0.5]]  # pi_c, pi_r, ref_c, ref_r
+    # h = (pi_c - pi_r) - (ref_c - ref_r) = [2 - (-1), -1 - (-5.5)] = [3, 4.5]
+    h = [3.0, 4.5]
+
+    def loss(margins: list[float], beta: float) -> float:  # mean -log σ(β h) = mean softplus(-β h)
+        return sum(_softplus(-beta * m) for m in margins) / len(margins)
+
+    def call(fn: Callable, beta: float, grad: bool = False, **kw: Any) -> Any:
+        return fn(*(_t(p, grad=grad and i == 0) for i, p in enumerate(pairs)), beta, **kw)
+
+    sigmoid = loss(h, 0.5)  # (softplus(-1.5) + softplus(-2.25)) / 2 = 0.1508099
+    three = [[-10.0, -1.0, -3.0], [-12.0, -1.0, -2.0], [-11.0, 0.0, 0.0], [-11.0, 0.0, 0.0]]  # h = [2, 0, -1]
+    ell = [_softplus(-0.2), LN2, _softplus(0.1)]  # β = 0.1
+    return [
+        Case("sigmoid loss, two pairs, β = 0.5",
+             lambda fn: _dpo_part(call(fn, 0.5, grad=True), 0),
+             sigmoid,
+             (Mistake(loss(h, 1.0), "β is missing: the loss is -log σ(β h), not -log σ(h)"),
+              Mistake(loss([-m for m in h], 0.5), "the margin's sign is flipped (chosen and rejected, or policy and "
+                                                  "reference, swapped): h = (pi_c - pi_r) - (ref_c - ref_r)"),
+              Mistake(loss([1.0, -6.5], 0.5), "the reference's margin is subtracted, not added: "
+                                              "h = (pi_c - pi_r) - (ref_c - ref_r)"),
+              Mistake(loss([2.0, -1.0], 0.5), "the reference is missing: h = (pi_c - pi_r) - (ref_c - ref_r)"),
+              Mistake(-sigmoid, "sign: the loss is MINIMISED, -log σ(β h) (a positive number), not log σ(β h)"),
+              Mistake(2 * sigmoid, "take the mean over pairs, not the sum")),
+             needs_grad=True),
+        Case("the implicit rewards [chosen, rejected], β = 0.5",
+             lambda fn: torch.stack([_dpo_part(call(fn, 0.5), 1), _dpo_part(call(fn, 0.5), 2)]),
+             [[0.5, 1.0], [-1.0, -1.25]],  # β (pi - ref): 0.5 · [1, 2] and 0.5 · [-2, -2.5]
+             (Mistake([[1.0, 2.0], [-2.0, -2.5]], "the implicit reward is β (log pi - log pi_ref): β is missing"),
+              Mistake([[-0.5, -1.0], [1.0, 1.25]], "sign: the implicit reward is β (log pi - log pi_ref)"),
+              Mistake([[-1.0, -1.25], [0.5, 1.0]], "chosen and rejected rewards are swapped"))),
+        Case("stability: a margin of -10000",
+             lambda fn: _dpo_part(fn(_t([-1e4, 1e4]), _t([0.0, 0.0]), _t([0.0, 0.0]), _t([0.0, 0.0]), 1.0), 0),
+             5000.0,  # (softplus(1e4) + softplus(-1e4)) / 2 = (1e4 + 0) / 2
+             if_not_finite=LOGSIGMOID, atol=1e-2),
+        Case("ipo, β = 0.25",
+             lambda fn: _dpo_part(call(fn, 0.25, loss_type="ipo"), 0),
+             ((3 - 2) ** 2 + (4.5 - 2) ** 2) / 2,  # target 1/(2β) = 2: (1 + 6.25) / 2 = 3.625
+             (Mistake(((3 - 4) ** 2 + (4.5 - 4) ** 2) / 2, "IPO's target is 1/(2β), not 1/β"),
+              Mistake(((0.75 - 0.5) ** 2 + (1.125 - 0.5) ** 2) / 2, "IPO's loss is (h - 1/(2β))^2, on h itself, "
+                                                                   "not on β h"),
+              Mistake(loss(h, 0.25), "loss_type = 'ipo' was ignored: that is the sigmoid loss"))),
+        Case("weights [1, 0, 1]: a judge could not decide pair 2",
+             lambda fn: _dpo_part(fn(*(_t(p) for p in three), 0.1, weights=_t([1.0, 0.0, 1.0])), 0),
+             (ell[0] + ell[2]) / 2,  # Σ w ℓ / Σ w = 0.6712678
+             (Mistake((ell[0] + ell[2]) / 3, "divide by Σ w (the pairs that count), not by the number of pairs"),
+              Mistake(sum(ell) / 3, "the weights were ignored: loss = Σ w ℓ / max(Σ w, 1)"))),
+        Case("no pair decided: weights [0]",
+             lambda fn: _dpo_part(fn(_t([-1.0]), _t([-1.0]), _t([0.0]), _t([0.0]), 0.1, weights=_t([0.0])), 0),
+             0.0,
+             if_not_finite="no pair has weight 1, so Σ w = 0: divide by max(Σ w, 1) to get 0, not NaN"),
+    ]
+
+
+def check_calc_dpo_loss(fn: Callable) -> None:
+    """Check `calc_dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps,
+    ref_rejected_logps, beta, loss_type='sigmoid', weights=None) -> (loss, chosen_rewards,
+    rejected_rewards)`, the signature of `rlhf_scratch.algorithms.online_dpo.calc_dpo_loss`.
+
+    Recognises: β missing, the margin's sign flipped, the reference added or missing, the sign of
+    the loss, a sum; the implicit rewards without β, negated or swapped; log(sigmoid) at a margin
+    of -10000; IPO's target 1/β, IPO on β h, loss_type ignored; the weights ignored or ÷ n; NaN when
+    no pair is decided.
+    """
+    _run("calc_dpo_loss", fn, _dpo_loss_cases())
+
+
+# --- calc_reward_model_loss -------------------------------------------------------------------
+
+
+def _reward_model_loss_cases() -> list[Case]:
+    chosen, rejected = [2.0, 0.5, -1.0], [0.0, 1.5, -3.0]  # differences [2, -1, 2]: pair 2 ranked wrong
+    nll = (_softplus(-2.0) + _softplus(1.0) + _softplus(-2.0)) / 3  # mean -log σ(r_c - r_r) = 0.5223726
+    swapped = (_softplus(2.0) + _softplus(-1.0) + _softplus(2.0)) / 3  # 1.5223726
+
+    def call(fn: Callable, grad: bool = False, **kw: Any) -> Any:
+        return fn(_t(chosen, grad=grad), _t(rejected), **kw)
+
+    return [
+        Case("three pairs",
+             lambda fn: call(fn, grad=True),
+             nll,
+             (Mistake(swapped, "chosen and rejected are swapped: -log σ(r_chosen - r_rejected)"),
+              Mistake(-nll, "sign: the loss is MINIMISED, -log σ(r_c - r_r) (a positive number), not log σ"),
+              Mistake(3 * nll, "take the mean over pairs, not the sum")),
+             needs_grad=True),
+        Case("margin [0.5, 0, 1]",
+             lambda fn: call(fn, margin=_t([0.5, 0.0, 1.0])),
+             (_softplus(-1.5) + _softplus(1.0) + _softplus(-1.0)) / 3,  # differences minus the margin: [1.5, -1, 1]
+             (Mistake((_softplus(-2.5) + _softplus(1.0) + _softplus(-3.0)) / 3,
+                      "the margin was added: it is subtracted, -log σ(r_c - r_r - m), so the chosen side must win by m"),
+              Mistake(nll, "the margin was ignored"))),
+        Case("center_rewards_coefficient = 0.01",
+             lambda fn: call(fn, center_rewards_coefficient=0.01),
+             nll + 0.01 * (4 + 4 + 16) / 3,  # sums r_c + r_r = [2, 2, -4]: mean of squares 8 -> + 0.08
+             (Mistake(nll + 8.0, "you forgot to multiply by center_rewards_coefficient (got the un-coefficiented "
+                                 "value)"),
+              Mistake(nll, "the centring term is mean((r_c + r_r)^2), the mean of the squares, not the square of "
+                           "the mean (0 here), or it was ignored"),
+              Mistake(nll - 0.08, "sign: the centring term is added to the loss (it penalises rewards far from 0)"))),
+        Case("stability: rewards of ±1000",
+             lambda fn: fn(_t([1000.0, -1000.0]), _t([-1000.0, 1000.0])),
+             1000.0,  # (softplus(-2000) + softplus(2000)) / 2 = (0 + 2000) / 2
+             if_not_finite=LOGSIGMOID, atol=1e-3),
+    ]
+
+
+def check_calc_reward_model_loss(fn: Callable) -> None:
+    """Check the Bradley–Terry loss `calc_reward_model_loss(chosen_rewards, rejected_rewards,
+    margin=None, center_rewards_coefficient=None) -> scalar`, the signature of
+    `rlhf_scratch.reward.model.calc_reward_model_loss`.
+
+    Recognises: chosen and rejected swapped, the sign, a sum, the margin added or ignored, the
+    centring coefficient forgotten or the term squared after the mean or subtracted, log(sigmoid)
+    at a difference of ±2000.
+    """
+    _run("calc_reward_model_loss", fn, _reward_model_loss_cases())
+
+
+CASES: dict[str, Callable[[], list[Case]]] = {
+    "get_log_probs": _get_log_probs_cases,
+    "compute_advantages": _compute_advantages_cases,
+    "normalize_reward": _normalize_reward_cases,
+    "calc_clipped_sur_obj": _clipped_sur_obj_cases,
+    "calc_kl_penalty": _kl_penalty_cases,
+    "calc_entropy_bonus": _entropy_bonus_cases,
+    "calc_value_fn_loss": _value_fn_loss_cases,
+    "compute_rloo_advantages": _rloo_advantages_cases,
+    "compute_grpo_advantages": _grpo_advantages_cases,
+    "calc_dpo_loss": _dpo_loss_cases,
+    "calc_reward_model_loss": _reward_model_loss_cases,
+}
+"""Each exercise's cases, by function name (the tests check that no mistake gives the answer)."""

@@ -1,0 +1,517 @@
+"""Exercise mode: every check passes the package's solution and fails, with its targeted hint, on a
+planted classic bug; the exercise notebooks' check cells pass with the stubs swapped for the solutions,
+and the shipped stubs still raise.
+
+The planted bugs are written out below as a learner would (each is the solution with one mistake),
+so a check that stopped recognising a mistake, or stopped catching it at all, turns this red.
+"""
+
+import importlib
+import importlib.util
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+from nbclient import NotebookClient
+
+from rlhf_scratch.course import checks
+
+EXERCISES = Path(__file__).parent.parent / "notebooks" / "exercises"
+EXERCISE_NOTEBOOKS = sorted(EXERCISES.glob("*.ipynb"))
+
+
+def solution(name: str):
+    return getattr(importlib.import_module(checks.REFERENCES[name].module), name)
+
+
+def check(name: str):
+    return getattr(checks, f"check_{name}")
+
+
+def fails_with(name: str, bug, phrase: str) -> str:
+    """The check's AssertionError on `bug`, asserted to contain `phrase`."""
+    with pytest.raises(AssertionError) as err:
+        check(name)(bug)
+    assert phrase in str(err.value), f"check_{name} on {bug.__name__} said:\n{err.value}\nexpected the phrase {phrase!r}"
+    return str(err.value)
+
+
+# --- the checks themselves --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(checks.REFERENCES))
+def test_every_check_passes_the_package_solution_and_prints_one_line(name, capsys):
+    check(name)(solution(name))
+    n = len(checks.CASES[name]())
+    assert capsys.readouterr().out == f"check_{name}: all {n} cases pass\n"
+
+
+@pytest.mark.parametrize("name", list(checks.REFERENCES))
+def test_the_recorded_signature_is_the_solutions(name):
+    params = inspect.signature(solution(name)).parameters.values()
+    actual = "(" + ", ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in params) + ")"
+    assert checks.REFERENCES[name].signature == actual
+
+
+@pytest.mark.parametrize("name", list(checks.CASES))
+def test_no_classic_mistake_gives_the_answer(name):
+    """The cases can tell each recognised mistake from the right answer (and from each other, when
+    their hints differ): a mistake whose number equals the answer would pass unnoticed."""
+    for case in checks.CASES[name]():
+        expected = checks._tensor(case.expected)
+        for mistake in case.mistakes:
+            gives = checks._tensor(mistake.gives)
+            assert not checks._close(gives, expected, case), f"{name} / {case.name}: {mistake.hint}"
+            for other in case.mistakes:
+                if other.hint != mistake.hint:
+                    assert not checks._close(gives, checks._tensor(other.gives), case), f"{name} / {case.name}"
+
+
+def test_check_names_cover_the_exercises():
+    assert set(checks.CASES) == set(checks.REFERENCES)
+    from rlhf_scratch import course
+
+    assert sorted(course.__all__) == sorted(f"check_{name}" for name in checks.REFERENCES)
+
+
+def test_importing_the_course_package_imports_no_torch():
+    """The checks load on first use, so a sibling (re-executing the notebooks) starts without torch."""
+    code = "import sys, rlhf_scratch.course; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_a_wrong_signature_is_named_before_anything_runs():
+    def get_log_probs(logits, tokens):
+        raise AssertionError("never called")
+
+    fails_with("get_log_probs", get_log_probs, "must have the signature of rlhf_scratch.objectives.get_log_probs("
+                                               "logits, tokens, prefix_len=None, temperature=1.0)")
+
+
+def test_an_unknown_mistake_still_shows_the_case_and_both_numbers():
+    def value_loss_cubed(values, mb_returns, vf_coef, mask=None):
+        return 0.5 * vf_coef * (values - mb_returns).abs().pow(3).mean()
+
+    message = fails_with("calc_value_fn_loss", value_loss_cubed, "not a mistake this check knows")
+    assert "case 1/2 (three positions, vf_coef = 0.2)" in message and "expected 0.166667" in message
+
+
+def test_a_right_value_without_a_gradient_is_refused():
+    def kl_as_a_number(logits, ref_logits, beta, mask=None, from_logprobs=False):
+        return torch.tensor(solution("calc_kl_penalty")(logits, ref_logits, beta, mask).item())
+
+    fails_with("calc_kl_penalty", kl_as_a_number, "carries no gradient")
+
+
+# --- planted bugs: get_log_probs --------------------------------------------------------------
+
+
+def log_probs_off_by_one(logits, tokens, prefix_len=None, temperature=1.0):
+    """Pairs logits[t] with tokens[t]."""
+    start = 1 if prefix_len is None else prefix_len
+    logprobs = (logits[:, start:] / temperature).log_softmax(-1)
+    return logprobs.gather(-1, tokens[:, start:, None]).squeeze(-1)
+
+
+def log_probs_via_log_of_softmax(logits, tokens, prefix_len=None, temperature=1.0):
+    start = 1 if prefix_len is None else prefix_len
+    probs = (logits[:, start - 1 : -1] / temperature).softmax(-1)
+    return probs.log().gather(-1, tokens[:, start:, None]).squeeze(-1)
+
+
+def log_probs_times_temperature(logits, tokens, prefix_len=None, temperature=1.0):
+    start = 1 if prefix_len is None else prefix_len
+    logprobs = (logits[:, start - 1 : -1] * temperature).log_softmax(-1)
+    return logprobs.gather(-1, tokens[:, start:, None]).squeeze(-1)
+
+
+def test_get_log_probs_recognises_the_off_by_one():
+    fails_with("get_log_probs", log_probs_off_by_one, "off by one between logits and tokens")
+
+
+def test_get_log_probs_recognises_log_of_softmax_at_logits_x100():
+    message = fails_with("get_log_probs", log_probs_via_log_of_softmax, "use x.log_softmax(-1)")
+    assert "case 4/4 (stability: logits x 100)" in message, "the first three cases are right"
+
+
+def test_get_log_probs_recognises_a_multiplied_temperature():
+    fails_with("get_log_probs", log_probs_times_temperature, "divide the logits by the temperature")
+
+
+# --- compute_advantages -----------------------------------------------------------------------
+
+
+def advantages_v_minus_q(values, rewards, prefix_len, mask=None):
+    q = torch.cat([values[:, prefix_len:-1], rewards[:, None]], dim=1)
+    return values[:, prefix_len - 1 : -1] - q
+
+
+def advantages_ignoring_the_mask(values, rewards, prefix_len, mask=None):
+    q = torch.cat([values[:, prefix_len:-1], rewards[:, None]], dim=1)
+    return q - values[:, prefix_len - 1 : -1]
+
+
+def advantages_monte_carlo(values, rewards, prefix_len, mask=None):
+    return rewards[:, None] - values[:, prefix_len - 1 : -1]
+
+
+def test_compute_advantages_recognises_the_sign():
+    fails_with("compute_advantages", advantages_v_minus_q, "you computed V(s_t) - Q")
+
+
+def test_compute_advantages_recognises_an_ignored_mask():
+    fails_with("compute_advantages", advantages_ignoring_the_mask, "the reward arrives there and padding gets 0")
+
+
+def test_compute_advantages_recognises_the_monte_carlo_advantage():
+    fails_with("compute_advantages", advantages_monte_carlo, "Monte-Carlo advantage")
+
+
+# --- normalize_reward -------------------------------------------------------------------------
+
+
+def normalize_with_population_std(reward, eps=1e-5):
+    return (reward - reward.mean()) / (reward.std(unbiased=False) + eps)
+
+
+def normalize_without_a_guard_for_one(reward, eps=1e-5):
+    return (reward - reward.mean()) / (reward.std() + eps)
+
+
+def test_normalize_reward_recognises_the_population_std_and_says_which_the_reference_uses():
+    message = fails_with("normalize_reward", normalize_with_population_std, "population std (÷ n)")
+    assert "unbiased std" in message and "Bessel" in message
+
+
+@pytest.mark.filterwarnings("ignore:std\\(\\)")  # the planted bug takes the std of one number
+def test_normalize_reward_recognises_nan_for_a_batch_of_one():
+    fails_with("normalize_reward", normalize_without_a_guard_for_one, "a batch of one")
+
+
+# --- calc_clipped_sur_obj ---------------------------------------------------------------------
+
+
+def _whiten_kept(adv, mask, eps, unbiased=True):
+    kept = adv if mask is None else adv[mask]
+    return (adv - kept.mean()) / (kept.std(unbiased=unbiased) + eps)
+
+
+def surrogate_with_max(logprobs, mb_logprobs, mb_advantages, clip_coef, eps=1e-8, mask=None):
+    ratio, adv = (logprobs - mb_logprobs).exp(), _whiten_kept(mb_advantages, mask, eps)
+    return torch.maximum(ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv).mean()
+
+
+def surrogate_with_population_std(logprobs, mb_logprobs, mb_advantages, clip_coef, eps=1e-8, mask=None):
+    ratio, adv = (logprobs - mb_logprobs).exp(), _whiten_kept(mb_advantages, mask, eps, unbiased=False)
+    return torch.minimum(ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv).mean()
+
+
+def surrogate_counting_padding(logprobs, mb_logprobs, mb_advantages, clip_coef, eps=1e-8, mask=None):
+    """Whitened over the kept tokens, but the mean divides by every position."""
+    ratio, adv = (logprobs - mb_logprobs).exp(), _whiten_kept(mb_advantages, mask, eps)
+    terms = torch.minimum(ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv)
+    return terms.mean() if mask is None else (terms * mask).mean()
+
+
+def test_clipped_sur_obj_recognises_max_for_min():
+    fails_with("calc_clipped_sur_obj", surrogate_with_max, "min, not max")
+
+
+def test_clipped_sur_obj_recognises_the_population_std():
+    fails_with("calc_clipped_sur_obj", surrogate_with_population_std, "whitened with the population std")
+
+
+def test_clipped_sur_obj_recognises_padding_in_the_mean():
+    fails_with("calc_clipped_sur_obj", surrogate_counting_padding, "padding counted in the mean")
+
+
+# --- calc_kl_penalty --------------------------------------------------------------------------
+
+
+def _masked_mean(x, mask):
+    return x.mean() if mask is None else x[mask].mean()
+
+
+def kl_wrong_direction(logits, ref_logits, beta, mask=None, from_logprobs=False):
+    logprobs, ref = logits.log_softmax(-1), ref_logits.log_softmax(-1)
+    return beta * _masked_mean((ref.exp() * (ref - logprobs)).sum(-1), mask)
+
+
+def kl_without_beta(logits, ref_logits, beta, mask=None, from_logprobs=False):
+    logprobs, ref = logits.log_softmax(-1), ref_logits.log_softmax(-1)
+    return _masked_mean((logprobs.exp() * (logprobs - ref)).sum(-1), mask)
+
+
+def kl_via_log_of_softmax(logits, ref_logits, beta, mask=None, from_logprobs=False):
+    p, q = logits.softmax(-1), ref_logits.softmax(-1)
+    return beta * _masked_mean((p * (p.log() - q.log())).sum(-1), mask)
+
+
+def test_kl_penalty_recognises_the_wrong_direction():
+    fails_with("calc_kl_penalty", kl_wrong_direction, "wrong KL direction")
+
+
+def test_kl_penalty_recognises_a_missing_beta():
+    fails_with("calc_kl_penalty", kl_without_beta, "forgot to multiply by beta")
+
+
+def test_kl_penalty_recognises_log_of_softmax_at_logits_x100():
+    fails_with("calc_kl_penalty", kl_via_log_of_softmax, "log(softmax(x)) underflows")
+
+
+# --- calc_entropy_bonus -----------------------------------------------------------------------
+
+
+def entropy_without_coef(logits, ent_coef, mask=None, from_logprobs=False):
+    logprobs = logits.log_softmax(-1)
+    return _masked_mean(-(logprobs.exp() * logprobs).sum(-1), mask)
+
+
+def entropy_with_the_sign_flipped(logits, ent_coef, mask=None, from_logprobs=False):
+    logprobs = logits.log_softmax(-1)
+    return ent_coef * _masked_mean((logprobs.exp() * logprobs).sum(-1), mask)
+
+
+def entropy_ignoring_the_mask(logits, ent_coef, mask=None, from_logprobs=False):
+    logprobs = logits.log_softmax(-1)
+    return ent_coef * (-(logprobs.exp() * logprobs).sum(-1)).mean()
+
+
+def test_entropy_bonus_recognises_a_missing_coefficient():
+    fails_with("calc_entropy_bonus", entropy_without_coef, "forgot to multiply by ent_coef")
+
+
+def test_entropy_bonus_recognises_the_sign():
+    fails_with("calc_entropy_bonus", entropy_with_the_sign_flipped, "sign: the entropy is -Σ p log p")
+
+
+def test_entropy_bonus_recognises_an_ignored_mask():
+    fails_with("calc_entropy_bonus", entropy_ignoring_the_mask, "the mask was ignored")
+
+
+# --- calc_value_fn_loss -----------------------------------------------------------------------
+
+
+def value_loss_without_the_half(values, mb_returns, vf_coef, mask=None):
+    return vf_coef * _masked_mean((values - mb_returns) ** 2, mask)
+
+
+def value_loss_counting_padding(values, mb_returns, vf_coef, mask=None):
+    errors = (values - mb_returns) ** 2
+    return 0.5 * vf_coef * (errors if mask is None else errors * mask).mean()
+
+
+def test_value_fn_loss_recognises_a_missing_half():
+    fails_with("calc_value_fn_loss", value_loss_without_the_half, "you forgot the 1/2")
+
+
+def test_value_fn_loss_recognises_padding_in_the_mean():
+    fails_with("calc_value_fn_loss", value_loss_counting_padding, "padding counted in the mean")
+
+
+# --- compute_rloo_advantages ------------------------------------------------------------------
+
+
+def rloo_with_the_group_mean(rewards, num_generations):
+    grouped = rewards.view(-1, num_generations)
+    return (grouped - grouped.mean(dim=1, keepdim=True)).flatten()
+
+
+def rloo_with_groups_across_the_batch(rewards, num_generations):
+    G = num_generations
+    grouped = rewards.view(G, -1)  # the mistake: a prompt's G completions read as every (batch/G)-th row
+    return (grouped - (grouped.sum(dim=0, keepdim=True) - grouped) / (G - 1)).flatten()
+
+
+def test_rloo_recognises_the_mean_baseline():
+    fails_with("compute_rloo_advantages", rloo_with_the_group_mean, "leave-one-out subtracts the mean of the OTHER")
+
+
+def test_rloo_recognises_groups_read_across_the_batch():
+    fails_with("compute_rloo_advantages", rloo_with_groups_across_the_batch, "view(-1, G), not view(G, -1)")
+
+
+# --- compute_grpo_advantages ------------------------------------------------------------------
+
+
+def grpo_with_population_std(rewards, num_generations, scale_rewards="group"):
+    grouped = rewards.view(-1, num_generations)
+    centred = (grouped - grouped.mean(dim=1, keepdim=True)).flatten()
+    std = grouped.std(dim=1, unbiased=False).repeat_interleave(num_generations)
+    return centred / (std + 1e-4)
+
+
+def grpo_without_the_epsilon(rewards, num_generations, scale_rewards="group"):
+    grouped = rewards.view(-1, num_generations)
+    centred = (grouped - grouped.mean(dim=1, keepdim=True)).flatten()
+    return centred / grouped.std(dim=1).repeat_interleave(num_generations)
+
+
+def test_grpo_recognises_the_population_std_and_says_which_the_reference_uses():
+    message = fails_with("compute_grpo_advantages", grpo_with_population_std, "the std with ÷ n (population)")
+    assert "unbiased std, ÷ (n-1)" in message
+
+
+def test_grpo_recognises_nan_for_a_group_of_equal_rewards():
+    fails_with("compute_grpo_advantages", grpo_without_the_epsilon, "a group of equal rewards has std 0")
+
+
+# --- calc_dpo_loss ----------------------------------------------------------------------------
+
+
+def _dpo(margin_fn, loss_fn):
+    """A DPO loss with the margin and the per-pair loss given; the rest (IPO, weights, rewards) right."""
+
+    def calc_dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta,
+                      loss_type="sigmoid", weights=None):
+        h = margin_fn(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps)
+        losses = loss_fn(beta * h) if loss_type == "sigmoid" else (h - 1 / (2 * beta)) ** 2
+        loss = losses.mean() if weights is None else (weights * losses).sum() / weights.sum().clamp(min=1)
+        return (loss, beta * (policy_chosen_logps - ref_chosen_logps).detach(),
+                beta * (policy_rejected_logps - ref_rejected_logps).detach())
+
+    return calc_dpo_loss
+
+
+def right_margin(pc, pr, rc, rr):
+    return (pc - pr) - (rc - rr)
+
+
+dpo_via_log_of_sigmoid = _dpo(right_margin, lambda x: -torch.sigmoid(x).log())
+dpo_chosen_and_rejected_swapped = _dpo(lambda pc, pr, rc, rr: (pr - pc) - (rr - rc), lambda x: -F.logsigmoid(x))
+dpo_without_beta = _dpo(right_margin, lambda x: -F.logsigmoid(x / 0.5))  # the check's first case has β = 0.5
+
+
+def test_dpo_recognises_log_of_sigmoid_at_a_huge_margin():
+    message = fails_with("calc_dpo_loss", dpo_via_log_of_sigmoid, "use F.logsigmoid(x)")
+    assert "(stability: a margin of -10000)" in message
+
+
+def test_dpo_recognises_chosen_and_rejected_swapped():
+    fails_with("calc_dpo_loss", dpo_chosen_and_rejected_swapped, "the margin's sign is flipped")
+
+
+def test_dpo_recognises_a_missing_beta():
+    fails_with("calc_dpo_loss", dpo_without_beta, "β is missing")
+
+
+def test_dpo_asks_for_the_implicit_rewards_too():
+    def dpo_loss_only(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta,
+                      loss_type="sigmoid", weights=None):
+        return solution("calc_dpo_loss")(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps,
+                                         ref_rejected_logps, beta, loss_type, weights).loss
+
+    fails_with("calc_dpo_loss", dpo_loss_only, "return (loss, chosen_rewards, rejected_rewards)")
+
+
+# --- calc_reward_model_loss -------------------------------------------------------------------
+
+
+def _bt(log_sigmoid, coefficient=lambda c: c, swap=False):
+    """A Bradley–Terry loss with the log-sigmoid and the centring coefficient given."""
+
+    def calc_reward_model_loss(chosen_rewards, rejected_rewards, margin=None, center_rewards_coefficient=None):
+        diff = (rejected_rewards - chosen_rewards) if swap else (chosen_rewards - rejected_rewards)
+        loss = -log_sigmoid(diff if margin is None else diff - margin).mean()
+        if center_rewards_coefficient is not None:
+            loss = loss + coefficient(center_rewards_coefficient) * ((chosen_rewards + rejected_rewards) ** 2).mean()
+        return loss
+
+    return calc_reward_model_loss
+
+
+rm_via_log_of_sigmoid = _bt(lambda x: torch.sigmoid(x).log())
+rm_chosen_and_rejected_swapped = _bt(F.logsigmoid, swap=True)
+rm_centring_without_its_coefficient = _bt(F.logsigmoid, coefficient=lambda c: 1.0)
+
+
+def test_reward_model_loss_recognises_log_of_sigmoid():
+    fails_with("calc_reward_model_loss", rm_via_log_of_sigmoid, "log(sigmoid(x)) is log(0) = -inf")
+
+
+def test_reward_model_loss_recognises_chosen_and_rejected_swapped():
+    fails_with("calc_reward_model_loss", rm_chosen_and_rejected_swapped, "chosen and rejected are swapped")
+
+
+def test_reward_model_loss_recognises_a_missing_coefficient():
+    fails_with("calc_reward_model_loss", rm_centring_without_its_coefficient,
+               "forgot to multiply by center_rewards_coefficient")
+
+
+def test_every_check_has_a_planted_bug_here():
+    """Each check is shown failing on at least one planted bug in this file."""
+    source = Path(__file__).read_text()
+    for name in checks.REFERENCES:
+        assert re.search(rf'fails_with\(\s*"{name}"', source), f"no planted bug for check_{name}"
+
+
+# --- the exercise notebooks -------------------------------------------------------------------
+
+
+def _code_cells(nb, tag):
+    return [c for c in nb.cells if c.cell_type == "code" and tag in c.metadata.get("tags", [])]
+
+
+def test_the_notebooks_are_what_the_generator_writes():
+    """notebooks/exercises/make_exercises.py is the source; the notebooks on disk are its output."""
+    spec = importlib.util.spec_from_file_location("make_exercises", EXERCISES / "make_exercises.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    assert sorted(generator.NOTEBOOKS) == [p.name for p in EXERCISE_NOTEBOOKS]
+    for path in EXERCISE_NOTEBOOKS:
+        on_disk, built = nbformat.read(path, as_version=4), generator.NOTEBOOKS[path.name]
+        assert [(c.cell_type, c.source, c.metadata) for c in on_disk.cells] == \
+               [(c.cell_type, c.source, c.metadata) for c in built.cells], f"{path.name}: run make_exercises.py"
+
+
+def test_the_exercises_cover_every_check_once():
+    names = [c.metadata["exercise"] for path in EXERCISE_NOTEBOOKS
+             for c in _code_cells(nbformat.read(path, as_version=4), "exercise")]
+    assert sorted(names) == sorted(checks.REFERENCES)
+
+
+@pytest.mark.parametrize("path", EXERCISE_NOTEBOOKS, ids=lambda p: p.stem)
+def test_shipped_stubs_raise_and_have_the_solutions_signature(path):
+    """As shipped, every stub raises NotImplementedError (no solution in the exercise notebook), is
+    followed by its check cell, and has the solution's signature: its check gets past the signature
+    test to the stub's raise."""
+    nb = nbformat.read(path, as_version=4)
+    namespace: dict = {}
+    setup = next(c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("tags"))
+    exec(setup.source, namespace)  # imports and the checks
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not re.search(r"rlhf_scratch\.(?!course\b)", cell.source), f"a solution is imported:\n{cell.source}"
+    for stub in _code_cells(nb, "exercise"):
+        name = stub.metadata["exercise"]
+        assert "raise NotImplementedError" in stub.source, f"{name}: the stub must raise NotImplementedError"
+        assert f"def {name}(" in stub.source
+        after = nb.cells[nb.cells.index(stub) + 1]
+        assert after.source == f"check_{name}({name})" and "check" in after.metadata["tags"]
+        exec(stub.source, namespace)
+        with pytest.raises(NotImplementedError):
+            namespace[f"check_{name}"](namespace[name])
+
+
+@pytest.mark.slow  # a kernel per notebook
+@pytest.mark.parametrize("path", EXERCISE_NOTEBOOKS, ids=lambda p: p.stem)
+def test_exercise_notebook_passes_every_check_with_the_solutions(path, tmp_path):
+    """The notebook executed with each stub cell replaced by the import of the package's solution:
+    every check cell prints its pass line."""
+    nb = nbformat.read(path, as_version=4)
+    for stub in _code_cells(nb, "exercise"):
+        name = stub.metadata["exercise"]
+        stub.source = f"from {checks.REFERENCES[name].module} import {name}"
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    for cell in _code_cells(nb, "check"):
+        name = cell.metadata["exercise"]
+        printed = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        assert printed == f"check_{name}: all {len(checks.CASES[name]())} cases pass\n", f"{name}: {cell.outputs}"
+
