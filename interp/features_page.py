@@ -151,6 +151,27 @@ def _frequency_scatter(diff: FeatureDiff, top: list[int], path: Path) -> Path:
     return save_figure(fig, path)
 
 
+def causal_verdict(c: dict) -> str:
+    """The causal checks in one sentence: the share of the reward gap (tuned − reference) that
+    steering the reference with the top features recovers, and that ablating them from the tuned
+    model removes, each beside random features of equal norm.
+
+        recovered = (r_steered − r_ref) / (r_tuned − r_ref)      removed = drop_ablated / (r_tuned − r_ref)
+    """
+    gap = c["tuned"]["reward"] - c["reference"]["reward"]
+    if abs(gap) < 1e-9:
+        return "The tuned model's reward equals the reference's here: there is no gain for features to explain."
+    recovered = (c["steered"]["reward"] - c["reference"]["reward"]) / gap
+    random_recovered = (c["steered_random_mean"]["reward"] - c["reference"]["reward"]) / gap
+    removed = c["ablated"]["reward_drop"] / gap
+    random_removed = c["ablated_random_mean"]["reward_drop"] / gap
+    how = "almost none" if abs(recovered) < 0.1 else ("part" if recovered < 0.7 else "most")
+    return (f"Verdict: the top {c['top_n']} features recover {how} of the reward gain — steering the reference with them "
+            f"recovers {recovered:.0%} of the gap {c['reference']['reward']:.3f} → {c['tuned']['reward']:.3f} (random "
+            f"features: {random_recovered:.0%}), and ablating them from the tuned model removes {removed:.0%} (random: "
+            f"{random_removed:.0%}). One run, one seed; the rewards' standard errors are below.")
+
+
 def _headline(S: dict) -> list[str]:
     q, e = S["sae"], S["explained"]
     lines = [f"SAE at {S['site']} ({q['d_sae']} features): explained variance {q['explained_variance']:.3f}, "
@@ -166,6 +187,7 @@ def _headline(S: dict) -> list[str]:
                      + ", ".join(repr(tok) for tok, _ in t["promotes"][:5]) + ".")
     if "causal" in S:
         c = S["causal"]
+        lines.insert(0, causal_verdict(c))
         lines.append(f"Steering the reference with the top {c['top_n']} features: reward {c['reference']['reward']:.3f} → "
                      f"{c['steered']['reward']:.3f} ± {c['steered']['reward_se']:.3f} s.e. (KL {c['steered']['kl']:.3f}); "
                      "random features of equal norm: "
