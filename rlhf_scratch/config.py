@@ -4,7 +4,7 @@
     ├── RLHFArgs         PPO with the blog's names (value head, clipped surrogate, KL penalty)
     ├── GroupArgs        G completions per prompt, a clipped ratio, β (TRL's names)
     │   ├── RLOOArgs     RLOO: the leave-one-out baseline, the KL folded into the reward
-    │   └── GRPOArgs     GRPO: group-relative advantages, loss_type, scale_rewards, importance_sampling_level
+    │   └── GRPOArgs     GRPO: group-relative advantages, loss_type (TRL's eight), scale_rewards, importance_sampling_level
     └── OnlineDPOArgs    Online DPO with TRL's names (beta, loss_type, judge)
 
 Presets fill in the model, the reward model and the hyper-parameters that suit them; anything
@@ -28,7 +28,7 @@ DIRECTIONS = ("pos", "neg")
 KV_CACHES = ("auto", "static", "transformer_lens")
 ADVANTAGES = ("one_step", "gae")
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
-GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's eight
 SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 JUDGES = ("tiny", "vader")
@@ -88,8 +88,9 @@ class CommonArgs:
     a GPU), `transformer_lens` (TransformerLens' own, growing by concatenation), or `auto`: the
     static cache where the model allows it (GPT-2-style blocks, no hooks), else TransformerLens'.
     The same tokens either way (tested); see docs/speed.md."""
-    cuda_graph: bool = True
-    """On a GPU, replay the static cache's decode step as a captured CUDA graph (--no-cuda-graph: launch it op by op)."""
+    cuda_graph: bool = False
+    """On a GPU, replay the static cache's decode step as a captured CUDA graph. Off by default: that
+    path has never run on a GPU here (docs/speed.md); a path never measured is not a default."""
     chunk_logits: int = 2**21
     """Most logits (positions × d_vocab) made at once when scoring and learning (`token_terms`;
     default vocab_terms.LOGITS_PER_CHUNK, 8 MiB of float32): in the learning phase each chunk is
@@ -130,7 +131,12 @@ class CommonArgs:
     top_k: int = 10
     """Sample from the top-k tokens only (0 = all). 10 is the blog's, kept for PPO; the TRL algorithms
     default to TRL's 0: top-k sampling scored with the full softmax biases the policy gradient
-    (docs/fidelity.md, "Top-k")."""
+    (docs/fidelity.md, "Top-k and top-p")."""
+    top_p: float = 1.0
+    """Sample from the nucleus only: the most likely tokens whose probability (after temperature and
+    top-k) first reaches top_p (TRL's `top_p`, applied as transformers' TopPLogitsWarper). 1.0, TRL's
+    default: every token. Like top-k, a nucleus scored with the full softmax biases the policy gradient
+    (docs/fidelity.md, "Top-k and top-p")."""
     stop_at_eos: bool | None = None
     """End a completion at its first EOS (the rest is padding, masked out of every term). Default:
     off for --prompts prefix (the blog's fixed-length samples), on for prompt datasets (a review
@@ -197,6 +203,7 @@ class CommonArgs:
             value = getattr(self, name)
             _check(_finite(value) and value >= 0, name, f"must be a finite number >= 0; got {value}")
         _check(self.top_k >= 0, "top_k", f"must be >= 0 (0 = the whole vocabulary); got {self.top_k}")
+        _check(_finite(self.top_p) and 0 < self.top_p <= 1, "top_p", f"must be in (0, 1] (1 = every token); got {self.top_p}")
         _check(self.batch_size % self.num_minibatches == 0, "batch_size",
                f"must be divisible by num_minibatches ({self.batch_size} % {self.num_minibatches} != 0)")
         _check(_finite(self.temperature) and self.temperature > 0, "temperature", f"must be > 0; got {self.temperature}")
@@ -393,6 +400,10 @@ class RLOOArgs(GroupArgs):
 
     ALGO: ClassVar[str] = "rloo"
 
+    num_generations: int = 4
+    """G: completions per prompt (consecutive in the batch); batch_size must divide by it. 4, not TRL's
+    2: at the same batch the leave-one-out baseline averages G − 1 = 3 other rewards instead of 1, so
+    the advantage's variance is σ²·G/(G − 1) = 1.33 σ² instead of 2 σ² (docs/fidelity.md, "RLOO's G")."""
     num_iterations: int = 1
     """Passes over each rollout batch. With 1, the ratio is 1 (plain REINFORCE) only on the first
     minibatch; later minibatches are scored by a policy that has already stepped."""
@@ -410,7 +421,8 @@ class RLOOArgs(GroupArgs):
 
 @dataclass
 class GRPOArgs(GroupArgs):
-    """GRPO (Shao et al. 2024) and its length-bias fixes (Dr. GRPO, DAPO, GSPO), with TRL 1.16's names and defaults."""
+    """GRPO (Shao et al. 2024), its length-bias fixes (Dr. GRPO, DAPO, GSPO, LUSPO) and its other
+    surrogates (CISPO, SAPO, VESPO), with TRL 1.16's names and defaults."""
 
     ALGO: ClassVar[str] = "grpo"
 
@@ -420,10 +432,23 @@ class GRPOArgs(GroupArgs):
     num_iterations: int = 1
     """Passes over each rollout batch (TRL's μ). With 1, every ratio is 1 (the loss REINFORCE-like) only on
     the first minibatch; later minibatches are scored by a policy that has already stepped."""
+    steps_per_generation: int | None = None
+    """TRL's: the optimizer steps one generation batch (batch_size completions) is split into, each on
+    batch_size / steps_per_generation of them (TRL's per_device_train_batch_size × processes). TRL counts
+    per-device batches and steps every gradient_accumulation_steps of them; we have no accumulation
+    (TRL's default of 1), so here it is one number with num_minibatches, and giving it sets num_minibatches.
+    None: num_minibatches (4, ours: four off-policy steps per rollout). TRL's own None means
+    gradient_accumulation_steps, i.e. ONE on-policy step per generation batch: `--steps-per-generation 1`."""
     epsilon_low: float = 0.2
     """Lower clip of the ratio: 1 - epsilon_low (TRL's `epsilon`)."""
     epsilon_high: float = 0.2
-    """Upper clip of the ratio: 1 + epsilon_high (DAPO's clip-higher recommends 0.28)."""
+    """Upper clip of the ratio: 1 + epsilon_high (DAPO's clip-higher recommends 0.28). Under loss_type
+    `cispo` it is ε_max, the cap of the weight itself (not 1 + it): ScaleRL recommends 5.0, and TRL's
+    default 0.2 then caps every weight at 0.2."""
+    delta: float | None = None
+    """Two-sided clipping (INTELLECT-2, TRL's `delta`): the unclipped side of the surrogate is capped
+    too, min(ρ, δ) A, so a token with A < 0 whose ratio ran away weighs at most δ. Clipped loss types
+    only (grpo, bnpo, dr_grpo, dapo, luspo). None (TRL's default): off. TRL recommends δ > 1 + epsilon_high."""
     beta: float = 0.0
     """β of the per-token k3 KL to the reference in the loss. 0 (TRL's default): no reference forward at all."""
     use_bias_correction_kl: bool = True
@@ -431,17 +456,48 @@ class GRPOArgs(GroupArgs):
     (DeepSeek-V3.2): the KL term's gradient is then the unbiased one of KL(π‖π_ref) for tokens sampled
     from π_old. Changes the gradient whenever beta > 0, even at ρ = 1; no effect at beta = 0."""
     loss_type: str = "dapo"
-    """Aggregation over tokens: `grpo` (per-sequence mean, then mean: length-biased), `bnpo` (mean over the
-    minibatch's tokens), `dr_grpo` (sum / (sequences x gen_len)) or `dapo` (sum / the generation batch's tokens)."""
+    """The per-token term and its aggregation (docs/grpo.md). Clipped surrogate, aggregated: `grpo`
+    (per-sequence mean, then mean: length-biased), `bnpo` (mean over the minibatch's tokens), `dr_grpo`
+    (sum / (sequences x gen_len)), `dapo` (sum / the generation batch's tokens), `luspo` (per-sequence sum,
+    then mean; meant with importance_sampling_level sequence). Other surrogates: `cispo` (clipped, detached
+    weight on log π; dapo's sum), `sapo` (a soft sigmoid gate instead of the clip; grpo's mean), `vespo`
+    (a Gamma-shaped, detached sequence weight on log π; dapo's sum)."""
     scale_rewards: str = "group"
     """Advantage scale: `group` (÷ the group's reward std), `batch` (÷ the whole batch's) or `none` (Dr. GRPO)."""
     importance_sampling_level: str = "token"
     """`token` (one ratio per token) or `sequence` (GSPO: one ratio per sequence, exp of the mean log-ratio)."""
+    sapo_temperature_pos: float = 1.0
+    """τ of SAPO's gate for tokens with A > 0: the term is (4/τ) σ(τ (ρ − 1)) A (TRL's default 1.0)."""
+    sapo_temperature_neg: float = 1.05
+    """τ of SAPO's gate for tokens with A <= 0 (TRL's default 1.05: a slightly sharper gate on the pushed-down side)."""
+    vespo_k_pos: float = 2.0
+    """k of VESPO's weight φ(w) = e^λ w^k e^(−λ w) for A >= 0: how hard a low sequence ratio w < 1 is down-weighted."""
+    vespo_lambda_pos: float = 3.0
+    """λ of VESPO's weight for A >= 0: how hard a high sequence ratio w > 1 is down-weighted."""
+    vespo_k_neg: float = 3.0
+    """k of VESPO's weight for A < 0 (TRL's default 3.0)."""
+    vespo_lambda_neg: float = 2.0
+    """λ of VESPO's weight for A < 0 (TRL's default 2.0)."""
+    mask_truncated_completions: bool = False
+    """Leave the completions that never produced EOS (cut at gen_len) out of the loss, as TRL (DAPO's
+    overlong filtering). They still count in their group's advantages. Needs completions that stop at
+    EOS (--stop-at-eos, or a prompt dataset)."""
+    entropy_coef: float = 0.0
+    """Weight of an entropy bonus (TRL's `entropy_coef`): J + entropy_coef · mean over kept tokens of
+    H[π] at each position, the same for every loss_type. 0 (TRL's default): off, and no entropy is computed."""
     top_k: int = 0
     """Sample from the top-k tokens only (0 = all, TRL's default)."""
     measure_kl: bool = False
     """With beta = 0, still run the reference forward each rollout, only to log rollout/kl_full_vocab
     and eval/ref_logprob_per_token (a diagnostic, not in TRL; always on when beta > 0)."""
+
+    def __post_init__(self) -> None:
+        if self.steps_per_generation is not None:
+            # the two are one count here; num_minibatches left at its default takes steps_per_generation's value
+            _check(self.num_minibatches in (self.steps_per_generation, CommonArgs.num_minibatches), "steps_per_generation",
+                   f"is num_minibatches under TRL's name (no gradient accumulation here): give one of them, or the same "
+                   f"value; got steps_per_generation {self.steps_per_generation}, num_minibatches {self.num_minibatches}")
+            self.num_minibatches = self.steps_per_generation
 
     def validate(self) -> "GRPOArgs":
         super().validate()
@@ -451,7 +507,22 @@ class GRPOArgs(GroupArgs):
                f"must be one of {', '.join(SCALE_REWARDS)}; got {self.scale_rewards!r}")
         _check(self.importance_sampling_level in IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level",
                f"must be one of {', '.join(IMPORTANCE_SAMPLING_LEVELS)}; got {self.importance_sampling_level!r}")
+        _check(self.steps_per_generation is None or self.steps_per_generation >= 1, "steps_per_generation",
+               f"must be >= 1; got {self.steps_per_generation}")
+        _check(self.delta is None or (_finite(self.delta) and self.delta > 1), "delta",
+               f"must be > 1 (a cap at or below 1 caps tokens that have not moved; TRL recommends > 1 + epsilon_high); "
+               f"got {self.delta}")
+        for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
+            value = getattr(self, name)
+            _check(_finite(value) and value > 0, name, f"must be > 0 (the gate divides by it); got {value}")
+        _check(not self.mask_truncated_completions or self.eos_stops(), "mask_truncated_completions",
+               "needs completions that stop at EOS (--stop-at-eos, or a prompt dataset): without a stop every "
+               "completion runs to gen_len and would be masked")
         return self
+
+    def _nonnegative_floats(self) -> tuple[str, ...]:
+        return super()._nonnegative_floats() + ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
+                                                "entropy_coef")
 
 
 @dataclass
@@ -460,6 +531,9 @@ class OnlineDPOArgs(CommonArgs):
 
     ALGO: ClassVar[str] = "online_dpo"
 
+    temperature: float = 0.9
+    """Sampling temperature (> 0); 0.9 is TRL's OnlineDPOConfig default. Every log-prob of the pair is
+    taken at it too (TRL's online trainer scores at 1: docs/peer-check.md)."""
     num_iterations: int = 1
     """Passes over each batch of pairs."""
     beta: float = 0.1
