@@ -1,0 +1,292 @@
+"""Writes notebooks/06_build_the_ppo_loop.ipynb (unexecuted): the cells are the strings below.
+
+    python notebooks/make_06_build_the_ppo_loop.py                                       # write it
+    python -m rlhf_scratch.course.execute_notebooks notebooks/06_build_the_ppo_loop.ipynb   # then run it, saving outputs
+
+Edit the cells here, not in the notebook, so that the two never disagree.
+"""
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+NOTEBOOK = Path(__file__).with_name("06_build_the_ppo_loop.ipynb")
+
+TITLE = r"""# 6 · Build the PPO loop yourself
+
+Notebooks 01 and 03 computed every term of PPO's objective by hand; notebook 02 ran `RLHFTrainer`. Here the two meet: you assemble the blog's functions into the whole PPO-RLHF training loop, in about 80 lines you can read top to bottom — the value head, the reference forward, phases, PPO epochs and minibatches, AdamW with two learning rates and `maximize=True`, the warmup-and-decay schedule, the four terms of the objective. Then `check_learning_phase` runs your learning phase beside the package's from the same state and says, to float precision, whether they did the same thing — and if not, which mistake yours looks like. Last, the loop trains the tiny model for a dozen phases (about 20 seconds on one CPU thread).
+
+You need: PyTorch, the policy gradient, and notebook 01's terms."""
+
+THEORY = r"""## A short theory primer
+
+**Tokens as a Markov decision process.** A completion of a prompt $q$ is an episode of `gen_len` steps. The *state* is the text so far, $s_t = (q, o_1, \dots, o_{t-1})$; the *action* is the next token $a_t = o_t$, drawn from the policy $\pi_\theta(\cdot \mid s_t) = \mathrm{softmax}(\text{logits}_\theta(s_t))$; the transition just appends it. The *reward is sparse*: one number at the end, $R = r(q, o)$ (here the sentiment classifier's probability of *positive*), and 0 at every step before. We want $\max_\theta J(\theta) = \mathbb{E}_{o \sim \pi_\theta}[R]$.
+
+**REINFORCE.** $\nabla_\theta J = \mathbb{E}\big[\sum_t \nabla_\theta \log \pi_\theta(a_t \mid s_t)\, R\big]$: push up the log-probability of every token of a completion in proportion to its reward. Unbiased, but very noisy.
+
+**A baseline: the value head.** Subtracting any $b(s_t)$ changes nothing in expectation ($\mathbb{E}_{a \sim \pi}[\nabla \log \pi(a \mid s)] = 0$) and removes a lot of variance. PPO learns $b = V_\phi(s_t)$, a small MLP on the model's final residual stream (`TransformerWithValueHead`), and uses the *advantage* of each token. The blog's one-step estimate:
+
+$$A_t = V(s_{t+1}) - V(s_t), \qquad A_{\text{last}} = R - V(s_{\text{last}}),$$
+
+and the value head regresses onto the returns $R_t = A_t + V_{\text{old}}(s_t)$: value loss $\tfrac12 c_{vf}\, \mathbb{E}_t[(V_\phi(s_t) - R_t)^2]$.
+
+**The ratio and the clip (PPO).** Sampling is expensive, so each batch is trained on for several epochs. After the first step the policy is no longer the one that sampled, $\pi_{\text{old}}$, so each token is reweighted by the ratio $r_t(\theta) = \pi_\theta(a_t \mid s_t) / \pi_{\text{old}}(a_t \mid s_t)$, and the ratio is clipped so that one batch cannot move the policy far:
+
+$$L_{\text{clip}}(\theta) = \mathbb{E}_t\big[\min\big(r_t \hat A_t,\ \mathrm{clip}(r_t, 1-\varepsilon, 1+\varepsilon)\, \hat A_t\big)\big], \qquad \hat A = \text{advantages whitened per minibatch}.$$
+
+Once $r_t$ has left $[1-\varepsilon, 1+\varepsilon]$ in the direction $\hat A_t$ pushes it, the term is flat: no gradient.
+
+**The KL leash.** A reward model can be fooled; a policy free to do anything finds text that scores well and reads badly. So the policy is held near the frozen reference model by a penalty on the full-vocabulary KL at every generated position, and kept exploring by an entropy bonus. The objective every minibatch ascends:
+
+$$J(\theta) = L_{\text{clip}} - \tfrac12 c_{vf}\, \mathbb{E}[(V - R_t)^2] + c_{ent}\, \mathbb{E}[H(\pi_\theta(\cdot \mid s_t))] - \beta\, \mathbb{E}\big[\mathrm{KL}\big(\pi_\theta(\cdot \mid s_t) \,\|\, \pi_{\text{ref}}(\cdot \mid s_t)\big)\big].$$
+
+It is *maximised*: AdamW with `maximize=True`, and `J.backward()`."""
+
+PSEUDOCODE = r"""## The algorithm, and where each line lives
+
+**PPO-RLHF** (one line per step; the right-hand columns say which code does it, in the package and in this notebook)
+
+| # | step | in the package | here |
+|---|---|---|---|
+| 1 | $\theta$ ← the pretrained LM + a fresh value head $\phi$; $\theta_{\text{ref}}$ ← a frozen copy of the LM | `TransformerWithValueHead` (`model.py`), `RLHFTrainer.build_policy`; `run_setup.load_reference` | `build` |
+| 2 | AdamW, `maximize=True`: trunk at `base_lr`, value head at `head_lr`; learning rate × $m(k)$: linear warmup, then linear decay | `optim.get_optimizer_and_scheduler` (`get_optimizer`, `get_lr_scheduler`) | `build`, `lr_multiplier` |
+| 3 | **for** phase $k = 1 \dots$ `total_phases` **do** | `loop.run_training` | `train` |
+| 4 | &nbsp;&nbsp; sample `batch_size` completions of the prompts from $\pi_\theta$ (top-k, `gen_len` tokens) | `RLHFTrainer.rollout_phase` → `Trainer.sample` → `rollout.make_rollout` → `generation.generate` | `make_rollout` |
+| 5 | &nbsp;&nbsp; score them, no gradients: $\log \pi_{\text{old}}(o_t)$, $V_{\text{old}}(s_t)$, $\mathrm{KL}(\pi_{\text{old}} \Vert \pi_{\text{ref}})$; the reward $R$ | `rollout.score_tokens`, `reward.tasks.score_completions` | `make_rollout` |
+| 6 | &nbsp;&nbsp; $R \leftarrow (R - \bar R) / (\mathrm{std}\,R + \epsilon)$ | `RLHFTrainer.rollout_advantages` → `reward.functions.normalize_reward` | `learning_phase` |
+| 7 | &nbsp;&nbsp; $A_t \leftarrow V(s_{t+1}) - V(s_t)$; $A_{\text{last}} \leftarrow R - V(s_{\text{last}})$ | `RLHFTrainer.rollout_advantages` → `advantages.compute_advantages` | `learning_phase` |
+| 8 | &nbsp;&nbsp; returns $R_t \leftarrow A_t + V_{\text{old}}(s_t)$ | `memory.ReplayMemory` | `ReplayMemory` |
+| 9 | &nbsp;&nbsp; **for** epoch $= 1 \dots$ `batches_per_learning_phase`, **for** each of `num_minibatches` shuffled minibatches **do** | `ReplayMemory.get_minibatches` → `memory.minibatch_rows` (torch's global RNG) | `learning_phase` |
+| 10 | &nbsp;&nbsp;&nbsp;&nbsp; forward $\pi_\theta$: $\log \pi_\theta(o_t)$, $V(s_t)$, $H$; the reference: $\mathrm{KL}(\pi_\theta \Vert \pi_{\text{ref}})$ | `RLHFTrainer.minibatch_objective` (`vocab_terms.token_terms`, a chunk of positions at a time) | `minibatch_objective` |
+| 11 | &nbsp;&nbsp;&nbsp;&nbsp; $J \leftarrow L_{\text{clip}} - \text{value loss} + \text{entropy bonus} - \beta\,\mathrm{KL}$ | `algorithms.ppo.compute_rlhf_objective` (`calc_clipped_sur_obj`, `calc_value_fn_loss`, …) | `minibatch_objective` |
+| 12 | &nbsp;&nbsp;&nbsp;&nbsp; zero the gradients; `J.backward()`; clip the gradient norm; step (skip it if $J$ or the norm is not finite) | `Trainer.optimizer_step` → `optim.clip_and_step` | `learning_phase` |
+| 13 | &nbsp;&nbsp; **end for**; `scheduler.step()` — once per phase | `Trainer.ascend` | `learning_phase` |
+| 14 | **end for** | | |
+
+The package's learning phase, lines 6–13, is `RLHFTrainer.learning_phase` (`algorithms/ppo.py`); `Trainer.ascend` (`trainer.py`) is its minibatch loop."""
+
+IMPORTS = r"""from dataclasses import replace
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+import rlhf_scratch  # noqa: F401
+from rlhf_scratch.advantages import compute_advantages
+from rlhf_scratch.config import make_args
+from rlhf_scratch.generation import attention_mask_or_none
+from rlhf_scratch.loading import load_lm
+from rlhf_scratch.memory import ReplayMemory
+from rlhf_scratch.model import TransformerWithValueHead
+from rlhf_scratch.objectives import (calc_approx_kl, calc_clip_fraction, calc_clipped_sur_obj, calc_entropy_bonus,
+                                     calc_kl_penalty, calc_value_fn_loss, generated_span, get_log_probs,
+                                     temperature_scaled)
+from rlhf_scratch.reward.functions import normalize_reward, reward_fn_sentiment_imdb
+from rlhf_scratch.rollout import make_rollout
+from rlhf_scratch.course.loop_check import check_learning_phase
+
+torch.set_num_threads(1)"""
+
+SETUP_MD = r"""## 1 · The pieces: policy with value head, reference, optimizer, schedule
+
+The config is the package's `RLHFArgs` (every field documented in `rlhf_scratch/config.py`); only the run's length and size are changed from the tiny preset's defaults. Its coefficients: `clip_coef` ε = 0.2, `vf_coef` 0.15, `ent_coef` 0.001, `beta` β = 0.1, `head_lr` 5e-4 for the value head."""
+
+SETUP = r"""args = make_args("tiny", total_phases=12, batch_size=32, num_minibatches=4, batches_per_learning_phase=2,
+                 gen_len=16, base_lr=3e-4, warmup_steps=2, seed=1, threads=1, device="cpu")
+
+
+def lr_multiplier(args, phase):
+    # linear warmup 0 -> 1 over warmup_steps phases, then linear decay to final_scale at the last phase
+    last = args.total_phases - 1
+    if phase >= last:
+        return args.final_scale
+    if phase < args.warmup_steps:
+        return phase / args.warmup_steps
+    return 1 - (1 - args.final_scale) * (phase - args.warmup_steps) / (last - args.warmup_steps)
+
+
+def build(args):
+    torch.manual_seed(args.seed)
+    lm = load_lm("tiny").train()
+    policy = TransformerWithValueHead(lm, detach_value_head=args.detach_value_head)  # pi_theta and V_phi, one forward
+    ref_model = load_lm("tiny").eval().requires_grad_(False)                        # pi_ref: frozen
+    optimizer = torch.optim.AdamW([{"params": policy.base.parameters(), "lr": args.base_lr},         # pretrained trunk
+                                   {"params": policy.value_head.parameters(), "lr": args.head_lr}],  # fresh head
+                                  maximize=True)                                                      # we ASCEND J
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda phase: lr_multiplier(args, phase))
+    return policy, ref_model, optimizer, scheduler"""
+
+OBJECTIVE_MD = r"""## 2 · The objective of one minibatch
+
+One forward pass of `TransformerWithValueHead` gives the logits and $V(s_t)$ at every position (the value head reads `ln_final.hook_normalized`, detached when `args.detach_value_head`: then only the policy terms train the trunk). The positions `prefix_len-1 … seq_len-2` predict the completion (`generated_span`). The reference runs its own forward, without gradients. Every distribution is the one that was sampled, softmax(logits / T) (`temperature_scaled`; T = 1 here)."""
+
+OBJECTIVE = r"""def minibatch_objective(policy, ref_model, mb, args, temperature):
+    prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
+    gen, mask = generated_span(prefix_len), mb.completion_mask
+    attn = attention_mask_or_none(mb.attention_mask)
+    logits, values = policy(mb.sample_ids, attention_mask=attn)                 # [mb, seq, vocab], [mb, seq]
+    with torch.no_grad():
+        ref_logits = ref_model(mb.sample_ids, attention_mask=attn)             # the reference forward
+    logits_T = temperature_scaled(logits[:, gen], temperature)
+    ref_logits_T = temperature_scaled(ref_logits[:, gen], temperature)
+    logprobs = get_log_probs(logits, mb.sample_ids, prefix_len, temperature)   # log pi_theta(o_t), [mb, gen_len]
+    terms = {
+        "clipped_surrogate": calc_clipped_sur_obj(logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),
+        "value_loss": calc_value_fn_loss(values[:, gen], mb.returns, args.vf_coef, mask=mask),
+        "entropy_bonus": calc_entropy_bonus(logits_T, args.ent_coef, mask=mask),
+        "kl_penalty": calc_kl_penalty(logits_T, ref_logits_T, args.beta, mask=mask),
+    }
+    J = terms["clipped_surrogate"] - terms["value_loss"] + terms["entropy_bonus"] - terms["kl_penalty"]
+    stats = {"objective/total": J.item(), **{f"losses/{k}": v.item() for k, v in terms.items()},
+             "losses/clipfrac": calc_clip_fraction(logprobs, mb.logprobs, args.clip_coef, mask=mask),
+             "losses/approx_kl": calc_approx_kl(logprobs, mb.logprobs, mask=mask)}
+    return J, stats"""
+
+PHASE_MD = r"""## 3 · One learning phase
+
+Advantages from the normalised rewards, then `batches_per_learning_phase` shuffles of the batch, each cut into `num_minibatches` minibatches (`ReplayMemory.get_minibatches` draws one `torch.randperm` per epoch from torch's global RNG), one guarded step each, and **one** scheduler step at the end of the phase. The statistics returned are each the mean over minibatches of the value before that minibatch's step (the package's `mean_stats`)."""
+
+PHASE = r"""def learning_phase(policy, ref_model, rollout, args, optimizer, scheduler):
+    with torch.no_grad():
+        rewards = normalize_reward(rollout.rewards) if args.normalize_reward else rollout.rewards
+        advantages = compute_advantages(rollout.values, rewards, rollout.prefix_len, mask=rollout.completion_mask)
+    memory = ReplayMemory(rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
+                          advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase)
+    stats = []
+    for mb in memory.get_minibatches():                     # epochs x minibatches, shuffled
+        J, mb_stats = minibatch_objective(policy, ref_model, mb, args, rollout.temperature)
+        optimizer.zero_grad()
+        J.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
+        if torch.isfinite(J) and torch.isfinite(grad_norm):  # one bad minibatch must not poison the weights
+            optimizer.step()
+        stats.append(mb_stats)
+    scheduler.step()                                         # once per phase: the schedule counts phases
+    return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}"""
+
+CHECK_MD = r"""## 4 · Check it against the package
+
+`check_learning_phase(learning_phase)` builds an `RLHFTrainer` on the tiny preset (seed 0, batch 16, 2 minibatches, 8 tokens, 2 epochs), trains it one phase so that the policy has left the reference, takes one rollout, and then runs *your* `learning_phase` on deep copies of that state and `trainer.learning_phase` on the original, torch's RNG in the same state before each (it shuffles the minibatches). It compares the scheduler exactly, each parameter group's update to a relative 1e-3, and the statistics both return. Your phase works on full logits with autograd, the package's a chunk of positions at a time with a hand-written backward, so the numbers differ in the last float32 digits — about 5e-5 of the update — while each classic mistake moves it by 1e-2 or more. On a mismatch it names the mistake your update reproduces.
+
+Try it: break one line above (`+ terms["kl_penalty"]`, `(-J).backward()`, no `scheduler.step()`, `policy.value_head(hidden)` on an undetached residual), rerun the cell, read the message, and put it back."""
+
+CHECK = r"""print(check_learning_phase(learning_phase))"""
+
+LOOP_MD = r"""## 5 · The loop
+
+A phase is a rollout (`make_rollout`: sample, score with the policy, its value head and the reference, reward) and one learning phase on it. The logged KL is the rollout's: the per-token full-vocabulary $\mathrm{KL}(\pi_{\text{old}} \| \pi_{\text{ref}})$ of the policy that *sampled* this phase, over its completions."""
+
+LOOP = r"""def train(args):
+    policy, ref_model, optimizer, scheduler = build(args)
+    history = []
+    for phase in range(1, args.total_phases + 1):
+        lr = optimizer.param_groups[0]["lr"]                 # the trunk's learning rate this phase
+        rollout = make_rollout(policy, ref_model, [args.prefix] * args.batch_size, reward_fn_sentiment_imdb,
+                               gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k)
+        stats = learning_phase(policy, ref_model, rollout, args, optimizer, scheduler)
+        kl = rollout.kl[rollout.completion_mask].mean().item()
+        history.append({"phase": phase, "lr": lr, "reward": rollout.scores.mean().item(), "kl": kl, **stats})
+        print(f"phase {phase:2d}  lr {lr:.1e}  reward {history[-1]['reward']:.3f}  KL {kl:.4f}  "
+              f"clipfrac {stats['losses/clipfrac']:.3f}  approx_kl {stats['losses/approx_kl']:.4f}")
+    return history, policy
+
+
+history, policy = train(args)"""
+
+PLOT = r"""def plot(history, title=""):
+    phases = [h["phase"] for h in history]
+    fig, (ax_r, ax_kl) = plt.subplots(1, 2, figsize=(10, 3.2))
+    ax_r.plot(phases, [h["reward"] for h in history], marker="o")
+    ax_r.set(xlabel="phase", ylabel="mean reward", title=f"reward {title}")
+    ax_kl.plot(phases, [h["kl"] for h in history], marker="o", color="C3", label="KL(π_old ‖ π_ref)")
+    ax_kl.set(xlabel="phase", ylabel="nats per token", title=f"KL to the reference {title}")
+    ax_lr = ax_kl.twinx()
+    ax_lr.plot(phases, [h["lr"] for h in history], ls="--", color="grey", label="trunk learning rate")
+    ax_lr.set_ylabel("learning rate")
+    fig.legend(loc="upper center", bbox_to_anchor=(0.75, 0.0), ncol=2, frameon=False)
+    plt.tight_layout()
+    plt.show()
+
+
+plot(history)"""
+
+SEE = r"""> **What you should see** (this notebook's settings, seed 1: one run, n = 1; one CPU thread)
+>
+> - **Reward** (the classifier's probability of *positive*, mean of 32 samples): 0.50 and 0.41 in phases 1 and 2 — both sampled by the reference itself (see below), so the 0.09 between them is the noise of a 32-sample mean — then 0.57–0.67 in phases 3–9 and 0.73–0.75 in phases 10–12.
+> - **KL** (nats per token): **exactly 0 in phases 1 and 2**, 0.10 in phase 3, then growing, with dips, to 0.26 in phase 12.
+> - **clipfrac**: 0 in phase 1; 0.54 in phase 2 and 0.45 in phase 3, the first phases whose steps move the weights (Adam moves every weight by about the learning rate per step, whatever the size of its gradient); then falling with the learning rate to 0.02 in phase 12. `approx_kl`, how far a phase's four steps move the policy from the one that sampled: 0.11 in phase 2, 0.002 in phase 12.
+> - The check above: relative update errors of 4.6e-5 (trunk) and 1.3e-6 (value head), tolerance 1e-3.
+>
+> **Why is the KL 0 twice?** The schedule warms up over `warmup_steps` = 2 phases: the multiplier of phase $k$ (counting from 0) is $k/2$, so **phase 1 trains at learning rate 0**. AdamW still runs — its moments fill up — but no weight moves, and clipfrac is 0 because every ratio $\pi_\theta / \pi_{\text{old}}$ stays exactly 1. Phase 2's rollout is therefore sampled by the reference itself: KL exactly 0. Phase 2 trains at half the learning rate, and phase 3 is the first to sample a changed policy. The package's 100-phase run (`python -m rlhf_scratch.train sentiment`, README) shows the same two zeros with its 10-phase warmup."""
+
+PREDICT = r"""## 6 · Predict, then run
+
+Before you run the cell below, write down what you expect the KL curve (and the reward) to do over these 12 phases with **β = 0** — no leash — and with **β = 1**, ten times the default. Then set `BETA` and run it (about 20 seconds a run); run both.
+
+<details><summary>What we measured (open after predicting)</summary>
+
+Seed 1, one run each (n = 1), these settings:
+
+| β | KL, phases 1–2 | KL, phase 12 | mean reward, phases 10–12 |
+|---|---|---|---|
+| 0 | 0 | 0.93, and still rising | 0.84 |
+| 0.1 (above) | 0 | 0.26 | 0.74 |
+| 1 | 0 | 0.04 (0.04–0.08 from phase 3 on) | 0.65 |
+
+The first two phases are the same whatever β: there is nothing to leash before the policy has moved. Without the penalty the KL climbs all the way and the reward climbs faster — the policy is free to write whatever the classifier likes. With β = 1 the KL stays flat near 0.05 nats per token, and the reward gains about half of what it gains at β = 0 (from about 0.46 in phases 1–2). How much of the β = 0 run's extra reward is good writing and how much is the classifier being fooled is the over-optimisation question of notebook 03.
+</details>"""
+
+PREDICT_CODE = r"""BETA = None  # your prediction first; then 0.0, then 1.0
+
+if BETA is not None:
+    beta_history, _ = train(replace(args, beta=BETA))
+    plot(beta_history, title=f"(β = {BETA})")"""
+
+NEXT = r"""## Where next
+
+- Your loop is the package's `RLHFTrainer.learning_phase` (`rlhf_scratch/algorithms/ppo.py`) and `Trainer.ascend` (`rlhf_scratch/trainer.py`) with the bookkeeping taken out; `loop.run_training` adds the run folder, checkpoints, logging and samples around the same two calls.
+- The package computes the vocabulary-wide terms a chunk of positions at a time (`vocab_terms.token_terms`) instead of materialising `[minibatch, seq, vocab]` logits as you did: the same numbers, less memory (GPT-2's vocabulary is 50,257).
+- Swap `compute_advantages` for `compute_gae_advantages` (`--advantage gae`) and see what the blog meant by GAE blowing up; or drop the value head altogether: that is RLOO and GRPO (notebook 03)."""
+
+
+def cells() -> list:
+    return [
+        new_markdown_cell(TITLE),
+        new_markdown_cell(THEORY),
+        new_markdown_cell(PSEUDOCODE),
+        new_code_cell(IMPORTS),
+        new_markdown_cell(SETUP_MD),
+        new_code_cell(SETUP),
+        new_markdown_cell(OBJECTIVE_MD),
+        new_code_cell(OBJECTIVE),
+        new_markdown_cell(PHASE_MD),
+        new_code_cell(PHASE),
+        new_markdown_cell(CHECK_MD),
+        new_code_cell(CHECK),
+        new_markdown_cell(LOOP_MD),
+        new_code_cell(LOOP),
+        new_code_cell(PLOT),
+        new_markdown_cell(SEE),
+        new_markdown_cell(PREDICT),
+        new_code_cell(PREDICT_CODE),
+        new_markdown_cell(NEXT),
+    ]
+
+
+def loop_lines() -> int:
+    """Lines of code (not blank) in the cells that make up the loop: setup, objective, phase, train."""
+    return sum(1 for cell in (SETUP, OBJECTIVE, PHASE, LOOP) for line in cell.splitlines() if line.strip())
+
+
+def main() -> None:
+    nb = new_notebook(cells=cells())
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nb.metadata["language_info"] = {"name": "python"}
+    nbformat.validate(nb)
+    nbformat.write(nb, NOTEBOOK)
+    print(f"wrote {NOTEBOOK} ({len(nb.cells)} cells; the loop: {loop_lines()} lines of code)")
+
+
+if __name__ == "__main__":
+    main()

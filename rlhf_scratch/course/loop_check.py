@@ -1,0 +1,418 @@
+"""`check_learning_phase(fn)`: does your PPO learning phase do what `RLHFTrainer.learning_phase` does?
+
+Notebook 06 writes PPO's learning phase out by hand. Your function is called as
+
+    stats = fn(policy, ref_model, rollout, args, optimizer, scheduler)
+
+    policy      TransformerWithValueHead   the LM and its value head, trained in place
+    ref_model   HookedTransformer          the frozen reference (the KL is measured against it)
+    rollout     Rollout                    one phase's samples, log π_old, V_old, rewards (no gradients)
+    args        RLHFArgs                   the config: coefficients, epochs, minibatches, β, detach_value_head
+    optimizer   AdamW (maximize=True)      two parameter groups: trunk at base_lr, value head at head_lr
+    scheduler   LambdaLR                   warmup + decay, to be stepped once per phase
+
+and must run ONE learning phase — advantages, then `batches_per_learning_phase` shuffles of the batch
+cut into `num_minibatches` minibatches, one guarded optimizer step per minibatch on
+J = L_clip − value_loss + entropy_bonus − β·KL, one scheduler step — and return the phase's
+statistics under the package's names (`PPO_METRICS`: at least "objective/total"), each the mean over
+minibatches of its value before that minibatch's step.
+
+How the check works:
+
+1. `starting_state`: an `RLHFTrainer` on the tiny preset at a fixed seed with small settings
+   (`CHECK_SETTINGS`) runs one whole phase, so that the check starts mid-training (the policy is
+   off the reference: a KL penalty and its sign change the gradient; Adam has moments; the
+   scheduler is past its first step), and then takes ONE rollout.
+2. Your `fn` runs on deep copies of that state, `trainer.learning_phase(rollout)` on the original;
+   torch's global RNG is put in the same state before each (the minibatches are shuffled with it:
+   `ReplayMemory.get_minibatches`, `memory.minibatch_rows`).
+3. Compared afterwards: the scheduler (its step count and learning rates, exactly); the parameter
+   updates of each group, trunk and value head, as the relative error
+   ‖Δθ_yours − Δθ_package‖ / ‖Δθ_package‖ ≤ `UPDATE_RTOL`; every statistic both return, to
+   `STAT_RTOL` / `STAT_ATOL`; and torch's RNG state (the same draws, so the same minibatches).
+4. On a mismatch, the package's phase is run again with each known mistake planted (`MISTAKES`: the
+   objective minimised, the KL penalty added, value-loss gradients into the trunk, …) and the
+   message names the one your update matches.
+
+The tolerance. Where your phase does the same operations in the same order (a wrapper around the
+trainer's method) everything is equal bit for bit. A phase written from the blog's functions on
+full logits is not: the package makes the vocabulary-wide terms a chunk of positions at a time with
+a hand-written backward (`vocab_terms.token_terms`) and takes the reference's final residual from
+the rollout, so float32 sums are added in another order and the gradients differ at about 1e-6
+relative. Adam divides by √v, so a gradient entry near 0 can take a step of a different size: the
+updates of a correct full-logits phase differ by 3e-5 to 6e-5 relative (measured at seeds 0-3, the
+most in the trunk), and the statistics by about 1e-8. The planted mistakes move the update by
+1.2e-2 (the value head not detached, or the entropy bonus left out, at seed 0) to 1.9 (the
+objective minimised). `UPDATE_RTOL` = 1e-3 sits between the two, more than ten times from each.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+from rlhf_scratch.algorithms.ppo import RLHFTrainer
+from rlhf_scratch.config import RLHFArgs, make_args
+from rlhf_scratch.model import TransformerWithValueHead
+from rlhf_scratch.optim import get_optimizer_and_scheduler
+from rlhf_scratch.rollout import Rollout
+
+LearningPhase = Callable[
+    [TransformerWithValueHead, HookedTransformer, Rollout, RLHFArgs, torch.optim.Optimizer,
+     torch.optim.lr_scheduler.LRScheduler],
+    dict,
+]
+"""What `check_learning_phase` checks: fn(policy, ref_model, rollout, args, optimizer, scheduler) -> stats."""
+
+CHECK_SETTINGS: dict[str, Any] = dict(
+    batch_size=16, num_minibatches=2, gen_len=8, batches_per_learning_phase=2,  # 4 optimizer steps a phase
+    warmup_steps=0, total_phases=4,  # no warmup: the checked phase trains at a learning rate that is not 0
+    base_lr=1e-3,  # ten times the default, so that the first phase moves the policy off the reference
+    seed=0, threads=1, device="cpu",
+)
+"""The trainer the check builds (with the tiny preset's defaults for everything else)."""
+
+UPDATE_RTOL = 1e-3
+"""Most relative difference ‖Δθ_yours − Δθ_package‖ / ‖Δθ_package‖ of a parameter group's update (see the module docstring)."""
+STAT_RTOL, STAT_ATOL = 1e-4, 1e-6
+"""A statistic agrees when |yours − package's| ≤ STAT_ATOL + STAT_RTOL·|package's| (measured: about 1e-8)."""
+
+GROUPS = {"trunk": "base.", "value head": "value_head."}
+"""The optimizer's two parameter groups, by the prefix of their parameters' names in the policy."""
+
+
+class LearningPhaseMismatch(AssertionError):
+    """Your learning phase does something the package's does not; the message says what and where."""
+
+
+@dataclass
+class Start:
+    """The state both phases start from: the trainer (restored before every run) and its rollout."""
+
+    trainer: RLHFTrainer
+    rollout: Rollout
+    policy_state: dict[str, Tensor]
+    optimizer_state: dict[str, Any]
+    scheduler_state: dict[str, Any]
+    rng: Tensor
+
+
+@dataclass
+class PhaseResult:
+    """What one learning phase left behind."""
+
+    params: dict[str, Tensor]
+    stats: dict[str, float]
+    scheduler_steps: int
+    lrs: list[float]
+    rng: Tensor
+
+
+@dataclass
+class LoopCheckReport:
+    """What a passing check measured: each group's relative update error and each shared statistic's difference."""
+
+    update_errors: dict[str, float]
+    stat_errors: dict[str, float]
+
+    def __str__(self) -> str:
+        if not any(self.update_errors.values()) and not any(self.stat_errors.values()):
+            return ("check_learning_phase passed: the parameters, the scheduler and "
+                    f"{', '.join(self.stat_errors)} equal the package's bit for bit")
+        groups = ", ".join(f"{g} {e:.1e}" for g, e in self.update_errors.items())
+        stats = ", ".join(f"{k} {e:.1e}" for k, e in self.stat_errors.items())
+        return (f"check_learning_phase passed: relative update error {groups} (tolerance {UPDATE_RTOL:.0e}); "
+                f"|Δ| of {stats}; the scheduler stepped once and the minibatches were drawn alike")
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A plausible bug, planted in the package's phase to recognise it in yours."""
+
+    what: str
+    fix: str
+    plant: Callable[[RLHFTrainer], AbstractContextManager]
+
+
+# ------------------------------------------------------------------ the planted mistakes
+@contextmanager
+def _setting(obj: object, name: str, value: Any) -> Iterator[None]:
+    """`obj.name = value` while the phase runs."""
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+@contextmanager
+def _minimised(trainer: RLHFTrainer) -> Iterator[None]:
+    """AdamW descends J: the same as (−J).backward() with maximize=True."""
+    for group in trainer.optimizer.param_groups:
+        group["maximize"] = False
+    try:
+        yield
+    finally:
+        for group in trainer.optimizer.param_groups:
+            group["maximize"] = True
+
+
+@contextmanager
+def _no_zero_grad(trainer: RLHFTrainer) -> Iterator[None]:
+    """Gradients accumulate over the phase's minibatches."""
+    trainer.optimizer.zero_grad = lambda set_to_none=True: None
+    try:
+        yield
+    finally:
+        del trainer.optimizer.zero_grad
+
+
+@contextmanager
+def _fresh_adam(trainer: RLHFTrainer) -> Iterator[None]:
+    """Adam's moments from the earlier phases are lost (a new optimizer)."""
+    trainer.optimizer.state.clear()
+    yield
+
+
+MISTAKES: tuple[Mistake, ...] = (
+    Mistake("the objective is MINIMISED instead of maximised",
+            "ascend J: AdamW(maximize=True) and J.backward() (not (-J).backward(), not maximize=False)", _minimised),
+    Mistake("the KL penalty is ADDED to J",
+            "J = clipped_surrogate − value_loss + entropy_bonus − kl_penalty: subtract calc_kl_penalty",
+            lambda t: _setting(t, "beta", -t.beta)),
+    Mistake("the value loss is ADDED to J",
+            "subtract calc_value_fn_loss: the value head descends its squared error", lambda t: _setting(t.args, "vf_coef", -t.args.vf_coef)),
+    Mistake("the entropy bonus is SUBTRACTED from J",
+            "add calc_entropy_bonus", lambda t: _setting(t.args, "ent_coef", -t.args.ent_coef)),
+    Mistake("the value loss's gradients flow into the trunk although args.detach_value_head is True",
+            "take V(s_t) from the detached final residual: policy(ids) does (TransformerWithValueHead.value_of), "
+            "value_head(hidden) on the live residual does not", lambda t: _setting(t.policy, "detach_value_head", False)),
+    Mistake("the KL penalty is left out", "subtract calc_kl_penalty(logits, ref_logits, args.beta)",
+            lambda t: _setting(t, "beta", 0.0)),
+    Mistake("the entropy bonus is left out", "add calc_entropy_bonus(logits, args.ent_coef)",
+            lambda t: _setting(t.args, "ent_coef", 0.0)),
+    Mistake("the value loss is left out", "subtract calc_value_fn_loss(values, returns, args.vf_coef)",
+            lambda t: _setting(t.args, "vf_coef", 0.0)),
+    Mistake("the advantages come from the raw rewards", "normalise them first when args.normalize_reward: normalize_reward(rollout.rewards)",
+            lambda t: _setting(t.args, "normalize_reward", False)),
+    Mistake("the batch is used once (one PPO epoch)",
+            "make args.batches_per_learning_phase passes: ReplayMemory(..., args.num_minibatches, args.batches_per_learning_phase)",
+            lambda t: _setting(t.args, "batches_per_learning_phase", 1)),
+    Mistake("the gradient norm is not clipped",
+            "torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm) between backward and step",
+            lambda t: _setting(t.args, "max_grad_norm", math.inf)),
+    Mistake("the gradients are never zeroed", "optimizer.zero_grad() before each backward", _no_zero_grad),
+    Mistake("Adam's moments start from zero", "step the optimizer you were given, not a new one", _fresh_adam),
+)
+"""Known mistakes, each reproduced by changing one thing in `RLHFTrainer.learning_phase`'s run."""
+
+
+# ------------------------------------------------------------------ the starting state and the two runs
+@lru_cache(maxsize=1)
+def starting_state() -> Start:
+    """A trainer one phase into training and its next rollout (built once per process: every run
+    restores it first, so the check can be called again without rebuilding)."""
+    trainer = RLHFTrainer(make_args("tiny", **CHECK_SETTINGS), quiet=True)
+    trainer.learning_phase(trainer.rollout_phase())
+    rollout = trainer.rollout_phase()
+    return Start(trainer, rollout, copy.deepcopy(trainer.policy.state_dict()),
+                 copy.deepcopy(trainer.optimizer.state_dict()), copy.deepcopy(trainer.scheduler.state_dict()),
+                 torch.get_rng_state())
+
+
+def reset(start: Start) -> None:
+    """Put the trainer and torch's RNG back into the starting state (deep copies: Adam steps in place)."""
+    trainer = start.trainer
+    trainer.policy.load_state_dict(start.policy_state)
+    trainer.policy.zero_grad(set_to_none=True)
+    trainer.optimizer.load_state_dict(copy.deepcopy(start.optimizer_state))
+    trainer.scheduler.load_state_dict(copy.deepcopy(start.scheduler_state))
+    torch.set_rng_state(start.rng)
+
+
+def outcome(policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
+            scheduler: torch.optim.lr_scheduler.LRScheduler, stats: dict[str, float]) -> PhaseResult:
+    """The parameters (copied: the trainer's are restored and trained again), the stats, the scheduler's
+    step count and learning rates, and torch's RNG state, right after a phase."""
+    return PhaseResult({n: p.detach().clone() for n, p in policy.named_parameters()}, stats,
+                       scheduler.last_epoch, [g["lr"] for g in optimizer.param_groups], torch.get_rng_state())
+
+
+def run_package(start: Start, mistake: Mistake | None = None) -> PhaseResult:
+    """`trainer.learning_phase` from the starting state (with `mistake` planted, if any)."""
+    reset(start)
+    trainer = start.trainer
+    with mistake.plant(trainer) if mistake else nullcontext():
+        stats = trainer.learning_phase(copy.deepcopy(start.rollout))
+    return outcome(trainer.policy, trainer.optimizer, trainer.scheduler, stats)
+
+
+def run_learner(start: Start, fn: LearningPhase) -> PhaseResult:
+    """`fn` on deep copies of the starting state: policy, reference, rollout, args, optimizer and scheduler."""
+    reset(start)
+    trainer = start.trainer
+    policy, ref_model = copy.deepcopy(trainer.policy), copy.deepcopy(trainer.ref_model)
+    optimizer, scheduler = get_optimizer_and_scheduler(trainer.args, policy)
+    optimizer.load_state_dict(copy.deepcopy(start.optimizer_state))
+    scheduler.load_state_dict(copy.deepcopy(start.scheduler_state))
+    torch.set_rng_state(start.rng)
+    stats = fn(policy, ref_model, copy.deepcopy(start.rollout), copy.deepcopy(trainer.args), optimizer, scheduler)
+    if not isinstance(stats, dict):
+        raise LearningPhaseMismatch(f"your learning phase returned {type(stats).__name__}; return a dict of its "
+                                    "statistics, e.g. {'objective/total': mean J over the minibatches, ...}")
+    return outcome(policy, optimizer, scheduler, {k: float(v) for k, v in stats.items()})
+
+
+# ------------------------------------------------------------------ comparing
+def update_errors(before: dict[str, Tensor], mine: dict[str, Tensor], theirs: dict[str, Tensor]) -> dict[str, float]:
+    """Per parameter group: ‖Δθ_mine − Δθ_theirs‖ / ‖Δθ_theirs‖ (= ‖θ_mine − θ_theirs‖ / ‖Δθ_theirs‖)."""
+    errors = {}
+    for group, prefix in GROUPS.items():
+        names = [n for n in before if n.startswith(prefix)]
+        apart = math.sqrt(sum((mine[n] - theirs[n]).double().pow(2).sum().item() for n in names))
+        moved = math.sqrt(sum((theirs[n] - before[n]).double().pow(2).sum().item() for n in names))
+        errors[group] = apart / moved if moved else (0.0 if apart == 0 else math.inf)
+    return errors
+
+
+def most_different(mine: dict[str, Tensor], theirs: dict[str, Tensor], prefix: str) -> str:
+    """The tensor of a group that holds the largest part of the difference ‖θ_mine − θ_theirs‖."""
+    return max((n for n in theirs if n.startswith(prefix)), key=lambda n: (mine[n] - theirs[n]).norm().item())
+
+
+def moved(before: dict[str, Tensor], after: dict[str, Tensor]) -> bool:
+    return any(not torch.equal(before[n], after[n]) for n in before)
+
+
+def scheduler_problems(mine: PhaseResult, theirs: PhaseResult, start: Start) -> list[str]:
+    """One scheduler step per phase, after the minibatches: compare the step count and the learning rates."""
+    steps = mine.scheduler_steps - start.scheduler_state["last_epoch"]
+    if steps == 1 and mine.lrs == theirs.lrs:
+        return []
+    if steps == 0:
+        return ["the scheduler was not stepped: call scheduler.step() once per learning phase, after the "
+                "minibatches (the learning rate then warms up and decays by phase)"]
+    if steps > 1:
+        return [f"the scheduler was stepped {steps} times in one phase: step it ONCE per learning phase, after "
+                "the last minibatch, not once per minibatch or epoch"]
+    return [f"the learning rates after the phase are {mine.lrs}, the package's {theirs.lrs}: leave the "
+            "optimizer's learning rates to the scheduler"]
+
+
+def rng_problems(mine: PhaseResult, theirs: PhaseResult) -> list[str]:
+    """The minibatches are drawn from torch's global RNG: the same draws leave it in the same state."""
+    if torch.equal(mine.rng, theirs.rng):
+        return []
+    return ["torch's global RNG is not where the package's phase leaves it, so your minibatches were drawn "
+            "differently: draw them with ReplayMemory(...).get_minibatches() (one torch.randperm of the batch "
+            "per epoch, from the global RNG, cut into args.num_minibatches) and draw nothing else"]
+
+
+def parameter_problems(start: Start, fn_result: PhaseResult, theirs: PhaseResult, errors: dict[str, float]) -> list[str]:
+    """Which groups moved differently, and the planted mistake that reproduces your update, if one does."""
+    before = {n: start.policy_state[n] for n in theirs.params}
+    if not moved(before, fn_result.params):
+        return ["no parameter moved: call optimizer.step() after each minibatch's backward (and check the "
+                "objective has a gradient: no torch.no_grad() around the forward)"]
+    lines = []
+    for group, prefix in GROUPS.items():
+        if errors[group] > UPDATE_RTOL:
+            name = most_different(fn_result.params, theirs.params, prefix)
+            lines.append(f"the {group} ({prefix}*) moved differently: relative update error {errors[group]:.2g} "
+                         f"(tolerance {UPDATE_RTOL:.0e}), the most in {name}")
+    match = matching_mistake(start, fn_result, before)
+    if match is not None:
+        lines.append(f"likely cause: your update matches the package's when {match.what}. Fix: {match.fix}")
+    elif not torch.equal(fn_result.rng, theirs.rng):
+        lines.append("likely cause: the minibatch order (above): other minibatches make every step differ; "
+                     "fix it first, then run the check again")
+    else:
+        lines.append(f"likely causes: {likely_causes(errors)}")
+    return lines
+
+
+def matching_mistake(start: Start, fn_result: PhaseResult, before: dict[str, Tensor]) -> Mistake | None:
+    """The first planted mistake (the likeliest first) whose update is yours within the tolerance;
+    the planted updates lie at least 1e-2 apart, so at most one can be."""
+    for mistake in MISTAKES:
+        planted = run_package(start, mistake)
+        if max(update_errors(before, fn_result.params, planted.params).values()) <= UPDATE_RTOL:
+            return mistake
+    return None
+
+
+def likely_causes(errors: dict[str, float]) -> str:
+    """What to look at, from which group moved differently."""
+    trunk, head = (errors[g] > UPDATE_RTOL for g in GROUPS)
+    if trunk and not head:
+        return ("the terms only the trunk feels: the log-probs (the generated span logits[:, prefix_len-1:-1], "
+                "the rollout's temperature), the KL to the reference, the entropy, value gradients into the trunk")
+    if head and not trunk:
+        return ("the value loss: its coefficient, V(s_t) on the generated span values[:, prefix_len-1:-1], the "
+                "returns (advantages + the rollout's values: memory.returns)")
+    return ("more than one thing: the advantages (compute_advantages on normalised rewards), the combination "
+            "J = L_clip − value_loss + entropy_bonus − kl_penalty, the minibatch order, zero_grad / backward / "
+            "clip_grad_norm_ / step per minibatch")
+
+
+def stat_errors(mine: dict[str, float], theirs: dict[str, float]) -> dict[str, float]:
+    """|yours − package's| of every statistic both return."""
+    return {k: abs(mine[k] - theirs[k]) for k in theirs if k in mine}
+
+
+def stat_problems(mine: dict[str, float], theirs: dict[str, float], steps_agree: bool) -> list[str]:
+    """Every shared statistic must agree; "objective/total" must be there."""
+    if "objective/total" not in mine:
+        return ["your stats have no 'objective/total': return the mean over minibatches of J (taken before each "
+                "step), so that the check can compare it"]
+    wrong = [k for k, e in stat_errors(mine, theirs).items() if e > STAT_ATOL + STAT_RTOL * abs(theirs[k])]
+    lines = [f"stats[{k!r}] is {mine[k]:.6g}, the package's {theirs[k]:.6g}" for k in wrong]
+    if wrong and steps_agree:
+        lines.append("the steps agree, so these numbers are computed or averaged differently: the mean over the "
+                     "phase's minibatches of each minibatch's value, taken before its step, coefficients applied")
+    return lines
+
+
+# ------------------------------------------------------------------ the check
+def check_learning_phase(fn: LearningPhase) -> LoopCheckReport:
+    """Run `fn` and `RLHFTrainer.learning_phase` from the same state and compare them (module
+    docstring); raise `LearningPhaseMismatch` naming what differs and its likely cause, or return
+    the measured differences. One torch thread; the caller's RNGs (torch's, numpy's, Python's: the
+    trainer's setup seeds them) and thread count are given back as they were."""
+    threads, rngs = torch.get_num_threads(), (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    torch.set_num_threads(1)
+    try:
+        with torch.enable_grad():
+            return compare(starting_state(), fn)
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rngs[0])
+        np.random.set_state(rngs[1])
+        random.setstate(rngs[2])
+
+
+def compare(start: Start, fn: LearningPhase) -> LoopCheckReport:
+    """The learner's phase against the package's: scheduler, RNG, parameters, statistics."""
+    mine = run_learner(start, fn)
+    theirs = run_package(start)
+    errors = update_errors({n: start.policy_state[n] for n in theirs.params}, mine.params, theirs.params)
+    steps_agree = max(errors.values()) <= UPDATE_RTOL
+    problems = scheduler_problems(mine, theirs, start) + rng_problems(mine, theirs)
+    if not steps_agree:
+        problems += parameter_problems(start, mine, theirs, errors)
+    problems += stat_problems(mine.stats, theirs.stats, steps_agree)
+    if problems:
+        raise LearningPhaseMismatch("your learning phase differs from RLHFTrainer.learning_phase:\n- " + "\n- ".join(problems))
+    return LoopCheckReport(errors, stat_errors(mine.stats, theirs.stats))
