@@ -18,7 +18,15 @@ from interp.across_runs import (
     top_k_features,
 )
 from interp.toy import perturb_head, toy_model, toy_tokenizer
-from rlhf_scratch.studies.compare import CompareArgs, label, main, results_table
+from rlhf_scratch.studies.compare import (
+    CompareArgs,
+    compare_args,
+    comparison_verdict,
+    group_stats,
+    label,
+    main,
+    results_table,
+)
 from rlhf_scratch.studies.runner import Unit, markdown_table
 
 SMALL = ["--", "--batch-size", "8", "--gen-len", "6", "--num-minibatches", "2"]
@@ -121,6 +129,7 @@ def test_the_default_algorithms_and_each_runs_command_come_from_the_registry(tmp
     (["sentiment", "--algos", "ppo,sac"], "algos: unknown sac"),
     (["sentiment", "--kl-coefs", "0.1,x"], "kl_coefs: expected a comma-separated list"),
     (["sentiment", "--seeds", ""], "seeds: empty list"),
+    (["sentiment", "--seeds", "1,2,1"], "seeds: each seed once; got 1,2,1"),
 ])
 def test_bad_input_is_one_line(argv, message, tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "c")]) == 2
@@ -205,10 +214,61 @@ def test_comparison_writes_every_file_and_does_not_redo_finished_runs(tmp_path, 
 def test_table_shows_held_out_scores_from_phase_1_to_the_end():
     row = {"reward_start": 0.5, "reward_final": 0.91, "kl_final": 0.25, "eval/vader_start": 0.6, "eval/vader_final": 0.55,
            "wall_s": 12.4, "peak_mib": 1234.5, "tokens_per_s": 100.0}
-    table = markdown_table(*results_table({"ppo-s1": {"phases": 5, "averaged": 5, **row}})).splitlines()
-    assert table[0].startswith("| run | reward, phase 1 | reward, last 5 of 5 phases | KL, last 5 of 5 phases | "
+    table = markdown_table(*results_table({"ppo-s1": {"phases": 5, "averaged": 5, **row}}, [Unit("ppo", 1)])).splitlines()
+    assert table[0].startswith("| run | n | reward, phase 1 | reward, last 5 of 5 phases | KL, last 5 of 5 phases | "
                                "VADER (held out) |"), "says what was averaged: a 5-phase run has no last 10"
-    assert table[2] == "| ppo-s1 | 0.500 | 0.910 | 0.250 | 0.600 → 0.550 |  |  | 12 | 1,234 | 100 |"
+    assert table[2] == "| PPO | 1 | 0.500 | 0.910 | 0.250 | 0.600 → 0.550 |  |  | 12 | 1,234 | 100 |", \
+        "one seed: its values, no ±"
+
+
+def _row(reward_final: float, kl_final: float, vader_final: float = 0.7) -> dict:
+    return {"phases": 10, "averaged": 10, "reward_start": 0.5, "reward_final": reward_final, "kl_final": kl_final,
+            "eval/vader_start": 0.6, "eval/vader_final": vader_final, "wall_s": 100.0, "peak_mib": 900.0,
+            "tokens_per_s": 1000.0}
+
+
+# Two algorithms × three seeds. PPO's final reward 0.90, 0.92, 0.91 (0.910 ± 4.303 · 0.01/√3 = ± 0.025);
+# RLOO's 0.80, 0.85, 0.83 (s = 0.0252: ± 0.063); per seed PPO − RLOO = 0.10, 0.07, 0.08: +0.083 ± 0.038.
+RESULTS = {"ppo-s1": _row(0.90, 0.30), "ppo-s2": _row(0.92, 0.36), "ppo-s3": _row(0.91, 0.33),
+           "rloo-s1": _row(0.80, 0.03, 0.8), "rloo-s2": _row(0.85, 0.04, 0.8), "rloo-s3": _row(0.83, 0.05, 0.8)}
+UNITS = CompareArgs(task="sentiment", algos="ppo,rloo", seeds="1,2,3").units()
+
+
+def test_a_table_row_is_an_algorithm_over_its_seeds_with_mean_interval_and_n():
+    header, rows = results_table(RESULTS, UNITS)
+    assert header[:4] == ["run", "n", "reward, phase 1", "reward, last 10 of 10 phases"]
+    assert [r[:5] for r in rows] == [["PPO", "3", "0.500 ± 0.000", "0.910 ± 0.025", "0.330 ± 0.075"],
+                                     ["RLOO", "3", "0.500 ± 0.000", "0.827 ± 0.063", "0.040 ± 0.025"]]
+    assert rows[1][5] == "0.600 → 0.800 ± 0.000", "held out: the start's mean → the final's mean ± interval"
+    groups = group_stats(RESULTS, UNITS)
+    assert groups["PPO"]["n"] == 3 and groups["PPO"]["seeds"] == [1, 2, 3]
+    ppo = groups["PPO"]["reward_final"]
+    assert ppo["mean"] == pytest.approx(0.91) and ppo["half_width"] == pytest.approx(4.3027 * 0.01 / 3**0.5, abs=1e-4)
+    assert ppo["values"] == [0.90, 0.92, 0.91] and ppo["low"] < 0.91 < ppo["high"]
+    partial = results_table({k: v for k, v in RESULTS.items() if k != "rloo-s3"}, UNITS)[1]
+    assert partial[1][1] == "2", "n counts the seeds that finished"
+
+
+def test_the_verdict_names_the_algorithm_with_the_higher_reward_and_its_kl_only_when_resolved():
+    v = comparison_verdict(RESULTS, UNITS)
+    assert v.resolved and v.best == "PPO"
+    assert v.sentence.startswith("PPO reaches the highest proxy reward (last 10 of 10 phases), 0.910 ± 0.025 at KL "
+                                 "0.330 ± 0.075: above RLOO (0.827 ± 0.063 at KL 0.040 ± 0.025) by +0.083")
+    noisy = {**RESULTS, "ppo-s2": _row(0.82, 0.36)}  # PPO − RLOO: 0.10, −0.03, 0.08
+    v = comparison_verdict(noisy, UNITS)
+    assert not v.resolved and "is not resolved at n = 3 seeds (interval width 0.348)" in v.sentence
+    one_seed = {k: v for k, v in RESULTS.items() if k.endswith("s1")}
+    assert "not resolved at n = 1 seed" in comparison_verdict(one_seed, UNITS).sentence
+
+
+def test_quick_is_tiny_and_the_flags_given_still_win():
+    args = compare_args(["sentiment", "--quick", "--seeds", "1,2"])
+    assert (args.total_phases, args.interp, args.seed_list()) == (3, False, [1, 2])
+    assert args.run_flags()[4:] == ["--batch-size", "8", "--gen-len", "6", "--num-minibatches", "2", "--warmup-steps", "1"]
+    args = compare_args(["sentiment", "--quick", "--total-phases", "5", "--interp", "--", "--gen-len", "9"])
+    assert args.total_phases == 5 and args.interp
+    assert args.run_flags()[-2:] == ["--gen-len", "9"], "after the quick flags: train takes the last --gen-len"
+    assert compare_args(["sentiment"]).total_phases == 100, "the default stays the full comparison"
 
 
 @pytest.mark.slow
@@ -262,7 +322,7 @@ def test_help_shows_every_flag_with_its_default(capsys):
     for default in ("(default: 100)", "(default: 1)", "(default: ppo,rloo,online_dpo)", "(default: 1024)"):
         assert default in text, default
     for flag in ("--algos", "--seeds", "--kl-coefs", "--total-phases", "--prompts", "--threads", "--jobs", "--out",
-                 "--no-interp", "--features", "--features-layer", "--features-d-sae", "--features-tokens",
+                 "--no-interp", "--quick", "--features", "--features-layer", "--features-d-sae", "--features-tokens",
                  "--features-eval-batches", "--features-top"):
         assert flag in text, f"the documented {flag} is gone"
 
@@ -290,3 +350,28 @@ def test_grpo_is_compared_with_its_kl_measured(tmp_path):
     row = json.loads((out / "table.json").read_text())["runs"]["grpo-s1"]
     assert math.isfinite(row["kl_final"]), "no KL: the run was not given --measure-kl"
     assert "<h1>GRPO</h1>" in (out / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_a_quick_comparison_over_seeds_grows_by_a_seed_without_retraining(tmp_path):
+    """--quick over two seeds: the table has a row per algorithm with n = 2 and intervals, the page
+    opens with the verdict. The same command with --seeds 1,2,3 trains only the two seed-3 runs."""
+    out = tmp_path / "cmp"
+    argv = ["sentiment", "--quick", "--algos", "rloo,grpo", "--out", str(out)]
+    assert main([*argv, "--seeds", "1,2"]) == 0
+    before = json.loads((out / "results.json").read_text())
+    assert sorted(before) == ["grpo-s1", "grpo-s2", "rloo-s1", "rloo-s2"]
+    table = (out / "table.md").read_text()
+    assert "| run | n |" in table and "| RLOO | 2 |" in table and " ± " in table
+    data = json.loads((out / "table.json").read_text())
+    assert data["groups"]["GRPO"]["n"] == 2 and {"mean", "low", "high", "n"} <= set(data["groups"]["GRPO"]["kl_final"])
+    html = (out / "index.html").read_text()
+    assert data["verdict"].startswith(("Which has the highest proxy reward", "RLOO reaches", "GRPO reaches"))
+    assert html.index(data["verdict"][:40]) < html.index("<table>"), "the page opens with its verdict"
+    assert main([*argv, "--seeds", "1,2,3"]) == 0
+    after = json.loads((out / "results.json").read_text())
+    assert sorted(after) == sorted([*before, "grpo-s3", "rloo-s3"])
+    assert {k: after[k] for k in before} == before, "the finished runs were not trained again"
+    assert json.loads((out / "compare.json").read_text())["seeds"] == [1, 2, 3]
+    assert json.loads((out / "table.json").read_text())["groups"]["RLOO"]["n"] == 3
+    assert main([*argv, "--seeds", "1,2"]) == 2, "fewer seeds: a different plan"

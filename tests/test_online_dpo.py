@@ -148,7 +148,8 @@ def test_a_two_token_preference_toy_learns():
 
 
 def _trainer(**overrides):
-    settings = dict(total_phases=4, batch_size=8, num_minibatches=2, gen_len=8, warmup_steps=0, base_lr=1e-3, seed=3)
+    settings = dict(total_phases=4, batch_size=8, num_minibatches=2, gen_len=8, warmup_steps=0, base_lr=1e-3, seed=3,
+                    temperature=1.0)  # (the default is TRL's 0.9; these hand-checked numbers were set at 1)
     args = make_args("tiny", algo="online_dpo", **{**settings, **overrides})
     return OnlineDPOTrainer(args, quiet=True)
 

@@ -1,6 +1,7 @@
 """The over-optimisation study's pieces (rlhf_scratch/studies/overoptimization.py) against numbers
 worked out by hand: KL of best-of-n, the exact best-of-n expectation, Gao et al.'s fits and their
-peaks; its per-phase evaluation hook; and its command line."""
+peaks, the gold at matched KL and the table over seeds; its per-phase evaluation hook; its command
+line (seeds, --quick); and the quick study end to end, then grown by a seed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,18 @@ import numpy as np
 import pytest
 
 from rlhf_scratch import registry
-from rlhf_scratch.studies.overoptimization import best_of_n_expectation, fit_gao, kl_bon, main
+from rlhf_scratch.studies.overoptimization import (
+    at_d,
+    best_of_n_expectation,
+    fit_gao,
+    kl_bon,
+    main,
+    make_table,
+    matched_d,
+    study_args,
+    study_verdicts,
+    table_cells,
+)
 
 
 def test_kl_of_best_of_n_is_log_n_minus_n_minus_one_over_n():
@@ -62,6 +74,8 @@ def test_a_rising_curve_has_no_peak_within_the_fit():
     (["--rm-pairs", "250,9"], "error: rm_pairs: each size must be >= 10; got 9"),
     (["--bon-max", "100"], "error: bon_max: must be a power of 2 >= 2; got 100"),
     (["--total-phases", "0"], "error: total_phases: must be >= 1; got 0"),
+    (["--seeds", "1,2,1"], "error: seeds: each seed once; got 1,2,1"),
+    (["--seed", "x"], "error: seeds: expected a comma-separated list of ints; got 'x'"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv, message, tmp_path, capsys):
     assert main(["--out", str(tmp_path / "s"), *argv]) == 2
@@ -80,12 +94,68 @@ def test_every_documented_flag_is_there_and_out_is_required(capsys):
     assert main(["--help"]) == 0
     text = " ".join(capsys.readouterr().out.replace("│", " ").split())
     for flag in ("--out", "--rm-pairs", "--algos", "--total-phases", "--test-pairs", "--eval-prompts", "--eval-per-prompt",
-                 "--bon-max", "--rm-epochs", "--gen-len", "--batch-size", "--base-lr", "--seed", "--threads", "--jobs",
-                 "--report"):
+                 "--bon-max", "--rm-epochs", "--gen-len", "--batch-size", "--base-lr", "--seeds", "--threads", "--jobs",
+                 "--report", "--quick"):
         assert flag in text, f"the documented {flag} is gone"
     assert "(default: 250,1000,4000)" in text and "(default: 30)" in text
     assert main([]) == 2
     assert capsys.readouterr().err.strip() == "error: out: required (the study folder)"
+
+
+def test_seed_is_one_seed_seeds_are_many_and_quick_is_tiny(tmp_path):
+    """`--seed 3` keeps working as `--seeds 3`; each RL run is a unit per seed (`rloo-s2-rm250`), and
+    the first seed is the data's (split, pairs, proxies); --quick starts from tiny settings that the
+    flags given still override, and the default stays the study that decides."""
+    out = ["--out", str(tmp_path / "s")]
+    assert study_args([*out, "--seed", "3"]).seed_list() == [3]
+    args = study_args([*out, "--seeds", "2,1", "--algos", "rloo,bon", "--rm-pairs", "250"])
+    assert [u.name for u in args.rl_units()] == ["rloo-s2-rm250", "rloo-s1-rm250"] and args.data_seed == 2
+    assert args.plan()["seeds"] == [2, 1] and "seed" not in args.plan() and "quick" not in args.plan()
+    quick = study_args([*out, "--quick", "--total-phases", "3"])
+    assert (quick.rm_pairs, quick.algos, quick.bon_max, quick.total_phases) == ("10", "rloo,bon", 4, 3)
+    assert study_args(out).plan()["rm_pairs"] == [250, 1000, 4000] and study_args(out).total_phases == 30
+
+
+def test_gold_at_a_d_is_read_where_the_curve_first_reaches_it():
+    ds, gold = [0.0, 0.5, 0.3, 1.0, 1.2], [0.0, 0.2, 9.0, 0.1, 5.0]
+    assert at_d(ds, gold, 0.0) == 0.0
+    assert at_d(ds, gold, 0.5) == 0.2
+    assert at_d(ds, gold, 0.8) == pytest.approx(9.0 + (0.1 - 9.0) * (0.8 - 0.3) / (1.0 - 0.3)), \
+        "between the two points around d (0.3 → 1.0), the first time it gets there"  # 2.643
+    assert at_d(ds, gold, 2.0) is None
+
+
+# Two seeds each of RLOO and best-of-n against one proxy. The largest d both RLOO runs and both
+# best-of-n curves reach: min(1.0, 0.8, 1.07, 1.07) = 0.8. Gold there: RLOO s1 between (0.5, 0.2) and
+# (1.0, 0.1): 0.2 − 0.1 · 0.3/0.5 = 0.14; RLOO s2 exactly 0.4 (at d 0.8); best-of-n 0.2 and 0.3.
+CURVES = {
+    "rloo": {"10": {"1": {"d": [0.0, 0.5, 1.0], "gold": [0.0, 0.2, 0.1], "proxy": [0.0, 0.5, 1.0]},
+                    "2": {"d": [0.0, 0.4, 0.8], "gold": [0.0, 0.3, 0.4], "proxy": [0.0, 0.4, 0.9]}}},
+    "bon": {"10": {"1": {"d": [0.0, 0.44, 0.8, 1.07], "gold": [0.0, 0.1, 0.2, 0.25], "proxy": [0.0, 0.3, 0.6, 0.8]},
+                   "2": {"d": [0.0, 0.44, 0.8, 1.07], "gold": [0.0, 0.15, 0.3, 0.35], "proxy": [0.0, 0.3, 0.5, 0.7]}}},
+}
+
+
+def test_the_table_is_a_row_per_method_and_proxy_over_its_seeds():
+    """RLOO's gold at matched d: [0.14, 0.4], mean 0.27, s = 0.26/√2 = 0.1838, half-width
+    12.706 · 0.1838/√2 = 1.652 (t at ν = 1). Peaks: 0.2 at d 0.5 and 0.4 at d 0.8; final gold 0.1, 0.4."""
+    assert matched_d(CURVES, 10) == 0.8
+    rows = make_table(CURVES, {"10": 0.75}, [10], ["rloo", "bon"])
+    rloo, bon = rows
+    assert (rloo["method"], rloo["seeds"], rloo["n"], rloo["matched_d"]) == ("rloo", [1, 2], 2, 0.8)
+    assert rloo["gold_at_matched_d"]["values"] == pytest.approx([0.14, 0.4])
+    assert rloo["gold_at_matched_d"]["mean"] == pytest.approx(0.27)
+    assert rloo["gold_at_matched_d"]["half_width"] == pytest.approx(12.7062 * 0.26 / 2, abs=1e-4)
+    assert rloo["peak_gold"]["values"] == [0.2, 0.4] and rloo["peak_d"]["values"] == [0.5, 0.8]
+    assert rloo["final_gold"]["values"] == [0.1, 0.4] and bon["gold_at_matched_d"]["values"] == [0.2, 0.3]
+    header, cells = table_cells(rows)
+    assert header[:6] == ["method", "RM pairs", "RM acc. vs gold", "n", "gold Δ at matched d", "peak gold Δ (at d)"]
+    assert cells[0][:6] == ["RLOO", "10", "0.750", "2", "0.270 ± 1.652 (d 0.80)", "0.300 ± 1.271 (0.65)"]
+    (sentence,) = study_verdicts(rows, [10])
+    assert sentence.startswith("Which has the highest gold gain at matched KL (d = 0.80) against the 10-pair proxy "
+                               "is not resolved at n = 2 seeds"), sentence
+    assert "best-of-n 0.250 ± 0.635 against RLOO 0.270 ± 1.652" not in sentence, "the leader by mean comes first"
+    assert "RLOO 0.270 ± 1.652 against best-of-n 0.250 ± 0.635" in sentence
 
 
 def _fake_evaluation(calls):
@@ -131,34 +201,67 @@ def test_a_best_of_n_curve_falling_from_the_start_peaks_at_the_reference():
     assert fit["alpha"] == pytest.approx(-0.3) and (fit["d_star"], fit["R_star"]) == (0.0, 0.0)
 
 
+QUICK_ARGV = ["--quick", "--jobs", "1"]  # one process at a time: the suite runs two tests at once
+
+
+@pytest.fixture(scope="module")
+def quick_study(tmp_path_factory):
+    """`--quick --seeds 1,2`, run once for the tests below: gold pairs → one 10-pair proxy → best-of-n
+    per seed → an RLOO run per seed (two processes at a time) → table, figure, page."""
+    out = tmp_path_factory.mktemp("quick") / "study"
+    assert main([*QUICK_ARGV, "--seeds", "1,2", "--out", str(out)]) == 0
+    return out
+
+
 @pytest.mark.slow
-def test_a_small_study_runs_end_to_end_and_continues(tmp_path, monkeypatch, capsys):
-    """The whole pipeline at toy size, two processes at a time: gold pairs → two proxies →
-    best-of-n → an RL run per proxy (each its own process) → table, figure, page. Run again, it
-    trains nothing more; `--report` rebuilds the table from the runs."""
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    out = tmp_path / "study"
-    argv = ["--out", str(out), "--rm-pairs", "10,12", "--algos", "rloo,bon", "--total-phases", "1", "--test-pairs", "4",
-            "--eval-prompts", "2", "--eval-per-prompt", "1", "--bon-max", "2", "--rm-epochs", "1", "--gen-len", "4",
-            "--batch-size", "8", "--jobs", "2"]
-    assert main(argv) == 0
+def test_the_quick_study_runs_end_to_end_with_seeds_intervals_and_a_verdict(quick_study, capsys):
+    out = quick_study
     table = json.loads((out / "table.json").read_text())
-    assert [(r["method"], r["rm_pairs"]) for r in table["rows"]] == [("rloo", 10), ("rloo", 12), ("bon", 10), ("bon", 12)]
+    assert [(r["method"], r["rm_pairs"], r["seeds"], r["n"]) for r in table["rows"]] == [("rloo", 10, [1, 2], 2),
+                                                                                         ("bon", 10, [1, 2], 2)]
+    for key in ("gold_at_matched_d", "peak_gold", "final_gold", "final_proxy", "final_d"):
+        assert {"mean", "low", "high", "half_width", "n", "values"} <= set(table["rows"][0][key]), key
+        assert len(table["rows"][0][key]["values"]) == 2
     rloo = table["curves"]["rloo"]["10"]
-    assert len(rloo["d"]) == 2 and rloo["d"][0] == 0.0, "phase 0 is the reference itself (d = 0), then one phase"
-    assert table["curves"]["bon"]["12"]["d"] == pytest.approx([0.0, math.sqrt(kl_bon(2))])
-    assert {"pairs_s", "rm-10_s", "rm-12_s", "bon_s", "rloo-rm10_s", "rloo-rm12_s"} <= set(table["times_s"])
+    assert sorted(rloo) == ["1", "2"] and rloo["1"]["d"][0] == 0.0 and len(rloo["1"]["d"]) == 3, \
+        "phase 0 is the reference itself (d = 0), then 2 phases, per seed"
+    assert rloo["1"]["gold"] != rloo["2"]["gold"], "the seeds are different runs"
+    assert table["curves"]["bon"]["10"]["2"]["d"] == pytest.approx([0.0, math.sqrt(kl_bon(2)), math.sqrt(kl_bon(4))])
+    md = (out / "table.md").read_text()
+    assert md.startswith("| method | RM pairs | RM acc. vs gold | n | gold Δ at matched d |")
+    assert "| RLOO | 10 |" in md and "| 2 |" in md and " ± " in md and "95 % Student-t interval" in md
+    (verdict,) = table["verdicts"]
+    assert "gold gain at matched KL" in verdict and "10-pair proxy" in verdict
+    html = (out / "index.html").read_text()
+    assert html.index(verdict[:40]) < html.index("<table>"), "the page opens with its verdict"
+    assert "best-of-n" in html and (out / "overoptimization.png").is_file()
     times = json.loads((out / "times.json").read_text())
-    assert set(times) == {"pairs", "rm-10", "rm-12", "bon", "rloo-rm10", "rloo-rm12", "study_wall"}
-    assert times["rloo-rm10"]["peak_mib"] > 100 and times["rloo-rm10"]["setting"] == ["rm", 10]
-    run = out / "runs" / "rloo-rm10"
-    assert [json.loads(x)["phase"] for x in (run / "study_samples.jsonl").read_text().splitlines()] == [0, 1]
-    assert "study/gold" in json.loads((run / "metrics.jsonl").read_text())
-    assert (out / "overoptimization.png").is_file() and "best-of-n" in (out / "index.html").read_text()
-    assert main(argv) == 0, "a finished study runs again without training"
-    again = json.loads((out / "times.json").read_text())
-    assert {k: v for k, v in again.items() if k != "study_wall"} == {k: v for k, v in times.items() if k != "study_wall"}
-    assert main([*argv, "--report"]) == 0
-    assert "| RLOO | 10 |" in (out / "table.md").read_text()
-    assert main([*argv[:-2], "--jobs", "1", "--rm-pairs", "10"]) == 2, "a different plan"
-    assert "holds a different study (rm_pairs 10,12 there, 10 here)" in capsys.readouterr().err
+    assert {"pairs", "rm-10", "bon-s1", "bon-s2", "rloo-s1-rm10", "rloo-s2-rm10", "study_wall"} == set(times)
+    assert times["rloo-s2-rm10"]["seed"] == 2 and times["rloo-s2-rm10"]["setting"] == ["rm", 10]
+    assert json.loads((out / "runs" / "rloo-s2-rm10" / "config.json").read_text())["seed"] == 2
+    run = out / "runs" / "rloo-s1-rm10"
+    assert [json.loads(x)["phase"] for x in (run / "study_samples.jsonl").read_text().splitlines()] == [0, 1, 2]
+    assert "study/gold" in json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    capsys.readouterr()
+    assert main([*QUICK_ARGV, "--seeds", "1,2", "--out", str(out), "--report"]) == 0
+    assert capsys.readouterr().out.startswith(verdict), "the command prints the verdict first"
+    assert main([*QUICK_ARGV, "--seeds", "1", "--out", str(out)]) == 2, "fewer seeds: a different plan"
+    assert "seeds may only grow" in capsys.readouterr().err
+    assert main([*QUICK_ARGV, "--seeds", "1,2", "--rm-pairs", "12", "--out", str(out)]) == 2
+    assert "holds a different study (rm_pairs 10 there, 12 here)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_more_seeds_continue_the_quick_study_and_train_only_the_new_seed(quick_study):
+    """The same command with --seeds 1,2,3: best-of-n and RLOO for seed 3 only; the pairs and the proxy
+    (the first seed's) and every finished unit are kept as they were."""
+    out = quick_study
+    before = json.loads((out / "times.json").read_text())
+    pairs = (out / "pairs.jsonl").read_text()
+    assert main([*QUICK_ARGV, "--seeds", "1,2,3", "--out", str(out)]) == 0
+    after = json.loads((out / "times.json").read_text())
+    assert set(after) - set(before) == {"bon-s3", "rloo-s3-rm10"}
+    assert {k: after[k] for k in before if k != "study_wall"} == {k: v for k, v in before.items() if k != "study_wall"}
+    assert (out / "pairs.jsonl").read_text() == pairs
+    rows = json.loads((out / "table.json").read_text())["rows"]
+    assert [r["n"] for r in rows] == [3, 3] and json.loads((out / "study.json").read_text())["seeds"] == [1, 2, 3]

@@ -1,8 +1,12 @@
 """The studies: many training runs, one question, one folder of answers.
 
-    runner.py                what every study shares, written once: the plan file, units of work
-                             (method, setting, seed) run as resumable processes `--jobs` at a time,
-                             the ledger of what each measured, list flags, the table and the HTML page
+    runner.py                what every study shares, written once: the plan file (whose seeds may
+                             grow), units of work (method, setting, seed) run as resumable processes
+                             `--jobs` at a time, the ledger of what each measured, list flags, the
+                             table's mean ± interval cells, bands over seeds, the HTML page
+    stats.py                 what a study may say: the mean over seeds with its 95 % Student-t
+                             interval and n, the paired difference and its t-test, the verdict that
+                             names a winner only when the seeds resolve it, the seeds it would take
     compare.py               `python -m rlhf_scratch.compare`: the algorithms at equal budget — the
                              reward–KL frontier, held-out judges, what each changed inside
     compare_features.py      … and with --features: do they move the same SAE features?
@@ -11,6 +15,7 @@
     overoptimization_run.py  one RL run of it (its own process), judged after every phase by a PhaseHook
 
 A study is its plan (an args dataclass and the units it implies) and its report; running, resuming,
-refusing a different plan and writing the page are the runner's. The algorithms come from
-`rlhf_scratch.registry`, never from a list written here.
+refusing a different plan, the intervals over seeds, the verdict and writing the page are the
+runner's and stats.py's. Every study takes `--seeds` and has a `--quick` setting for tests. The
+algorithms come from `rlhf_scratch.registry`, never from a list written here.
 """

@@ -5,6 +5,7 @@
     python -m rlhf_scratch.compare sentiment --algos rloo --kl-coefs 0.02,0.1,0.5   # a β sweep: the frontier
     python -m rlhf_scratch.compare sentiment --algos ppo,rloo,online_dpo,grpo        # GRPO too (docs/grpo.md)
     python -m rlhf_scratch.compare sentiment --out comparisons/x -- --prompts rt    # flags after -- go to every run
+    python -m rlhf_scratch.compare sentiment --quick --seeds 1,2                     # tiny: tests and notebooks
 
 Every (algorithm, seed, β) is one `python -m rlhf_scratch.train` run in its own process
 (`studies.runner`), so each gets its own wall time and peak memory and a crash stays in one run;
@@ -15,19 +16,25 @@ GRPO 8 × 8). An algorithm's runs get its registry entry's `study_flags`: GRPO's
 no reference model and so logs no KL, and `--measure-kl` gives it a point on the reward–KL frontier.
 Then the command writes to OUT:
 
-    reward_vs_phase.png   proxy reward per phase, one line per algorithm (the band spans the seeds)
-    frontier.png          proxy reward vs KL(π‖π_ref), each point a phase
-    heldout.png           proxy reward and the held-out scores (eval/*) per phase, per algorithm
+    reward_vs_phase.png   proxy reward per phase, one line per algorithm (mean over seeds, its 95 % band)
+    frontier.png          proxy reward vs KL(π‖π_ref), each point a phase of a run; each curve's final
+                          mean with its intervals on both axes
+    heldout.png           proxy reward and the held-out scores (eval/*) per phase, per algorithm (bands)
     inside.png            residual drift and per-head DLA change of each tuned model (interp.across_runs)
     features.png          with --features: do the runs move the same SAE features? (compare_features.py)
-    table.md, table.json  start/final reward, KL, held-out scores, wall, peak memory, tokens/s
-    index.html            all of it, with the last samples of each run
+    table.md, table.json  a row per algorithm (and β): n seeds, start/final reward, KL, held-out scores,
+                          wall, peak memory, tokens/s, each the mean ± its 95 % interval over the seeds
+    index.html            its first line the verdict (`stats.verdict`): which reaches the highest final
+                          reward, and at what KL, named only when the seeds resolve it; then all of it,
+                          with the last samples of each run
 
 An interrupted comparison continues where it stopped: finished runs are kept, an interrupted run
 is resumed from its checkpoint (one with none is started again), a run another process is still
 training is refused. One bar counts the phases of all runs and names the running ones. The final
 columns average the last 10 phases (fewer in a shorter run: the table says how many). The plan is
-saved in OUT/compare.json and must match; what each run measured is in OUT/results.json.
+saved in OUT/compare.json and must match, but for `--seeds`, which may grow: the same command with
+more seeds (the saved ones first) trains the new seeds' runs only. What each run measured is in
+OUT/results.json.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from interp.pages import esc, figure, new_figure, save_figure, table
 from rlhf_scratch import registry
 from rlhf_scratch.config import TASKS, ConfigError
 from rlhf_scratch.studies.runner import (
+    INTERVAL_NOTE,
     Job,
     Ledger,
     Unit,
@@ -56,14 +64,20 @@ from rlhf_scratch.studies.runner import (
     check_at_least,
     check_choices,
     csv_list,
+    draw_band,
+    interval_cell,
     markdown_table,
     open_study,
+    over_seeds,
     parse_study,
     plan_units,
     run_jobs,
+    seed_list,
     study_main,
+    verdict_html,
     write_report,
 )
+from rlhf_scratch.studies.stats import Verdict, mean_interval, verdict
 
 PROG = "python -m rlhf_scratch.compare"
 PLAN_FILE, RESULTS_FILE = "compare.json", "results.json"
@@ -85,7 +99,8 @@ class CompareArgs:
     algos: str = field(default_factory=lambda: ",".join(compared_by_default()))
     """Comma-separated algorithms, any of the registry's (`ppo,rloo,online_dpo,grpo` adds GRPO)."""
     seeds: str = "1"
-    """Comma-separated seeds, a run each (a band over them in the figures)."""
+    """Comma-separated seeds, a run each per algorithm (and β): the table's mean ± 95 % interval and n,
+    the figures' bands. The same command with more seeds continues a comparison, adding their runs."""
     kl_coefs: str | None = None
     """Comma-separated β values, a run each per algorithm (the frontier); None: each algorithm's default β."""
     total_phases: int = 100
@@ -113,6 +128,9 @@ class CompareArgs:
     """Batches of SAE Lens's evals of its SAE."""
     features_top: int = 10
     """Top changed features shown per run."""
+    quick: bool = False
+    """Tiny settings, for tests and notebooks: 3 phases of 8 completions of 6 tokens and no inside
+    view (`QUICK`), seconds a run; flags given beside it (and after --) still win."""
     train_flags: tyro.conf.Suppress[tuple[str, ...]] = ()
     """The flags after `--`: given to every run's `python -m rlhf_scratch.train`."""
 
@@ -122,7 +140,7 @@ class CompareArgs:
         return names
 
     def seed_list(self) -> list[int]:
-        return csv_list(self.seeds, int, "seeds")
+        return seed_list(self.seeds)
 
     def betas(self) -> list[float] | None:
         return csv_list(self.kl_coefs, float, "kl_coefs") if self.kl_coefs else None
@@ -157,6 +175,11 @@ class CompareArgs:
         betas = self.betas()
         return plan_units(self.algo_names(), self.seed_list(),
                           [("b", b) for b in betas] if betas else [None])
+
+
+QUICK = {"total_phases": 3, "interp": False}
+QUICK_TRAIN_FLAGS = ("--batch-size", "8", "--gen-len", "6", "--num-minibatches", "2", "--warmup-steps", "1")
+"""`--quick`: CompareArgs' fields and every run's train flags (the user's flags after -- come after them)."""
 
 
 def label(unit: Unit) -> str:
@@ -211,13 +234,8 @@ def summarize(run_dir: Path, measured: dict) -> dict:
 
 
 def _band(ax, runs: list[list[dict]], x_key: str, y_key: str, label: str) -> None:
-    """The mean over seeds as a line; min–max over seeds as a band (one seed: just the line)."""
-    n = min(len(r) for r in runs)
-    xs = [runs[0][i][x_key] for i in range(n)]
-    ys = [[r[i][y_key] for r in runs] for i in range(n)]
-    line, = ax.plot(xs, [statistics.mean(y) for y in ys], label=label)
-    if len(runs) > 1:
-        ax.fill_between(xs, [min(y) for y in ys], [max(y) for y in ys], color=line.get_color(), alpha=0.2)
+    """A curve over a group's runs (one list of metrics per seed): the mean with its 95 % band."""
+    draw_band(ax, [[m[x_key] for m in r] for r in runs], [[m[y_key] for m in r] for r in runs], label=label)
 
 
 HELDOUT_PANELS = [("rewards/mean", "proxy reward"), ("eval/vader", "held-out: VADER"),
@@ -226,7 +244,9 @@ HELDOUT_PANELS = [("rewards/mean", "proxy reward"), ("eval/vader", "held-out: VA
 
 
 def plot_comparison(groups: dict[str, list[list[dict]]], out: Path) -> list[Path]:
-    """reward_vs_phase.png, frontier.png, heldout.png from each group's runs' metrics (one list per seed)."""
+    """reward_vs_phase.png, frontier.png, heldout.png from each group's runs' metrics (one list per
+    seed). On the frontier each group's final point (the last LAST phases' means, averaged over the
+    seeds) carries its 95 % intervals on both axes when it has two seeds or more."""
     fig, ax = new_figure(figsize=(6.4, 4.0))
     for name, runs in groups.items():
         _band(ax, runs, "phase", "rewards/mean", name)
@@ -239,6 +259,11 @@ def plot_comparison(groups: dict[str, list[list[dict]]], out: Path) -> list[Path
         for i, r in enumerate(runs):
             ax.plot([x["rollout/kl_full_vocab"] for x in r], [x["rewards/mean"] for x in r], marker=".", alpha=0.6,
                     label=name if i == 0 else None, color=f"C{colour}")
+        if len(runs) > 1:
+            ikl, ireward = (mean_interval([statistics.mean(x[key] for x in r[-LAST:]) for r in runs])
+                            for key in ("rollout/kl_full_vocab", "rewards/mean"))
+            ax.errorbar([ikl.mean], [ireward.mean], xerr=[ikl.half_width], yerr=[ireward.half_width], color=f"C{colour}",
+                        marker="s", ms=6, capsize=3, zorder=3)
     ax.set(xlabel="KL(π‖π_ref), nats per token", ylabel="proxy reward", title="the reward–KL frontier (a point per phase)")
     ax.grid(alpha=0.3), ax.legend()
     paths.append(save_figure(fig, out / "frontier.png"))
@@ -295,19 +320,56 @@ def averaged_label(results: dict[str, dict]) -> str:
     return f"last {LAST} phases (fewer in shorter runs)"
 
 
-def _cell(row: dict, key: str, fmt: str) -> str:
+def _cell(rows: list[dict], key: str, fmt: str) -> str:
+    """A group's cell over its runs (a row per seed): mean ± 95 % interval; a held-out key
+    `start → final`, the start's mean and the final's mean ± interval."""
     if key.startswith("eval/"):
-        if key + "_final" not in row:
+        finals = [r[key + "_final"] for r in rows if key + "_final" in r]
+        if not finals:
             return ""
-        return f"{fmt.format(row[key + '_start'])} → {fmt.format(row[key + '_final'])}"
-    return fmt.format(row[key]) if key in row else ""
+        start = statistics.mean(r[key + "_start"] for r in rows if key + "_start" in r)
+        return f"{fmt.format(start)} → {interval_cell(finals, fmt)}"
+    return interval_cell([r[key] for r in rows if key in r], fmt)
 
 
-def results_table(results: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of the table: a row per run, its cells formatted (markdown and HTML alike)."""
+def group_rows(results: dict[str, dict], units: list[Unit]) -> dict[str, list[dict]]:
+    """{curve label: its runs' rows}, a curve per (algorithm, β) over its seeds, runs not finished left out."""
+    return {label(g[0]): [results[u.name] for u in g if u.name in results] for g in by_group(units).values()}
+
+
+def results_table(results: dict[str, dict], units: list[Unit]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the table: a row per algorithm (and β), n its seeds, every cell the mean ±
+    95 % interval over them (`runner.interval_cell`), formatted (markdown and HTML alike)."""
     final = averaged_label(results)
-    header = ["run", *(title.format(final=final) for _, title, _ in TABLE_COLUMNS)]
-    return header, [[name, *(_cell(r, key, fmt) for key, _, fmt in TABLE_COLUMNS)] for name, r in results.items()]
+    header = ["run", "n", *(title.format(final=final) for _, title, _ in TABLE_COLUMNS)]
+    return header, [[name, str(len(rows)), *(_cell(rows, key, fmt) for key, _, fmt in TABLE_COLUMNS)]
+                    for name, rows in group_rows(results, units).items() if rows]
+
+
+def group_stats(results: dict[str, dict], units: list[Unit]) -> dict[str, dict]:
+    """table.json's `groups`: per curve its seeds, n, and each numeric column's mean, interval, sd."""
+    stats = {}
+    for members in by_group(units).values():
+        runs = [results[u.name] for u in members if u.name in results]
+        entry: dict = {"seeds": [u.seed for u in members if u.name in results], "n": len(runs)}
+        for key in (runs[0] if runs else {}):
+            if key not in ("phases", "averaged") and all(key in r for r in runs):
+                values = [r[key] for r in runs]
+                entry[key] = {**mean_interval(values).as_json(), "values": values}
+        stats[label(members[0])] = entry
+    return stats
+
+
+def comparison_verdict(results: dict[str, dict], units: list[Unit]) -> Verdict:
+    """The page's first line: which curve reaches the highest final proxy reward, and at what KL,
+    named only when its seeds resolve it against every other (`stats.verdict`)."""
+    rewards = over_seeds(units, lambda u: results.get(u.name, {}).get("reward_final"))
+    kls = over_seeds(units, lambda u: results.get(u.name, {}).get("kl_final"))
+    groups = by_group(units)
+    names = {group: label(members[0]) for group, members in groups.items()}
+    notes = {names[g]: f" at KL {mean_interval(list(kl.values())).cell()}" for g, kl in kls.items() if kl}
+    return verdict({names[g]: v for g, v in rewards.items()}, f"proxy reward ({averaged_label(results)})",
+                   notes=notes)
 
 
 def last_samples(run_dir: Path, n: int = 3) -> str:
@@ -320,14 +382,16 @@ def last_samples(run_dir: Path, n: int = 3) -> str:
 
 
 def page_body(results: dict[str, dict], figures: list[Path], inside: dict | None, units: list[Unit], out: Path,
-              features_parts: list[str]) -> list[str]:
-    """index.html's parts: the table, the figures, the inside view, the features view, the last samples."""
-    header, rows = results_table(results)
+              features_parts: list[str], finding: Verdict) -> list[str]:
+    """index.html's parts: the verdict, the table, the figures, the inside view, the features view,
+    the last samples."""
+    header, rows = results_table(results, units)
     title = " vs ".join(dict.fromkeys(registry.get(unit.method).label for unit in units))
-    parts = [f"<h1>{esc(title)}</h1>",
-             "<p>Same prompts, seed, reward and generated tokens per phase. Proxy = the training reward. "
+    parts = [f"<h1>{esc(title)}</h1>", verdict_html([finding.sentence]),
+             "<p>Same prompts, seeds, reward and generated tokens per phase. Proxy = the training reward. "
              "Held out = judges the runs never trained on (rlhf_scratch/heldout.py). Final = mean of the "
-             f"{esc(averaged_label(results))}.</p>", table(rows, header=header), *map(figure, figures)]
+             f"{esc(averaged_label(results))}. {esc(INTERVAL_NOTE)}</p>", table(rows, header=header),
+             *map(figure, figures)]
     if inside is not None:
         labels = inside["labels"]
         cosines = [[l, *("nan" if v is None else f"{v:+.2f}" for v in row)]
@@ -367,10 +431,13 @@ def run_comparison(args: CompareArgs) -> None:
         from rlhf_scratch.studies.compare_features import features_of_runs
 
         features, features_parts = features_of_runs(args, run_dirs, out)
-    table_md = markdown_table(*results_table(results))
+    finding = comparison_verdict(results, units)
+    table_md = markdown_table(*results_table(results, units)) + f"\n\n{INTERVAL_NOTE}"
     page = write_report(out, title="rlhf_scratch comparison", table_md=table_md,
-                        data={"runs": results, "inside": inside, "features": features},
-                        body=page_body(results, figures, inside, units, out, features_parts))
+                        data={"verdict": finding.sentence, "groups": group_stats(results, units), "runs": results,
+                              "inside": inside, "features": features},
+                        body=page_body(results, figures, inside, units, out, features_parts, finding))
+    print(finding.sentence + "\n")
     print(table_md)
     if inside is not None:
         print("\nper-head DLA-change cosine:", json.dumps(dict(zip(inside["labels"], inside["dla_change_cosine"]))))
@@ -381,14 +448,21 @@ def run_comparison(args: CompareArgs) -> None:
     print(f"\nwrote {page}")
 
 
+def compare_args(argv: list[str]) -> CompareArgs:
+    """The comparison's args from its command line, validated: the flags after `--` go to every run,
+    --quick starts from `QUICK` (the flags given, and those after --, still win). Bad input is a
+    ConfigError of one line."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    quick = "--quick" in argv[:cut]
+    default = CompareArgs(**(QUICK if quick else {}), train_flags=(*(QUICK_TRAIN_FLAGS if quick else ()), *argv[cut + 1:]))
+    description = __doc__.split("\n\n")[0] + " Flags after -- go to every `python -m rlhf_scratch.train` run."
+    return parse_study(CompareArgs, argv[:cut], default=default, prog=PROG, description=description)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m rlhf_scratch.compare TASK [--flag value …] [-- train flags …]`."""
     argv = sys.argv[1:] if argv is None else argv
-    cut = argv.index("--") if "--" in argv else len(argv)
-    default = CompareArgs(train_flags=tuple(argv[cut + 1:]))
-    description = __doc__.split("\n\n")[0] + " Flags after -- go to every `python -m rlhf_scratch.train` run."
-    return study_main(lambda: parse_study(CompareArgs, argv[:cut], default=default, prog=PROG, description=description),
-                      run_comparison)
+    return study_main(lambda: compare_args(argv), run_comparison)
 
 
 if __name__ == "__main__":

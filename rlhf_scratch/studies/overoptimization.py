@@ -1,19 +1,27 @@
 """Reward-model over-optimisation (Gao, Schulman & Hilton 2022), reproduced at tiny scale.
 
     python -m rlhf_scratch.overoptimization --out study/                       # the defaults below
+    python -m rlhf_scratch.overoptimization --out study/ --seeds 1,2,3         # the same, three seeds (or more later)
     python -m rlhf_scratch.overoptimization --rm-pairs 250,1000 --algos ppo,bon --total-phases 20 --out s/
+    python -m rlhf_scratch.overoptimization --quick --seeds 1,2 --out s/       # tiny: tests and notebooks (`QUICK`)
+
+Seeds (`--seeds`, `--seed N` the same as `--seeds N`): the first seeds the prompts' split, the
+gold pairs and the proxies, which every seed shares (each method meets the same proxies, so the
+methods are compared seed by seed, paired); best-of-n's sampling and every RL run happen once per
+seed, each its own unit (`bon-s2`, `rloo-s2-rm250`). The same command with more seeds continues a
+study: only the new seeds' units run.
 
 1. Gold-labelled pairs, once: `preferences.make_preference_pairs` on training prompts (the gold
    is the tiny classifier's log-odds, labels drawn by Bradley–Terry), max(--rm-pairs) of them
    plus --test-pairs more that no proxy trains on. Smaller sizes are prefixes of the big file.
 2. One proxy reward model per size (`python -m rlhf_scratch.reward_model`, own process); its
    accuracy against gold on the common test pairs goes in the table.
-3. Best-of-n from the reference on the held-out prompts: n = 1, 2, 4 … --bon-max, the sample the
-   proxy ranks first, scored by gold. KL_bon = log n − (n−1)/n; the expectation over the n-subsets
-   of the --bon-max samples is exact (the i-th best of N is the best of a random n-subset with
-   probability C(i−1, n−1)/C(N, n)).
-4. Every RL algorithm of the registry against every proxy, each run its own process (resumable, a
-   run folder each: `overoptimization_run`). After every phase the policy is evaluated on the same
+3. Best-of-n from the reference on the held-out prompts, per seed: n = 1, 2, 4 … --bon-max, the
+   sample the proxy ranks first, scored by gold. KL_bon = log n − (n−1)/n; the expectation over the
+   n-subsets of the --bon-max samples is exact (the i-th best of N is the best of a random n-subset
+   with probability C(i−1, n−1)/C(N, n)).
+4. Every RL algorithm of the registry against every proxy, per seed, each run its own process
+   (resumable, a run folder each: `overoptimization_run`). After every phase the policy is evaluated on the same
    held-out prompts (`HeldOutEvaluation`, a `loop.PhaseHook`): gold and proxy reward, and
    KL(π‖π_ref) = the full-vocabulary per-token KL summed over the completion, averaged over
    samples — one estimator for every algorithm; d = √KL.
@@ -23,16 +31,28 @@
        R_bon(d) = d(α − β d)        peak at d* = α / 2β,          R* = α² / 4β
        R_RL(d)  = d(α − β log d)    peak at d* = exp(α/β − 1),   R* = β d*
 
-Writes OUT/table.md, table.json, overoptimization.png (gold solid, proxy dashed, against d, one
-colour per proxy size, one panel per method) and index.html (with samples at each run's gold
-peak and at its end); OUT/times.json has what each part and process took. Run the same command
-again to continue an interrupted study (`studies.runner`).
+   through the points of every seed.
+6. The verdict, per proxy size: which method's gold gain is highest at matched KL — at d_match,
+   the largest d that every run against that proxy reached, each run's gold read off its curve
+   there (linearly between its two points around d_match) — named only when the seeds resolve it
+   (`stats.verdict`: paired over seeds). Read at one d, not as the highest point up to it: the
+   highest of 30 noisy RL points sits above the curve by the noise's reach, best-of-n's 9 exact
+   ones do not, and that bias would favour RL.
+
+Writes OUT/table.md and table.json (a row per method and proxy size: n seeds, and the gold at
+matched d, the gold peak, the final gold, proxy and d, each the mean ± its 95 % interval over the
+seeds), overoptimization.png (gold solid with its band over seeds, proxy dashed, against d, one
+colour per proxy size, one panel per method) and index.html (the verdicts first, then the figure,
+the table, and samples at each run's gold peak and at its end, of the first seed); OUT/times.json
+has what each part and process took. Run the same command again to continue an interrupted study
+(`studies.runner`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -46,20 +66,26 @@ from rlhf_scratch import registry
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.studies.overoptimization_run import SAMPLES_FILE, START_FILE, rl_command
 from rlhf_scratch.studies.runner import (
+    INTERVAL_NOTE,
     Job,
     Ledger,
     Unit,
     check_at_least,
     check_choices,
     csv_list,
+    draw_band,
+    interval_cell,
     markdown_table,
     open_study,
     parse_study,
     plan_units,
     run_jobs,
+    seed_list,
     study_main,
+    verdict_html,
     write_report,
 )
+from rlhf_scratch.studies.stats import mean_interval, verdict
 
 PROG = "python -m rlhf_scratch.overoptimization"
 BON = "bon"  # best-of-n: a method of this study, not an RL algorithm
@@ -157,14 +183,19 @@ class StudyArgs:
     """Completions per RL phase."""
     base_lr: float = 1e-4
     """Learning rate of every RL run."""
-    seed: int = 1
-    """Seed of the prompts' split, the pairs, the proxies, best-of-n and every RL run."""
+    seeds: str = "1"
+    """Comma-separated seeds: best-of-n and every RL run once per seed (the table's mean ± 95 % interval
+    and n); the first also seeds the prompts' split, the pairs and the proxies, which all share.
+    `--seed N` is `--seeds N`. The same command with more seeds (the saved ones first) adds their runs."""
     threads: int = 1
     """Torch threads of each process."""
     jobs: int = 2
     """Processes (reward models, RL runs) at a time."""
     report: bool = False
     """Train nothing more: write the table, figure and page from the runs so far."""
+    quick: bool = False
+    """Tiny settings, for tests and notebooks (`QUICK`: one 10-pair proxy, RLOO and best-of-n, 2 phases,
+    seconds a run); flags given beside it still win. The default settings are the ones that decide."""
 
     def sizes(self) -> list[int]:
         return sorted(set(csv_list(self.rm_pairs, int, "rm_pairs")))
@@ -172,12 +203,21 @@ class StudyArgs:
     def methods(self) -> list[str]:
         return csv_list(self.algos, str, "algos")
 
+    def seed_list(self) -> list[int]:
+        return seed_list(self.seeds)
+
+    @property
+    def data_seed(self) -> int:
+        """The first seed: the prompts' split, the gold pairs and the proxies, shared by every seed."""
+        return self.seed_list()[0]
+
     def validate(self) -> StudyArgs:
         """Every field checked; one line naming the first bad one."""
         if not self.out:
             raise ConfigError("out: required (the study folder)")
         sizes = self.sizes()
         check_choices(self.methods(), methods(), "algos")
+        self.seed_list()
         if min(sizes) < 10:
             raise ConfigError(f"rm_pairs: each size must be >= 10; got {min(sizes)}")
         check_at_least(self, ("total_phases", "test_pairs", "eval_prompts", "eval_per_prompt", "rm_epochs", "gen_len",
@@ -188,13 +228,18 @@ class StudyArgs:
 
     def plan(self) -> dict:
         """What makes the study (OUT/study.json): everything but the folder and how it is run."""
-        skip = ("out", "threads", "jobs", "report")
+        skip = ("out", "threads", "jobs", "report", "quick")
         return {**{k: v for k, v in asdict(self).items() if k not in skip}, "rm_pairs": self.sizes(),
-                "algos": self.methods()}
+                "algos": self.methods(), "seeds": self.seed_list()}
 
     def rl_units(self) -> list[Unit]:
-        """An RL run per (algorithm, proxy size): the setting tagged `rm` (`rloo-rm250`)."""
-        return plan_units([m for m in self.methods() if m != BON], settings=[("rm", n) for n in self.sizes()])
+        """An RL run per (algorithm, proxy size, seed): the setting tagged `rm` (`rloo-s1-rm250`)."""
+        return plan_units([m for m in self.methods() if m != BON], self.seed_list(), [("rm", n) for n in self.sizes()])
+
+
+QUICK = {"rm_pairs": "10", "algos": "rloo,bon", "total_phases": 2, "test_pairs": 4, "eval_prompts": 2,
+         "eval_per_prompt": 1, "bon_max": 4, "rm_epochs": 1, "gen_len": 4, "batch_size": 8}
+"""`--quick`: StudyArgs' fields for a study of seconds (its verdict, on 2 prompts, says nothing)."""
 
 
 def check_context(args: StudyArgs) -> None:
@@ -208,7 +253,7 @@ def check_context(args: StudyArgs) -> None:
     n_ctx = lm.cfg.n_ctx
     if args.gen_len >= n_ctx:
         raise ConfigError(f"gen_len: {args.gen_len} leaves no room for a prompt in the model's context n_ctx={n_ctx}")
-    prompts = [p for p in load_prompts("rt", seed=args.seed) if "\n" not in p]
+    prompts = [p for p in load_prompts("rt", seed=args.data_seed) if "\n" not in p]
     try:
         check_prompt_lengths(prompts, lambda p: lm.to_tokens(p, truncate=False).shape[1], n_ctx, args.gen_len, "rt")
     except PromptError as e:  # bad input: exit 2, nothing written
@@ -227,6 +272,7 @@ def run_study(args: StudyArgs) -> None:
     else:
         with ledger.timing("study_wall"):
             page = build_study(args, out, ledger)
+    print("\n".join(json.loads((out / "table.json").read_text())["verdicts"]) + "\n")
     print((out / "table.md").read_text())
     print(f"wrote {page}")
 
@@ -244,10 +290,11 @@ def build_study(args: StudyArgs, out: Path, ledger: Ledger) -> Path:
              ledger, parallel=args.jobs, desc="proxy reward models", unit="model")
     accuracy = proxy_accuracies(proxies, pairs[max(args.sizes()):], out)
     if not args.report:
-        if BON in args.methods() and not (out / "bon.json").is_file():
-            with ledger.timing("bon"):
-                bon = best_of_n_study(proxies, eval_file.read_text().splitlines(), args)
-                (out / "bon.json").write_text(json.dumps(bon, indent=1))
+        for seed in args.seed_list() if BON in args.methods() else []:
+            if not bon_file(out, seed).is_file():
+                with ledger.timing(Unit(BON, seed).name):
+                    bon = best_of_n_study(proxies, eval_file.read_text().splitlines(), args, seed)
+                    bon_file(out, seed).write_text(json.dumps(bon, indent=1))
         run_jobs([Job(u.name, partial(rl_command, rl_spec(u, args, out, proxies, train_file, eval_file)),
                       out / "runs" / u.name, args.total_phases, asdict(u)) for u in args.rl_units()],
                  ledger, parallel=args.jobs, desc="RL runs", unit="phase")
@@ -261,23 +308,30 @@ def rl_spec(unit: Unit, args: StudyArgs, out: Path, proxies: dict[int, Path], tr
             "train_prompts": str(train_file), "eval_prompts": str(eval_file), "per_prompt": args.eval_per_prompt,
             "train_fields": {"total_phases": args.total_phases, "batch_size": args.batch_size, "gen_len": args.gen_len,
                              "top_k": 0, "base_lr": args.base_lr, "warmup_steps": 2, "threads": args.threads,
-                             "seed": args.seed, "save_every": 5, "table_every": 10**6, "plot_every": 10**6}}
+                             "seed": unit.seed, "save_every": 5, "table_every": 10**6, "plot_every": 10**6}}
 
 
 def write_study_report(args: StudyArgs, out: Path, accuracy: dict[str, float], times: dict[str, float]) -> Path:
-    """table.md, table.json and index.html from what is in OUT: the curves, their fits, the samples."""
-    sizes, methods = args.sizes(), args.methods()
-    curves = collect_curves(out, sizes, methods)
+    """table.md, table.json and index.html from what is in OUT: the verdicts, the curves, their fits,
+    the samples."""
+    sizes, methods, seeds = args.sizes(), args.methods(), args.seed_list()
+    curves = collect_curves(out, sizes, methods, seeds)
     rows = make_table(curves, accuracy, sizes, methods)
+    verdicts = study_verdicts(rows, sizes)
     header, cells = table_cells(rows)
-    body = ["<h1>Reward-model over-optimisation (Gao et al. 2022), tiny preset</h1>",
+    body = ["<h1>Reward-model over-optimisation (Gao et al. 2022), tiny preset</h1>", verdict_html(verdicts),
             "<p>Gold = the tiny classifier's log-odds; proxies = Bradley–Terry reward models trained on "
-            "gold-labelled pairs. Gains are over the reference policy, d = √KL.</p>",
+            f"gold-labelled pairs. Gains are over the reference policy, d = √KL. Seeds: {', '.join(map(str, seeds))} "
+            "(the first made the pairs and the proxies). Matched d: the largest d every run against that proxy "
+            f"reached; each run's gold there, read off its curve. {esc(INTERVAL_NOTE)}</p>",
             figure(plot_study(curves, sizes, methods, out)), "<h2>Table</h2>", table(cells, header=header),
             f"<h2>Wall time (s)</h2><pre>{esc(json.dumps(times, indent=1))}</pre>",
-            "<h2>Samples at the gold peak and at the end</h2>", *samples_section(out, args.rl_units())]
-    return write_report(out, title="Reward-model over-optimisation", table_md=markdown_table(header, cells),
-                        data={"rows": rows, "proxy_accuracy": accuracy, "times_s": times, "curves": curves}, body=body)
+            f"<h2>Samples at the gold peak and at the end (seed {args.data_seed})</h2>",
+            *samples_section(out, [u for u in args.rl_units() if u.seed == args.data_seed])]
+    return write_report(out, title="Reward-model over-optimisation",
+                        table_md=markdown_table(header, cells) + f"\n\n{INTERVAL_NOTE}",
+                        data={"verdicts": verdicts, "rows": rows, "proxy_accuracy": accuracy, "times_s": times,
+                              "curves": curves}, body=body)
 
 
 def split_prompts(out: Path, args: StudyArgs) -> tuple[Path, Path]:
@@ -289,8 +343,8 @@ def split_prompts(out: Path, args: StudyArgs) -> tuple[Path, Path]:
 
     train_file, eval_file = out / "prompts_train.txt", out / "prompts_eval.txt"
     if not eval_file.is_file():
-        prompts = load_prompts("rt", seed=args.seed)
-        random.Random(args.seed).shuffle(prompts)
+        prompts = load_prompts("rt", seed=args.data_seed)
+        random.Random(args.data_seed).shuffle(prompts)
         prompts = [p for p in prompts if "\n" not in p]
         eval_file.write_text("\n".join(prompts[: args.eval_prompts]) + "\n")
         train_file.write_text("\n".join(prompts[args.eval_prompts :]) + "\n")
@@ -310,7 +364,8 @@ def gold_pairs(out: Path, args: StudyArgs, train_file: Path, ledger: Ledger) -> 
         tqdm.write(f"gold pairs: {n} + {args.test_pairs} test")
         with ledger.timing("pairs"):
             rows = make_preference_pairs(load_lm("tiny").eval(), train_file.read_text().splitlines(),
-                                         n + args.test_pairs, gold="tiny", label="bt", seed=args.seed, gen_len=args.gen_len)
+                                         n + args.test_pairs, gold="tiny", label="bt", seed=args.data_seed,
+                                         gen_len=args.gen_len)
             write_pairs(rows, pairs_file)
     return [json.loads(x) for x in pairs_file.read_text().splitlines()]
 
@@ -327,7 +382,8 @@ def proxy_command(rows: list[dict], n: int, out: Path, args: StudyArgs) -> list[
     cmd = [sys.executable, "-m", "rlhf_scratch.reward_model", "--quiet", "--threads", str(args.threads)]
     if (rm_dir / STATUS_FILE).is_file():
         return [*cmd, "--resume", str(rm_dir)]
-    return [*cmd, "--pairs", str(subset), "--run-dir", str(rm_dir), "--epochs", str(args.rm_epochs), "--seed", str(args.seed)]
+    return [*cmd, "--pairs", str(subset), "--run-dir", str(rm_dir), "--epochs", str(args.rm_epochs),
+            "--seed", str(args.data_seed)]
 
 
 def proxy_accuracies(proxies: dict[int, Path], test_rows: list[dict], out: Path) -> dict[str, float]:
@@ -346,9 +402,14 @@ def proxy_accuracies(proxies: dict[int, Path], test_rows: list[dict], out: Path)
     return acc
 
 
-def best_of_n_study(proxies: dict[int, Path], eval_prompts: list[str], args: StudyArgs) -> dict:
-    """bon_max samples of each held-out prompt from the reference; per proxy size and n = 1, 2, 4 …
-    the exact expected gold and proxy of the proxy's pick, averaged over prompts."""
+def bon_file(out: Path, seed: int) -> Path:
+    """Best-of-n's result for one seed: OUT/bon-s<seed>.json."""
+    return out / f"{Unit(BON, seed).name}.json"
+
+
+def best_of_n_study(proxies: dict[int, Path], eval_prompts: list[str], args: StudyArgs, seed: int) -> dict:
+    """bon_max samples of each held-out prompt from the reference (drawn with `seed`); per proxy size
+    and n = 1, 2, 4 … the exact expected gold and proxy of the proxy's pick, averaged over prompts."""
     import torch
     from tqdm.auto import tqdm
 
@@ -357,7 +418,7 @@ def best_of_n_study(proxies: dict[int, Path], eval_prompts: list[str], args: Stu
     from rlhf_scratch.reward.model import load_reward_model_run
     from rlhf_scratch.reward.preferences import gold_scores
 
-    torch.manual_seed(args.seed)
+    torch.manual_seed(seed)
     lm = load_lm("tiny").eval()
     texts: list[list[str]] = []
     for prompt in tqdm(eval_prompts, desc="best-of-n samples", file=sys.stderr):
@@ -380,66 +441,121 @@ def best_of_n_study(proxies: dict[int, Path], eval_prompts: list[str], args: Stu
 # --- the curves, the table, the figure, the samples ----------------------------------------------
 
 
-def reference_means(out: Path, size: int) -> tuple[float, float] | None:
+def reference_means(out: Path, size: int, seeds: list[int]) -> tuple[float, float] | None:
     """Mean gold and proxy of the reference policy on the held-out prompts, from best-of-n's
-    samples (bon_max per prompt: a far tighter estimate than one phase's evaluation), or None."""
-    path = out / "bon.json"
-    if not path.is_file():
+    samples of every seed that has them (bon_max per prompt and seed: a far tighter estimate than
+    one phase's evaluation), or None."""
+    files = [bon_file(out, seed) for seed in seeds if bon_file(out, seed).is_file()]
+    if not files:
         return None
-    s = json.loads(path.read_text())["sizes"][str(size)]
-    return s["gold"][0], s["proxy"][0]
+    firsts = [json.loads(f.read_text())["sizes"][str(size)] for f in files]
+    return statistics.fmean(s["gold"][0] for s in firsts), statistics.fmean(s["proxy"][0] for s in firsts)
 
 
-def collect_curves(out: Path, sizes: list[int], methods: list[str]) -> dict:
-    """{method: {size: {"d": [...], "gold": [...], "proxy": [...]}}}, gold and proxy as gains over
-    the reference policy (its best-of-n samples' means when there are any, else phase 0)."""
+def collect_curves(out: Path, sizes: list[int], methods: list[str], seeds: list[int]) -> dict:
+    """{method: {size: {seed: {"d": [...], "gold": [...], "proxy": [...]}}}} of every run there is,
+    gold and proxy as gains over the reference policy (its best-of-n samples' means when there are
+    any, pooled over the seeds: the same policy; else each run's phase 0)."""
     curves: dict = {}
     for method in methods:
         curves[method] = {}
         for n in sizes:
-            if method == BON:
-                if not (out / "bon.json").is_file():
+            reference = reference_means(out, n, seeds)
+            runs = {}
+            for seed in seeds:
+                if method == BON:
+                    if not bon_file(out, seed).is_file():
+                        continue
+                    bon = json.loads(bon_file(out, seed).read_text())
+                    s = bon["sizes"][str(n)]
+                    gold0, proxy0 = reference
+                    runs[str(seed)] = {"d": bon["d"], "gold": [g - gold0 for g in s["gold"]],
+                                       "proxy": [p - proxy0 for p in s["proxy"]], "n": bon["n"]}
                     continue
-                bon = json.loads((out / "bon.json").read_text())
-                s = bon["sizes"][str(n)]
-                curves[method][str(n)] = {"d": bon["d"], "gold": [g - s["gold"][0] for g in s["gold"]],
-                                          "proxy": [p - s["proxy"][0] for p in s["proxy"]], "n": bon["n"]}
-                continue
-            run_dir = out / "runs" / Unit(method, setting=("rm", n)).name
-            if not (run_dir / START_FILE).is_file():  # not started (--report)
-                continue
-            start = json.loads((run_dir / START_FILE).read_text())
-            phases = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-            points = [start] + phases
-            gold0, proxy0 = reference_means(out, n) or (start["study/gold"], start["study/proxy"])
-            curves[method][str(n)] = {
-                "d": [m["study/d"] for m in points],
-                "gold": [m["study/gold"] - gold0 for m in points],
-                "proxy": [m["study/proxy"] - proxy0 for m in points],
-                "phase": [0] + [m["phase"] for m in phases],
-            }
+                run_dir = out / "runs" / Unit(method, seed, ("rm", n)).name
+                if not (run_dir / START_FILE).is_file():  # not started (--report)
+                    continue
+                start = json.loads((run_dir / START_FILE).read_text())
+                phases = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+                points = [start] + phases
+                gold0, proxy0 = reference or (start["study/gold"], start["study/proxy"])
+                runs[str(seed)] = {
+                    "d": [m["study/d"] for m in points],
+                    "gold": [m["study/gold"] - gold0 for m in points],
+                    "proxy": [m["study/proxy"] - proxy0 for m in points],
+                    "phase": [0] + [m["phase"] for m in phases],
+                }
+            if runs:
+                curves[method][str(n)] = runs
     return curves
 
 
+def at_d(ds: list[float], ys: list[float], d: float) -> float | None:
+    """y where a curve first reaches d: linear between the two points around it (the first point if
+    it starts there); None if it never does."""
+    for i, x in enumerate(ds):
+        if x >= d:
+            if i == 0:
+                return ys[0]
+            return ys[i - 1] + (ys[i] - ys[i - 1]) * (d - ds[i - 1]) / (x - ds[i - 1])
+    return None
+
+
+def matched_d(curves: dict, size: int) -> float | None:
+    """The largest d that every run against the `size`-pair proxy reached (each method, each seed)."""
+    reach = [max(c["d"]) for runs in curves.values() for c in runs.get(str(size), {}).values()]
+    return min(reach) if reach else None
+
+
+PER_SEED = ("gold_at_matched_d", "peak_gold", "peak_d", "final_gold", "final_proxy", "final_d")
+"""What a row measures once per seed (its mean, interval and n in the table)."""
+
+
+def run_numbers(c: dict, d_match: float) -> dict[str, float]:
+    """One run's numbers: gold at the matched d, its highest gold and where, and where it ended."""
+    peak = max(range(len(c["gold"])), key=lambda i: c["gold"][i])
+    return {"gold_at_matched_d": at_d(c["d"], c["gold"], d_match), "peak_gold": c["gold"][peak], "peak_d": c["d"][peak],
+            "final_gold": c["gold"][-1], "final_proxy": c["proxy"][-1], "final_d": c["d"][-1]}
+
+
 def make_table(curves: dict, accuracy: dict, sizes: list[int], methods: list[str]) -> list[dict]:
-    """A row per (method, proxy size) with a curve: the Gao fit, the gold peak, the final point."""
+    """A row per (method, proxy size) with runs: its seeds, each of `PER_SEED` as its mean, 95 %
+    interval and per-seed values, and the Gao fit through the points of every seed."""
+    d_match = {n: matched_d(curves, n) for n in sizes}
     rows = []
     for method in methods:
         for n in sizes:
-            c = curves[method].get(str(n))
-            if c is None:
+            runs = curves[method].get(str(n))
+            if not runs:
                 continue
-            fit = fit_gao(c["d"], c["gold"], "bon" if method == BON else "rl") or {}
-            why_not = unsupported_fit(fit, c["d"])
+            ds = [d for c in runs.values() for d in c["d"]]
+            fit = fit_gao(ds, [g for c in runs.values() for g in c["gold"]], "bon" if method == BON else "rl") or {}
+            why_not = unsupported_fit(fit, ds)
             if why_not:
                 fit = {}
-            peak = max(range(len(c["gold"])), key=lambda i: c["gold"][i])
-            rows.append({"method": method, "rm_pairs": n, "rm_gold_accuracy": accuracy.get(str(n)),
-                         **{k: fit.get(k) for k in ("alpha", "beta", "d_star", "R_star")}, "fit": why_not or "fitted",
-                         "peak_gold": c["gold"][peak], "peak_d": c["d"][peak],
-                         "final_gold": c["gold"][-1], "final_proxy": c["proxy"][-1], "final_d": c["d"][-1],
-                         "points": len(c["d"])})
+            per_seed = [run_numbers(c, d_match[n]) for c in runs.values()]
+            row = {"method": method, "rm_pairs": n, "rm_gold_accuracy": accuracy.get(str(n)),
+                   "seeds": [int(seed) for seed in runs], "n": len(runs), "matched_d": d_match[n]}
+            for key in PER_SEED:
+                values = [numbers[key] for numbers in per_seed]
+                row[key] = {**mean_interval(values).as_json(), "values": values}
+            rows.append({**row, **{k: fit.get(k) for k in ("alpha", "beta", "d_star", "R_star")},
+                         "fit": why_not or "fitted", "points": len(ds)})
     return rows
+
+
+def study_verdicts(rows: list[dict], sizes: list[int]) -> list[str]:
+    """The page's first lines, one per proxy size: which method's gold gain is highest at the matched
+    d, named only when the seeds resolve it (`stats.verdict`, paired over seeds)."""
+    sentences = []
+    for n in sizes:
+        mine = [r for r in rows if r["rm_pairs"] == n]
+        if not mine:
+            continue
+        what = f"gold gain at matched KL (d = {mine[0]['matched_d']:.2f}) against the {n}-pair proxy"
+        groups = {label(r["method"]): dict(zip(r["seeds"], r["gold_at_matched_d"]["values"])) for r in mine}
+        sentences.append(verdict(groups, what).sentence)
+    return sentences
 
 
 MIN_FIT_POINTS = 6
@@ -464,17 +580,24 @@ def _f(x, digits: int = 3) -> str:
 
 
 def table_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of the table, formatted: the same in table.md and on the page."""
-    header = ["method", "RM pairs", "RM acc. vs gold", "α", "β", "d* (fit)", "R* (fit)", "fit", "peak gold Δ (at d)",
-              "final gold Δ", "final proxy Δ", "final d"]
-    return header, [[label(r["method"]), str(r["rm_pairs"]), _f(r["rm_gold_accuracy"]), _f(r["alpha"]), _f(r["beta"]),
-                     _f(r["d_star"], 2), _f(r["R_star"]), r["fit"], f"{_f(r['peak_gold'])} ({_f(r['peak_d'], 2)})",
-                     _f(r["final_gold"]), _f(r["final_proxy"]), _f(r["final_d"], 2)] for r in rows]
+    """(header, rows) of the table, formatted: the same in table.md and on the page. A measured cell is
+    the mean over the row's n seeds ± its 95 % interval (`runner.interval_cell`)."""
+    def cell(r: dict, key: str, digits: int = 3) -> str:
+        return interval_cell(r[key]["values"], f"{{:.{digits}f}}")
+
+    header = ["method", "RM pairs", "RM acc. vs gold", "n", "gold Δ at matched d", "peak gold Δ (at d)", "final gold Δ",
+              "final proxy Δ", "final d", "α", "β", "d* (fit)", "R* (fit)", "fit"]
+    return header, [[label(r["method"]), str(r["rm_pairs"]), _f(r["rm_gold_accuracy"]), str(r["n"]),
+                     f"{cell(r, 'gold_at_matched_d')} (d {r['matched_d']:.2f})",
+                     f"{cell(r, 'peak_gold')} ({_f(r['peak_d']['mean'], 2)})", cell(r, "final_gold"),
+                     cell(r, "final_proxy"), cell(r, "final_d", 2), _f(r["alpha"]), _f(r["beta"]), _f(r["d_star"], 2),
+                     _f(r["R_star"]), r["fit"]] for r in rows]
 
 
 def plot_study(curves: dict, sizes: list[int], methods: list[str], out: Path) -> Path:
-    """One panel per method: gold gain (solid) and proxy gain (dashed) against d = √KL, one colour
-    per proxy size, the fitted Gao form dotted."""
+    """One panel per method: gold gain (solid, with its 95 % band over seeds) and proxy gain (dashed)
+    against d = √KL, one colour per proxy size, the fitted Gao form dotted. Over seeds each point is
+    the mean of the seeds' d and gain at that phase (at that n for best-of-n); one seed draws its line."""
     import numpy as np
     from matplotlib import colormaps
 
@@ -482,14 +605,19 @@ def plot_study(curves: dict, sizes: list[int], methods: list[str], out: Path) ->
     colours = colormaps["viridis"](np.linspace(0.1, 0.85, len(sizes)))
     for ax, method in zip(axes[0], methods):
         for colour, n in zip(colours, sizes):
-            c = curves[method].get(str(n))
-            if c is None:
+            runs = list(curves[method].get(str(n), {}).values())
+            if not runs:
                 continue
-            ax.plot(c["d"], c["gold"], "-o", ms=2.5, color=colour, label=f"gold, RM {n} pairs")
-            ax.plot(c["d"], c["proxy"], "--", color=colour, alpha=0.8, label=f"proxy, RM {n} pairs")
-            fit = fit_gao(c["d"], c["gold"], "bon" if method == BON else "rl")
-            if fit and not unsupported_fit(fit, c["d"]):
-                d = np.linspace(1e-3, max(c["d"]) or 1e-3, 60)
+            seeds = f", {len(runs)} seeds" if len(runs) > 1 else ""
+            ds = [c["d"] for c in runs]
+            draw_band(ax, ds, [c["gold"] for c in runs], color=colour, marker="o", ms=2.5,
+                      label=f"gold, RM {n} pairs{seeds}")
+            draw_band(ax, ds, [c["proxy"] for c in runs], band=False, color=colour, linestyle="--", alpha=0.8,
+                      label=f"proxy, RM {n} pairs")
+            all_d = [d for c in runs for d in c["d"]]
+            fit = fit_gao(all_d, [g for c in runs for g in c["gold"]], "bon" if method == BON else "rl")
+            if fit and not unsupported_fit(fit, all_d):
+                d = np.linspace(1e-3, max(all_d) or 1e-3, 60)
                 r = d * (fit["alpha"] - fit["beta"] * (d if method == BON else np.log(d)))
                 ax.plot(d, r, ":", color=colour, lw=1)
         ax.axhline(0, color="grey", lw=0.6)
@@ -508,7 +636,7 @@ def samples_section(out: Path, units: list[Unit]) -> list[str]:
             continue
         evals = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
         peak = max(evals, key=lambda e: e["study/gold"])
-        parts.append(f"<h3>{esc(label(unit.method))}, RM {unit.value} pairs</h3>")
+        parts.append(f"<h3>{esc(label(unit.method))}, RM {unit.value} pairs, seed {unit.seed}</h3>")
         for title, e in (("gold peak", peak), ("end", evals[-1])):
             lines = "\n".join(f"[gold {s['gold']:+.2f} proxy {s['proxy']:+.2f}] {s['prompt']}|{s['completion']}"
                               for s in e["samples"])
@@ -517,11 +645,18 @@ def samples_section(out: Path, units: list[Unit]) -> list[str]:
     return parts
 
 
+def study_args(argv: list[str]) -> StudyArgs:
+    """The study's args from its command line, validated: over `QUICK` with --quick (the flags given
+    still win), `--seed N` read as `--seeds N`. Bad input is a ConfigError of one line."""
+    default = StudyArgs(**QUICK) if "--quick" in argv else StudyArgs()
+    return parse_study(StudyArgs, argv, default=default, prog=PROG, aliases={"--seed": "--seeds"},
+                       description=__doc__.split("\n\n")[0])
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m rlhf_scratch.overoptimization --out DIR [--flag value …]`."""
     argv = sys.argv[1:] if argv is None else argv
-    return study_main(lambda: parse_study(StudyArgs, argv, default=StudyArgs(), prog=PROG,
-                                          description=__doc__.split("\n\n")[0]), run_study)
+    return study_main(lambda: study_args(argv), run_study)
 
 
 if __name__ == "__main__":

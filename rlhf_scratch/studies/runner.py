@@ -10,13 +10,23 @@
                  parallel=args.jobs)
         write_report(out, title, markdown_table(header, rows), data, body)     # table.md, table.json, index.html
 
+The table's cells are means over seeds with their interval (`interval_cell`), a figure's curves
+carry bands (`draw_band`), and the page opens with `verdict_html(stats.verdict(...).sentence)`.
+
 - **Units.** A study's work is a list of units: a method (a registered algorithm, or a study's own
   such as best-of-n) under a setting (β = 0.1, a 250-pair proxy) with a seed. A unit is one process
-  and one folder. Units that differ only in their seed form a group: the curve a figure draws with
-  a band over its seeds (where a confidence interval over seeds goes).
+  and one folder. Units that differ only in their seed form a group: one row of the table (mean ±
+  95 % interval over its seeds, and n: `stats.py`) and one curve of a figure, drawn with its band
+  (`draw_band`).
 - **Plan.** OUT/<plan file> is written by the first call. The same command again continues the
   study: a finished unit is not redone. A different plan into the same folder is refused with one
-  line naming what differs; a folder holding anything else is never taken over.
+  line naming what differs; a folder holding anything else is never taken over. One field may
+  grow: `seeds` (`GROWS`). The same plan with more seeds, the saved ones first in their order
+  (`--seeds 1,2` then `--seeds 1,2,3`), is the same study made larger: the plan file is rewritten
+  and only the new seeds' units run. Fewer or other seeds are a different plan.
+- **Seeds.** `--seeds` is every study's flag (`seed_list`: distinct ints); the table's n counts them
+  and the page opens with the verdict over them (`stats.verdict`, `verdict_html`): a method is
+  named best only when its seeds say so.
 - **Processes.** Every unit runs in a process of its own, `parallel` at a time, so each has its own
   wall time and peak memory (`os.wait4`) and a crash stays in one unit. One progress bar counts the
   steps of every unit (a training run's phases, read from its status.json while it runs).
@@ -31,6 +41,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -42,19 +53,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from interp.pages import page
+from interp.pages import esc, page
 from rlhf_scratch.cli import parse_dataclass
 from rlhf_scratch.config import ConfigError
+from rlhf_scratch.studies.stats import Number, mean_interval
 
 A = TypeVar("A")
 
 # --- the command line ------------------------------------------------------------------------------
 
 
-def parse_study(cls: type[A], argv: list[str], *, default: A, prog: str, description: str) -> A:
+def parse_study(cls: type[A], argv: list[str], *, default: A, prog: str, description: str,
+                aliases: dict[str, str] | None = None) -> A:
     """`cls` from `argv` over `default` (`cli.parse_dataclass`: tyro; anything it rejects is one
-    ConfigError line), then `validate()`d: a study's args name their first bad field in one line."""
-    return parse_dataclass(cls, argv, default=default, prog=prog, description=description).validate()
+    ConfigError line), then `validate()`d: a study's args name their first bad field in one line.
+    `aliases`: another spelling of a flag (`{"--seed": "--seeds"}`)."""
+    return parse_dataclass(cls, argv, default=default, prog=prog, description=description,
+                           aliases=aliases).validate()
 
 
 def study_main(parse: Callable[[], A], run: Callable[[A], None]) -> int:
@@ -101,6 +116,15 @@ def csv_list(text: str, kind: type, field: str) -> list:
     return values
 
 
+def seed_list(text: str, field: str = "seeds") -> list[int]:
+    """`--seeds 1,2,3` -> [1, 2, 3]: a list flag of ints, each seed once (a seed given twice would
+    count one run twice in every mean and interval)."""
+    seeds = csv_list(text, int, field)
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"{field}: each seed once; got {text}")
+    return seeds
+
+
 def check_choices(values: Iterable[str], choices: Sequence[str], field: str) -> None:
     """Every value among `choices`; else one line naming the strangers and the choices."""
     if bad := [v for v in values if v not in choices]:
@@ -117,17 +141,30 @@ def check_at_least(args: object, names: Iterable[str], low: int = 1) -> None:
 # --- the plan --------------------------------------------------------------------------------------
 
 
-def open_study(out: Path, plan: dict[str, Any], plan_file: str, kind: str) -> Path:
+GROWS = ("seeds",)
+"""The plan's fields that may grow between calls (`open_study`): more seeds, the saved ones first."""
+
+
+def open_study(out: Path, plan: dict[str, Any], plan_file: str, kind: str, grows: Sequence[str] = GROWS) -> Path:
     """The study's folder: made, with `plan` written to OUT/`plan_file`, on the first call; the same
-    plan there again continues it. A different plan, or a folder holding anything else, is a
-    ConfigError of one line, and nothing in the folder is touched."""
+    plan there again continues it. A list field named in `grows` may be longer than the saved one
+    if it starts with it (`seeds` [1] -> [1, 2, 3]): the plan file is rewritten and the study goes
+    on larger. A different plan, or a folder holding anything else, is a ConfigError of one line,
+    and nothing in the folder is touched."""
     plan = json.loads(json.dumps(plan))  # as it reads back (tuples are lists)
     path = out / plan_file
     if path.is_file():
         saved = json.loads(path.read_text())
         if saved != plan:
-            raise ConfigError(f"out: {out} holds a different {kind} ({plan_difference(saved, plan)}); "
-                              "choose a new --out")
+            grown = [k for k in grows if isinstance(saved.get(k), list) and isinstance(plan.get(k), list)
+                     and plan[k][: len(saved[k])] == saved[k]]
+            allowed = {**saved, **{k: plan[k] for k in grown}}  # what differs beyond the growth is named
+            if allowed != plan:
+                shrunk = [k for k in grows if k in saved and k in plan and k not in grown and saved[k] != plan[k]]
+                rule = "".join(f"; {k} may only grow, the saved ones first in their order" for k in shrunk)
+                raise ConfigError(f"out: {out} holds a different {kind} ({plan_difference(allowed, plan)}{rule}); "
+                                  "choose a new --out")
+            path.write_text(json.dumps(plan, indent=1))  # more seeds: the same study, larger
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"out: {out} exists and is not a {kind} folder; choose a new one (nothing was touched)")
     else:
@@ -187,6 +224,15 @@ def by_group(units: Iterable[Unit]) -> dict[tuple, list[Unit]]:
     for unit in units:
         groups.setdefault(unit.group, []).append(unit)
     return groups
+
+
+def over_seeds(units: Iterable[Unit], value: Callable[[Unit], float | None]) -> dict[tuple, dict]:
+    """{group: {seed: value(unit)}} for each group (`by_group`); a unit whose value is None (not run
+    yet) is left out, so a group's n is the seeds it has."""
+    out: dict[tuple, dict] = {}
+    for group, members in by_group(units).items():
+        out[group] = {u.seed: v for u in members if (v := value(u)) is not None}
+    return out
 
 
 class Ledger:
@@ -332,6 +378,35 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> s
         return "| " + " | ".join(map(str, cells)) + " |"
 
     return "\n".join([line(header), "|" + "---|" * len(header), *map(line, rows)])
+
+
+INTERVAL_NOTE = ("Each cell: the mean over the n seeds ± the half-width of its 95 % Student-t interval, "
+                 "x̄ ± t_{0.975, n−1} · s/√n (one seed: its value alone).")
+"""What a table's `±` means, said under every study table (rlhf_scratch/studies/stats.py)."""
+
+
+def interval_cell(values: Sequence[Number], fmt: str = "{:.3f}") -> str:
+    """`0.924 ± 0.041` over `values` (a value per seed), `0.924` for one, empty for none."""
+    return mean_interval(values).cell(fmt) if len(values) else ""
+
+
+def verdict_html(sentences: Sequence[str]) -> str:
+    """The finding a study page opens with: each verdict sentence (`stats.verdict`) in bold."""
+    return "".join(f"<p><b>{esc(s)}</b></p>" for s in sentences)
+
+
+def draw_band(ax, xs: Sequence[Sequence[Number]], ys: Sequence[Sequence[Number]], *, band: bool = True, **plot_kw):
+    """One curve of a figure over seeds: x and y are each seed's (cut to the shortest); the line is
+    the mean over seeds at each point, the band its 95 % t-interval (`stats.mean_interval`) when
+    there are two seeds or more. One seed draws its line alone. Returns the line."""
+    n = min(len(x) for x in xs)
+    mean_x = [statistics.fmean(x[i] for x in xs) for i in range(n)]
+    intervals = [mean_interval([y[i] for y in ys]) for i in range(n)]
+    line, = ax.plot(mean_x, [iv.mean for iv in intervals], **plot_kw)
+    if band and len(ys) > 1:
+        ax.fill_between(mean_x, [iv.low for iv in intervals], [iv.high for iv in intervals], color=line.get_color(),
+                        alpha=0.15, linewidth=0)
+    return line
 
 
 def write_report(out: Path, *, title: str, table_md: str, data: dict, body: Sequence[str]) -> Path:
