@@ -1,0 +1,241 @@
+"""Writes notebooks/07_exact_gradients.ipynb and executes it (so the committed notebook shows its outputs):
+
+    python notebooks/make_07_exact_gradients.py            # write, then execute (~20 s)
+    python notebooks/make_07_exact_gradients.py --no-run   # write only
+
+Executing is `rlhf_scratch.course.execute_notebooks`' (the suite's kernel environment, and each cell's
+source hash recorded, so `python -m rlhf_scratch.course.execute_notebooks --check` passes).
+
+Edit the text here, not in the notebook, then run this file. The notebook uses small settings (4
+tokens, completions of at most 4 tokens, 3,000 Monte-Carlo batches) so that it runs in about a
+minute; `python -m rlhf_scratch.exact` is the full measurement (docs/exact.md).
+"""
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).parent
+PATH = HERE / "07_exact_gradients.ipynb"
+KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
+
+CELLS = [
+    ("md", "intro", """\
+# 07 · The exact-gradient microscope: which estimators are unbiased, and by how much
+
+Every RLHF algorithm here updates the policy with an *estimate* of a gradient, built from a few
+sampled completions. A training run cannot tell you whether that estimate is biased: a biased
+estimator and an unlucky seed look the same. An environment small enough to **list every
+completion** can: each completion's exact probability, the exact objective J(θ) = Σ_y π(y) r(y),
+its exact gradient by autograd, and the exact expected value of an estimator.
+
+The environment (`rlhf_scratch.exact.env`): a vocabulary of EOS and three words `a b c`, completions
+of at most 4 tokens, two one-token prompts; the policy is a **table of logits, one row per prefix**
+(π(y|x) = Π_t softmax(θ[prefix])[y_t]), and a reference table π_ref near it. Every log-probability
+goes through the package's own `get_log_probs` and `sequence_log_probs`, and every estimator is the
+package's own loss (`calc_rloo_objective`, `calc_grpo_objective`, `calc_clipped_sur_obj`,
+`calc_k3_kl`, `calc_dpo_loss`, …): the microscope measures the code you train with.
+
+Three kinds of numbers come out, for an estimator g against a true gradient ∇F:
+
+* **cos(E[g], ∇F)**: 1 means it points the right way on average;
+* **E[g]·∇F / ‖∇F‖²**: its size along the truth (1 for an unbiased estimator);
+* **Var[g]**: how noisy one draw is.
+
+Where one draw is one completion, E[g] = Σ_y π(y) g(y) is an exact sum. Where one draw is a batch
+(RLOO, GRPO, PPO's whitened surrogate), E[g] is a Monte-Carlo mean over seeded batches, reported with
+its standard error. The full measurement is `python -m rlhf_scratch.exact --out DIR` ([docs/exact.md](../docs/exact.md))."""),
+    ("code", "setup", """\
+import matplotlib.pyplot as plt
+import torch
+
+from rlhf_scratch.exact.env import RIGHT, probabilities, set_p_right
+from rlhf_scratch.exact.run import LESSON, make_scene, scene
+
+torch.set_num_threads(1)
+sc = scene(vocab=4, max_len=4, p_right=(0.2, 0.6), reward="correct", num_generations=8)
+env = sc.env
+q = probabilities(env, sc.theta)  # π(y|x) / 2: the probability of each (prompt, completion) row
+print(f"{len(env.completions)} completions, {env.num_prefixes} prefixes x {env.vocab} logits = {env.num_params} parameters")
+for x in range(env.num_prompts):
+    print(f"prompt {x}: Σ_y π(y|x) = {2 * q[env.completions.prompt == x].sum().item():.6f}")
+print("the five likeliest completions of prompt 0 ('.' is EOS):")
+for i in q[: len(q) // 2].argsort(descending=True)[:5].tolist():
+    print(f"  {env.text(i):6s} π = {2 * q[i].item():.4f}   reward {sc.rewards[i].item():.0f}")"""),
+    ("md", "truth", """\
+## The truth
+
+The reward is right/wrong: 1 if the first token is `a`, whatever follows. Before running the next
+cell, **predict**: which rows of the table does ∇J touch?
+
+Only the two roots (the first token's logits): nothing after the first token changes the reward, so
+the exact gradient is zero on every other row. That is what makes this reward a clean test of *length
+bias*: an update that changes how long answers are, after the first token, is not following ∇J."""),
+    ("code", "truth-code", """\
+grad = sc.truths["J"].grad
+after_first = sc.parts["after_first"]
+print(f"J = {sc.truths['J'].value:.4f}, ‖∇J‖ = {grad.norm():.4f}, E[len] = {sc.truths['length'].value:.4f}")
+print(f"largest |∂J/∂θ| on a row after the first token: {grad[after_first].abs().max():.1e}")
+assert grad[after_first].abs().max() < 1e-6"""),
+    ("md", "reinforce", """\
+## REINFORCE is unbiased: exactly
+
+g(y) = r(y) ∇log π(y), and E_π[r ∇log π] = Σ_y ∇π(y) r(y) = ∇J. Here it is summed over every
+completion, so cos and the size ratio are 1 to float32 precision, not "about 1". Its variance per
+completion is another matter: the score ∇log π(y) spreads over every row the completion passed
+through, while ∇J lives on two rows."""),
+    ("code", "reinforce-code", """\
+e = sc.measure("reinforce")
+print(f"cos = {e['cos_to_true']:.7f}   ‖E g‖/‖∇J‖ = {e['norm_ratio']:.7f}")
+print(f"variance of one completion's g / ‖∇J‖² = {e['variance'] / grad.pow(2).sum():.1f}")
+assert abs(e["cos_to_true"] - 1) < 1e-5 and abs(e["norm_ratio"] - 1) < 1e-5"""),
+    ("md", "baselines", """\
+## Baselines: RLOO, GRPO's group mean, GRPO's std
+
+A batch here is G = 8 completions of each of the two prompts. **Predict** the size along ∇J of:
+
+* RLOO, A_i = r_i − mean of the *other* G − 1 rewards;
+* GRPO's advantage without the std, A_i = r_i − mean of *all* G (r_i included);
+* GRPO's default, (r_i − mean) / (std of the group + 1e-4).
+
+RLOO's baseline does not depend on y_i, so it adds nothing in expectation: size 1. The group mean
+contains r_i/G, which correlates with y_i: E[(r_i − mean) ∇log π(y_i)] = (1 − 1/G) ∇J, size 7/8,
+pointing the right way. The std division scales each group by 1/σ: a group of the hard prompt
+(π(a) = 0.2) has a smaller σ than one of the medium prompt (0.6), so the hard prompt's gradient is
+blown up; the direction now weighs prompts by difficulty, which ∇J does not (the Dr. GRPO critique)."""),
+    ("code", "baselines-code", """\
+draws = sc.draws(3000, seed=1)  # 3,000 batches, shared by every estimator below
+for name in ("rloo", "grpo_adv_none", "grpo_adv_group"):
+    e = sc.measure(name, draws)
+    print(f"{name:15s} size along ∇J {e['norm_ratio_along_true']:.4f} ± {e['norm_ratio_along_true_se']:.4f}"
+          f"   cos {e['cos_to_true']:.5f}   (noise alone would leave 1 − cos ≈ {e['bias_se']**2 / 2:.0e})")"""),
+    ("md", "lesson", """\
+## The length lesson: GRPO's per-sequence mean
+
+GRPO's `loss_type="grpo"` averages each completion's per-token terms, so a token of y weighs 1/|y|.
+On the rows after the first token the expected update is then A · ∇E[1/|y| | first token]: with
+A < 0 (a wrong answer) it lowers E[1/|y|], the answer **grows longer**; with A > 0 (right) it gets
+shorter. `dr_grpo` weighs every token 1/(B·L), a constant, and RLOO sums log-probs: for them that
+expectation is 0. `dapo` divides by the batch's token count, which contains |y| itself: a small bias
+of the same kind.
+
+**Predict** the signs below, for a policy that is mostly wrong (π(a) = 0.2) and one that is mostly
+right (0.8). The numbers are the change of E[len] per unit of J gained, from the rows after a right
+and after a wrong first token (the true gradient's: exactly 0)."""),
+    ("code", "lesson-code", """\
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), sharey=True)
+for ax, p in zip(axes, (0.2, 0.8)):
+    at = make_scene(env, set_p_right(sc.theta, (p, p)), sc.theta_ref, "correct", sc.knobs)
+    batches = at.draws(3000, seed=2)
+    rows = {name: at.measure(name, batches) for name in LESSON}
+    for i, (name, e) in enumerate(rows.items()):
+        for dy, part, color in ((-0.2, "after_right", "tab:green"), (0.2, "after_wrong", "tab:red")):
+            ax.barh(i + dy, e[f"length_per_gain_{part}"], height=0.4, color=color,
+                    xerr=2 * e[f"length_per_gain_{part}_se"], label=part if i == 0 else None)
+        print(f"p={p} {name:13s} after right {e['length_per_gain_after_right']:+.4f} ± {e['length_per_gain_after_right_se']:.4f}"
+              f"   after wrong {e['length_per_gain_after_wrong']:+.4f} ± {e['length_per_gain_after_wrong_se']:.4f}")
+    ax.set_yticks(range(len(rows)), list(rows))
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_title(f"π(first = a) = {p}: ΔE[len] per unit of J gained (± 2 s.e.)", fontsize=9)
+axes[0].legend(fontsize=8)
+plt.tight_layout()
+plt.show()"""),
+    ("md", "kl", """\
+## The KL estimators: which KL does each one's gradient follow?
+
+RLHF penalises KL(π ‖ π_ref) (reverse). With k1 = log π − log π_ref, k2 = ½ k1², k3 = π_ref/π − log(π_ref/π) − 1
+at each sampled token, used as a **loss term** (gradient through log π), or k1 folded into the
+**reward** (the score function, as RLOO does). Derivations, one sampled token a ~ π:
+
+* ∇k1 = ∇log π(a): mean 0. As a loss term k1 does **nothing** in expectation.
+* ∇k2 = k1 ∇log π(a): mean Σ_a ∇π(a) (log π − log π_ref) = ∇KL(π ‖ π_ref), the reverse KL.
+* ∇k3 = (1 − π_ref/π) ∇log π(a): mean −Σ_a π_ref(a) ∇log π(a) = ∇KL(π_ref ‖ π), the **forward** KL.
+* k1 in the reward: mean E[k1 ∇log π] = ∇KL(π ‖ π_ref).
+
+For a whole completion the per-token k2 and k3 drop a term: ∇KL of the sequence also moves the
+probability of *reaching* later prefixes, which only the score function (k1 in the reward, summed
+over the completion) carries. **Predict** which rows below are exactly 1."""),
+    ("code", "kl-code", """\
+one = scene(vocab=4, max_len=1, p_right=(0.2, 0.6), reward="correct")
+names = ("k1_loss", "k2_loss", "k3_loss", "k3_loss_rho", "k1_reward", "kl_full_vocab_loss")
+print(f"{'':20s}{'one token: cos to reverse, forward':>38s}{'4 tokens: cos to reverse, forward':>38s}")
+for name in names:
+    cells = []
+    for s in (one, sc):
+        e = s.measure(name)
+        cells.append("E[g] = 0 (‖E g‖/‖∇KL‖ %.0e)" % e["norm_ratio"] if e["zero_mean"]
+                     else f"{e['cos_kl_reverse']:.5f}, {e['cos_kl_forward']:.5f}")
+    print(f"{name:20s}{cells[0]:>38s}{cells[1]:>38s}")"""),
+    ("md", "kl-after", """\
+One token: k2 and TRL's ρ-weighted k3 (`use_bias_correction_kl`, whose gradient at ρ = 1 is k2's)
+follow the reverse KL exactly, plain k3 the forward KL exactly, k1 as a loss nothing. Four tokens:
+only k1 in the reward is still exact; the per-token terms (and PPO's full-vocabulary per-position
+KL, which has k2's expected gradient with less variance) follow a "local" KL gradient that misses
+the effect on later prefixes (the test suite checks the identity ∇KL = E[∇Σ_t k2_t] + E[Σ_t ∇log π_t Σ_{t'>t} k1_{t'}] to
+float precision)."""),
+    ("md", "sampling", """\
+## Sampling: top-k and temperature
+
+Top-k draws from π_k, the k largest logits renormalised. Scored with the full softmax (log π), the
+estimate E_{π_k}[r ∇log π] is the gradient of neither J nor J_k = Σ_y π_k(y) r(y); scored with the
+distribution actually sampled (log π_k), it is ∇J_k exactly. The same for temperature: sampled at T
+and scored at T (the package's `temperature_scaled`) it is ∇J_T; scored at T = 1 it is not."""),
+    ("code", "sampling-code", """\
+for name in ("topk_full_softmax", "topk_sampled", "temperature_unscaled", "temperature_sampled"):
+    e = sc.measure(name)
+    others = ", ".join(f"cos to ∇{k[4:]} {v:.4f}" for k, v in e.items() if k.startswith("cos_J"))
+    print(f"{name:22s} vs ∇{e['true']}: cos {e['cos_to_true']:.5f}, size {e['norm_ratio_along_true']:.4f}   ({others})")"""),
+    ("md", "dpo", """\
+## Online DPO at the start
+
+At the first step π = π_ref, so h = 0 and the sigmoid loss's update for a pair is (β/2)(∇log π(y_c) − ∇log π(y_r)).
+Over independent pairs with a **0/1 reward**, the winner is the one with r = 1 when they differ and
+a tie has mean 0 by symmetry: E = β ∇J exactly (IPO: (2/β) ∇J). With a graded reward (the
+sentiment-like one) the winner depends only on the *order* of the two rewards, so DPO follows a
+rank-based objective instead: **predict** whether its cosine stays 1."""),
+    ("code", "dpo-code", """\
+for reward in ("correct", "sentiment"):
+    s = scene(vocab=4, max_len=4, p_right=(0.2, 0.6), reward=reward)
+    e = s.measure_dpo(beta=0.1, loss_type="sigmoid")
+    print(f"{reward:10s} online DPO (sigmoid, β = 0.1) at π = π_ref: cos to ∇J {e['cos_to_true']:.5f}, "
+          f"‖E g‖/‖∇J‖ {e['norm_ratio']:.5f}")"""),
+    ("md", "takeaways", """\
+## What to take away
+
+* **Unbiased, exactly**: REINFORCE; k1 folded into the reward (for the reverse KL, whole sequences
+  too); top-k or temperature when scored with the distribution sampled; PPO's advantage from the
+  *exact* value function, one step or GAE. **Unbiased within Monte-Carlo error**: RLOO.
+* **Right direction, wrong size**: GRPO's group mean without the std ((G − 1)/G); DPO at the start
+  under a 0/1 reward (β ∇J).
+* **Biased in direction**: std scaling with prompts of different difficulty; `loss_type="grpo"` (and
+  GSPO, whose gradient at ρ = 1 is the same), which makes wrong answers longer and right ones
+  shorter; top-k or temperature scored with the full softmax; the per-token k2/k3 loss terms for
+  sequences; PPO's one-step advantage with a value of 0 (only the last token learns).
+* **Zero**: k1 as a loss term.
+
+The full table at the default settings — every GRPO loss type, PPO's clipped surrogate, the three
+rewards, with n and standard errors — is [docs/exact.md](../docs/exact.md)."""),
+]
+
+
+def build() -> nbformat.NotebookNode:
+    cells = [new_markdown_cell(src, id=cid) if kind == "md" else new_code_cell(src, id=cid) for kind, cid, src in CELLS]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = KERNEL
+    nb.metadata["language_info"] = {"name": "python"}
+    return nb
+
+
+def main(argv: list[str]) -> None:
+    nbformat.write(build(), PATH)
+    if "--no-run" not in argv:
+        from rlhf_scratch.course.execute_notebooks import execute
+
+        execute(PATH)
+    print(f"wrote {PATH}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

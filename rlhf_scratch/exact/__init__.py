@@ -1,0 +1,15 @@
+"""The exact-gradient microscope: every RLHF gradient estimator of the package against the truth.
+
+Sampled runs cannot settle whether an estimator is biased; an environment small enough to list
+can. A tabular autoregressive policy over a handful of tokens (`env`): every completion, its exact
+probability, the exact objective J(θ) = Σ_y π(y) r(y), both KLs to a reference and the expected
+length, with their gradients by autograd (`truth`). Each estimator (`estimators`: REINFORCE, RLOO,
+GRPO with every loss type and scaling, GSPO, PPO's clipped surrogate, the k1/k2/k3 KL terms,
+top-k and temperature sampling, Online DPO) is the package's own code; its expected gradient is
+exact where one draw is one completion and Monte-Carlo with a standard error where it is a batch
+(`measure`); `run` measures them all and `report` writes the table, the figure and the page.
+
+    python -m rlhf_scratch.exact --out exact/        # ~1–2 min on one core; docs/exact.md
+
+Importing this package imports nothing (the command line answers a bad flag before torch loads).
+"""
