@@ -32,6 +32,7 @@ GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", 
 SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 JUDGES = ("tiny", "vader")
+LORA_TARGETS = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")  # the block weights LoRA can adapt (lora.LAYOUTS)
 PROMPT_PREFIX = "prefix"  # --prompts prefix: every sample continues args.prefix (the blog)
 
 
@@ -115,6 +116,19 @@ class CommonArgs:
     final_scale: float = 0.1
     """Learning-rate multiplier reached by linear decay at the last phase."""
 
+    # --- LoRA (docs/lora.md) ---------------------------------------------------------------
+    lora_rank: int = 0
+    """Train low-rank adapters instead of the whole LM (`lora.py`): ΔW = (α/r)·B·A of rank r on each of
+    --lora-targets in every block, the rest frozen; the reference is then the policy with its adapters
+    off (no second model). 0 (default): full fine-tuning."""
+    lora_alpha: float = 32.0
+    """α of the adapters' scale α/r. Fixed, not tied to r: with B = 0 at the start, the first steps then
+    move ΔW by about as much at every rank, so one learning rate suits every r (docs/lora.md)."""
+    lora_targets: str = "W_Q,W_K,W_V,W_O,W_in,W_out"
+    """The weights of every block given adapters, comma-separated, from W_Q, W_K, W_V, W_O (attention)
+    and W_in, W_out (MLP). Default all six: adapting the MLPs as well as attention is what brings LoRA
+    close to full fine-tuning (QLoRA, Dettmers et al. 2023; Schulman et al. 2025, "LoRA Without Regret")."""
+
     # --- the rollout -----------------------------------------------------------------------
     prompts: str = PROMPT_PREFIX
     """Prompt source: `prefix` (every sample continues --prefix, the blog), `rt` (review openings
@@ -131,12 +145,12 @@ class CommonArgs:
     top_k: int = 10
     """Sample from the top-k tokens only (0 = all). 10 is the blog's, kept for PPO; the TRL algorithms
     default to TRL's 0: top-k sampling scored with the full softmax biases the policy gradient
-    (docs/fidelity.md, "Top-k and top-p")."""
+    (docs/fidelity.md, "Top-k")."""
     top_p: float = 1.0
     """Sample from the nucleus only: the most likely tokens whose probability (after temperature and
     top-k) first reaches top_p (TRL's `top_p`, applied as transformers' TopPLogitsWarper). 1.0, TRL's
     default: every token. Like top-k, a nucleus scored with the full softmax biases the policy gradient
-    (docs/fidelity.md, "Top-k and top-p")."""
+    (docs/fidelity.md, "Top-k")."""
     stop_at_eos: bool | None = None
     """End a completion at its first EOS (the rest is padding, masked out of every term). Default:
     off for --prompts prefix (the blog's fixed-length samples), on for prompt datasets (a review
@@ -203,6 +217,11 @@ class CommonArgs:
             value = getattr(self, name)
             _check(_finite(value) and value >= 0, name, f"must be a finite number >= 0; got {value}")
         _check(self.top_k >= 0, "top_k", f"must be >= 0 (0 = the whole vocabulary); got {self.top_k}")
+        _check(self.lora_rank >= 0, "lora_rank", f"must be >= 0 (0 = full fine-tuning); got {self.lora_rank}")
+        _check(_finite(self.lora_alpha) and self.lora_alpha > 0, "lora_alpha", f"must be > 0; got {self.lora_alpha}")
+        targets = self.lora_target_names()
+        _check(bool(targets) and len(set(targets)) == len(targets) and set(targets) <= set(LORA_TARGETS), "lora_targets",
+               f"must be distinct names from {','.join(LORA_TARGETS)}, comma-separated; got {self.lora_targets!r}")
         _check(_finite(self.top_p) and 0 < self.top_p <= 1, "top_p", f"must be in (0, 1] (1 = every token); got {self.top_p}")
         _check(self.batch_size % self.num_minibatches == 0, "batch_size",
                f"must be divisible by num_minibatches ({self.batch_size} % {self.num_minibatches} != 0)")
@@ -240,6 +259,10 @@ class CommonArgs:
             if value not in keep and path.exists():
                 resolved[name] = str(path.resolve())
         return dataclasses.replace(self, **resolved) if resolved else self
+
+    def lora_target_names(self) -> tuple[str, ...]:
+        """--lora-targets as names: "W_Q, W_V" -> ("W_Q", "W_V")."""
+        return tuple(name.strip() for name in self.lora_targets.split(",") if name.strip())
 
     def eos_stops(self) -> bool:
         """Whether completions end at their first EOS (`stop_at_eos`, or its per-source default)."""
@@ -494,6 +517,7 @@ class GRPOArgs(GroupArgs):
     def __post_init__(self) -> None:
         if self.steps_per_generation is not None:
             # the two are one count here; num_minibatches left at its default takes steps_per_generation's value
+            _check(self.steps_per_generation >= 1, "steps_per_generation", f"must be >= 1; got {self.steps_per_generation}")
             _check(self.num_minibatches in (self.steps_per_generation, CommonArgs.num_minibatches), "steps_per_generation",
                    f"is num_minibatches under TRL's name (no gradient accumulation here): give one of them, or the same "
                    f"value; got steps_per_generation {self.steps_per_generation}, num_minibatches {self.num_minibatches}")
@@ -507,8 +531,6 @@ class GRPOArgs(GroupArgs):
                f"must be one of {', '.join(SCALE_REWARDS)}; got {self.scale_rewards!r}")
         _check(self.importance_sampling_level in IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level",
                f"must be one of {', '.join(IMPORTANCE_SAMPLING_LEVELS)}; got {self.importance_sampling_level!r}")
-        _check(self.steps_per_generation is None or self.steps_per_generation >= 1, "steps_per_generation",
-               f"must be >= 1; got {self.steps_per_generation}")
         _check(self.delta is None or (_finite(self.delta) and self.delta > 1), "delta",
                f"must be > 1 (a cap at or below 1 caps tokens that have not moved; TRL recommends > 1 + epsilon_high); "
                f"got {self.delta}")

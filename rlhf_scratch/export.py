@@ -54,13 +54,14 @@ def export(run_dir: str | Path, out_dir: str | Path, value_head: bool = False) -
     from safetensors.torch import save_file
 
     from rlhf_scratch.loading import no_weight_loading_bars
+    from rlhf_scratch.lora import merge_lora
     from rlhf_scratch.runs import load_run
 
     out_dir = Path(out_dir)
     run = load_run(run_dir)
     if value_head and not registry.get(run.args.algo).value_head:
         raise ValueError(f"--value-head: {run_dir} is a {run.args.algo} run; only PPO runs have a value head")
-    hf = to_hf_gpt2(run.tuned)
+    hf = to_hf_gpt2(merge_lora(run.tuned))  # a LoRA run: W + ΔW baked in, then a plain GPT-2 (no-op without adapters)
     out_dir.mkdir(parents=True, exist_ok=True)
     with no_weight_loading_bars():
         hf.save_pretrained(out_dir)  # config.json + model.safetensors

@@ -77,22 +77,46 @@ def attention_mask_or_none(mask: Bool[Tensor, "batch seq"]) -> Int[Tensor, "batc
     return None if bool(mask.all()) else mask.long()
 
 
-def sample_next_token(
-    logits: Float[Tensor, "batch d_vocab"], temperature: float = 1.0, top_k: int = 0
-) -> Int[Tensor, " batch"]:
-    """Draw one token per row from softmax(logits / temperature), restricted to the top-k logits.
+def nucleus(logits: Float[Tensor, "batch vocab"], top_p: float) -> Float[Tensor, "batch vocab"]:
+    """Top-p (nucleus) filtering, as `transformers`' `TopPLogitsWarper` (what TRL's generation runs):
+    the logits with every token outside the nucleus set to −inf.
 
-        top_k > 0:  v_1..v_k = the k largest logits;  p_i = softmax(v / T)_i;  token = index of v_i
-        top_k = 0:  p = softmax(logits / T) over the whole vocabulary
+        p = softmax(logits);  sort ascending;  c_j = p_(1) + … + p_(j)  (the mass of token j and all below it)
+        drop token j  ⇔  c_j ≤ 1 − top_p          (always keeping the most likely token)
+
+    i.e. keep a token iff the tokens MORE likely than it hold less than top_p of the mass: the
+    smallest set of most likely tokens whose mass reaches top_p (the token that crosses top_p is in).
+    `logits` are the already temperature-scaled (and top-k-restricted) ones, the order transformers
+    applies them in: temperature, then top-k, then top-p. At top_p = 1 nothing is dropped.
+    """
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1)  # ascending
+    drop_sorted = sorted_logits.softmax(dim=-1).cumsum(dim=-1) <= 1 - top_p
+    drop_sorted[..., -1] = False  # the most likely token is always kept
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def sample_next_token(
+    logits: Float[Tensor, "batch d_vocab"], temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> Int[Tensor, " batch"]:
+    """Draw one token per row from softmax(logits / temperature), restricted to the top-k logits and
+    then to the top-p nucleus (`nucleus`), the order `transformers` applies them in.
+
+        top_k > 0:  v_1..v_k = the k largest logits;  p_i = softmax(nucleus(v / T))_i;  token = index of v_i
+        top_k = 0:  p = softmax(nucleus(logits / T)) over the whole vocabulary
 
     Restricting first and drawing among k is the same distribution as masking the other V - k
-    logits to -inf and drawing among V, but the draw costs O(k) instead of O(V).
+    logits to -inf and drawing among V, but the draw costs O(k) instead of O(V). At top_p = 1 (the
+    default) the nucleus is everything and the draw is the one before top-p existed, random numbers included.
     """
     if top_k and top_k < logits.shape[-1]:
         top = logits.topk(top_k, dim=-1)
-        choice = torch.multinomial(temperature_scaled(top.values, temperature).softmax(dim=-1), num_samples=1)
-        return top.indices.gather(-1, choice).squeeze(-1)
-    return torch.multinomial(temperature_scaled(logits, temperature).softmax(dim=-1), num_samples=1).squeeze(-1)
+        probs = nucleus(temperature_scaled(top.values, temperature), top_p).softmax(dim=-1)
+        return top.indices.gather(-1, torch.multinomial(probs, num_samples=1)).squeeze(-1)
+    probs = nucleus(temperature_scaled(logits, temperature), top_p).softmax(dim=-1)
+    return torch.multinomial(probs, num_samples=1).squeeze(-1)
 
 
 @runtime_checkable
@@ -162,6 +186,7 @@ def generate(
     stop_at_eos: bool = False,
     kv_cache: KVCache = "auto",
     cuda_graph: bool = True,
+    top_p: float = 1.0,
 ) -> tuple[Int[Tensor, "batch gen_len"], Bool[Tensor, "batch gen_len"]]:
     """Sample `gen_len` tokens after each (left-padded) prompt, with a KV cache.
 
@@ -175,6 +200,8 @@ def generate(
     "static" or "transformer_lens". Both draw the same random numbers in the same order and their
     logits agree to < 1e-5, so on the CPU one seed gives the same tokens either way (tested).
     `cuda_graph=False` runs the static decoder's step uncaptured on CUDA (as it runs on the CPU).
+    `top_k` and `top_p` restrict each draw (`sample_next_token`); the log-probs of the tokens are
+    computed afterwards over the whole softmax, as TRL computes them (docs/fidelity.md, "Top-k").
     """
     batch, device = prompt_ids.shape[0], prompt_ids.device
     eos, pad = model.tokenizer.eos_token_id, pad_token_id(model)
@@ -186,7 +213,7 @@ def generate(
     decoder = make_decoder(model, prompt_ids, prompt_mask, gen_len, kv_cache, cuda_graph)
     logits = decoder.prefill()
     for t in range(gen_len):
-        token = sample_next_token(logits, temperature, top_k)
+        token = sample_next_token(logits, temperature, top_k, top_p)
         token = torch.where(finished, pad, token)
         completion_ids[:, t] = token
         completion_mask[:, t] = ~finished

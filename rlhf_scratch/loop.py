@@ -31,6 +31,7 @@ from rlhf_scratch.heldout import HELDOUT_METRICS, heldout_metrics
 from rlhf_scratch.kl_control import EarlyStopping
 from rlhf_scratch.lifecycle import RunLife, TrainingStopped
 from rlhf_scratch.logger import Metrics, RunLogger
+from rlhf_scratch.lora import load_policy_state_dict, policy_state_dict
 from rlhf_scratch.reward.tasks import rewarded_by
 from rlhf_scratch.rollout import Rollout
 from rlhf_scratch.runs import describe_rewarded_by, load_rewarded_by, new_run_dir, save_run_policy
@@ -116,11 +117,13 @@ def check_declared(stats: dict[str, float], declared: Sequence[str], who: str) -
 
 
 def capture_state(trainer: TrainerContract, phase: int, early_stopping: EarlyStopping | None) -> dict:
-    """Everything a bit-exact resume needs after `phase` completed phases (see `checkpoint`)."""
+    """Everything a bit-exact resume needs after `phase` completed phases (see `checkpoint`). The
+    policy's weights: all of them, or with LoRA the adapters (and value head) and the base's hash
+    (`lora.policy_state_dict`)."""
     return {
         "phase": phase,
         "algo": trainer.args.algo,
-        "policy": trainer.policy.state_dict(),
+        "policy": policy_state_dict(trainer.policy),
         "optimizer": trainer.optimizer.state_dict(),
         "scheduler": trainer.scheduler.state_dict(),
         "prompts": trainer.prompts.state_dict(),
@@ -134,7 +137,7 @@ def capture_state(trainer: TrainerContract, phase: int, early_stopping: EarlySto
 
 def restore_state(trainer: TrainerContract, state: dict, early_stopping: EarlyStopping | None) -> int:
     """Put `state` back into the trainer; return the number of completed phases."""
-    trainer.policy.load_state_dict(state["policy"])
+    load_policy_state_dict(trainer.policy, state["policy"])  # with LoRA: refused if the base's hash differs
     trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.scheduler.load_state_dict(state["scheduler"])
     trainer.prompts.load_state_dict(state["prompts"])
@@ -184,7 +187,7 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
     steps = [0]  # optimizer steps taken: with the scheduler's, whether the weights moved since a phase ended
     counter = trainer.optimizer.register_step_post_hook(lambda *_: steps.__setitem__(0, steps[0] + 1))
     life = RunLife(run_dir, args.total_phases, args.keep_checkpoints, main=main,
-                   state_now=lambda: {"policy": trainer.policy.state_dict(), "optimizer": trainer.optimizer.state_dict(),
+                   state_now=lambda: {"policy": policy_state_dict(trainer.policy), "optimizer": trainer.optimizer.state_dict(),
                                       "scheduler": trainer.scheduler.state_dict()},
                    moved=lambda: (steps[0], trainer.scheduler.last_epoch))
     with life, _closing(counter):

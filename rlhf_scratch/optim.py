@@ -10,9 +10,11 @@ from rlhf_scratch.config import CommonArgs
 
 
 def get_optimizer(model: nn.Module, base_lr: float, head_lr: float | None = None) -> torch.optim.AdamW:
-    """AdamW with two parameter groups when `head_lr` is given: `model.base` at base_lr,
-    `model.value_head` at head_lr (PPO's policy); without it (RLOO, Online DPO, GRPO: no value
-    head) all of `model` is one group at base_lr.
+    """AdamW over the parameters of `model` that require gradients — all of them in full fine-tuning;
+    with LoRA the adapters (and PPO's value head) and nothing of the frozen base, so it keeps Adam's
+    moments for those alone. Two parameter groups when `head_lr` is given: `model.base`'s at base_lr,
+    `model.value_head`'s at head_lr (PPO's policy); without it (RLOO, Online DPO, GRPO: no value
+    head) one group at base_lr.
 
     `maximize=True` because every trainer here ascends its objective (PPO's clipped surrogate
     - value loss + entropy bonus - KL penalty; RLOO's clipped sequence surrogate; minus the DPO
@@ -22,11 +24,10 @@ def get_optimizer(model: nn.Module, base_lr: float, head_lr: float | None = None
     """
     fused = _fused_adamw_available(model)
     if head_lr is None:
-        return torch.optim.AdamW(model.parameters(), lr=base_lr, maximize=True, fused=fused)
-    base_params = list(model.base.parameters())
-    head_params = list(model.value_head.parameters())
+        return torch.optim.AdamW(trainable(model), lr=base_lr, maximize=True, fused=fused)
+    base_params, head_params = trainable(model.base), trainable(model.value_head)
     grouped = {id(p) for p in base_params} | {id(p) for p in head_params}
-    stray = [name for name, p in model.named_parameters() if id(p) not in grouped]
+    stray = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in grouped]
     if stray:
         raise ValueError(f"get_optimizer: parameters outside model.base and model.value_head would not be trained: {stray}")
     return torch.optim.AdamW(
@@ -34,6 +35,11 @@ def get_optimizer(model: nn.Module, base_lr: float, head_lr: float | None = None
         maximize=True,
         fused=fused,
     )
+
+
+def trainable(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters of `model` that require gradients (a LoRA model's frozen base does not)."""
+    return [p for p in model.parameters() if p.requires_grad]
 
 
 def _fused_adamw_available(model: nn.Module) -> bool | None:

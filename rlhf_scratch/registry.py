@@ -103,7 +103,8 @@ register(Algorithm(
 ))
 register(Algorithm(
     "grpo", "GRPO", "rlhf_scratch.config:GRPOArgs", "rlhf_scratch.algorithms.grpo:GRPOTrainer",
-    exports=("GRPOTrainer", "compute_grpo_advantages", "calc_grpo_objective", "calc_importance_ratio", "calc_k3_kl",
-             "calc_clip_counts", "mean_length_by_advantage_sign"),
+    exports=("GRPOTrainer", "compute_grpo_advantages", "calc_grpo_objective", "calc_grpo_terms", "calc_importance_ratio",
+             "calc_k3_kl", "calc_clipped_surrogate", "calc_cispo_surrogate", "calc_sapo_surrogate", "calc_vespo_weights",
+             "aggregate_grpo_terms", "calc_clip_counts", "mean_length_by_advantage_sign"),
     study_flags=("--measure-kl",), compared_by_default=False,
 ))

@@ -36,11 +36,12 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from rlhf_scratch.generation import attention_mask_or_none, decode_completions, generate, tokenize_prompts
+from rlhf_scratch.lora import adapters_off
 from rlhf_scratch.model import TransformerWithValueHead, language_model
 from rlhf_scratch.objectives import generated_span, sequence_log_probs
 from rlhf_scratch.reward.tasks import score_completions
 from rlhf_scratch.timing import timed
-from rlhf_scratch.vocab_terms import LOGITS_PER_CHUNK, final_hidden, token_terms, unembedding
+from rlhf_scratch.vocab_terms import LOGITS_PER_CHUNK, TokenTerms, final_hidden, token_terms, unembedding
 
 
 @dataclass
@@ -146,7 +147,7 @@ def score_tokens(
         tl_mask, targets = attention_mask_or_none(mask), ids[:, prefix_len:]
         ref_hidden = None
         if ref_model is not None:
-            with timed("reference_forward"):
+            with timed("reference_forward"), adapters_off(ref_model):  # a LoRA run's reference: the policy's base
                 ref_hidden = final_hidden(ref_model, ids, tl_mask)[:, span]
             if keep_ref_hidden:
                 out["ref_hidden"].append(ref_hidden)
@@ -181,6 +182,7 @@ def make_rollout(
     gen_len: int,
     temperature: float = 1.0,
     top_k: int = 0,
+    top_p: float = 1.0,
     prepend_bos: bool = True,
     stop_at_eos: bool = False,
     missing_eos_penalty: float | None = None,
@@ -197,7 +199,8 @@ def make_rollout(
     `policy` is the HookedTransformer being tuned, or PPO's `TransformerWithValueHead` (then the
     rollout also keeps V(s_t)). `reward_fn` follows either contract of `tasks.score_completions`.
     `ref_model=None` skips the reference forward: the rollout's ref_logprobs and kl are None.
-    Log-probs are at `temperature` (see `score_tokens`); `policy_precision` is the learning phase's
+    Log-probs are at `temperature` (see `score_tokens`), over the whole softmax whatever `top_k` and
+    `top_p` restricted the draw to (as TRL); `policy_precision` is the learning phase's
     autocast (`accel.learning_autocast`), so old and new log-probs are computed in one precision.
     `kv_cache` and `cuda_graph` choose how `generation.generate` samples (the static cache, CUDA-graphed
     on a GPU, where the model allows).
@@ -207,7 +210,8 @@ def make_rollout(
     prompt_ids, prompt_mask = tokenize_prompts(lm, group_prompts, prepend_bos)
     with timed("generation"):
         completion_ids, completion_mask = generate(
-            lm, prompt_ids, prompt_mask, gen_len, temperature, top_k, stop_at_eos, kv_cache=kv_cache, cuda_graph=cuda_graph
+            lm, prompt_ids, prompt_mask, gen_len, temperature, top_k, stop_at_eos, kv_cache=kv_cache, cuda_graph=cuda_graph,
+            top_p=top_p,
         )
     sample_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1)
@@ -242,14 +246,23 @@ def policy_token_log_probs(
     by every user; GRPO's per-token ratio is built on it). `policy` may be the trainer's `learner`
     (compiled and/or DDP-wrapped): the forward goes through it, the unembedding is the model's own.
     Call it inside the same `learning_autocast` the rollout scored under, so the first pass's ratio is exactly 1."""
+    return policy_token_terms(policy, rollout, rows, chunk_logits=chunk_logits).logprobs
+
+
+def policy_token_terms(
+    policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, " rows"], *, chunk_logits: int,
+    with_entropy: bool = False,
+) -> TokenTerms:
+    """`policy_token_log_probs`, and with `with_entropy` also the entropy H[π] at each of those
+    positions (at the same temperature, with gradient: GRPO's entropy bonus), from the same forward."""
     ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
     lm = unwrapped(policy)
     resid = policy(ids, attention_mask=attention_mask_or_none(mask), stop_at_layer=lm.cfg.n_layers)
     hidden = lm.ln_final(resid)[:, generated_span(rollout.prefix_len)]
     targets = ids[:, rollout.prefix_len :]
     terms = token_terms(hidden.flatten(0, 1), unembedding(lm), targets.flatten(), rollout.temperature,
-                        chunk_logits=chunk_logits)
-    return terms.logprobs.reshape(*targets.shape)
+                        with_entropy=with_entropy, chunk_logits=chunk_logits)
+    return terms.reshape(*targets.shape)
 
 
 def unwrapped(module: torch.nn.Module) -> HookedTransformer:

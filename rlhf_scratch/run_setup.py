@@ -1,6 +1,6 @@
 """Run setup, before the first phase: validate the config, seed every RNG, pick the device and the
-CPU threads, join the process group under torchrun, load the policy and the reference, and load
-the prompts (checked against the model's context)."""
+CPU threads, join the process group under torchrun, load the policy (with LoRA adapters when asked)
+and the reference, and load the prompts (checked against the model's context)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from transformer_lens import HookedTransformer
 from rlhf_scratch import distributed as dist
 from rlhf_scratch.config import PROMPT_PREFIX, CommonArgs, ConfigError
 from rlhf_scratch.loading import load_lm
+from rlhf_scratch.lora import add_lora
 from rlhf_scratch.prompts import PromptIterator, check_prompt_lengths, load_prompts
 
 
@@ -57,6 +58,22 @@ def load_reference(model: str, device: str) -> HookedTransformer:
     for p in reference.parameters():
         p.requires_grad_(False)
     return reference
+
+
+def add_adapters(lm: HookedTransformer, args: CommonArgs) -> HookedTransformer:
+    """With --lora-rank r > 0: `lm` frozen, with rank-r LoRA adapters on --lora-targets (`lora.add_lora`,
+    A drawn from the run's seeded RNG); else `lm` as it is (full fine-tuning)."""
+    if args.lora_rank == 0:
+        return lm
+    return add_lora(lm, args.lora_rank, args.lora_alpha, args.lora_target_names())
+
+
+def reference_model(args: CommonArgs, lm: HookedTransformer, device: str) -> HookedTransformer:
+    """The reference the KL is measured against. With LoRA it is the policy's own LM `lm`: every
+    reference forward runs it under `lora.adapters_off`, where it computes as the base model bit for
+    bit — no second model in memory. Otherwise a frozen copy (`load_reference`), on which
+    `adapters_off` changes nothing."""
+    return lm if args.lora_rank else load_reference(args.model, device)
 
 
 def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIterator:

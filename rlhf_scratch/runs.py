@@ -7,7 +7,9 @@
         samples.md       the sample tables printed during training
         curves.png       reward and KL per phase
         policy.pt        state_dict of the tuned policy: PPO's TransformerWithValueHead (trunk +
-                         value head), or the HookedTransformer for RLOO and Online DPO
+                         value head), or the HookedTransformer for RLOO and Online DPO; for a LoRA
+                         run (--lora-rank) only the adapters (+ value head) and the base's sha256
+                         (`lora.policy_state_dict`)
         status.json      {"status": running | finished | interrupted | failed, "phase": completed
                          phases, "total_phases", "pid", "error" (failed: the exception's one line)},
                          rewritten after every phase
@@ -42,6 +44,7 @@ from rlhf_scratch import registry
 from rlhf_scratch.checkpoint import list_checkpoints
 from rlhf_scratch.config import CommonArgs, ConfigError
 from rlhf_scratch.loading import load_lm
+from rlhf_scratch.lora import add_lora, load_policy_state_dict, policy_state_dict
 from rlhf_scratch.model import TransformerWithValueHead, language_model
 
 CONFIG_FILE = "config.json"
@@ -334,10 +337,16 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float | int]]:
 
 
 def save_run_policy(run_dir: str | Path, policy: torch.nn.Module) -> Path:
-    """Save the tuned policy (PPO: trunk + value head) as `policy.pt` in the run folder."""
+    """Save the tuned policy (PPO: trunk + value head; LoRA: adapters + head, base hash) as `policy.pt`."""
     path = Path(run_dir) / POLICY_FILE
-    torch.save({k: v.detach().cpu() for k, v in policy.state_dict().items()}, path)
+    torch.save(_on_cpu(policy_state_dict(policy)), path)
     return path
+
+
+def _on_cpu(state: dict) -> dict:
+    """A (nested) state dict with every tensor detached and on the CPU."""
+    return {k: _on_cpu(v) if isinstance(v, dict) else v.detach().cpu() if isinstance(v, torch.Tensor) else v
+            for k, v in state.items()}
 
 
 @dataclass
@@ -374,7 +383,9 @@ def load_args(run_dir: str | Path) -> CommonArgs:
 
 def load_run(run_dir: str | Path, device: str = "cpu") -> LoadedRun:
     """Rebuild the tuned policy and the reference model of a finished run (refused, in one line
-    saying what to do, while a process is training it)."""
+    saying what to do, while a process is training it). A LoRA run's policy is the base loaded again
+    with its adapters put back (refused in one line if the base's hash differs); its reference is a
+    separate plain copy of the base."""
     run_dir = Path(run_dir)
     args = load_args(run_dir)
     refuse_if_training(run_dir)  # its policy.pt may be old, or half-written
@@ -390,10 +401,12 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> LoadedRun:
         raise RunFolderError(f"{weights}: unreadable ({type(e).__name__}); the file is truncated or not a policy") from None
     reference = load_lm(args.model, device=device).eval()
     lm = load_lm(args.model, device=device)
+    if args.lora_rank:  # the base again, its adapters (A's draw is overwritten: a generator of its own, not the caller's RNG)
+        add_lora(lm, args.lora_rank, args.lora_alpha, args.lora_target_names(), generator=torch.Generator())
     policy = TransformerWithValueHead(lm, args.detach_value_head) if registry.get(args.algo).value_head else lm
     try:
-        policy.load_state_dict(state)
-    except RuntimeError as e:
+        load_policy_state_dict(policy, state)
+    except (RuntimeError, ConfigError) as e:  # a LoRA base's hash that differs is one line too
         raise RunFolderError(f"{weights}: does not fit {type(policy).__name__} of {args.model!r} "
                              f"({str(e).splitlines()[0]})") from None
     return LoadedRun(policy=policy.eval(), reference=reference, args=args, path=run_dir)

@@ -50,8 +50,14 @@ from rlhf_scratch.model import Policy
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.reward.tasks import RewardFn, make_reward_fn
-from rlhf_scratch.rollout import Rollout, make_rollout, policy_sequence_log_probs, policy_token_log_probs
-from rlhf_scratch.run_setup import load_policy, load_reference, make_prompt_iterator, setup_torch
+from rlhf_scratch.rollout import (
+    Rollout,
+    make_rollout,
+    policy_sequence_log_probs,
+    policy_token_log_probs,
+    policy_token_terms,
+)
+from rlhf_scratch.run_setup import add_adapters, load_policy, make_prompt_iterator, reference_model, setup_torch
 from rlhf_scratch.timing import timed
 
 Minibatch = TypeVar("Minibatch")
@@ -69,8 +75,9 @@ class Trainer:
         args = args.with_local_paths_resolved()  # what config.json records must mean the same files on resume
         self.device = setup_torch(args)
         self.args, self.quiet = args, quiet or not dist.is_main()  # one progress bar: rank 0's
-        lm = load_policy(args.model, self.device)
-        self.ref_model: HookedTransformer | None = load_reference(args.model, self.device) if self.uses_reference() else None
+        lm = add_adapters(load_policy(args.model, self.device), args)  # --lora-rank: base frozen, adapters added
+        self.ref_model: HookedTransformer | None = reference_model(args, lm, self.device) if self.uses_reference() else None
+        """The reference: a frozen copy, or with LoRA the policy's own LM, run under `lora.adapters_off`."""
         self.lm: HookedTransformer = lm
         """The language model being tuned (PPO's policy is it plus a value head): what samples and what interp reads."""
         self.policy: Policy = self.build_policy(lm)
@@ -113,7 +120,8 @@ class Trainer:
         prompts = dist.shard(self.prompts.next_batch(args.batch_size // num_generations))
         return make_rollout(
             self.policy, self.ref_model, prompts, self.reward_fn, num_generations=num_generations,
-            gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k, prepend_bos=args.prepend_bos,
+            gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+            prepend_bos=args.prepend_bos,
             stop_at_eos=args.eos_stops(), missing_eos_penalty=args.missing_eos_penalty,
             chunk_size=args.minibatch_size(), keep_ref_hidden=keep_ref_hidden, chunk_logits=args.chunk_logits,
             kv_cache=args.kv_cache, cuda_graph=args.cuda_graph,
@@ -130,6 +138,14 @@ class Trainer:
         the learner (compiled / DDP), at the temperature the rollout was sampled at, `--chunk-logits`
         logits at a time (`rollout.policy_token_log_probs`)."""
         return policy_token_log_probs(self.learner, rollout, rows, chunk_logits=self.args.chunk_logits)
+
+    def token_log_probs_and_entropy(
+        self, rollout: Rollout, rows: Int[Tensor, " rows"]
+    ) -> tuple[Float[Tensor, "rows gen_len"], Float[Tensor, "rows gen_len"]]:
+        """`token_log_probs` and the entropy H[π] at the same positions, both with gradient, from one
+        forward (`rollout.policy_token_terms`): for an entropy bonus in the objective."""
+        terms = policy_token_terms(self.learner, rollout, rows, chunk_logits=self.args.chunk_logits, with_entropy=True)
+        return terms.logprobs, terms.entropy
 
     def sequence_log_probs(self, rollout: Rollout, rows: Int[Tensor, " rows"]) -> Float[Tensor, " rows"]:
         """log π(o | q) of the rollout's `rows` now, with gradient: `token_log_probs` summed over kept tokens."""

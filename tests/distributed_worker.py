@@ -31,6 +31,9 @@ PER_ALGO = {"ppo": dict(batches_per_learning_phase=1, normalize_reward=False),
             "online_dpo": dict(num_iterations=1),
             # GRPO: the batch std and dapo's token count must be the global batch's (β > 0: the k3 term too)
             "grpo": dict(num_generations=2, num_iterations=1, scale_rewards="batch", loss_type="dapo", beta=0.04)}
+# PPO with rank-2 LoRA adapters: DDP averages the gradients of the adapters and the value head, the only
+# parameters that require them (the reference forward is the policy's own LM with its adapters off)
+PER_ALGO["ppo_lora"] = dict(PER_ALGO["ppo"], lora_rank=2, cache_ref_logprobs=False)
 
 
 def make_trainer(algo: str):
@@ -39,8 +42,15 @@ def make_trainer(algo: str):
     from rlhf_scratch.algorithms.ppo import RLHFTrainer
     from rlhf_scratch.algorithms.rloo import RLOOTrainer
 
-    cls = {"ppo": RLHFTrainer, "rloo": RLOOTrainer, "online_dpo": OnlineDPOTrainer, "grpo": GRPOTrainer}[algo]
-    return cls(make_args("tiny", algo, **SETTINGS, **PER_ALGO[algo]), quiet=True)
+    base = algo.removesuffix("_lora")
+    cls = {"ppo": RLHFTrainer, "rloo": RLOOTrainer, "online_dpo": OnlineDPOTrainer, "grpo": GRPOTrainer}[base]
+    trainer = cls(make_args("tiny", base, **SETTINGS, **PER_ALGO[algo]), quiet=True)
+    if algo.endswith("_lora"):  # adapters that have moved (B = 0 gives A no gradient): the same on every rank
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for B in [p for name, p in trainer.policy.named_parameters() if name.endswith(".B")]:
+                B.copy_(0.05 * torch.randn(B.shape, generator=gen))
+    return trainer
 
 
 def rows(rollout: Rollout, start: int, stop: int) -> Rollout:
@@ -65,6 +75,8 @@ def main(algo: str, rollout_path: str, grads_path: str, start: int | None = None
     judged = algo == "online_dpo_judge"  # Online DPO with a judge that abstains on the last pair only
     trainer = make_trainer("online_dpo" if judged else algo)  # joins the process group under torchrun
     rollout = torch.load(rollout_path, weights_only=False)
+    if algo == "ppo_lora":  # PPO's per-minibatch reference forward, not the rollout's kept ĥ_ref
+        rollout.ref_hidden = None
     if judged:  # the last pair of the batch: rank 1's under torchrun, so the ranks decide different numbers
         trainer.judge = judge_undecided_on({rollout.completions[-2]})
     n = len(rollout) // dist.world_size()

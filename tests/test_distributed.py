@@ -127,12 +127,12 @@ def saved_rollouts(tmp_path_factory):
     return paths
 
 
-ALGOS = ("rloo", "online_dpo", "ppo", "grpo")
+ALGOS = ("rloo", "online_dpo", "ppo", "grpo", "ppo_lora")
 # PPO whitens advantages per minibatch, i.e. per rank (as CleanRL's multi-GPU PPO does): its 2-process
 # gradient is the mean of the two halves' gradients, each computed alone. The others: one process on
 # the whole batch of 8.
 ALONE = {"rloo": [(0, 8)], "online_dpo": [(0, 8)], "grpo": [(0, 8)], "ppo": [(0, 4), (4, 8)],
-         "online_dpo_judge": [(0, 8)]}
+         "online_dpo_judge": [(0, 8)], "ppo_lora": [(0, 4), (4, 8)]}
 
 
 def run_jobs(jobs: list[list], folder: Path, under_torchrun: bool) -> subprocess.CompletedProcess:
@@ -150,7 +150,7 @@ def learned_gradients(saved_rollouts, tmp_path_factory):
     half of the rows) and in one process (`ALONE`), each side in one process start; {kind: {algo: grads}}.
     `online_dpo_judge`: Online DPO with a judge that abstains on the last pair (rank 1's) only."""
     folder = tmp_path_factory.mktemp("grads")
-    rollout = {**saved_rollouts, "online_dpo_judge": saved_rollouts["online_dpo"]}
+    rollout = {**saved_rollouts, "online_dpo_judge": saved_rollouts["online_dpo"], "ppo_lora": saved_rollouts["ppo"]}
     ddp = [[algo, str(rollout[algo]), str(folder / f"ddp-{algo}.pt"), None, None] for algo in ALONE]
     alone = [[algo, str(rollout[algo]), str(folder / f"alone-{algo}-{a}.pt"), a, b] for algo in ALONE for a, b in ALONE[algo]]
     for jobs, under_torchrun in ((ddp, True), (alone, False)):
@@ -171,9 +171,12 @@ def test_two_process_gradients_equal_one_process_on_the_global_batch(algo, learn
     for name, grad in expected.items():
         torch.testing.assert_close(ddp[name], grad, atol=1e-5, rtol=0, msg=f"{algo}: {name}")
     assert any(g.abs().max() > 1e-4 for g in expected.values()), "a test of zero gradients proves nothing"
-    if algo == "ppo":  # were the halves' gradients equal, a run that dropped one rank's rows would pass too
-        first, second = learned_gradients["parts"]["ppo"]
+    if algo.startswith("ppo"):  # were the halves' gradients equal, a run that dropped one rank's rows would pass too
+        first, second = learned_gradients["parts"][algo]
         assert any((first[k] - second[k]).abs().max() > 1e-4 for k in expected)
+    if algo == "ppo_lora":  # the adapters' A and B and the value head: no gradient reaches the frozen base
+        assert {k.rsplit(".", 1)[-1] for k in ddp if ".parametrizations." in k} == {"A", "B"}
+        assert all(".parametrizations." in k or k.startswith("value_head.") for k in ddp), sorted(ddp)
 
 
 def test_online_dpo_with_a_judge_undecided_on_one_rank_only_finishes_with_one_process_gradient(learned_gradients):

@@ -177,7 +177,6 @@ def test_a_missing_notebook_is_one_line_and_exit_2(tmp_path, capsys):
     assert len(err) == 1 and "nope.ipynb" in err[0], err
 
 
-@pytest.mark.xfail(reason="outputs are re-executed at the end of this wave", strict=True)
 def test_every_committed_notebook_is_executed_current_and_has_its_figures():
     """The committed notebooks read without running: every code cell executed, from its current
     source (`stale_cells`, `unexecuted_cells`), with its figure saved (`plots_without_image`).

@@ -1,5 +1,5 @@
 """Sampling and scoring over left-padded prompts: padding changes nothing, EOS ends a completion,
-top-k draws only among the k largest logits; the static KV cache computes TransformerLens' logits
+top-k draws only among the k largest logits, top-p only inside the nucleus (transformers' rule); the static KV cache computes TransformerLens' logits
 and samples its tokens, and models it does not cover fall back to TransformerLens' cache."""
 
 import math
@@ -12,6 +12,7 @@ from rlhf_scratch.generation import (
     generate,
     get_samples,
     make_decoder,
+    nucleus,
     sample_next_token,
     tokenize_prompts,
 )
@@ -111,6 +112,67 @@ def test_top_k_draws_only_among_the_k_largest_with_the_right_probabilities():
     # temperature 2 flattens: p(3) = 3^(1/2) / (3^(1/2) + 1) = 0.634
     tokens = sample_next_token(logits, temperature=2.0, top_k=2)
     assert (tokens == 3).float().mean().item() == pytest.approx(math.sqrt(3) / (math.sqrt(3) + 1), abs=0.005)
+
+
+# probabilities 0.5, 0.3, 0.15, 0.05 put in a shuffled order (the rule sorts; the result must land back in place)
+NUCLEUS_PROBS = torch.tensor([0.15, 0.5, 0.05, 0.3])
+
+
+@pytest.mark.parametrize("top_p, kept", [
+    (0.75, {1, 3}),  # 0.5 + 0.3 = 0.8 reaches 0.75; the 0.3 token is in (the one that crosses top_p)
+    (0.85, {0, 1, 3}),  # 0.8 < 0.85: the 0.15 token is needed too
+    (0.4, {1}),  # the most likely alone already holds 0.5 ≥ 0.4
+    (1e-9, {1}),  # the most likely token is always kept
+    (1.0, {0, 1, 2, 3}),  # top_p = 1: nothing dropped
+])
+def test_the_nucleus_is_the_smallest_most_likely_set_reaching_top_p_by_hand(top_p, kept):
+    """Ascending, the cumulative masses are 0.05, 0.20, 0.50, 1.00; a token is dropped where its
+    cumulative mass is ≤ 1 − top_p (transformers' TopPLogitsWarper). Keeping only the tokens whose OWN
+    mass reaches top_p, or dropping the crossing token, gives {1} at 0.75 (red)."""
+    logits = NUCLEUS_PROBS.log()[None]
+    out = nucleus(logits, top_p)
+    assert set(torch.isfinite(out[0]).nonzero().flatten().tolist()) == kept
+    assert torch.equal(out[torch.isfinite(out)], logits[torch.isfinite(out)]), "the kept logits are unchanged"
+
+
+def test_the_nucleus_is_transformers_top_p_warper_on_random_logits():
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    torch.manual_seed(0)
+    logits = 3 * torch.randn(64, 50)
+    for top_p in (0.1, 0.5, 0.9, 0.99):
+        theirs = TopPLogitsWarper(top_p)(None, logits.clone())
+        assert torch.equal(torch.isfinite(nucleus(logits, top_p)), torch.isfinite(theirs)), top_p
+
+
+def test_top_p_draws_only_inside_the_nucleus_with_renormalised_probabilities():
+    torch.manual_seed(0)
+    logits = NUCLEUS_PROBS.log().expand(200_000, 4)
+    tokens = sample_next_token(logits, top_p=0.75)
+    assert set(tokens.unique().tolist()) == {1, 3}, "a token outside the nucleus was drawn"
+    assert (tokens == 1).float().mean().item() == pytest.approx(0.5 / 0.8, abs=0.005)
+    # top-k first, then top-p on the k renormalised: 0.5, 0.3, 0.15 → 0.526, 0.316, 0.158; at top_p 0.8 the
+    # cumulative 0.158 ≤ 0.2 is dropped (the order transformers applies them in)
+    tokens = sample_next_token(logits, top_k=3, top_p=0.8)
+    assert set(tokens.unique().tolist()) == {1, 3}
+
+
+def test_generated_tokens_always_lie_in_the_nucleus_of_the_models_logits(lm):
+    """64 samples of 6 tokens at T = 0.7, top_p = 0.3: each token is inside the nucleus of softmax(z / T)
+    at its position (recomputed by a full forward without cache); and top_p = 1 draws what no top-p drew."""
+    prompt_ids, prompt_mask = tokenize_prompts(lm, [PROMPTS[0]] * 64, prepend_bos=True)
+    torch.manual_seed(3)
+    ids, _ = generate(lm, prompt_ids, prompt_mask, gen_len=6, temperature=0.7, top_p=0.3)
+    P = prompt_ids.shape[1]
+    with torch.no_grad():
+        logits = lm(torch.cat([prompt_ids, ids], 1))[:, P - 1 : -1]  # [64, 6, V]
+    allowed = torch.isfinite(nucleus((logits / 0.7).flatten(0, 1), 0.3)).view(*ids.shape, -1)
+    assert allowed.gather(-1, ids[..., None]).all(), "a token outside the nucleus was drawn"
+    assert allowed.sum(-1).float().mean() < 20, "the nucleus must be small here, or the test proves little"
+    torch.manual_seed(3)
+    plain, _ = generate(lm, prompt_ids, prompt_mask, gen_len=6, temperature=0.7)
+    torch.manual_seed(3)
+    assert torch.equal(generate(lm, prompt_ids, prompt_mask, gen_len=6, temperature=0.7, top_p=1.0)[0], plain)
 
 
 def test_get_samples_keeps_the_blog_signature(lm):

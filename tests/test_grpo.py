@@ -1,7 +1,9 @@
-"""GRPO: group-relative advantages, the four loss aggregations, GSPO's sequence ratio, the k3 KL and
-TRL's ratio-weighted k3 (value and gradient) by hand; the clipped side has no gradient; a bandit
-that learns (and one with the sign flipped that does not); the trainer's learning phase checked by
-hand; an end-to-end run from the command line."""
+"""GRPO: group-relative advantages, TRL's eight loss types (the aggregations, GSPO's sequence ratio,
+LUSPO's sum, CISPO's capped weight, SAPO's gate, VESPO's Gamma weight), two-sided clipping, the
+entropy bonus, the k3 KL and TRL's ratio-weighted k3 (value and gradient) by hand; the clip metrics;
+truncated completions masked; the clipped side has no gradient; a bandit that learns (and one with
+the sign flipped that does not); TRL's start warnings; the trainer's learning phase checked by hand;
+an end-to-end run from the command line. (TRL's own code against ours: tests/test_vs_trl.py.)"""
 
 import json
 import math
@@ -12,12 +14,21 @@ import torch
 from rlhf_scratch.algorithms.grpo import (
     GRPO_METRICS,
     KL_METRIC,
+    LENGTH_NOTE,
+    LUSPO_WARNING,
+    SEQUENCE_SUM_WARNING,
+    VESPO_WARNING,
     GRPOTrainer,
     calc_clip_counts,
     calc_grpo_objective,
+    calc_grpo_terms,
     calc_importance_ratio,
     calc_k3_kl,
+    calc_vespo_weights,
+    clip_fraction_extremes,
     compute_grpo_advantages,
+    grpo_start_notes,
+    loss_mask,
     mean_length_by_advantage_sign,
 )
 from rlhf_scratch.config import ConfigError, make_args
@@ -137,6 +148,178 @@ def test_sequence_level_ratio_gspo_by_hand():
     # clip counts are per sequence at this level: row 1 clipped low, of 2 sequences
     counts = calc_clip_counts(new, OLD, ADV, MASK, **EPS, importance_sampling_level="sequence")
     torch.testing.assert_close(counts, torch.tensor([1.0, 0.0, 2.0]))
+
+
+def objective_and_grad(new, loss_type, old=OLD, adv=ADV, **kw):
+    """J and ∇J w.r.t. the per-token log-probs on the 2×3 example (dapo's N = 50 over 2 splits: ÷ 25)."""
+    logp = new.clone().requires_grad_(True)
+    J = calc_grpo_objective(logp, old, adv, MASK, loss_type=loss_type, max_completion_length=5,
+                            **{**EPS, **DAPO_N, **kw})
+    J.backward()
+    return J.item(), logp.grad
+
+
+# the per-token log-probs of NEW: row 0 [-0.9, -1.6, -1.0], row 1 [-1.8, -0.4] (+ padding)
+NEW_LOGP = [[-0.9, -1.6, -1.0], [-1.8, -0.4]]
+RHO = [[math.exp(0.1), math.exp(0.4), math.exp(-0.5)], [math.exp(-0.3), math.exp(0.3)]]  # 1.105 1.492 0.607 | 0.741 1.350
+
+
+def padded(rows):
+    return torch.tensor([rows[0], rows[1] + [0.0]])
+
+
+def test_cispo_weighs_log_pi_by_the_capped_detached_ratio_by_hand():
+    """ε_max = 1.3: row 0's ρ = 1.49 and row 1's 1.35 are capped at 1.3, the others keep their ρ.
+    J = Σ sg(min(ρ, 1.3)) A log π / 25 = -0.220356; ∇J = min(ρ, 1.3) A / 25 on every kept token —
+    clipped ones included (the clipped surrogate would give them 0). Red if the cap is 1 + ε_max
+    (nothing capped), if the weight is not detached (∇ gains ρ A log π), or with the mean of bnpo."""
+    w = [[min(r, 1.3) for r in row] for row in RHO]
+    hand = (sum(wi * 2 * lp for wi, lp in zip(w[0], NEW_LOGP[0])) + sum(wi * -1 * lp for wi, lp in zip(w[1], NEW_LOGP[1]))) / 25
+    got, grad = objective_and_grad(NEW, "cispo", epsilon_high=1.3)
+    assert got == pytest.approx(hand, abs=1e-6) and hand == pytest.approx(-0.220356, abs=1e-6)
+    torch.testing.assert_close(grad, padded([[2 * wi / 25 for wi in w[0]], [-wi / 25 for wi in w[1]]]))
+    # at TRL's default ε_high = 0.2 the cap binds everywhere: every weight is 0.2
+    _, grad_default = objective_and_grad(NEW, "cispo", epsilon_high=0.2)
+    torch.testing.assert_close(grad_default, padded([[2 * 0.2 / 25] * 3, [-0.2 / 25] * 2]))
+
+
+def sigmoid(x):
+    return 1 / (1 + math.exp(-x))
+
+
+def test_sapo_soft_gate_by_hand():
+    """τ_pos = 2 (row 0, A = 2), τ_neg = 0.5 (row 1, A = -1): ℓ = (4/τ) σ(τ (ρ − 1)) A, grpo's per-sequence
+    mean: J = (2.124067 + (-4.045075)) / 2 = -0.960504. Red if the temperatures are swapped, if the
+    gate's 4/τ is dropped, or with dapo's normaliser (÷ 25 instead of the per-sequence means)."""
+    row0 = sum(4 / 2.0 * sigmoid(2.0 * (r - 1)) * 2 for r in RHO[0]) / 3
+    row1 = sum(4 / 0.5 * sigmoid(0.5 * (r - 1)) * -1 for r in RHO[1]) / 2
+    got, grad = objective_and_grad(NEW, "sapo", sapo_temperature_pos=2.0, sapo_temperature_neg=0.5)
+    assert got == pytest.approx((row0 + row1) / 2, abs=1e-6) and got == pytest.approx(-0.960504, abs=1e-6)
+    swapped, _ = objective_and_grad(NEW, "sapo", sapo_temperature_pos=0.5, sapo_temperature_neg=2.0)
+    assert swapped != pytest.approx(got, abs=1e-3)
+    # ∂ℓ/∂log π = ρ · 4 σ(1 − σ) A, then ÷ |o_i| ÷ B: no clip edge, every token has a gradient
+    g0 = [r * 4 * sigmoid(2.0 * (r - 1)) * (1 - sigmoid(2.0 * (r - 1))) * 2 / 3 / 2 for r in RHO[0]]
+    g1 = [r * 4 * sigmoid(0.5 * (r - 1)) * (1 - sigmoid(0.5 * (r - 1))) * -1 / 2 / 2 for r in RHO[1]]
+    torch.testing.assert_close(grad, padded([g0, g1]))
+
+
+def test_sapo_at_ratio_one_is_the_policy_gradient_of_grpo():
+    """At ρ = 1 the gate's slope 4 σ(0)(1 − σ(0)) = 1: SAPO's gradient is exactly grpo's, whatever τ."""
+    _, sapo = objective_and_grad(OLD, "sapo", sapo_temperature_pos=3.0, sapo_temperature_neg=0.3)
+    _, grpo = objective_and_grad(OLD, "grpo")
+    torch.testing.assert_close(sapo, grpo)
+
+
+def test_luspo_sums_each_sequence_instead_of_averaging_it_by_hand():
+    """LUSPO = GSPO's sequence term × |o_i|, then the mean over sequences: (3 · 2ρ_0 + 2 · (−0.8)) / 2,
+    where GSPO (loss_type grpo) gives (2ρ_0 − 0.8) / 2. Red if the sum is a mean (GSPO's value)."""
+    new = OLD + torch.tensor([[0.3, 0.3, 0.0], [-0.6, 0.0, 5.0]])  # ρ_0 = e^0.2 inside, ρ_1 = e^-0.3 clipped low
+    got, _ = objective_and_grad(new, "luspo", importance_sampling_level="sequence")
+    assert got == pytest.approx((3 * 2 * math.exp(0.2) + 2 * -0.8) / 2, abs=1e-6)  # 2.864208
+    gspo, _ = objective_and_grad(new, "grpo", importance_sampling_level="sequence")
+    assert gspo == pytest.approx((2 * math.exp(0.2) - 0.8) / 2, abs=1e-6)
+    # at the token level it is the per-row sum of the clipped surrogate, then the mean (S0, S1 below)
+    token, _ = objective_and_grad(NEW, "luspo")
+    assert token == pytest.approx((S0 + S1) / 2, abs=1e-5)
+
+
+# VESPO's own case: summed log-ratios 0.3 (row 0, A > 0) and −0.5 (row 1, A < 0; the padding's 5 excluded)
+VESPO_NEW = OLD + torch.tensor([[0.1, 0.4, -0.2], [-0.3, -0.2, 5.0]])
+
+
+def test_vespo_gamma_weight_by_hand():
+    """w_0 = e^0.3 with (k, λ) = (2, 3): φ_0 = exp(3 + 2·0.3 − 3 e^0.3) = 0.637898; w_1 = e^-0.5 with
+    (3, 2): φ_1 = exp(2 + 3·(−0.5) − 2 e^-0.5) = 0.490141. J = Σ φ A log π / 25 = -0.110367 and
+    ∇J = φ A / 25. Red if the pos/neg parameters are swapped, if w is GSPO's mean ratio (row 0: e^0.1),
+    if the padding's 5 enters the sum, or if φ carries a gradient."""
+    phi0, phi1 = math.exp(3 + 2 * 0.3 - 3 * math.exp(0.3)), math.exp(2 + 3 * -0.5 - 2 * math.exp(-0.5))
+    phi = calc_vespo_weights(VESPO_NEW - OLD, ADV, MASK, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda_neg=2.0)
+    torch.testing.assert_close(phi, torch.tensor([[phi0], [phi1]]))
+    got, grad = objective_and_grad(VESPO_NEW, "vespo")  # TRL's defaults (2, 3, 3, 2)
+    hand = (phi0 * 2 * (-0.9 - 1.6 - 0.7) + phi1 * -1 * (-1.8 - 0.9)) / 25
+    assert got == pytest.approx(hand, abs=1e-6) and hand == pytest.approx(-0.110367, abs=1e-6)
+    torch.testing.assert_close(grad, padded([[phi0 * 2 / 25] * 3, [-phi1 / 25] * 2]))
+    # normalised: φ(1) = 1 for either sign; a huge ratio's weight vanishes (0, not NaN)
+    ones = calc_vespo_weights(torch.zeros(2, 3), ADV, MASK, 2.0, 3.0, 3.0, 2.0)
+    torch.testing.assert_close(ones, torch.ones(2, 1))
+    huge = calc_vespo_weights(torch.full((2, 3), 30.0), ADV, MASK, 2.0, 3.0, 3.0, 2.0)
+    assert torch.equal(huge, torch.zeros(2, 1))
+
+
+def test_two_sided_clipping_caps_a_runaway_ratio_with_a_negative_advantage_by_hand():
+    """δ = 1.3 (> 1 + ε_high = 1.28): row 1's second token (A = −1, ρ = 1.35) weighs min(1.35, 1.3) = 1.3
+    and gets no gradient; row 0's 1.49 (A > 0) was clipped at 1.28 anyway. bnpo: (S0 − 0.8 − 1.3) / 5."""
+    got, grad = objective_and_grad(NEW, "bnpo", delta=1.3)
+    assert got == pytest.approx((S0 - 0.8 - 1.3) / 5, abs=1e-6)
+    _, plain = objective_and_grad(NEW, "bnpo")
+    assert plain[1, 1].item() == pytest.approx(-math.exp(0.3) / 5, abs=1e-6) and grad[1, 1].item() == 0.0
+    torch.testing.assert_close(grad[0], plain[0])
+    # the clip metrics read the capped ratio (TRL's coef_1 after the cap): no change here, 1.3 > 1.28
+    assert calc_grpo_terms(NEW, OLD, ADV, MASK, loss_type="bnpo", max_completion_length=5, delta=1.3,
+                           **EPS).clip_counts.tolist() == [1.0, 1.0, 5.0]
+
+
+def test_the_entropy_bonus_is_the_mean_kept_entropy_whatever_the_loss_type():
+    """J + c · Σ mask H / Σ mask: 0.1 · (1 + 2 + 3 + 4 + 5) / 5 = 0.3 (the padding's 9 excluded) is added to
+    every loss type's J alike (TRL: not rescaled by the loss type's normaliser), with ∂J/∂H = c / 5."""
+    entropies = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 9.0]], requires_grad=True)
+    for loss_type in ("grpo", "dapo", "sapo", "luspo"):
+        base = calc_grpo_objective(NEW, OLD, ADV, MASK, loss_type=loss_type, max_completion_length=5, **EPS, **DAPO_N)
+        got = calc_grpo_objective(NEW, OLD, ADV, MASK, loss_type=loss_type, max_completion_length=5, **EPS, **DAPO_N,
+                                  entropies=entropies, entropy_coef=0.1)
+        assert (got - base).item() == pytest.approx(0.3, abs=1e-6), loss_type
+    got.backward()
+    torch.testing.assert_close(entropies.grad, torch.tensor([[0.02, 0.02, 0.02], [0.02, 0.02, 0.0]]))
+    with pytest.raises(ValueError, match="entropy_coef != 0 needs entropies"):
+        calc_grpo_objective(NEW, OLD, ADV, MASK, loss_type="dapo", max_completion_length=5, entropy_coef=0.1, **EPS)
+
+
+def test_clip_ratio_low_min_and_high_max_are_the_extreme_per_sequence_fractions_by_hand():
+    """Four rows: the fraction of each row's kept tokens clipped low / high (a row with no kept token: NaN,
+    skipped). low: [0, 1/2, 1/3, –] → min 0; high: [2/3, 0, 0, –] → max 2/3. With A of one sign per row a row
+    with A > 0 is never clipped low, so low_min is 0 unless every advantage is negative (the second case)."""
+    ratio = torch.tensor([[1.5, 1.4, 1.0], [0.5, 1.0, 9.0], [0.7, 1.0, 1.1], [9.0, 9.0, 9.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1], [0, 0, 0]]).bool()
+    adv = torch.tensor([1.0, -1.0, -0.5, 2.0])
+    got = clip_fraction_extremes(ratio, adv, mask, 0.8, 1.28)
+    torch.testing.assert_close(got, torch.tensor([0.0, 2 / 3]))
+    got = clip_fraction_extremes(ratio, -adv.abs(), mask, 0.8, 1.28)  # every row pushed down
+    torch.testing.assert_close(got, torch.tensor([0.0, 0.0]))  # row 0 (1.5, 1.4, 1.0) has nothing below 0.8
+    got = clip_fraction_extremes(ratio[1:3], -adv[1:3].abs(), mask[1:3], 0.8, 1.28)
+    torch.testing.assert_close(got, torch.tensor([1 / 3, 0.0]))  # rows 1 and 2: 1/2 and 1/3 → min 1/3
+    assert clip_fraction_extremes(ratio[3:], adv[3:], mask[3:], 0.8, 1.28).isnan().all(), "no kept token: NaN"
+
+
+def test_loss_mask_drops_every_token_of_a_truncated_completion():
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]]).bool()
+    terminated = torch.tensor([True, False, True])  # row 1 ran to gen_len without an EOS
+    assert loss_mask(mask, terminated, False) is mask
+    assert loss_mask(mask, terminated, True).tolist() == [[True, True, False], [False] * 3, [True, False, False]]
+
+
+def test_trls_warnings_and_our_note_at_start():
+    """One line each where TRL's GRPOTrainer warns, and our note where the loss type cannot matter."""
+    def notes(**kw):
+        return grpo_start_notes(make_args("tiny", "grpo", **kw))
+
+    assert notes() == [] and notes(importance_sampling_level="sequence", loss_type="grpo", stop_at_eos=True) == []  # GSPO
+    assert notes(importance_sampling_level="sequence") == [SEQUENCE_SUM_WARNING.format(loss_type="dapo")]
+    assert notes(importance_sampling_level="sequence", loss_type="cispo") == [SEQUENCE_SUM_WARNING.format(loss_type="cispo")]
+    assert notes(loss_type="luspo") == [LUSPO_WARNING] and notes(loss_type="luspo", importance_sampling_level="sequence") == []
+    assert notes(loss_type="vespo", importance_sampling_level="sequence") == [VESPO_WARNING] and notes(loss_type="vespo") == []
+    assert notes(loss_type="bnpo") == [LENGTH_NOTE.format(loss_type="bnpo", gen_len=30)]
+    assert notes(loss_type="bnpo", stop_at_eos=True) == [] and notes(loss_type="sapo") == [], "sapo's surrogate differs anyway"
+    assert all("\n" not in line for line in notes(importance_sampling_level="sequence", loss_type="bnpo"))
+
+
+def test_the_trainer_prints_the_gspo_warning_once_on_stderr(capsys, one_thread):
+    args = make_args("tiny", "grpo", batch_size=8, num_generations=4, gen_len=4, threads=1,
+                     importance_sampling_level="sequence", stop_at_eos=True)
+    GRPOTrainer(args)
+    err = capsys.readouterr().err
+    assert err.count("warning: --importance-sampling-level sequence with --loss-type dapo") == 1
+    GRPOTrainer(args, quiet=True)
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_k3_kl_by_hand_and_in_the_objective():
@@ -268,7 +451,7 @@ def test_dapo_minibatches_sum_to_the_gradient_of_the_whole_batch():
 # --- bandit ----------------------------------------------------------------------------------------------
 
 
-def bandit(sign: float, loss_type: str = "dapo") -> float:
+def bandit(sign: float, loss_type: str = "dapo", **kw) -> float:
     """π = softmax(θ) over two tokens; token 1 earns reward 1. Returns π(1) after 30 GRPO steps."""
     torch.manual_seed(0)
     theta = torch.zeros(2, requires_grad=True)
@@ -281,14 +464,15 @@ def bandit(sign: float, loss_type: str = "dapo") -> float:
         logp = logp_all[tokens][:, None]  # one-token completions
         opt.zero_grad()
         (sign * calc_grpo_objective(logp, logp.detach(), adv, torch.ones_like(logp, dtype=torch.bool),
-                                    loss_type=loss_type, max_completion_length=1, **EPS)).backward()
+                                    loss_type=loss_type, max_completion_length=1, **{**EPS, **kw})).backward()
         opt.step()
     return theta.softmax(-1)[1].item()
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"])
 def test_a_two_token_bandit_learns_the_rewarded_token(loss_type):
-    assert bandit(+1.0, loss_type) > 0.9, "GRPO should have learned to pick the rewarded token"
+    kw = dict(epsilon_high=5.0) if loss_type == "cispo" else {}  # CISPO's ε_max: ScaleRL's 5 (0.28 would cap ρ = 1)
+    assert bandit(+1.0, loss_type, **kw) > 0.9, f"GRPO ({loss_type}) should have learned to pick the rewarded token"
 
 
 def test_the_bandit_with_the_objective_negated_unlearns_it():
@@ -306,17 +490,27 @@ def test_mean_length_by_advantage_sign():
 
 @pytest.mark.parametrize("field, value", [("loss_type", "sum"), ("scale_rewards", "std"),
                                           ("importance_sampling_level", "tokens"), ("num_generations", 1),
-                                          ("epsilon_low", 1.0), ("epsilon_high", 0.0), ("beta", -0.1)])
+                                          ("epsilon_low", 1.0), ("epsilon_high", 0.0), ("beta", -0.1),
+                                          ("delta", 1.0), ("sapo_temperature_neg", 0.0), ("vespo_k_pos", -1.0),
+                                          ("entropy_coef", -0.01), ("steps_per_generation", 0), ("top_p", 0.0),
+                                          ("top_p", 1.5), ("mask_truncated_completions", True)])
 def test_a_bad_field_is_one_line_naming_it(field, value):
+    """(mask_truncated_completions without a stop at EOS: every completion would be masked.)"""
     with pytest.raises(ConfigError, match=f"^{field}: "):
         make_args("tiny", "grpo", **{field: value})
 
 
-def test_defaults_are_trls():
-    args = make_args("tiny", "grpo")
-    assert (args.num_generations, args.loss_type, args.scale_rewards, args.importance_sampling_level, args.beta,
-            args.epsilon_low, args.epsilon_high, args.top_k, args.num_iterations, args.use_bias_correction_kl) == \
-        (8, "dapo", "group", "token", 0.0, 0.2, 0.2, 0, 1, True)
+def test_steps_per_generation_is_trls_name_for_our_minibatches():
+    """No gradient accumulation here: TRL's steps_per_generation (optimizer steps per generation batch)
+    is num_minibatches. Given, it sets it; unset, our 4 stand (TRL's own default is 1: tests/test_vs_trl.py)."""
+    assert make_args("tiny", "grpo").num_minibatches == 4
+    args = make_args("tiny", "grpo", steps_per_generation=1)
+    assert (args.num_minibatches, args.minibatch_size()) == (1, 64), "one on-policy step on the whole batch, as TRL"
+    assert make_args("tiny", "grpo", steps_per_generation=2, num_minibatches=2).num_minibatches == 2
+    with pytest.raises(ConfigError, match="^steps_per_generation: is num_minibatches under TRL's name"):
+        make_args("tiny", "grpo", steps_per_generation=2, num_minibatches=8)
+    with pytest.raises(ConfigError, match="^batch_size: must be divisible by num_minibatches"):
+        make_args("tiny", "grpo", steps_per_generation=3)
 
 
 # --- the trainer -----------------------------------------------------------------------------------------
@@ -357,14 +551,14 @@ def test_learning_phase_metrics_by_hand(dataset_trainer):
     lengths = mask.sum(-1).float()
     n = lengths.sum()
     stats = trainer.learning_phase(rollout)
-    assert set(stats) == set(GRPO_METRICS) | {"kl"}
+    assert set(stats) == set(GRPO_METRICS) - {"cispo_clip_ratio", "vespo/phi_seq_mean"}, "dapo's: TRL's clip ratios, and kl"
     assert stats["reward"] == pytest.approx(0.75)
     assert stats["frac_reward_zero_std"] == 0.5
     # one minibatch, at ρ = 1: dapo's J = Σ_i (A_i |o_i| − β k3_i) / N, and TRL's kl = Σ k3 / N
     assert stats["objective/grpo"] == pytest.approx(((adv * lengths).sum() - args.beta * k3.sum()).item() / n.item(),
                                                     abs=1e-5)
     assert stats["kl"] == pytest.approx((k3.sum() / n).item(), abs=1e-6)
-    assert stats["clip_ratio/region_mean"] == 0.0, "nothing is clipped at ρ = 1"
+    assert stats["clip_ratio/region_mean"] == stats["clip_ratio/high_max"] == 0.0, "nothing is clipped at ρ = 1"
     assert stats["completions/mean_length_neg_adv"] == pytest.approx(lengths[[4, 6]].mean().item())
     assert stats["completions/mean_length_pos_adv"] == pytest.approx(lengths[[5, 7]].mean().item())
     assert stats["entropy"] == pytest.approx(rollout.entropy[mask].mean().item(), abs=1e-6)
@@ -387,7 +581,8 @@ def test_the_cli_runs_grpo_end_to_end_without_a_reference(tmp_path, one_thread):
     assert (config["algo"], config["loss_type"], config["importance_sampling_level"]) == ("grpo", "grpo", "sequence")
     for m in metrics:
         missing = set(SHARED_METRICS + GRPO_METRICS) - set(m)
-        assert missing == {KL_METRIC}, f"missing metrics: {missing - {KL_METRIC}} (kl: only when beta > 0, as TRL)"
+        optional = {KL_METRIC, "cispo_clip_ratio", "vespo/phi_seq_mean"}  # kl: only when beta > 0; the others: their loss type's
+        assert missing == optional, f"missing metrics: {missing - optional}"
         assert "kl" not in m, "TRL logs kl only when β > 0"
         assert math.isnan(m["rollout/kl_full_vocab"]), "β = 0: no reference ran, the KL is not made up"
         assert m["completions/total_tokens"] == 8 * 6, "--prompts prefix: fixed-length completions"
@@ -406,6 +601,50 @@ def test_no_reference_model_is_loaded_at_beta_zero(dataset_trainer):
     assert trainer.ref_model is None
     rollout = trainer.rollout_phase()
     assert rollout.ref_logprobs is None and rollout.kl is None
+
+
+def test_learning_phase_masks_truncated_completions_and_adds_the_entropy_bonus(dataset_trainer):
+    """mask_truncated_completions and entropy_coef through the trainer, at ρ = 1 (one minibatch):
+    J = Σ_i A_i |o_i| [o_i ended] / N + c · mean H over the kept tokens, N counting the ended rows' tokens
+    only; `entropy` over those tokens too. "Ended" is made to vary: the rollout's EOS id is set to a token
+    some rows produced (what `is_terminated` reads), so no log-prob changes."""
+    trainer = dataset_trainer
+    rollout = trainer.rollout_phase()
+    rollout.scores = rollout.rewards = torch.tensor([0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0])  # every A = ±a
+    rollout.ref_logprobs = rollout.logprobs.clone()  # k3 = 0
+    a = 0.5 / (math.sqrt(1 / 3) + 1e-4)
+    adv = torch.tensor([-a, a, -a, a, a, -a, a, -a])
+    lengths = rollout.completion_mask.sum(-1)
+    unmasked = (adv * lengths).sum().item() / lengths.sum().item()
+
+    def masked_value() -> float:  # Σ over the ended rows of A_i |o_i|, over their tokens
+        ended = rollout.is_terminated
+        return (adv * lengths * ended).sum().item() / (lengths * ended).sum().item()
+
+    # an EOS id that leaves some rows ended and some truncated, and makes masking them matter (the
+    # sampled rollout decides which tokens can: whatever ran before in this process moved the RNG)
+    for token in rollout.completion_ids[rollout.completion_mask].tolist():
+        rollout.eos_token_id = token
+        if 0 < int(rollout.is_terminated.sum()) < len(rollout) and abs(masked_value() - unmasked) > 1e-3:
+            break
+    ended = rollout.is_terminated
+    assert 0 < int(ended.sum()) < len(rollout), "the test needs ended and truncated rows"
+    mask = rollout.completion_mask & ended[:, None]
+    n = mask.sum().item()
+    with torch.no_grad():  # π = π_old before the step: its entropy is the rollout's
+        _, entropy_now = trainer.token_log_probs_and_entropy(rollout, torch.arange(8))
+    torch.testing.assert_close(entropy_now[mask], rollout.entropy[mask], atol=1e-4, rtol=1e-4)
+    args, c = trainer.args, 0.1
+    args.mask_truncated_completions, args.entropy_coef = True, c
+    try:
+        stats = trainer.learning_phase(rollout)
+    finally:
+        args.mask_truncated_completions, args.entropy_coef = False, 0.0
+    expected = (adv * mask.sum(-1)).sum().item() / n + c * rollout.entropy[mask].mean().item()
+    assert stats["objective/grpo"] == pytest.approx(expected, abs=1e-4)
+    assert abs(stats["objective/grpo"] - unmasked - c * rollout.entropy[mask].mean().item()) > 1e-3, \
+        "the truncated rows must change J here"
+    assert stats["entropy"] == pytest.approx(rollout.entropy[mask].mean().item(), abs=1e-6)
 
 
 def test_with_equal_lengths_every_loss_type_is_the_same_update():

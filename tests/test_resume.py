@@ -227,3 +227,36 @@ def test_disk_full_while_checkpointing_is_one_line_and_keeps_the_previous_checkp
     assert ck.load_latest_checkpoint(tmp_path / "full")["phase"] == 1
     assert [p.name for p in (tmp_path / "full" / "checkpoints").iterdir()] == ["phase-0001", "latest"] or \
         sorted(p.name for p in (tmp_path / "full" / "checkpoints").iterdir()) == ["latest", "phase-0001"]
+
+
+def test_a_lora_run_resumes_bit_identical_from_its_adapters_and_base_hash(tmp_path, prompts_file, one_thread):
+    """A LoRA checkpoint holds the adapters and the value head (not the base) with the base's sha256: resumed
+    on the base loaded again, the run ends bit-identical to one never interrupted."""
+    from rlhf_scratch.checkpoint import load_latest_checkpoint
+    from rlhf_scratch.lora import lora_state_dict
+
+    def args(run):
+        return small_args(run, prompts_file, lora_rank=4, lora_targets="W_Q,W_V,W_in,W_out")
+
+    straight = RLHFTrainer(args(tmp_path / "a"), quiet=True)
+    straight.train(tmp_path / "a")
+    interrupted = RLHFTrainer(args(tmp_path / "b"), quiet=True)
+    learn = interrupted.learning_phase
+
+    def learn_then_sigterm(rollout):
+        stats = learn(rollout)
+        if interrupted.scheduler.last_epoch == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return stats
+
+    interrupted.learning_phase = learn_then_sigterm
+    with pytest.raises(TrainingStopped, match=r"interrupted after phase 2 \(SIGTERM\)"):
+        interrupted.train(tmp_path / "b")
+    saved = load_latest_checkpoint(tmp_path / "b")["policy"]
+    assert set(saved["trainable"]) == set(lora_state_dict(interrupted.policy)) | {
+        k for k in interrupted.policy.state_dict() if k.startswith("value_head.")}, "no base weight in the checkpoint"
+    resumed = RLHFTrainer(args(tmp_path / "b"), quiet=True)
+    resumed.train(tmp_path / "b", resume=True)
+    for name, tensor in straight.policy.state_dict().items():
+        assert torch.equal(tensor, resumed.policy.state_dict()[name]), f"{name} differs after resume"
+    assert without_timing(read_metrics(tmp_path / "a")) == without_timing(read_metrics(tmp_path / "b"))

@@ -22,9 +22,14 @@ What is compared (TRL 1.16.0 function ↔ ours, tolerance):
   loss and gradient w.r.t. the per-token log-probs ≤ 1e-6.
 - GRPO: `GRPOTrainer._generate_and_score_completions` advantages for scale_rewards group/batch/none ↔
   `compute_grpo_advantages` (≤ 1e-6) and its π_old log-probs ↔ ours (≤ 1e-4);
-  `GRPOTrainer._compute_loss` for loss_type grpo/bnpo/dr_grpo/dapo × importance_sampling_level
-  token/sequence × β ∈ {0, 0.04} (k3) ↔ −`calc_grpo_objective`, loss and gradient ≤ 1e-6, at TRL's
-  default `use_bias_correction_kl=True` (k3 weighed by the ratio) and, in one case, with it False on both sides.
+  `GRPOTrainer._compute_loss` for each of TRL's eight loss types (read from its source) ×
+  importance_sampling_level token/sequence × β ∈ {0, 0.04} (k3) ↔ −`calc_grpo_terms`, loss, gradient
+  and the step's ratio metrics (clip_ratio/*, low_min, high_max, cispo_clip_ratio, vespo/phi_seq_mean,
+  kl) ≤ 1e-6, at TRL's default `use_bias_correction_kl=True` (k3 weighed by the ratio) and, in one
+  case, with it False on both sides; `delta`, SAPO's and VESPO's parameters and `entropy_coef` the
+  same way; `mask_truncated_completions` on TRL's own generate-and-score output ↔ `loss_mask`.
+- Defaults: every field our GRPO, RLOO and Online DPO configs share with TRL's config objects
+  (instantiated here) ↔ ours, but for the deliberate differences (DELIBERATE, docs/fidelity.md).
 - Online DPO: `trl.experimental.online_dpo.OnlineDPOTrainer.training_step` (pairing, a tie goes to
   the first, masked sums, sigmoid and IPO) ↔ `select_chosen` + `calc_dpo_loss`, loss, implicit rewards
   and gradient ≤ 1e-6; and its whole step on the tiny models ↔ ours ≤ 1e-4 (TRL scores at T = 1
@@ -32,7 +37,8 @@ What is compared (TRL 1.16.0 function ↔ ours, tolerance):
   `trl.trainer.dpo_trainer.DPOTrainer._compute_loss` (offline DPO) sigmoid ↔ `calc_dpo_loss` ≤ 1e-6;
   its IPO divides each log-ratio by the completion length, ours (as TRL's online trainer) does not.
 - Reward model: `RewardTrainer.compute_loss` (margin, center_rewards_coefficient) ↔
-  `reward_modeling.calc_reward_model_loss`, loss and gradient w.r.t. the rewards ≤ 1e-6.
+  `reward_modeling.calc_reward_model_loss`, loss and gradient w.r.t. the rewards ≤ 1e-6; and in eval
+  mode (TRL's eval loss) ↔ `evaluate_pairs`' eval/loss.
 
 Where a formula lives only inside a trainer method, a real trainer is built (RLOO, GRPO, Online
 DPO) or the unbound method is called on a namespace holding the attributes it reads (DPO,
@@ -57,7 +63,15 @@ from trl.trainer.dpo_trainer import DPOTrainer
 from trl.trainer.reward_trainer import RewardTrainer
 from trl.trainer.utils import FusedCausalLMOutput, add_fused_lm_head, selective_log_softmax
 
-from rlhf_scratch.algorithms.grpo import calc_grpo_objective, compute_grpo_advantages
+from rlhf_scratch import config
+from rlhf_scratch.algorithms.grpo import (
+    GRPO_METRICS,
+    calc_grpo_objective,
+    calc_grpo_terms,
+    compute_grpo_advantages,
+    loss_mask,
+    ratio_metrics,
+)
 from rlhf_scratch.algorithms.online_dpo import calc_dpo_loss, select_chosen
 from rlhf_scratch.algorithms.rloo import (
     calc_rloo_objective,
@@ -65,6 +79,7 @@ from rlhf_scratch.algorithms.rloo import (
     compute_rloo_advantages,
     normalize_advantages,
 )
+from rlhf_scratch.config import make_args
 from rlhf_scratch.export import to_hf_gpt2
 from rlhf_scratch.generation import attention_mask_or_none, generate, tokenize_prompts
 from rlhf_scratch.loading import asset_path, load_lm, load_tokenizer
@@ -417,52 +432,250 @@ GRPO_DELTA = torch.tensor([[0.3, -0.1, 0.05, -0.4, 0.2], [0.1, -0.3, 0.4, 9.0, 9
                            [-0.35, 0.25, -0.05, 0.15, 9.0], [-0.5, 9.0, 9.0, 9.0, 9.0]])
 GRPO_REF = LOSS_LOGPS + torch.tensor([[0.3, -0.6, 0.1, 0.9, -0.2], [-0.4, 0.2, 0.5, 2.0, 2.0],
                                       [0.7, -0.1, -0.8, 0.2, 2.0], [0.35, 2.0, 2.0, 2.0, 2.0]])
+# per-token entropies of π for the entropy bonus (7 on padding)
+GRPO_ENTROPY = torch.tensor([[2.1, 0.4, 3.3, 1.2, 0.9], [1.7, 2.6, 0.2, 7.0, 7.0],
+                             [0.8, 1.9, 2.4, 0.6, 7.0], [3.1, 7.0, 7.0, 7.0, 7.0]])
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+# CISPO's ε_max is epsilon_high itself: at the fixture's 0.28 every weight (ρ ≈ 0.6–1.5) would be capped
+# alike; at 1.3 the two largest token ratios (1.35, 1.49) are capped and the rest are not
+CISPO_EPSILON_MAX = 1.3
+CLIP_METRICS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min",
+                "clip_ratio/high_max")
 
 
-def grpo_loss_and_gradient_both_ways(grpo_trainer, loss_type, importance_sampling_level, beta, use_bias_correction_kl):
-    """TRL's (loss, grad) and our (−J, −∇J) on the same inputs, with the flag set the same on both sides."""
+def test_our_grpo_loss_types_are_trls_eight():
+    """The loss types TRL 1.16's `_compute_loss` branches on, read from its source, are ours."""
+    import inspect
+    import re
+
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    named = set()
+    for match in re.findall(r'self\.loss_type (?:==|in) (\[[^\]]*\]|"[^"]*")', source):
+        named |= set(re.findall(r'"(\w+)"', match))
+    assert named == set(GRPO_LOSS_TYPES) == set(config.GRPO_LOSS_TYPES)
+
+
+def grpo_loss_and_gradient_both_ways(grpo_trainer, loss_type, importance_sampling_level, beta,
+                                     use_bias_correction_kl=True, *, advantages=LOSS_ADVANTAGES, epsilon_high=None,
+                                     entropy_coef=0.0, **options):
+    """TRL's and our numbers on the same inputs with the same settings on both sides: `options` are
+    GRPOConfig fields (delta, sapo_*, vespo_*) set on TRL's args and passed to ours by the same name.
+
+    Returns two dicts: loss (TRL's; −J for ours), grad (w.r.t. the per-token log-probs), grad_entropy
+    (w.r.t. the entropies, with entropy_coef), and the metrics of that one optimizer step (TRL's
+    `_metrics`; ours from `GRPOTerms` through the learning phase's `ratio_metrics`)."""
     mask = LOSS_MASK.bool()
     old = LOSS_LOGPS - GRPO_DELTA
     N = torch.tensor(23.0)  # kept tokens of the whole generation batch (this minibatch holds 13 of them)
-    inputs = completion_inputs(LOSS_MASK, advantages=LOSS_ADVANTAGES, old_per_token_logps=old,
+    inputs = completion_inputs(LOSS_MASK, advantages=advantages, old_per_token_logps=old,
                                ref_per_token_logps=GRPO_REF, num_items_in_batch=N)
-    grpo_trainer.model.train()
-    with trainer_attributes(grpo_trainer, loss_type=loss_type, importance_sampling_level=importance_sampling_level,
-                            beta=beta), \
-            trainer_attributes(grpo_trainer.args, use_bias_correction_kl=use_bias_correction_kl):
-        trl_loss, trl_grad = trl_loss_and_grad(grpo_trainer, LOSS_LOGPS, inputs)
+    eps_low = grpo_trainer.epsilon_low
+    eps_high = grpo_trainer.epsilon_high if epsilon_high is None else epsilon_high
+    assert (eps_low, grpo_trainer.epsilon_high) == (0.2, 0.28)
     assert grpo_trainer.args.steps_per_generation == 2 and grpo_trainer.max_completion_length == GEN_LEN
-    eps_low, eps_high = grpo_trainer.epsilon_low, grpo_trainer.epsilon_high
-    assert (eps_low, eps_high) == (0.2, 0.28)
-    ours, our_grad = ours_objective_and_grad(
-        lambda lp: calc_grpo_objective(
-            lp, old, LOSS_ADVANTAGES, mask, epsilon_low=eps_low, epsilon_high=eps_high, loss_type=loss_type,
-            max_completion_length=GEN_LEN, importance_sampling_level=importance_sampling_level,
-            ref_logprobs=GRPO_REF if beta else None, beta=beta, num_items_in_batch=N, num_splits=2,
-            use_bias_correction_kl=use_bias_correction_kl),
-        LOSS_LOGPS)
-    assert (trl_grad[~mask] == 0).all() and trl_grad.abs().sum() > 0
-    return (trl_loss, trl_grad), (-ours, -our_grad)
+
+    grpo_trainer.model.train()
+    grpo_trainer._metrics["train"].clear()
+    leaf, entropy = LOSS_LOGPS.clone().requires_grad_(True), GRPO_ENTROPY.clone().requires_grad_(True)
+    grpo_trainer._get_per_token_logps_and_entropies = lambda *a, **k: (leaf, entropy, None)
+    try:
+        with trainer_attributes(grpo_trainer, loss_type=loss_type, importance_sampling_level=importance_sampling_level,
+                                beta=beta, epsilon_high=eps_high, entropy_coef=entropy_coef,
+                                _entropy_bonus_enabled=entropy_coef != 0.0), \
+                trainer_attributes(grpo_trainer.args, use_bias_correction_kl=use_bias_correction_kl, **options):
+            trl_loss = grpo_trainer._compute_loss(grpo_trainer.model, inputs)
+    finally:
+        del grpo_trainer._get_per_token_logps_and_entropies
+    trl_loss.backward()
+    theirs = dict(loss=trl_loss.detach(), grad=leaf.grad, grad_entropy=entropy.grad,
+                  metrics={k: v[-1] for k, v in grpo_trainer._metrics["train"].items()})
+
+    our_leaf, our_entropy = LOSS_LOGPS.clone().requires_grad_(True), GRPO_ENTROPY.clone().requires_grad_(True)
+    terms = calc_grpo_terms(
+        our_leaf, old, advantages, mask, epsilon_low=eps_low, epsilon_high=eps_high, loss_type=loss_type,
+        max_completion_length=GEN_LEN, importance_sampling_level=importance_sampling_level,
+        ref_logprobs=GRPO_REF if beta else None, beta=beta, num_items_in_batch=N, num_splits=2,
+        use_bias_correction_kl=use_bias_correction_kl, entropies=our_entropy, entropy_coef=entropy_coef, **options)
+    terms.objective.backward()
+    kept = mask.sum().float()
+    step = torch.cat([terms.clip_counts, torch.stack([terms.kl_sum, kept, terms.phi_sum, torch.tensor(4.0)])])
+    metrics = ratio_metrics(loss_type, step[None], terms.clip_extremes[None, None])
+    if beta:
+        metrics["kl"] = (terms.kl_sum / kept).item()
+    ours = dict(loss=-terms.objective.detach(), grad=-our_leaf.grad,
+                grad_entropy=None if our_entropy.grad is None else -our_entropy.grad, metrics=metrics)
+    assert (theirs["grad"][~mask] == 0).all() and theirs["grad"].abs().sum() > 0
+    return theirs, ours
+
+
+def assert_same(theirs, ours):
+    torch.testing.assert_close(ours["loss"], theirs["loss"], **EXACT)
+    torch.testing.assert_close(ours["grad"], theirs["grad"], **EXACT)
+    if theirs["grad_entropy"] is not None:
+        torch.testing.assert_close(ours["grad_entropy"], theirs["grad_entropy"], **EXACT)
+    for name, value in ours["metrics"].items():
+        assert theirs["metrics"][name] == pytest.approx(value, abs=1e-6), name
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 @pytest.mark.parametrize("importance_sampling_level", ["token", "sequence"])
-@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("loss_type", GRPO_LOSS_TYPES)
 def test_grpo_loss_and_gradient_match_trl(grpo_trainer, loss_type, importance_sampling_level, beta):
-    """TRL's defaults: at β > 0 each token's k3 is weighed by the (unclipped, differentiable) ratio."""
+    """Each of TRL's eight loss types at TRL's defaults (at β > 0 each token's k3 weighed by the unclipped,
+    differentiable ratio), cispo at ε_max = 1.3; and the step's ratio metrics (clip_ratio/*, cispo_clip_ratio,
+    vespo/phi_seq_mean, kl), the same names logged on both sides."""
     assert grpo_trainer.args.use_bias_correction_kl, "TRL's default"
-    theirs, ours = grpo_loss_and_gradient_both_ways(grpo_trainer, loss_type, importance_sampling_level, beta, True)
-    torch.testing.assert_close(ours[0], theirs[0], **EXACT)
-    torch.testing.assert_close(ours[1], theirs[1], **EXACT)
+    epsilon_high = CISPO_EPSILON_MAX if loss_type == "cispo" else None
+    theirs, ours = grpo_loss_and_gradient_both_ways(grpo_trainer, loss_type, importance_sampling_level, beta,
+                                                    epsilon_high=epsilon_high)
+    assert_same(theirs, ours)
+    logged = {k for k in theirs["metrics"] if k in GRPO_METRICS and k != "entropy"}  # ours is π_old's (docs/grpo.md)
+    assert logged == set(ours["metrics"]), "we log the ratio metrics TRL logs for this loss type, and no others"
 
 
 def test_grpo_loss_without_the_kl_bias_correction_matches_trl(grpo_trainer):
     """use_bias_correction_kl=False on both sides: the plain k3 term; and the flag does change the gradient."""
     theirs, ours = grpo_loss_and_gradient_both_ways(grpo_trainer, "dapo", "token", 0.04, False)
-    torch.testing.assert_close(ours[0], theirs[0], **EXACT)
-    torch.testing.assert_close(ours[1], theirs[1], **EXACT)
+    assert_same(theirs, ours)
     corrected, _ = grpo_loss_and_gradient_both_ways(grpo_trainer, "dapo", "token", 0.04, True)
-    assert not torch.allclose(corrected[1], theirs[1], atol=1e-5), "the case must tell the flag's two values apart"
+    assert not torch.allclose(corrected["grad"], theirs["grad"], atol=1e-5), "the case must tell the flag's two values apart"
+
+
+@pytest.mark.parametrize("delta", [1.4, 1.2])
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "luspo"])
+def test_grpo_two_sided_clipping_delta_matches_trl(grpo_trainer, loss_type, delta):
+    """TRL's `delta`: at 1.4 row 1 (A < 0) has a token at ρ = e^0.4 = 1.49 > δ, whose weight is capped at δ;
+    at 1.2 (below 1 + ε_high = 1.28, which TRL does not forbid) the A > 0 tokens above 1.2 are capped too, and
+    TRL's clip metrics, which read the capped ratio, count no token clipped high."""
+    theirs, ours = grpo_loss_and_gradient_both_ways(grpo_trainer, loss_type, "token", 0.04, delta=delta)
+    assert_same(theirs, ours)
+    without, _ = grpo_loss_and_gradient_both_ways(grpo_trainer, loss_type, "token", 0.04)
+    assert (theirs["loss"] - without["loss"]).abs() > 1e-3, "δ must bind in this case"
+    if delta < 1.28:
+        assert ours["metrics"]["clip_ratio/high_mean"] == 0 < without["metrics"]["clip_ratio/high_mean"]
+
+
+def test_grpo_sapo_temperatures_match_trl(grpo_trainer):
+    """SAPO with τ_pos = 2 and τ_neg = 0.5 (far from the defaults' 1 and 1.05: swapping them shows)."""
+    theirs, ours = grpo_loss_and_gradient_both_ways(grpo_trainer, "sapo", "token", 0.0, sapo_temperature_pos=2.0,
+                                                    sapo_temperature_neg=0.5)
+    assert_same(theirs, ours)
+    swapped, _ = grpo_loss_and_gradient_both_ways(grpo_trainer, "sapo", "token", 0.0, sapo_temperature_pos=0.5,
+                                                  sapo_temperature_neg=2.0)
+    assert (swapped["loss"] - theirs["loss"]).abs() > 1e-3
+
+
+def test_grpo_vespo_parameters_match_trl(grpo_trainer):
+    """VESPO with k and λ away from TRL's defaults, the two signs' values distinct."""
+    theirs, ours = grpo_loss_and_gradient_both_ways(grpo_trainer, "vespo", "token", 0.04, vespo_k_pos=1.5,
+                                                    vespo_lambda_pos=0.5, vespo_k_neg=4.0, vespo_lambda_neg=6.0)
+    assert_same(theirs, ours)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "luspo"])
+def test_grpo_entropy_bonus_matches_trl(grpo_trainer, loss_type):
+    """TRL's entropy_coef: loss − c · mean_kept H, the same for every loss type; the gradient w.r.t. H is −c/#kept."""
+    theirs, ours = grpo_loss_and_gradient_both_ways(grpo_trainer, loss_type, "token", 0.0, entropy_coef=0.05)
+    assert_same(theirs, ours)
+    kept = LOSS_MASK.bool()
+    torch.testing.assert_close(theirs["grad_entropy"], torch.where(kept, -0.05 / 13, 0.0), **EXACT)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0], ids=["mixed-advantages", "every-advantage-negated"])
+@pytest.mark.parametrize("importance_sampling_level", ["token", "sequence"])
+def test_grpo_clip_ratio_min_and_max_match_trl(grpo_trainer, sign, importance_sampling_level):
+    """clip_ratio/low_min and high_max: the extreme per-sequence clipped fractions. With mixed signs
+    low_min is 0 (a row with A > 0 is never clipped low) and high_max is row 2's 1/4 (token level);
+    with every advantage negated no row has A > 0 and low_min is the smallest row's low fraction (1/5)."""
+    advantages = sign * LOSS_ADVANTAGES.abs() if sign < 0 else LOSS_ADVANTAGES
+    theirs, ours = grpo_loss_and_gradient_both_ways(grpo_trainer, "dapo", importance_sampling_level, 0.0,
+                                                    advantages=advantages)
+    assert_same(theirs, ours)
+    assert set(CLIP_METRICS) <= set(ours["metrics"])
+    if importance_sampling_level == "token":
+        expected = (0.0, 0.25) if sign > 0 else (0.2, 0.0)
+        assert (ours["metrics"]["clip_ratio/low_min"], ours["metrics"]["clip_ratio/high_max"]) == pytest.approx(expected)
+
+
+@pytest.fixture(scope="module")
+def truncated_batch(grpo_trainer):
+    """TRL's generate-and-score with mask_truncated_completions on: rows without an EOS (TRL's eos ids:
+    the tokenizer's and the extra ".") are cut from the completion mask and from num_items_in_batch."""
+    inputs = [{"prompt": p} for p in PROMPTS[:2] for _ in range(GRPO_G)]
+    torch.manual_seed(35)  # rows 4 and 6 run to GEN_LEN without an EOS
+    with trainer_attributes(grpo_trainer, mask_truncated_completions=True):
+        return grpo_trainer._generate_and_score_completions(inputs)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+def test_mask_truncated_completions_masks_as_trl(grpo_trainer, truncated_batch, loss_type):
+    """Our `loss_mask` on TRL's completions = TRL's completion mask, and its N = our count; then the loss
+    of a step on that batch (dapo, and grpo whose B still counts the masked rows) equals TRL's."""
+    batch = truncated_batch
+    ids = batch["completion_ids"]
+    is_eos = torch.isin(ids, torch.tensor(grpo_trainer.eos_token_ids))
+    completion_mask = (is_eos.cumsum(-1) - is_eos.long()) == 0  # up to and including the first EOS
+    terminated = (is_eos & completion_mask).any(-1)
+    assert terminated.any() and not terminated.all(), "the case needs both ended and truncated completions"
+    mask = loss_mask(completion_mask, terminated, mask_truncated_completions=True)
+    assert torch.equal(mask, batch["completion_mask"].bool())
+    assert batch["num_items_in_batch"].item() == mask.sum().item()
+    assert not torch.equal(loss_mask(completion_mask, terminated, False), mask)
+
+    old = batch["old_per_token_logps"]
+    now = old + 0.3 * torch.sin(torch.arange(old.numel(), dtype=old.dtype)).view_as(old)  # ratios on both sides
+    advantages = torch.tensor([1.5, -0.7, 0.3, -2.0, 0.8, -1.1, 0.4, -0.6])  # non-zero: a masked row would move
+    grpo_trainer.model.train()
+    with trainer_attributes(grpo_trainer, loss_type=loss_type):
+        trl_loss, trl_grad = trl_loss_and_grad(grpo_trainer, now, {**batch, "advantages": advantages})
+    ours, our_grad = ours_objective_and_grad(
+        lambda lp: calc_grpo_objective(lp, old, advantages, mask, epsilon_low=0.2, epsilon_high=0.28,
+                                       loss_type=loss_type, max_completion_length=GEN_LEN,
+                                       num_items_in_batch=mask.sum(), num_splits=2), now)
+    torch.testing.assert_close(-ours, trl_loss, **EXACT)
+    torch.testing.assert_close(-our_grad, trl_grad, **EXACT)
+    assert (trl_grad[~terminated] == 0).all() and (trl_grad[terminated] != 0).any(), \
+        "a truncated completion gets no gradient, the others do"
+
+
+# --- defaults -------------------------------------------------------------------------------------
+
+# Our defaults that differ from TRL's config objects on purpose (each explained where it is defined):
+DELIBERATE = {
+    "seed": "any seed; ours is 1",
+    "bf16": "ours runs on a CPU first (docs/speed.md); TRL's default is True",
+    "warmup_steps": "ours counts phases, TRL optimizer steps",
+    "steps_per_generation": "None here = num_minibatches (4 off-policy steps per rollout); TRL's resolves to 1",
+    "num_generations@rloo": "RLOO's G = 4, not 2: a lower-variance baseline at the same batch (docs/fidelity.md)",
+}
+
+
+@pytest.mark.parametrize("algo, config_cls", [("grpo", GRPOConfig), ("rloo", RLOOConfig),
+                                               ("online_dpo", OnlineDPOConfig)])
+def test_defaults_are_trls(tmp_path, algo, config_cls):
+    """Every field our config shares with TRL's (by name, and ε_low = TRL's `epsilon`) has TRL's default,
+    read from TRL's own config object, except the DELIBERATE differences."""
+    import dataclasses
+
+    ours = make_args("tiny", algo)
+    theirs = config_cls(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    shared = {f.name for f in dataclasses.fields(ours)} & {f.name for f in dataclasses.fields(theirs)}
+    trl_value = {name: getattr(theirs, name) for name in shared}
+    if hasattr(ours, "epsilon_low"):
+        trl_value["epsilon_low"] = theirs.epsilon
+        trl_value["epsilon_high"] = theirs.epsilon if theirs.epsilon_high is None else theirs.epsilon_high  # TRL: None = ε
+    checked = []
+    for name, value in trl_value.items():
+        if name in DELIBERATE or f"{name}@{algo}" in DELIBERATE:
+            assert getattr(ours, name) != value, f"{name} is TRL's default now: drop it from DELIBERATE"
+            continue
+        assert getattr(ours, name) == value, f"{algo}.{name}: ours {getattr(ours, name)!r}, TRL's {value!r}"
+        checked.append(name)
+    assert {"beta", "temperature", "top_k", "top_p", "epsilon_low"} <= set(checked) or algo == "online_dpo"
+    if algo == "grpo":
+        assert theirs.steps_per_generation == theirs.gradient_accumulation_steps == 1, "TRL: one step per generation"
+        assert {"loss_type", "delta", "mask_truncated_completions", "entropy_coef", "sapo_temperature_neg",
+                "vespo_lambda_neg", "use_bias_correction_kl"} <= set(checked)
 
 
 # --- Online DPO -----------------------------------------------------------------------------------
@@ -623,3 +836,34 @@ def test_reward_model_loss_and_gradient_match_trl(accelerator, margin, center):
     ours.backward()
     torch.testing.assert_close(ours.detach(), trl_loss.detach(), **EXACT)
     torch.testing.assert_close(torch.cat([chosen.grad, rejected.grad]), leaf.grad, **EXACT)
+
+
+RM_ROWS = [{"prompt": "The film was ", "chosen": "great fun.", "rejected": "a bore.", "margin": 1.5},
+           {"prompt": "Its plot ", "chosen": "never drags.", "rejected": "goes nowhere.", "margin": 0.0},
+           {"prompt": "", "chosen": "A moving story", "rejected": "A mess", "margin": 0.75}]
+
+
+@pytest.mark.parametrize("center", [None, 0.01])
+def test_reward_model_eval_loss_is_trls_eval_loss(accelerator, reference, center):
+    """TRL evaluates a reward model with the training `compute_loss` (margin and centring term
+    included): `evaluate_pairs`' eval/loss on rows with margins = TRL's loss on the same rewards in eval mode."""
+    from rlhf_scratch.reward.model import RewardModel, evaluate_pairs, pair_texts
+
+    torch.manual_seed(0)
+    model = RewardModel(reference).eval()  # (evaluate_pairs puts back the mode it found: the shared reference stays in eval)
+    with torch.no_grad():
+        model.score.bias.fill_(0.5)  # rewards away from 0: the centring term is not negligible
+    got = evaluate_pairs(model, RM_ROWS, center_rewards_coefficient=center)
+    chosen, rejected = pair_texts(RM_ROWS)
+    rewards = torch.cat([model.score_texts(chosen), model.score_texts(rejected)])
+    trainer = types.SimpleNamespace(
+        model=types.SimpleNamespace(training=False), accelerator=accelerator,
+        args=types.SimpleNamespace(center_rewards_coefficient=center),
+        _metrics={"eval": defaultdict(list)}, _total_train_tokens=0,
+    )
+    inputs = {"input_ids": torch.ones(6, 3, dtype=torch.long), "attention_mask": torch.ones(6, 3, dtype=torch.long),
+              "margin": torch.tensor([r["margin"] for r in RM_ROWS])}
+    trl_loss = RewardTrainer.compute_loss(trainer, lambda **kw: types.SimpleNamespace(logits=rewards[:, None]), inputs)
+    assert got["eval/loss"] == pytest.approx(trl_loss.item(), abs=1e-6)
+    plain = calc_reward_model_loss(rewards[:3], rewards[3:]).item()
+    assert abs(got["eval/loss"] - plain) > 1e-3, "the margins (and the centring term) must count in this case"

@@ -1,10 +1,12 @@
-"""`GRPOTrainer`: Group Relative Policy Optimization (Shao et al. 2024, DeepSeekMath) and its
-length-bias fixes, Dr. GRPO (Liu et al. 2025), DAPO (Yu et al. 2025) and GSPO (Zheng et al. 2025),
-as TRL 1.16 computes them (`GRPOTrainer._compute_loss` and `_generate_and_score_completions`).
+"""`GRPOTrainer`: Group Relative Policy Optimization (Shao et al. 2024, DeepSeekMath) and the
+variants TRL 1.16 offers as `loss_type`, as TRL 1.16 computes them (`GRPOTrainer._compute_loss` and
+`_generate_and_score_completions`): the length-bias fixes Dr. GRPO (Liu et al. 2025), DAPO (Yu et
+al. 2025), GSPO (Zheng et al. 2025) and LUSPO, and the other surrogates CISPO (MiniMax-M1), SAPO
+and VESPO (papers and formulas: docs/grpo.md).
 
     for phase in range(total_phases):
         rollout = rollout_phase()       # G completions of each prompt, scored (no reference at β = 0)
-        learning_phase(rollout)         # group-relative advantages → per-token clipped surrogate → ascent
+        learning_phase(rollout)         # group-relative advantages → per-token surrogate → ascent
 
 RLOO's sibling (algorithms/rloo.py): G completions per prompt, no critic. Where they differ:
 
@@ -13,19 +15,22 @@ RLOO's sibling (algorithms/rloo.py): G completions per prompt, no critic. Where 
     scale         none                                   ÷ (std + 1e-4): the group's, the batch's or none
     KL            k1, summed, folded into the reward     k3 per token in the loss (β = 0 by default)
     ratio         one per sequence                       one per token (GSPO: one per sequence)
-    aggregation   mean over sequences                    `loss_type`: grpo, bnpo, dr_grpo, dapo
+    aggregation   mean over sequences                    `loss_type`: grpo, bnpo, dr_grpo, dapo, luspo, …
 
     A_i     = (r_i − mean_j r_j) / (std_j r_j + 1e-4)                       compute_grpo_advantages
     ρ_{i,t} = exp(log π(o_{i,t}) − log π_old(o_{i,t}))                      calc_importance_ratio
-    ℓ_{i,t} = min(ρ A_i, clip(ρ, 1−ε_low, 1+ε_high) A_i) − β ρ k3_{i,t}     calc_grpo_objective (ρ k3: TRL's default)
-    J       = Σ_{i,t} mask · ℓ / (the loss_type's normaliser)                (maximised: J = −TRL's loss)
+    ℓ_{i,t} = min(ρ A_i, clip(ρ, 1−ε_low, 1+ε_high) A_i)                    calc_clipped_surrogate (or cispo/sapo/vespo's)
+              − β ρ k3_{i,t}                                                calc_k3_kl (ρ k3: TRL's default)
+    J       = Σ_{i,t} mask · ℓ / (the loss_type's normaliser)               aggregate_grpo_terms
+              + entropy_coef · mean_kept H[π]                               (maximised: J = −TRL's loss)
 
-How J is averaged over tokens decides what it teaches about length: see `calc_grpo_objective`
+How J is averaged over tokens decides what it teaches about length: see `aggregate_grpo_terms`
 and docs/grpo.md, where the length bias of `grpo` is measured against `dr_grpo`, `dapo` and RLOO.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import NamedTuple
 
@@ -36,7 +41,7 @@ from tqdm.auto import tqdm
 
 from rlhf_scratch import distributed as dist
 from rlhf_scratch.advantages import check_groups, group_reward_stats
-from rlhf_scratch.config import GRPOArgs
+from rlhf_scratch.config import GRPO_LOSS_TYPES, GRPOArgs
 from rlhf_scratch.memory import minibatch_rows
 from rlhf_scratch.rollout import Rollout
 from rlhf_scratch.trainer import Trainer
@@ -46,10 +51,16 @@ GRPO_METRICS = (
     "reward",  # mean score of the reward function (before any missing-EOS penalty)
     "reward_std",  # std of the scores over the batch
     "frac_reward_zero_std",  # fraction of prompts whose G rewards are all equal: advantage 0, no signal
-    "entropy",  # mean per-token entropy of π_old over kept tokens (TRL: of π in the loss forward; equal at ρ = 1)
-    "clip_ratio/low_mean",  # fraction of kept tokens (sequences, for GSPO) with ρ < 1−ε_low and A < 0
+    "entropy",  # mean per-token entropy of π_old over the loss's tokens (TRL: of π in the loss forward; equal on a pass's first minibatch)
+    # TRL logs the clip ratios for the clipped loss types only (CLIPPED_LOSS_TYPES); per optimizer step
+    # over every process's kept tokens (sequences, for GSPO), then the mean over steps:
+    "clip_ratio/low_mean",  # fraction with ρ < 1−ε_low and A < 0
     "clip_ratio/high_mean",  # fraction with ρ > 1+ε_high and A > 0
     "clip_ratio/region_mean",  # fraction clipped on either side
+    "clip_ratio/low_min",  # the smallest, over sequences, fraction of a sequence's kept tokens clipped low
+    "clip_ratio/high_max",  # the largest, over sequences, fraction of a sequence's kept tokens clipped high
+    "cispo_clip_ratio",  # cispo only: fraction of kept tokens with ρ > ε_max (epsilon_high) and A > 0
+    "vespo/phi_seq_mean",  # vespo only: mean over sequences of VESPO's weight φ
     "objective/grpo",  # J, mean over minibatches
     "objective/beta",
     "completions/mean_length_neg_adv",  # ours: mean length of the completions with A < 0 (NaN if none)
@@ -58,9 +69,37 @@ GRPO_METRICS = (
     "kl",  # logged only when β > 0, as TRL: mean per-token k3 of π to π_ref in the loss forward (KL_METRIC)
 )
 KL_METRIC = "kl"
+CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+"""The loss types built on the clipped surrogate min(ρA, clip(ρ)A) (`delta` applies to these), which log TRL's clip_ratio/*."""
+AGGREGATION_ONLY_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+"""The loss types that differ only in how they average over tokens: the same update when every length is equal."""
 LENGTH_NOTE = ("note: --loss-type {loss_type} changes nothing here: without a stop at EOS every completion has "
                "gen_len={gen_len} tokens, and with equal lengths grpo, bnpo, dr_grpo and dapo give the same update; "
                "the length lesson needs --stop-at-eos or --prompts rt (docs/grpo.md)")
+# TRL 1.16's warnings about importance_sampling_level and loss_type (GRPOTrainer.__init__), one line each
+SEQUENCE_SUM_WARNING = ("warning: --importance-sampling-level sequence with --loss-type {loss_type} sums per-token terms, "
+                        "which weighs each sequence by its length instead of optimising GSPO's per-sequence objective; "
+                        "GSPO is --loss-type grpo (TRL warns the same; docs/grpo.md)")
+LUSPO_WARNING = ("warning: --loss-type luspo is meant with --importance-sampling-level sequence, the LUSPO paper's "
+                 "setup (TRL warns the same; docs/grpo.md)")
+VESPO_WARNING = ("warning: --loss-type vespo computes its own sequence-level weight; --importance-sampling-level "
+                 "should be token, sequence changes only the ratio on the KL term (TRL warns the same; docs/grpo.md)")
+
+
+def grpo_start_notes(args: GRPOArgs) -> list[str]:
+    """The lines `GRPOTrainer` prints on stderr at start: TRL's warnings where it warns (GSPO's sequence
+    ratio with a loss type that sums tokens; luspo without it; vespo with it), and our note when the
+    loss type cannot matter (no stop at EOS: every completion has gen_len tokens)."""
+    notes = []
+    if args.importance_sampling_level == "sequence" and args.loss_type in ("bnpo", "dr_grpo", "dapo", "cispo"):
+        notes.append(SEQUENCE_SUM_WARNING.format(loss_type=args.loss_type))
+    if args.loss_type == "luspo" and args.importance_sampling_level != "sequence":
+        notes.append(LUSPO_WARNING)
+    if args.loss_type == "vespo" and args.importance_sampling_level != "token":
+        notes.append(VESPO_WARNING)
+    if not args.eos_stops() and args.loss_type in AGGREGATION_ONLY_LOSS_TYPES and args.loss_type != GRPOArgs.loss_type:
+        notes.append(LENGTH_NOTE.format(loss_type=args.loss_type, gen_len=args.gen_len))
+    return notes
 
 
 def compute_grpo_advantages(
@@ -134,14 +173,158 @@ def calc_k3_kl(
     return x.exp() - x - 1
 
 
+def calc_clipped_surrogate(
+    ratio: Float[Tensor, "batch ratio_len"],
+    advantages: Float[Tensor, " batch"],
+    epsilon_low: float,
+    epsilon_high: float,
+    delta: float | None = None,
+) -> Float[Tensor, "batch ratio_len"]:
+    """PPO's clipped surrogate, per token (per sequence under GSPO), MAXIMISED:
+
+        ℓ = min(ρ A, clip(ρ, 1 − ε_low, 1 + ε_high) A)                          (Schulman et al. 2017)
+        ℓ = min(min(ρ, δ) A, clip(ρ, 1 − ε_low, 1 + ε_high) A)   with `delta`  (two-sided: INTELLECT-2, arXiv 2505.07291)
+
+    For A > 0 the clip already bounds ℓ ≤ (1 + ε_high) A. For A < 0 the min takes the larger ratio,
+    so a token whose ratio ran away (ρ ≫ 1 + ε_high) is pushed down with weight ρ, unbounded: δ caps
+    it at δ (TRL: `coef_1.clamp(max=delta)` after the clipped copy is made, so the clip reads the raw ρ).
+    Zero gradient where the clipped side is taken, and where ρ > δ.
+    """
+    A = advantages.unsqueeze(-1)  # [batch, 1]
+    clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
+    capped = ratio if delta is None else ratio.clamp(max=delta)
+    return torch.minimum(capped * A, clipped * A)
+
+
+def calc_cispo_surrogate(
+    ratio: Float[Tensor, "batch ratio_len"],
+    advantages: Float[Tensor, " batch"],
+    logprobs: Float[Tensor, "batch gen_len"],
+    epsilon_max: float,
+) -> Float[Tensor, "batch gen_len"]:
+    """CISPO (the MiniMax-M1 report, arXiv 2506.13585), MAXIMISED: REINFORCE with a capped, detached importance weight,
+
+        ℓ_{i,t} = sg(min(ρ_{i,t}, ε_max)) · A_i · log π(o_{i,t})       ∇ℓ = min(ρ, ε_max) A ∇log π
+
+    Where the clipped surrogate gives a clipped token no gradient at all, CISPO keeps every token's
+    gradient and clips only its weight. ε_max is TRL's `epsilon_high` taken as the cap itself (not
+    1 + it): ScaleRL recommends 5.0; at TRL's default 0.2 every weight is capped at 0.2. The value
+    of ℓ is not a surrogate of the return (it moves with log π); only its gradient means something.
+    """
+    weight = ratio.clamp(max=epsilon_max).detach()
+    return weight * advantages.unsqueeze(-1) * logprobs
+
+
+def calc_sapo_surrogate(
+    ratio: Float[Tensor, "batch ratio_len"],
+    advantages: Float[Tensor, " batch"],
+    temperature_pos: float,
+    temperature_neg: float,
+) -> Float[Tensor, "batch ratio_len"]:
+    """SAPO (Soft Adaptive Policy Optimization, arXiv 2511.20347), MAXIMISED: a smooth gate instead of the clip,
+
+        ℓ = (4/τ) · σ(τ (ρ − 1)) · A          τ = τ_pos if A > 0, else τ_neg
+
+        ∂ℓ/∂ρ = 4 σ(1 − σ) A:  exactly A at ρ = 1 (on-policy: the policy gradient), falling off
+        smoothly as ρ leaves 1 (like e^{−τ|ρ−1|}) instead of dropping to 0 at the clip edge.
+
+    A larger τ narrows the gate; TRL's defaults 1.0 and 1.05 make the A ≤ 0 side slightly sharper.
+    """
+    A = advantages.unsqueeze(-1)
+    tau = torch.where(A > 0, temperature_pos, temperature_neg)
+    return torch.sigmoid(tau * (ratio - 1)) * 4 / tau * A
+
+
+@torch.no_grad()
+def calc_vespo_weights(
+    log_ratio: Float[Tensor, "batch gen_len"],
+    advantages: Float[Tensor, " batch"],
+    mask: Bool[Tensor, "batch gen_len"],
+    k_pos: float,
+    lambda_pos: float,
+    k_neg: float,
+    lambda_neg: float,
+) -> Float[Tensor, "batch 1"]:
+    """VESPO's sequence weight (Variational sequence-level soft policy optimization, arXiv 2602.10693), detached:
+
+        log w_i = clamp(Σ_t mask · clamp(log π − log π_old, −20, 20), log 1e-8, 20)   the sequence ratio (a SUM)
+        φ(w)    = e^λ · w^k · e^{−λ w} = exp(λ + k log w − λ w)      (k, λ) = (k_pos, λ_pos) if A ≥ 0, else (k_neg, λ_neg)
+
+    A Gamma-shaped weight normalised to φ(1) = 1, peaked at w = k/λ: w^k shrinks sequences the policy
+    has moved away from (w → 0), e^{−λw} those it has moved toward (w → ∞). λ is floored at 1e-4 and
+    a non-finite φ is 0, as TRL (`GRPOTrainer.get_gamma_weights`).
+    """
+    seq_log_ratio = (log_ratio.clamp(-20.0, 20.0) * mask.float()).sum(-1, keepdim=True)  # [batch, 1]
+    log_w = seq_log_ratio.clamp(math.log(1e-8), 20.0)
+    nonneg = advantages.unsqueeze(-1) >= 0
+    k = torch.where(nonneg, k_pos, k_neg)
+    lam = torch.where(nonneg, lambda_pos, lambda_neg).clamp(min=1e-4)
+    return (lam + k * log_w - lam * log_w.exp()).exp().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def aggregate_grpo_terms(
+    per_token: Float[Tensor, "batch term_len"],
+    mask: Bool[Tensor, "batch gen_len"],
+    loss_type: str,
+    max_completion_length: int,
+    num_items_in_batch: int | float | Tensor | None = None,
+    num_splits: int = 1,
+) -> Float[Tensor, ""]:
+    """The per-token terms ℓ (term_len = gen_len; or 1, one term per sequence, broadcast over its
+    tokens) summed over kept tokens and divided as `loss_type` says (B rows,
+    L = max_completion_length, |o_i| = Σ_t mask_{i,t}, N = num_items_in_batch):
+
+        "grpo", "sapo"           J = 1/B Σ_i 1/|o_i| Σ_t ℓ_{i,t}     each sequence's mean, then the mean
+        "bnpo"                   J = Σ_{i,t} ℓ / Σ_{i,t} mask        the minibatch's token mean
+        "dr_grpo"                J = Σ_{i,t} ℓ / (B · L)             a constant denominator
+        "dapo", "cispo", "vespo" J = Σ_{i,t} ℓ / (N / num_splits)    N: kept tokens of the WHOLE generation batch
+        "luspo"                  J = 1/B Σ_i Σ_t ℓ_{i,t}             each sequence's SUM, then the mean
+
+    Why it matters (the Dr. GRPO paper's length bias): under "grpo" a token of completion i weighs
+    1/|o_i|. For A > 0 a short completion's tokens are pushed up harder than a long one's: short
+    right answers are favoured. For A < 0 a long completion's tokens are pushed down more gently
+    than a short one's: long wrong answers are penalised less, so wrong answers drift longer.
+    "dr_grpo" and "dapo" give every token the same weight whatever its completion's length. "luspo"
+    (Length-Unbiased Sequence Policy Optimization) fixes GSPO's version of the bias: GSPO's one term
+    per sequence, averaged per sequence, makes a sequence weigh the same whatever its length, so each
+    of its tokens 1/|o_i|; summing instead gives the sequence's term the weight |o_i| (arXiv 2602.05261).
+
+    "dapo" as TRL: N counts the kept tokens of the generation batch over every minibatch and every
+    process, and each optimizer step divides its sum by N / num_splits (num_splits = minibatches ×
+    processes; TRL's num_processes · steps_per_generation / gradient_accumulation_steps). Each
+    step's denominator is then the same constant whatever tokens its rows hold, so a batch split
+    into minibatches or over processes (DDP averages the gradients) gives the gradient of one
+    process on the whole batch. Without N, the minibatch's own count is used (= "bnpo").
+    """
+    m = mask.float()
+    kept = per_token * m  # [batch, gen_len] (a [batch, 1] sequence term broadcasts over its tokens)
+    if loss_type in ("grpo", "sapo"):
+        return (kept.sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "bnpo":
+        return kept.sum() / m.sum().clamp(min=1.0)
+    if loss_type == "dr_grpo":
+        return kept.sum() / (per_token.shape[0] * max_completion_length)
+    if loss_type in ("dapo", "cispo", "vespo"):
+        n = m.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch, dtype=m.dtype)
+        return kept.sum() / (n.clamp(min=1.0) / num_splits)
+    if loss_type == "luspo":
+        return kept.sum(-1).mean()
+    raise ValueError(f"calc_grpo_objective: loss_type must be one of {', '.join(GRPO_LOSS_TYPES)}; got {loss_type!r}")
+
+
 class GRPOTerms(NamedTuple):
     """What `calc_grpo_terms` returns: J with its gradient, and TRL's diagnostics without one."""
 
     objective: Float[Tensor, ""]
     clip_counts: Float[Tensor, " 3"]
-    """[low, high, n]: kept tokens (sequences, for GSPO) clipped on each side, of n (`clip_counts`)."""
+    """[low, high, n]: kept tokens (sequences, for GSPO) clipped on each side, of n (`clip_bounds`, `clip_counts`)."""
+    clip_extremes: Float[Tensor, " 2"]
+    """[low_min, high_max]: the extreme per-sequence clipped fractions (`clip_fraction_extremes`); NaN
+    for the loss types without TRL's clip ratios."""
     kl_sum: Float[Tensor, ""]
     """Σ over kept tokens of the KL term as optimised (ρ·k3 with the bias correction, else k3); 0 at β = 0."""
+    phi_sum: Float[Tensor, ""]
+    """Σ over sequences of VESPO's weight φ (0 for the other loss types)."""
 
 
 def calc_grpo_terms(
@@ -160,48 +343,61 @@ def calc_grpo_terms(
     num_items_in_batch: int | float | Tensor | None = None,
     num_splits: int = 1,
     use_bias_correction_kl: bool = True,
+    delta: float | None = None,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
+    entropies: Float[Tensor, "batch gen_len"] | None = None,
+    entropy_coef: float = 0.0,
 ) -> GRPOTerms:
-    """GRPO's clipped surrogate on a minibatch, MAXIMISED (= −TRL 1.16's loss), and the numbers TRL
-    logs about it, from one importance ratio (`GRPOTerms`):
+    """GRPO's objective on a minibatch, MAXIMISED (= −TRL 1.16's loss), and the numbers TRL logs
+    about it, from one importance ratio ρ (`calc_importance_ratio`, per token or GSPO's per sequence):
 
-        ℓ_{i,t} = min(ρ A_i, clip(ρ, 1 − ε_low, 1 + ε_high) A_i) − β ρ k3_{i,t}     (ρ: calc_importance_ratio)
+        ℓ_{i,t} = surrogate_{i,t} − β ρ k3_{i,t}                   (− β k3 with use_bias_correction_kl=False)
+        J       = aggregate_grpo_terms(ℓ)  +  entropy_coef · Σ_{i,t} mask·H_{i,t} / Σ_{i,t} mask
 
-    (− β k3_{i,t}, without the ρ, when use_bias_correction_kl=False; TRL's default is True), then
-    summed over kept tokens and divided as `loss_type` says (B rows, L = max_completion_length,
-    |o_i| = Σ_t mask_{i,t}, N = num_items_in_batch):
+    with the surrogate and the aggregation of `loss_type` (TRL's `_compute_loss`; papers in docs/grpo.md):
 
-        "grpo"     J = 1/B Σ_i 1/|o_i| Σ_t ℓ_{i,t}        each sequence's mean, then the mean
-        "bnpo"     J = Σ_{i,t} ℓ / Σ_{i,t} mask           the minibatch's token mean
-        "dr_grpo"  J = Σ_{i,t} ℓ / (B · L)                a constant denominator
-        "dapo"     J = Σ_{i,t} ℓ / (N / num_splits)       N: kept tokens of the WHOLE generation batch
+        grpo, bnpo, dr_grpo, dapo, luspo   min(ρ A, clip(ρ, 1−ε_low, 1+ε_high) A)   calc_clipped_surrogate (δ: `delta`)
+        cispo                              sg(min(ρ, ε_max)) A log π                calc_cispo_surrogate (ε_max = epsilon_high)
+        sapo                               (4/τ) σ(τ (ρ − 1)) A                     calc_sapo_surrogate
+        vespo                              sg(φ(w_i)) A log π                       calc_vespo_weights (w_i: its own SUMMED ratio)
 
-    Why it matters (the Dr. GRPO paper's length bias): under "grpo" a token of completion i weighs
-    1/|o_i|. For A > 0 a short completion's tokens are pushed up harder than a long one's: short
-    right answers are favoured. For A < 0 a long completion's tokens are pushed down more gently
-    than a short one's: long wrong answers are penalised less, so wrong answers drift longer.
-    "dr_grpo" and "dapo" give every token the same weight whatever its completion's length.
-
-    "dapo" as TRL: N counts the kept tokens of the generation batch over every minibatch and every
-    process, and each optimizer step divides its sum by N / num_splits (num_splits = minibatches ×
-    processes; TRL's num_processes · steps_per_generation / gradient_accumulation_steps). Each
-    step's denominator is then the same constant whatever tokens its rows hold, so a batch split
-    into minibatches or over processes (DDP averages the gradients) gives the gradient of one
-    process on the whole batch. Without N, the minibatch's own count is used (= "bnpo").
-
-    The ρ on k3 (TRL's `use_bias_correction_kl`, from DeepSeek-V3.2) is the surrogate's own ρ: raw
-    (not clipped), with its gradient (not detached), the sequence's ρ_i under GSPO broadcast over its
-    tokens. The tokens were sampled from π_old, so the KL of π needs the weight ρ, and then
+    The ρ on k3 (TRL's `use_bias_correction_kl`, from DeepSeek-V3.2) is the level's own ρ: raw
+    (neither clipped nor capped by δ), with its gradient (not detached), the sequence's ρ_i under
+    GSPO broadcast over its tokens. The tokens were sampled from π_old, so the KL of π needs the weight ρ:
 
         ∇(ρ k3) = ρ (k3 + 1 − π_ref/π) ∇log π = ρ (log π − log π_ref) ∇log π
 
     whose mean over o ~ π_old is ∇KL(π ‖ π_ref), the reverse KL that k3 estimates. Without ρ,
     ∇k3 = (1 − π_ref/π) ∇log π, whose mean under π is −Σ_o π_ref ∇log π = ∇KL(π_ref ‖ π): the
     forward KL. At ρ = 1 (the first minibatch of one pass) the value is the same, the gradient not.
+
+    The entropy bonus (TRL's `entropy_coef`) is the mean over kept tokens of `entropies`, H[π] at each
+    position in the same forward (with its gradient), whatever the loss type's normaliser, so
+    entropy_coef means the same for all eight. The mask is the loss's: with mask_truncated_completions
+    the truncated completions' rows are already all False (`loss_mask`).
     """
-    m = mask.float()
     ratio = calc_importance_ratio(logprobs, old_logprobs, mask, importance_sampling_level)
-    A = advantages.unsqueeze(-1)  # [batch, 1]
-    per_token = torch.minimum(ratio * A, ratio.clamp(1 - epsilon_low, 1 + epsilon_high) * A)
+    metric_ratio = ratio  # the ratio TRL's clip metrics read (after δ's cap, as TRL's coef_1)
+    phi_sum = logprobs.new_zeros(())
+    if loss_type in CLIPPED_LOSS_TYPES:
+        per_token = calc_clipped_surrogate(ratio, advantages, epsilon_low, epsilon_high, delta)
+        metric_ratio = ratio if delta is None else ratio.clamp(max=delta)
+    elif loss_type == "cispo":
+        per_token = calc_cispo_surrogate(ratio, advantages, logprobs, epsilon_high)
+    elif loss_type == "sapo":
+        per_token = calc_sapo_surrogate(ratio, advantages, sapo_temperature_pos, sapo_temperature_neg)
+    elif loss_type == "vespo":
+        phi = calc_vespo_weights(logprobs - old_logprobs, advantages, mask, vespo_k_pos, vespo_lambda_pos,
+                                 vespo_k_neg, vespo_lambda_neg)  # [batch, 1]
+        per_token = phi * advantages.unsqueeze(-1) * logprobs
+        phi_sum = phi.sum()
+    else:
+        raise ValueError(f"calc_grpo_objective: loss_type must be one of {', '.join(GRPO_LOSS_TYPES)}; got {loss_type!r}")
     kl_sum = logprobs.new_zeros(())
     if beta != 0.0:
         if ref_logprobs is None:
@@ -209,25 +405,58 @@ def calc_grpo_terms(
         kl = calc_k3_kl(logprobs, ref_logprobs)
         kl = ratio * kl if use_bias_correction_kl else kl  # [batch, gen_len]
         per_token = per_token - beta * kl
-        kl_sum = kl.expand_as(m)[mask].sum().detach()  # TRL logs the KL term it optimises
-    kept = per_token * m  # [batch, gen_len] (a [batch, 1] sequence term broadcasts over its tokens)
-    if loss_type == "grpo":
-        J = (kept.sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
-    elif loss_type == "bnpo":
-        J = kept.sum() / m.sum().clamp(min=1.0)
-    elif loss_type == "dr_grpo":
-        J = kept.sum() / (per_token.shape[0] * max_completion_length)
-    elif loss_type == "dapo":
-        n = m.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch, dtype=m.dtype)
-        J = kept.sum() / (n.clamp(min=1.0) / num_splits)
-    else:
-        raise ValueError(f"calc_grpo_objective: loss_type must be grpo, bnpo, dr_grpo or dapo; got {loss_type!r}")
-    return GRPOTerms(J, clip_counts(ratio.detach(), advantages, mask, epsilon_low, epsilon_high), kl_sum)
+        kl_sum = kl.expand_as(mask)[mask].sum().detach()  # TRL logs the KL term it optimises
+    J = aggregate_grpo_terms(per_token, mask, loss_type, max_completion_length, num_items_in_batch, num_splits)
+    if entropy_coef != 0.0:
+        if entropies is None:
+            raise ValueError("calc_grpo_objective: entropy_coef != 0 needs entropies")
+        m = mask.float()
+        J = J + entropy_coef * (entropies * m).sum() / m.sum().clamp(min=1.0)
+    low, high = clip_bounds(loss_type, epsilon_low, epsilon_high)
+    metric_ratio = metric_ratio.detach()
+    extremes = (clip_fraction_extremes(metric_ratio, advantages, mask, low, high) if loss_type in CLIPPED_LOSS_TYPES
+                else logprobs.new_full((2,), float("nan")))
+    return GRPOTerms(J, clip_counts(metric_ratio, advantages, mask, low, high), extremes, kl_sum, phi_sum)
 
 
 def calc_grpo_objective(*args, **kwargs) -> Float[Tensor, ""]:
     """J alone (`calc_grpo_terms(...).objective`, same arguments): what TRL's `_compute_loss` returns, negated."""
     return calc_grpo_terms(*args, **kwargs).objective
+
+
+def grpo_loss_settings(args: GRPOArgs) -> dict:
+    """The keyword arguments of `calc_grpo_terms` that `args` sets (TRL's names on both sides)."""
+    names = ("epsilon_low", "epsilon_high", "loss_type", "importance_sampling_level", "beta", "use_bias_correction_kl",
+             "delta", "sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+             "vespo_lambda_neg", "entropy_coef")
+    return {name: getattr(args, name) for name in names}
+
+
+def loss_mask(
+    completion_mask: Bool[Tensor, "batch gen_len"], is_terminated: Bool[Tensor, " batch"], mask_truncated_completions: bool
+) -> Bool[Tensor, "batch gen_len"]:
+    """The tokens the loss sees: the completion mask, with TRL's `mask_truncated_completions` every
+    token of a completion that never produced EOS (cut at gen_len) removed as well:
+
+        mask_{i,t} = completion_mask_{i,t} · [o_i ended with EOS]
+
+    Such a completion still has its reward and its place in its group's advantages; it only adds
+    nothing to J, to dapo's N or to the metrics over kept tokens (DAPO's overlong filtering: a
+    completion cut short is not judged by a reward that could not see its end)."""
+    if not mask_truncated_completions:
+        return completion_mask
+    return completion_mask & is_terminated.unsqueeze(-1)
+
+
+def clip_bounds(loss_type: str, epsilon_low: float, epsilon_high: float) -> tuple[float, float]:
+    """(low, high): a token (sequence) counts as clipped low where ρ < low and A < 0, high where ρ > high
+    and A > 0 — TRL's clip_ratio/* for the clipped loss types (1 − ε_low, 1 + ε_high); CISPO's capped
+    weights for cispo (ρ > ε_max: TRL's cispo_clip_ratio, in the high slot); nothing for sapo and vespo."""
+    if loss_type in CLIPPED_LOSS_TYPES:
+        return 1 - epsilon_low, 1 + epsilon_high
+    if loss_type == "cispo":
+        return -math.inf, epsilon_high
+    return -math.inf, math.inf
 
 
 @torch.no_grad()
@@ -249,23 +478,61 @@ def calc_clip_counts(
     sum them over processes first. (`calc_grpo_terms` returns the same from the ratio it already has.)
     """
     ratio = calc_importance_ratio(logprobs, old_logprobs, mask, importance_sampling_level)
-    return clip_counts(ratio, advantages, mask, epsilon_low, epsilon_high)
+    return clip_counts(ratio, advantages, mask, 1 - epsilon_low, 1 + epsilon_high)
+
+
+def clipped_sides(
+    ratio: Float[Tensor, "batch ratio_len"], advantages: Float[Tensor, " batch"], low: float, high: float
+) -> tuple[Bool[Tensor, "batch ratio_len"], Bool[Tensor, "batch ratio_len"]]:
+    """Where the ratio is clipped low (ρ < low and A < 0) and high (ρ > high and A > 0)."""
+    A = advantages.unsqueeze(-1)
+    return (ratio < low) & (A < 0), (ratio > high) & (A > 0)
 
 
 def clip_counts(
     ratio: Float[Tensor, "batch ratio_len"],
     advantages: Float[Tensor, " batch"],
     mask: Bool[Tensor, "batch gen_len"],
-    epsilon_low: float,
-    epsilon_high: float,
+    low: float,
+    high: float,
 ) -> Float[Tensor, " 3"]:
-    """`calc_clip_counts` from the importance ratio itself: per token (ratio_len = gen_len), or
-    one per sequence (ratio_len = 1, GSPO)."""
-    A = advantages.unsqueeze(-1)
+    """`calc_clip_counts` from the importance ratio itself and the bounds (`clip_bounds`): per token
+    (ratio_len = gen_len), or one per sequence (ratio_len = 1, GSPO: every sequence counts, as TRL)."""
     weight = mask.float() if ratio.shape[1] > 1 else torch.ones_like(ratio)  # tokens, or one per sequence
-    low = ((ratio < 1 - epsilon_low) & (A < 0)).float() * weight
-    high = ((ratio > 1 + epsilon_high) & (A > 0)).float() * weight
-    return torch.stack([low.sum(), high.sum(), weight.sum()])
+    is_low, is_high = clipped_sides(ratio, advantages, low, high)
+    return torch.stack([(is_low.float() * weight).sum(), (is_high.float() * weight).sum(), weight.sum()])
+
+
+def clip_fraction_extremes(
+    ratio: Float[Tensor, "batch ratio_len"],
+    advantages: Float[Tensor, " batch"],
+    mask: Bool[Tensor, "batch gen_len"],
+    low: float,
+    high: float,
+) -> Float[Tensor, " 2"]:
+    """[low_min, high_max], TRL's clip_ratio/low_min and clip_ratio/high_max on one process:
+
+        f_i^low  = Σ_t mask·[clipped low]_{i,t} / Σ_t mask      (GSPO: [ρ_i clipped low], 0 or 1)
+        low_min  = min_i f_i^low        high_max = max_i f_i^high
+
+    A sequence with no kept token has f = 0/0 = NaN and is skipped (TRL's nanmin / nanmax); NaN if
+    every one is. Over processes TRL takes the min (max) of every process's sequences: the min (max)
+    of these. (With A of one sign per sequence, low_min is 0 as soon as one sequence has A ≥ 0.)"""
+    is_low, is_high = clipped_sides(ratio, advantages, low, high)
+    if ratio.shape[1] > 1:
+        m = mask.float()
+        f_low, f_high = (is_low.float() * m).sum(-1) / m.sum(-1), (is_high.float() * m).sum(-1) / m.sum(-1)
+    else:
+        f_low, f_high = is_low.float().squeeze(-1), is_high.float().squeeze(-1)
+    return torch.stack([nan_extreme(f_low, largest=False), nan_extreme(f_high, largest=True)])
+
+
+def nan_extreme(x: Tensor, largest: bool, dim: int | None = None) -> Tensor:
+    """min (or max) of `x` ignoring NaN, over `dim` (all of it when None); NaN where every value is NaN."""
+    fill = -math.inf if largest else math.inf
+    filled = torch.where(x.isnan(), fill, x)
+    out = (filled.amax(dim) if largest else filled.amin(dim)) if dim is not None else (filled.max() if largest else filled.min())
+    return torch.where(out == fill, float("nan"), out)
 
 
 def mean_length_by_advantage_sign(
@@ -290,8 +557,9 @@ class GRPOTrainer(Trainer):
 
     def __init__(self, args: GRPOArgs, reward_fn=None, quiet: bool = False):
         super().__init__(args, reward_fn, quiet)
-        if not args.eos_stops() and args.loss_type != GRPOArgs.loss_type and not self.quiet:
-            tqdm.write(LENGTH_NOTE.format(loss_type=args.loss_type, gen_len=args.gen_len), file=sys.stderr)
+        if not self.quiet:
+            for line in grpo_start_notes(args):
+                tqdm.write(line, file=sys.stderr)
 
     def uses_reference(self) -> bool:
         """As TRL: at β = 0 the reference is never loaded nor run (unless asked to measure the KL)."""
@@ -302,45 +570,74 @@ class GRPOTrainer(Trainer):
         return self.sample(num_generations=self.args.num_generations)
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        """Group-relative advantages → num_iterations passes of minibatch ascent on J.
+        """Group-relative advantages → num_iterations passes of minibatch ascent on J, each pass
+        num_minibatches (= steps_per_generation) optimizer steps.
 
         The advantages are computed from the GLOBAL batch's rewards (every rank's; a group never
         splits over ranks, the batch std spans all of them) and so is dapo's token count N. Then a
         row stands alone: minibatches are drawn from all rows shuffled, as in RLOO."""
         args = self.args
-        mask = rollout.completion_mask
+        mask = loss_mask(rollout.completion_mask, rollout.is_terminated, args.mask_truncated_completions)
         all_rewards = dist.all_gather(rollout.rewards)
         all_advantages = compute_grpo_advantages(all_rewards, args.num_generations, args.scale_rewards)
         advantages = dist.local_rows(all_advantages)
-        num_items_in_batch = dist.all_gather(mask.sum().view(1)).sum()  # kept tokens, whole generation batch
+        num_items_in_batch = dist.all_gather(mask.sum().view(1)).sum()  # the loss's tokens, whole generation batch
         use_ref = args.beta != 0.0
-        counts: list[Tensor] = []  # per step: [clip low, clip high, clip n, KL-term sum, kept tokens] on this rank
+        settings = grpo_loss_settings(args)
+        counts: list[Tensor] = []  # per step on this rank: [clip low, clip high, clip n, KL-term sum, kept tokens, φ sum, rows]
+        extremes: list[Tensor] = []  # per step on this rank: [clip low_min, clip high_max]
 
         def objective(rows: Tensor) -> tuple[Tensor, dict[str, float]]:
+            if args.entropy_coef != 0.0:
+                logprobs, entropies = self.token_log_probs_and_entropy(rollout, rows)
+            else:
+                logprobs, entropies = self.token_log_probs(rollout, rows), None
             terms = calc_grpo_terms(
-                self.token_log_probs(rollout, rows), rollout.logprobs[rows], advantages[rows], mask[rows],
-                epsilon_low=args.epsilon_low, epsilon_high=args.epsilon_high, loss_type=args.loss_type,
-                max_completion_length=args.gen_len, importance_sampling_level=args.importance_sampling_level,
-                ref_logprobs=rollout.ref_logprobs[rows] if use_ref else None, beta=args.beta,
-                num_items_in_batch=num_items_in_batch, num_splits=args.num_minibatches * dist.world_size(),
-                use_bias_correction_kl=args.use_bias_correction_kl,
+                logprobs, rollout.logprobs[rows], advantages[rows], mask[rows], max_completion_length=args.gen_len,
+                ref_logprobs=rollout.ref_logprobs[rows] if use_ref else None, num_items_in_batch=num_items_in_batch,
+                num_splits=args.num_minibatches * dist.world_size(), entropies=entropies, **settings,
             )
-            counts.append(torch.cat([terms.clip_counts, torch.stack([terms.kl_sum, mask[rows].sum().float()])]))
+            counts.append(torch.cat([terms.clip_counts, torch.stack([terms.kl_sum, mask[rows].sum().float(),
+                                                                     terms.phi_sum, logprobs.new_tensor(len(rows))])]))
+            extremes.append(terms.clip_extremes)
             return terms.objective, {"objective/grpo": terms.objective.item()}
 
         learned = self.ascend(minibatch_rows(len(rollout), args.num_minibatches, args.num_iterations), objective,
                               total=args.num_minibatches * args.num_iterations)
-        # TRL's per-step means over every process's tokens, then the mean over steps
-        steps = dist.all_gather(torch.stack(counts)).view(dist.world_size(), len(counts), 5).sum(0)  # [steps, 5]
-        low, high = (steps[:, 0] / steps[:, 2]).mean().item(), (steps[:, 1] / steps[:, 2]).mean().item()
+        world, n_steps = dist.world_size(), len(counts)
+        steps = dist.all_gather(torch.stack(counts)).view(world, n_steps, 7).sum(0)  # [steps, 7], every process's
+        step_extremes = dist.all_gather(torch.stack(extremes)).view(world, n_steps, 2)
         return {
             **group_reward_stats(dist.all_gather(rollout.scores), all_rewards, args.num_generations),
-            **({KL_METRIC: (steps[:, 3] / steps[:, 4]).mean().item()} if use_ref else {}),
+            **({KL_METRIC: (steps[:, 3] / steps[:, 4].clamp(min=1.0)).mean().item()} if use_ref else {}),
             "entropy": dist.all_gather(rollout.entropy)[dist.all_gather(mask)].mean().item(),
-            "clip_ratio/low_mean": low,
-            "clip_ratio/high_mean": high,
-            "clip_ratio/region_mean": low + high,
+            **ratio_metrics(args.loss_type, steps, step_extremes),
             **learned,
             "objective/beta": args.beta,
             **mean_length_by_advantage_sign(dist.all_gather(rollout.lengths), all_advantages),
         }
+
+
+def ratio_metrics(
+    loss_type: str, steps: Float[Tensor, "steps 7"], step_extremes: Float[Tensor, "processes steps 2"]
+) -> dict[str, float]:
+    """TRL's metrics about the importance ratio, for the loss types that log them: per optimizer step
+    over every process (counts summed, extremes the min / max of the processes'), then the mean over
+    the steps, NaN steps left out as TRL's `log` leaves them out.
+
+    `steps` columns: clip low, clip high, clip n, KL-term sum, kept tokens, φ sum, rows (`GRPOTrainer.learning_phase`)."""
+    n = steps[:, 2].clamp(min=1.0)
+    if loss_type in CLIPPED_LOSS_TYPES:
+        low, high = (steps[:, 0] / n).mean().item(), (steps[:, 1] / n).mean().item()
+        return {
+            "clip_ratio/low_mean": low,
+            "clip_ratio/high_mean": high,
+            "clip_ratio/region_mean": low + high,
+            "clip_ratio/low_min": nan_extreme(step_extremes[..., 0], largest=False, dim=0).nanmean().item(),
+            "clip_ratio/high_max": nan_extreme(step_extremes[..., 1], largest=True, dim=0).nanmean().item(),
+        }
+    if loss_type == "cispo":
+        return {"cispo_clip_ratio": (steps[:, 1] / n).mean().item()}
+    if loss_type == "vespo":
+        return {"vespo/phi_seq_mean": (steps[:, 5] / steps[:, 6]).mean().item()}
+    return {}

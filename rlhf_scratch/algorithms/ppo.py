@@ -24,6 +24,7 @@ from rlhf_scratch.advantages import compute_advantages, compute_gae_advantages
 from rlhf_scratch.config import RLHFArgs
 from rlhf_scratch.generation import attention_mask_or_none
 from rlhf_scratch.kl_control import AdaptiveKLController
+from rlhf_scratch.lora import adapters_off
 from rlhf_scratch.memory import ReplayMemory, ReplayMinibatch
 from rlhf_scratch.model import TransformerWithValueHead
 from rlhf_scratch.objectives import (
@@ -147,7 +148,8 @@ class RLHFTrainer(Trainer):
         rollout, or one float32 reference forward), the terms at the sampling `temperature`."""
         mask, ref_hidden = attention_mask_or_none(mb.attention_mask), mb.ref_hidden
         if ref_hidden is None:  # not kept by the rollout: one reference forward per minibatch, float32 as in the rollout
-            with timed("reference_forward"), torch.no_grad(), torch.autocast(torch.device(self.device).type, enabled=False):
+            with (timed("reference_forward"), torch.no_grad(), torch.autocast(torch.device(self.device).type, enabled=False),
+                  adapters_off(self.ref_model)):  # a LoRA run's reference is the policy's LM, its adapters off
                 prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
                 ref_hidden = final_hidden(self.ref_model, mb.sample_ids, mask)[:, generated_span(prefix_len)]
         hidden, values = self.learner(mb.sample_ids, attention_mask=mask, return_hidden=True)

@@ -316,15 +316,23 @@ def split_pairs(n: int, eval_fraction: float, seed: int) -> tuple[list[int], lis
     return sorted(order[: n - n_eval]), sorted(order[n - n_eval :])
 
 
-def evaluate_pairs(model: RewardModel, rows: list[dict], batch_size: int = 64) -> dict[str, float]:
+def evaluate_pairs(
+    model: RewardModel, rows: list[dict], batch_size: int = 64, center_rewards_coefficient: float | None = None
+) -> dict[str, float]:
     """`eval/`-prefixed TRL metrics (and the loss) on `rows`, plus `eval/gold_accuracy` when
-    the rows carry gold scores."""
+    the rows carry gold scores.
+
+    `eval/loss` is the training loss on the held-out pairs, as TRL's RewardTrainer evaluates it (the
+    same `compute_loss`): with each row's `margin` when the rows have one, and the centring term when
+    `center_rewards_coefficient` is set — so train and eval losses are the same quantity."""
     chosen, rejected = pair_texts(rows)
     was_training = model.training
     model.eval()
     r_c, r_r = model.score_texts(chosen, batch_size), model.score_texts(rejected, batch_size)
     model.train(was_training)
-    metrics = {"loss": calc_reward_model_loss(r_c, r_r).item(), **reward_model_metrics(r_c, r_r)}
+    margin = torch.tensor([float(r["margin"]) for r in rows], device=r_c.device) if rows and "margin" in rows[0] else None
+    metrics = {"loss": calc_reward_model_loss(r_c, r_r, margin, center_rewards_coefficient).item(),
+               **reward_model_metrics(r_c, r_r)}
     gold = gold_accuracy(r_c, r_r, rows)
     if gold is not None:
         metrics["gold_accuracy"] = gold
@@ -419,7 +427,7 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
                                **{k: sum(w[k] for w in window) / len(window) for k in window[0]}}
                     window = []
                     if end_of_epoch:
-                        metrics.update(evaluate_pairs(model, eval_rows))
+                        metrics.update(evaluate_pairs(model, eval_rows, center_rewards_coefficient=args.center_rewards_coefficient))
                         say(f"epoch {step // steps_per_epoch}: eval/accuracy {metrics['eval/accuracy']:.3f}"
                             + (f", eval/gold_accuracy {metrics['eval/gold_accuracy']:.3f}" if "eval/gold_accuracy" in metrics else ""))
                     append_metrics(run_dir, metrics)
