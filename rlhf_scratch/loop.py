@@ -190,7 +190,7 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
                    state_now=lambda: {"policy": policy_state_dict(trainer.policy), "optimizer": trainer.optimizer.state_dict(),
                                       "scheduler": trainer.scheduler.state_dict()},
                    moved=lambda: (steps[0], trainer.scheduler.last_epoch))
-    with life, _closing(counter):
+    with life, counter:  # (a RemovableHandle removes its hook when the block ends)
         logger = RunLogger(run_dir, args, quiet) if main else _SilentLogger()
         done = 0
         if resume:
@@ -277,19 +277,6 @@ def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook],
     }
     metrics["charts/tokens_per_s"] = metrics["completions/total_tokens"] / seconds
     return metrics, rollout
-
-
-class _closing:
-    """Remove a hook handle when the block ends."""
-
-    def __init__(self, handle):
-        self.handle = handle
-
-    def __enter__(self):
-        return self.handle
-
-    def __exit__(self, *exc):
-        self.handle.remove()
 
 
 class _SilentLogger:
