@@ -203,10 +203,20 @@ def check_model_folder(folder: Path, field: str, classifier: bool) -> None:
         if is_classifier:
             raise ModelFolderError(f"{field}: {folder} is a sequence classifier ({', '.join(architectures)}), "
                                    "not a causal LM; did you mean --reward-model?")
-        if config.get("model_type") != "gpt2":
+        if config.get("model_type") not in LOCAL_FAMILIES:
             raise ModelFolderError(
-                f"{field}: {folder} is a {config.get('model_type') or 'unknown'} model; a local --model folder must "
-                "be GPT-2 architecture (model_type gpt2); TransformerLens model names load from the Hub")
+                f"{field}: {folder} is a {config.get('model_type') or 'unknown'} model; a local --model folder must be "
+                f"one of the families tested offline here ({', '.join(LOCAL_FAMILIES)}; docs/models.md)")
+        inner, width = config.get("n_inner"), config.get("n_embd")
+        if config.get("model_type") == "gpt2" and inner is not None and width and inner != 4 * width:
+            raise ModelFolderError(f"{field}: {folder} has n_inner {inner} != 4 × n_embd; TransformerLens' GPT-2 "
+                                   "conversion assumes the MLP is 4 × d_model wide")
+
+
+# model_type of a local --model folder -> its family, as docs/models.md names it. Each is tested
+# offline (tests/test_model_families.py): loaded, equal to the HF model's log-probs, trained.
+LOCAL_FAMILIES = {"gpt2": "GPT-2", "gpt_neox": "GPT-NeoX (Pythia)", "llama": "Llama", "qwen2": "Qwen2",
+                  "gemma": "Gemma"}
 
 
 WEIGHT_FILES = ("*.safetensors", "*.bin", "reward_model.pt", "policy.pt")
@@ -240,35 +250,75 @@ def load_tokenizer(name: str = TINY) -> PreTrainedTokenizerBase:
         return AutoTokenizer.from_pretrained(str(folder) if folder else name)
 
 
+def gemma_config_dict(hf: dict) -> dict:
+    """TransformerLens' config for a Gemma (1) folder, from its HF config.
+
+    TransformerLens picks Gemma's config by checkpoint name (google/gemma-2b, -7b), not from a
+    folder's config.json; these are the entries of its gemma-2b branch, read from `hf` instead.
+    """
+    return {
+        "d_model": hf["hidden_size"], "d_head": hf["head_dim"], "n_heads": hf["num_attention_heads"],
+        "d_mlp": hf["intermediate_size"], "n_layers": hf["num_hidden_layers"],
+        "n_ctx": hf["max_position_embeddings"], "eps": hf["rms_norm_eps"], "d_vocab": hf["vocab_size"],
+        "act_fn": hf.get("hidden_activation") or hf.get("hidden_act") or "gelu_pytorch_tanh",
+        "initializer_range": hf["initializer_range"], "normalization_type": "RMS",
+        "rotary_base": (hf.get("rope_parameters") or {}).get("rope_theta", hf.get("rope_theta", 10000.0)),
+        "rotary_dim": hf["head_dim"], "positional_embedding_type": "rotary", "use_attn_scale": True,
+        "n_key_value_heads": hf["num_key_value_heads"], "gated_mlp": True, "final_rms": True,
+        "original_architecture": "GemmaForCausalLM",
+    }
+
+
+def tl_config_of_folder(folder: Path, hf_config: dict, device: str | torch.device):
+    """The HookedTransformerConfig of a local HF folder, by TransformerLens' own conversion.
+
+    TransformerLens reads a folder's config.json by its `architectures` entry, except that a path
+    containing "llama" or "gemma" is taken for a checkpoint name; the config is therefore handed
+    over from a neutrally named copy. Gemma, which it only knows by name, gets `gemma_config_dict`
+    and the steps `get_pretrained_model_config` applies after its conversion.
+    """
+    from transformer_lens import HookedTransformerConfig
+    from transformer_lens import loading_from_pretrained as tl_loading
+
+    config = json.loads((folder / "config.json").read_text())
+    if config.get("model_type") == "gemma":
+        cfg = gemma_config_dict(hf_config)
+        cfg.update(model_name=folder.name, init_weights=False, dtype=torch.float32, device=device,
+                   n_devices=1, from_checkpoint=False, default_prepend_bos=True,
+                   normalization_type="RMSPre" if PROCESSING["fold_ln"] else "RMS")
+        return HookedTransformerConfig.from_dict(cfg)
+    if "n_ctx" not in config and "n_positions" in config:
+        # TransformerLens reads GPT-2's n_ctx, which a GPT2Config saved today no longer writes
+        config["n_ctx"] = config["n_positions"]
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "hf_config"
+        source.mkdir()
+        (source / "config.json").write_text(json.dumps(config))
+        cfg = tl_loading.get_pretrained_model_config(
+            str(source), hf_cfg=hf_config, fold_ln=PROCESSING["fold_ln"], device=device, dtype=torch.float32)
+    cfg.model_name = folder.name
+    return cfg
+
+
 def hooked_from_hf_folder(
     folder: str | Path, device: str | torch.device = "cpu"
 ) -> HookedTransformer:
-    """A local Hugging Face causal-LM folder (e.g. GPT-2 format) -> a float32 HookedTransformer.
+    """A local Hugging Face causal-LM folder (GPT-2, Pythia, Llama, Qwen2, Gemma) -> a float32
+    HookedTransformer.
 
     The same steps as `HookedTransformer.from_pretrained`, which only accepts names it knows:
-    TransformerLens builds the config from the folder's config.json, converts the weights with
-    its architecture converter (`convert_gpt2_weights` for GPT-2) and applies the default
-    processing (`PROCESSING`).
+    TransformerLens builds the config from the folder's config.json (`tl_config_of_folder`),
+    converts the weights with its architecture's converter (`convert_gpt2_weights`,
+    `convert_llama_weights`, ...) and applies the default processing (`PROCESSING`).
     """
     from transformer_lens import loading_from_pretrained as tl_loading
 
-    folder = str(Path(folder).resolve())
+    folder = Path(folder).resolve()
     with no_weight_loading_bars():
-        hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    config = json.loads((Path(folder) / "config.json").read_text())
-    with tempfile.TemporaryDirectory() as tmp:
-        source = folder
-        if "n_ctx" not in config and "n_positions" in config:
-            # TransformerLens reads GPT-2's n_ctx, which a GPT2Config saved today no longer writes
-            (Path(tmp) / "config.json").write_text(json.dumps({**config, "n_ctx": config["n_positions"]}))
-            source = tmp
-        cfg = tl_loading.get_pretrained_model_config(
-            source, hf_cfg=hf_model.config.to_dict(), fold_ln=PROCESSING["fold_ln"],
-            device=device, dtype=torch.float32,
-        )
-    cfg.model_name = Path(folder).name
-    state_dict = tl_loading.get_pretrained_state_dict(folder, cfg, hf_model, dtype=torch.float32)
+        hf_model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    cfg = tl_config_of_folder(folder, hf_model.config.to_dict(), device)
+    state_dict = tl_loading.get_pretrained_state_dict(str(folder), cfg, hf_model, dtype=torch.float32)
     with quiet_hooked_transformer():
         model = HookedTransformer(cfg, tokenizer, move_to_device=False)
     model.load_and_process_state_dict(state_dict, **PROCESSING)

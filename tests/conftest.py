@@ -73,3 +73,20 @@ def tuned_ppo_run(tmp_path_factory):
                      base_lr=1e-2, run_dir=str(run_dir), seed=0, threads=1)
     RLHFTrainer(args, quiet=True).train(run_dir)
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def family_folder(tmp_path_factory):
+    """family name -> a random-init HF folder of that family (rlhf_scratch.model_families, tiny
+    shape), built once per session; `chat=True` gives its tokenizer a ChatML template."""
+    from rlhf_scratch.model_families import build_folder
+
+    built: dict[tuple[str, bool], object] = {}
+
+    def get(name: str, chat: bool = False):
+        if (name, chat) not in built:
+            out = tmp_path_factory.mktemp(f"{name}{'_chat' if chat else ''}") / "model"
+            built[name, chat] = build_folder(name, out, chat_template=chat)
+        return built[name, chat]
+
+    return get

@@ -61,7 +61,7 @@ CASES = [
     (["sentiment", "--model", "{root}/missing"], "model: {root}/missing: no such folder"),
     (["sentiment", "--model", "{root}/empty"], "model: {root}/empty has no config.json (not a Hugging Face model folder)"),
     (["sentiment", "--model", "{root}/corrupt"], "model: {root}/corrupt/config.json is not valid JSON ("),
-    (["sentiment", "--model", "{root}/bert"], "model: {root}/bert is a bert model; a local --model folder must be GPT-2"),
+    (["sentiment", "--model", "{root}/bert"], "model: {root}/bert is a bert model; a local --model folder must be one of the families tested offline here"),
     (["sentiment", "--model", "{root}/classifier"], "model: {root}/classifier is a sequence classifier"),
     (["sentiment", "--model", "{root}/a_file.txt"], "model: {root}/a_file.txt is a file, not a model folder"),
     (["sentiment", "--reward-model", "{root}/causal_lm"], "reward_model: {root}/causal_lm is not a sequence classifier"),
