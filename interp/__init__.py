@@ -20,6 +20,8 @@ The two commands are the only modules that read a run folder (`rlhf_scratch.runs
 its reward and the review corpus.
 
 Shared pieces: `interp.probes` (the fixed review openings every page probes), `interp.pages`
-(the HTML page, table and figure helpers), `interp.figures` (the figure types). Each analysis
+(the HTML page, table and figure helpers), `interp.figures` (the figure types), `interp.families`
+(what each analysis assumes of the architecture — LayerNorm or RMSNorm, parallel blocks, gated MLPs,
+grouped K/V heads — and the one-line refusals where an analysis would be wrong). Each analysis
 module is usable alone; `interp.toy` builds a tiny random pair for trying them.
 """

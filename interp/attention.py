@@ -8,7 +8,12 @@ is its `result` = z @ W_O (hook_z times the head's slice of W_O, no b_O), as
   (the logit difference is defined in `interp.logits`);
 - weight-change norms: Frobenius norm of W_tuned - W_ref in weight units (or relative to |W_ref|).
 
-Each model's DLA uses its own cache (final-LN scale) and its own sentiment direction.
+Each model's DLA uses its own cache (final-norm scale) and its own sentiment direction.
+
+Grouped-query attention (Llama, Qwen2, Gemma; `interp.families`): hook_z and W_O are per query
+head, so DLA, ablation and patching are per query head and exact. W_K and W_V belong to a K/V head
+that a group of query heads shares; the weight change shows, for each query head, the change of
+the K/V head it reads, so W_K and W_V panels repeat across a group.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache, HookedTransformer
 
+from interp.families import require_additive_blocks
 from interp.logits import RewardFn, SentimentTokens, logit_diff, mean_reward, residual_sentiment_direction
 from interp.pages import new_figure, save_figure
 from interp.residual import real_position_mask, recovered_fraction, stack_at_last_pos
@@ -61,11 +67,12 @@ def head_dla(
 ) -> Float[Tensor, "n_layers n_heads"]:
     """Each head's direct contribution to the logit difference at the last token (nats, batch mean).
 
-    result_{l,h} scaled by the cache's final-LN scale, dotted with the cache model's
+    result_{l,h} scaled by the cache's final-norm scale, dotted with the cache model's
     `residual_sentiment_direction`. With the other components (embeddings, MLPs, b_O, and the
     ln_final/unembedding bias) it sums to the logit difference.
     """
     model = cache.model
+    require_additive_blocks(model, "per-head DLA")
     stack = head_results(cache)
     scaled = stack_at_last_pos(cache.apply_ln_to_stack(stack, layer=-1), last_pos)
     attrs = (scaled @ residual_sentiment_direction(model, tokens)).mean(-1)
@@ -81,7 +88,7 @@ def head_dla_diff(
     """head_dla(tuned) - head_dla(reference): which heads push sentiment harder after RLHF (nats).
 
     An unchanged head can still show a (small) difference: its input may have changed upstream, and
-    each model's output is read through that model's own final-LN scale.
+    each model's output is read through that model's own final-norm scale.
     """
     return head_dla(tuned_cache, tokens, last_pos) - head_dla(ref_cache, tokens, last_pos)
 
@@ -96,6 +103,9 @@ def head_weight_change(
     """|W_tuned - W_ref| (Frobenius, per head) for W_Q, W_K, W_V, W_O and "all" (their root-sum-square).
 
     relative=True divides each by |W_ref| of the same head (a dimensionless fraction).
+    Per query head. Under grouped-query attention W_K and W_V are TransformerLens' repeated view:
+    query head h shows the change of the K/V head it reads (h // group), so a group's heads share
+    one value, and "all" is the change of every weight that head's output depends on.
     """
     out = {}
     for name in ("W_Q", "W_K", "W_V", "W_O"):
@@ -240,6 +250,7 @@ def head_patching(
     reference's logit difference in nats, fraction of the tuned - reference gap recovered; nan
     when the gap is ~0).
     """
+    require_additive_blocks(reference, "head-output patching")  # the swap adds to hook_attn_out
     ref_logits, ref_cache = reference.run_with_cache(tokens)
     tuned_logits, tuned_cache = tuned.run_with_cache(tokens)
     ref_ld = logit_diff(ref_logits, sentiment, last_pos).mean().item()

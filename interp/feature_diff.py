@@ -16,7 +16,8 @@ error, Σ_p |Δerr[p]|² / Σ_p |Δx[p]|².
 
 What a feature means: its top-activating snippets (`top_activating_snippets`, on texts passed in)
 and the tokens its decoder direction promotes through a model's unembedding at that model's own
-mean final-LayerNorm scale s: logits_f = ((d_f − mean(d_f)) / s) · w_ln · W_U (`direction_logits`).
+mean final-norm scale s: logits_f = (c(d_f) / s) · w_ln · W_U (`direction_logits`), c(d) = d − mean(d)
+under a final LayerNorm and c(d) = d under RMSNorm, which does not centre.
 
 Units: feature activations in SAE units (a_f · |d_f| is a residual-stream norm).
 """
@@ -30,6 +31,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
+from interp.families import centre_like_final_norm, require_additive_logits
 from interp.sae import special_token_ids
 from interp.sampling import SampleSettings, sample
 
@@ -128,15 +130,17 @@ def explained_fraction(diff: FeatureDiff, W_dec: Float[Tensor, "d_sae d_model"],
 @torch.no_grad()
 def final_ln_scale(model: HookedTransformer, tokens: Int[Tensor, "batch pos"],
                    attention_mask: Bool[Tensor, "batch pos"] | None = None) -> float:
-    """The model's mean final-LayerNorm scale (ln_final.hook_scale) over the real positions."""
+    """The model's mean final-norm scale (ln_final.hook_scale) over the real positions."""
     scale = site_activations(model, "ln_final.hook_scale", tokens, attention_mask)[..., 0]
     return scale[real_positions(model, tokens, attention_mask)].mean().item()
 
 
 def direction_logits(model: HookedTransformer, direction: Float[Tensor, " d_model"], scale: float) -> Float[Tensor, " d_vocab"]:
-    """What adding `direction` to the final residual does to `model`'s logits at final-LN scale
-    `scale`: ((d − mean d) / scale) · w_ln · W_U (w_ln = 1 when the LayerNorm weights are folded in)."""
-    d = (direction - direction.mean()) / scale
+    """What adding `direction` to the final residual does to `model`'s logits at final-norm scale
+    `scale`: (c(d) / scale) · w_ln · W_U, c(d) = d − mean d under LayerNorm and d under RMSNorm
+    (`interp.families.centre_like_final_norm`); w_ln = 1 when the norm's weights are folded in."""
+    require_additive_logits(model, "feature logit effects")
+    d = centre_like_final_norm(model, direction) / scale
     if getattr(model.ln_final, "w", None) is not None:
         d = d * model.ln_final.w
     return d @ model.W_U

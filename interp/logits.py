@@ -114,7 +114,7 @@ def logit_diff(
 def sentiment_direction(model: HookedTransformer, tokens: SentimentTokens) -> Float[Tensor, " d_model"]:
     """mean_{t in pos} W_U[:, t] - mean_{t in neg} W_U[:, t]: the logit difference as a direction.
 
-    It lives in the basis of the final LayerNorm's *output*: logit_diff = ln_final(x) . direction
+    It lives in the basis of the final norm's *output*: logit_diff = ln_final(x) . direction
     + (b_U[pos].mean() - b_U[neg].mean()). Each model has its own (RLHF may move the unembedding).
     """
     W_U = model.W_U
@@ -124,8 +124,9 @@ def sentiment_direction(model: HookedTransformer, tokens: SentimentTokens) -> Fl
 def residual_sentiment_direction(model: HookedTransformer, tokens: SentimentTokens) -> Float[Tensor, " d_model"]:
     """The sentiment direction in the *normalized residual* basis: ln_final's weight folded in.
 
-    If y = (x - mean x) / scale is the residual after the cached final-LN scale (what
-    `ActivationCache.apply_ln_to_stack` returns), then logit_diff = y . this + `logit_diff_bias`.
+    If y = (x - mean x) / scale is the residual after the cached final-norm scale (what
+    `ActivationCache.apply_ln_to_stack` returns; y = x / scale under RMSNorm, which does not
+    centre), then logit_diff = y . this + `logit_diff_bias`.
     Equal to `sentiment_direction` when the model was loaded with fold_ln=True.
     """
     direction = sentiment_direction(model, tokens)

@@ -3,9 +3,13 @@
 A neuron (layer l, index n) writes post_{l,n} · W_out[l][n] into the residual stream
 (`blocks.{l}.mlp.hook_post` times its row of W_out; the bias b_out is nobody's). Its direct
 logit attribution (DLA) at a prompt's last token is that vector through the model's own cached
-final-LN scale, dotted with the model's own sentiment direction — the neuron-level version of
+final-norm scale, dotted with the model's own sentiment direction — the neuron-level version of
 `interp.attention.head_dla`, and the neurons of a layer plus b_out add up to the layer's MLP DLA.
-Units: nats of logit difference (`interp.logits.logit_diff`); activations in GELU units.
+That holds for every family `interp.families` lists: a gated MLP's hook_post is act(gate)·up
+(Llama, Qwen2, Gemma), still one number per neuron times its W_out row; where each block's output
+is normalized before it joins the residual (Gemma 2) `neuron_dla` refuses.
+Units: nats of logit difference (`interp.logits.logit_diff`); activations in the MLP's own units
+(`interp.families.mlp_activation`: gelu(pre) for GPT-2, silu(gate)·up for Llama).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache, HookedTransformer
 
+from interp.families import centre_like_final_norm, require_additive_blocks
 from interp.logits import SentimentTokens, logit_diff, residual_sentiment_direction
 from interp.residual import real_position_mask, recovered_fraction
 
@@ -32,18 +37,20 @@ def neuron_dla(
 ) -> Float[Tensor, "n_layers d_mlp"]:
     """Each neuron's direct contribution to the logit difference at the last token (nats, batch mean):
 
-        DLA_{l,n} = mean_b  post_{l,n}[b] · (W_out[l][n] − mean(W_out[l][n])) · d / scale[b]
+        DLA_{l,n} = mean_b  post_{l,n}[b] · c(W_out[l][n]) · d / scale[b]
 
-    d the model's `residual_sentiment_direction`, scale[b] the cached final-LN scale at the last
-    token (the mean is subtracted because the final LayerNorm centres every component).
+    d the model's `residual_sentiment_direction`, scale[b] the cached final-norm scale at the last
+    token, c(w) = w − mean(w) under a final LayerNorm (it centres every component) and c(w) = w
+    under RMSNorm (it does not: `interp.families.centre_like_final_norm`).
     """
     model = cache.model
+    require_additive_blocks(model, "per-neuron DLA")
     direction = residual_sentiment_direction(model, tokens)  # [d_model]
     scale = _at_last(cache["ln_final.hook_scale"], last_pos)[:, 0]  # [batch]
     rows = []
     for layer in range(model.cfg.n_layers):
         W_out = model.blocks[layer].mlp.W_out  # [d_mlp, d_model]
-        per_neuron = (W_out - W_out.mean(-1, keepdim=True)) @ direction  # [d_mlp]
+        per_neuron = centre_like_final_norm(model, W_out) @ direction  # [d_mlp]
         post = _at_last(cache[f"blocks.{layer}.mlp.hook_post"], last_pos)  # [batch, d_mlp]
         rows.append((post * per_neuron / scale[:, None]).mean(0))
     return torch.stack(rows)

@@ -35,7 +35,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache, HookedTransformer
 
-from interp import attention, logits, neurons, residual
+from interp import attention, families, logits, neurons, residual
 from interp.figures import bars, heatmaps, lines, position_heatmap
 from interp.pages import esc, figure, page, rounded, table
 from interp.probes import REVIEW_PROMPTS
@@ -192,19 +192,22 @@ def analyse_head_dla(ctx: Context) -> dict:
     ctx.add_figure(
         "Per-head direct logit attribution",
         heatmaps(panels, ctx.out_dir, "head_dla.png", "nats", own_scale=(2,)),
-        "Each head's output at the last token, through its model's own final-LN scale, on its own "
+        "Each head's output at the last token, through its model's own final-norm scale, on its own "
         "sentiment direction. The difference panel has its own colour scale. Heads whose weights did not "
-        "change still differ a little when the final-LN scale changed.")
+        "change still differ a little when the final-norm scale changed.")
     return {"head_dla": {"reference": dla_ref, "tuned": dla_tuned, "top_diff": _head_list(dla_diff, ctx.k_heads)}}
 
 
 def analyse_weight_change(ctx: Context) -> dict:
     """How much each head's weights moved, relative to the reference's."""
     change = attention.head_weight_change(ctx.reference, ctx.tuned, relative=True)
+    group = families.gqa_group(ctx.reference)
+    shared = (f" Grouped-query attention: {group} query heads share one K/V head, so W_K and W_V show, for each "
+              "query head, the change of the K/V head it reads (equal across a group).") if group > 1 else ""
     ctx.add_figure(
         "Per-head weight change",
         heatmaps(list(change.items()), ctx.out_dir, "head_weight_change.png", "|ΔW| / |W_ref|", diverging=False),
-        "Frobenius norm of each head's weight change, relative to the reference's.")
+        "Frobenius norm of each head's weight change, relative to the reference's." + shared)
     return {"head_weight_change_relative": {k: _head_list(v, ctx.k_heads) for k, v in change.items()}}
 
 
@@ -253,8 +256,9 @@ def analyse_neurons(ctx: Context) -> dict:
         bars([f"L{l}N{n}" for l, n in top_n], {"reference": [float(n_ref[l, n]) for l, n in top_n],
                                                "tuned": [float(n_tuned[l, n]) for l, n in top_n]},
              ctx.out_dir, "neuron_dla.png", f"the {len(top_n)} MLP neurons whose DLA changed most", "nats"),
-        "Each neuron's post-GELU activation times its W_out row, through its model's own final-LN scale, "
-        "on its own sentiment direction (the neurons of a layer plus b_out add up to the layer's MLP DLA).")
+        f"Each neuron's activation ({families.mlp_activation(ctx.reference)}) times its W_out row, through its "
+        "model's own final-norm scale, on its own sentiment direction (the neurons of a layer plus b_out add up "
+        "to the layer's MLP DLA).")
     return {"neurons": section}
 
 
@@ -460,7 +464,7 @@ def _html(title: str, summary: dict, figures: list[tuple[str, Path, str]], atten
         "<h2>Key numbers</h2>" + table(_key_numbers(summary)),
         "<p>Units: logit differences and attributions in nats of log-odds (mean logit of the positive words minus "
         "the negative ones, at the last token); KL in nats; patching fractions: (patched − reference) / (tuned − "
-        "reference), nan when there is no gap. Each model is read with its own cache, final LayerNorm and sentiment "
+        "reference), nan when there is no gap. Each model is read with its own cache, final norm and sentiment "
         "direction.</p>",
     ]
     parts += [figure(path, fig_title, caption) for fig_title, path, caption in figures]
@@ -562,9 +566,12 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--gen-len: {args.gen_len} + the longest prompt ({longest} tokens) exceeds the model's "
                     f"context n_ctx={run.reference.cfg.n_ctx}")
     title = f"What did RLHF change? {run_dir.name}" + (f" ({shown})" if reward_fn is not None else "")
-    summary = _write_in_place(out, lambda folder: make_report(
-        run.reference, run.tuned, list(REVIEW_PROMPTS), folder, reward_fn=reward_fn, run_prompt=run.args.prefix,
-        n_samples=args.n_samples, gen_len=args.gen_len, title=title))
+    try:
+        summary = _write_in_place(out, lambda folder: make_report(
+            run.reference, run.tuned, list(REVIEW_PROMPTS), folder, reward_fn=reward_fn, run_prompt=run.args.prefix,
+            n_samples=args.n_samples, gen_len=args.gen_len, title=title))
+    except families.UnsupportedModel as err:  # an analysis that would be wrong on this family: one line
+        return fail(str(err))
     for line in summary["headline"]:
         print(line)
     print(f"wrote {out / 'report.html'} in {summary['seconds']:.1f} s")

@@ -1,9 +1,10 @@
 """What RLHF changed in the residual stream: logit lens, decomposition, layer-wise drift, patching.
 
 All functions read each model's *own* ActivationCache (`cache.model` is the model that made it):
-the final LayerNorm scale, ln_final and the unembedding used on a residual are always those of
-the model whose residual it is. (The blog's notebook scaled GPT-2's stack with the RLHF model's
-cache; here that cannot happen because no function takes one model's cache for another's stack.)
+the final-norm scale (LayerNorm or RMSNorm), ln_final and the unembedding used on a residual are
+always those of the model whose residual it is. (The blog's notebook scaled GPT-2's stack with the
+RLHF model's cache; here that cannot happen because no function takes one model's cache for
+another's stack.)
 
 Residual "sites" are the accumulated residual before each block and after the last one, in the
 order and with the labels of `cache.accumulated_resid`: site i < n_layers is
@@ -26,6 +27,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache, HookedTransformer
 
+from interp.families import require_additive_logits
 from interp.logits import (
     RewardFn,
     SentimentTokens,
@@ -77,6 +79,7 @@ def logit_lens_resid(cache: ActivationCache) -> tuple[Float[Tensor, "site batch 
     Each site's residual is normalized with its *own* statistics (`recompute_ln=True`): the
     logit lens asks "what would the model say if the residual stopped here?".
     """
+    require_additive_logits(cache.model, "logit lens")  # a soft cap after the unembedding is not applied here
     stack, labels = cache.accumulated_resid(layer=None, incl_mid=False, return_labels=True)
     return cache.apply_ln_to_stack(stack, layer=-1, recompute_ln=True), labels
 
@@ -122,10 +125,12 @@ def component_logit_diff(
 ) -> tuple[Float[Tensor, "component batch"], list[str]]:
     """Direct logit attribution of each residual component to the logit difference (nats).
 
-    Each part of `decompose_final_resid` is scaled by the cache's final-LN scale (frozen, so the
+    Each part of `decompose_final_resid` is scaled by the cache's final-norm scale (frozen, so the
     map is linear) and dotted with the model's `residual_sentiment_direction`; a last component
-    "bias" holds `logit_diff_bias`. The components sum to the model's logit difference.
+    "bias" holds `logit_diff_bias`. The components sum to the model's logit difference. The
+    final-norm step centres the parts only under LayerNorm (TransformerLens' `apply_ln_to_stack`).
     """
+    require_additive_logits(cache.model, "residual decomposition")
     stack, labels = decompose_final_resid(cache)
     scaled = cache.apply_ln_to_stack(stack, layer=-1)
     last = stack_at_last_pos(scaled, last_pos)

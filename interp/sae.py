@@ -31,8 +31,10 @@ from typing import Any
 import torch
 from transformer_lens import HookedTransformer
 
+from interp.families import require_site
+
 HOOKS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
-"""The sites an SAE may read, per block."""
+"""The sites an SAE may read, per block (no resid_mid where attention and MLP run in parallel)."""
 
 Texts = Callable[[str], list[str]]
 """split -> texts: "train" (what the SAE trains on) and "val" (its evals)."""
@@ -193,6 +195,7 @@ def load_or_train(reference: HookedTransformer, hook_name: str, settings: SAESet
     the texts: keep one cache root per corpus.
 
     Returns (sae, quality, cache folder, whether it was loaded from the cache)."""
+    require_site(reference, hook_name)  # e.g. no resid_mid in a parallel block (Pythia): one line
     require_sae_lens()
     from sae_lens import SAE
 

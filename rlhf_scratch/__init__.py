@@ -38,7 +38,9 @@ _EXPORTS = {
     "reward_fn_char_count": "reward.functions", "load_lm": "loading", "load_classifier": "loading",
     "load_run": "runs", "load_args": "runs",
     # using a tuned model; judging it with what it was never trained on
-    "to_hf_gpt2": "hf_format", "sample_both": "sample", "heldout_metrics": "heldout",
+    "to_hf_gpt2": "hf_format", "to_hf_causal_lm": "hf_format", "to_hf_gpt_neox": "hf_format",
+    "to_hf_llama": "hf_format", "to_hf_qwen2": "hf_format", "to_hf_gemma": "hf_format",
+    "build_folder": "model_families", "sample_both": "sample", "heldout_metrics": "heldout",
     # human feedback: preference pairs, a Bradley–Terry reward model, over-optimisation (docs/human-feedback.md)
     "make_preference_pairs": "reward.preferences", "bradley_terry_label": "reward.preferences", "gold_scores": "reward.preferences",
     "calc_reward_model_loss": "reward.model", "reward_model_metrics": "reward.model",

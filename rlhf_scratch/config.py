@@ -19,13 +19,14 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from rlhf_scratch import registry
 
 TASKS = ("sentiment", "vader", "periods")
 DIRECTIONS = ("pos", "neg")
 KV_CACHES = ("auto", "static", "transformer_lens")
+CHAT_TEMPLATES = ("auto", "none")
 ADVANTAGES = ("one_step", "gae")
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's eight
@@ -63,7 +64,7 @@ class CommonArgs:
     preset: str = "tiny"
     """`tiny` (shipped offline LM + classifier) or `gpt2` (GPT-2 + lvwerra/distilbert-imdb, the blog's setup)."""
     model: str = "tiny"
-    """Policy to tune: `tiny`, a TransformerLens pretrained name (e.g. `gpt2`) or a local HF GPT-2 folder."""
+    """Policy to tune: `tiny`, a TransformerLens pretrained name (e.g. `gpt2`) or a local HF folder of GPT-2, Pythia, Llama, Qwen2 or Gemma (docs/models.md)."""
     reward_model: str = "tiny"
     """What scores task `sentiment`: a classifier (`tiny`, a Hub id, a local folder; label 1 = positive)
     or a reward model — a `python -m rlhf_scratch.reward_model` run folder or its export (its scalar
@@ -137,7 +138,15 @@ class CommonArgs:
     prefix: str = "This movie was really"
     """The prompt every sample continues when --prompts is `prefix`."""
     prepend_bos: bool = True
-    """Prepend <|endoftext|> to each prompt."""
+    """Prepend <|endoftext|> to each prompt (plain-text prompts only: a chat template writes its own
+    special tokens, see --chat-template)."""
+    chat_template: Literal["auto", "none"] = "auto"
+    """How a prompt is given to the model. `auto`: when the model's tokenizer has a chat template
+    (an instruct model's), each prompt p is rendered as one user turn followed by the assistant's
+    opening, `apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)`,
+    and tokenized as rendered (no --prepend-bos: the template writes the BOS where its model wants
+    one); without a template (tiny, GPT-2), plain text. `none`: plain text always. The reward, the
+    logs and samples.md still see the plain prompt and the completion's own text."""
     gen_len: int = 30
     """New tokens generated per sample (the most, with stop_at_eos)."""
     temperature: float = 1.0
@@ -206,6 +215,8 @@ class CommonArgs:
         _check(self.direction in DIRECTIONS, "direction", f"must be 'pos' or 'neg'; got {self.direction!r}")
         _check(self.chunk_logits >= 0, "chunk_logits", f"must be >= 0 (0 = no chunking); got {self.chunk_logits}")
         _check(self.kv_cache in KV_CACHES, "kv_cache", f"must be one of {', '.join(KV_CACHES)}; got {self.kv_cache!r}")
+        _check(self.chat_template in CHAT_TEMPLATES, "chat_template",
+               f"must be one of {', '.join(CHAT_TEMPLATES)}; got {self.chat_template!r}")
         _check(self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:"),
                "device", f"must be auto, cpu, cuda[:N] or mps; got {self.device!r}")
         _check(self.seed >= 0, "seed", f"must be >= 0; got {self.seed}")

@@ -1,4 +1,4 @@
-"""Export a tuned policy to a Hugging Face `GPT2LMHeadModel` folder that loads with no custom code.
+"""Export a tuned policy to a Hugging Face folder of its own family that loads with no custom code.
 
     python -m rlhf_scratch.export runs/<run> exported/           # config, model.safetensors, tokenizer
     python -m rlhf_scratch.export runs/<run> exported/ --value-head   # + PPO's value head, separately
@@ -7,6 +7,12 @@
 
     from transformers import pipeline
     pipeline("text-generation", model="exported/")("This movie was really")
+
+The class is the policy's own (`hf_format.to_hf_causal_lm`, by TransformerLens' original_architecture):
+GPT2LMHeadModel, GPTNeoXForCausalLM (Pythia), LlamaForCausalLM, Qwen2ForCausalLM or GemmaForCausalLM.
+A weight the class has no place for (a trained unembedding bias b_U in the RMSNorm families, Qwen2's
+and Gemma's MLP biases, a Qwen2 output bias that is no value bias) is refused in one line, with
+nothing written; see each `to_hf_*` for its identities. What follows is GPT-2's.
 
 A run folder of `python -m rlhf_scratch.reward_model` (config.json's algo is reward_model, the rule
 `loading.load_classifier` uses) is exported by `export_reward_model` instead; see `to_hf_reward_model`.
@@ -42,15 +48,22 @@ from rlhf_scratch import registry
 from rlhf_scratch.hf_format import (  # the conversions; this module is the command around them
     VALUE_HEAD_FILE,
     final_norm_and_unembed,
+    to_hf_causal_lm,
+    to_hf_gemma,
     to_hf_gpt2,
+    to_hf_gpt_neox,
+    to_hf_llama,
+    to_hf_qwen2,
     to_hf_reward_model,
 )
 
 __all__ = ["VALUE_HEAD_FILE", "export", "export_reward_model", "final_norm_and_unembed", "main", "push_to_hub",
-           "to_hf_gpt2", "to_hf_reward_model"]
+           "to_hf_causal_lm", "to_hf_gemma", "to_hf_gpt2", "to_hf_gpt_neox", "to_hf_llama", "to_hf_qwen2",
+           "to_hf_reward_model"]
 
 def export(run_dir: str | Path, out_dir: str | Path, value_head: bool = False) -> Path:
-    """Write the tuned policy of `run_dir` to `out_dir` as a Hugging Face GPT-2 folder."""
+    """Write the tuned policy of `run_dir` to `out_dir` as a Hugging Face folder of its own family
+    (`to_hf_causal_lm`); a policy its class cannot express exactly raises ValueError before anything is written."""
     from safetensors.torch import save_file
 
     from rlhf_scratch.loading import no_weight_loading_bars
@@ -61,10 +74,15 @@ def export(run_dir: str | Path, out_dir: str | Path, value_head: bool = False) -
     run = load_run(run_dir)
     if value_head and not registry.get(run.args.algo).value_head:
         raise ValueError(f"--value-head: {run_dir} is a {run.args.algo} run; only PPO runs have a value head")
-    hf = to_hf_gpt2(merge_lora(run.tuned))  # a LoRA run: W + ΔW baked in, then a plain GPT-2 (no-op without adapters)
+    hf = to_hf_causal_lm(merge_lora(run.tuned))  # a LoRA run: W + ΔW baked in, then a plain model (no-op without adapters)
+    source = Path(run.args.model).expanduser()
+    if (source / "generation_config.json").is_file():  # its EOS (an instruct model's end of turn) goes along
+        from transformers import GenerationConfig
+
+        hf.generation_config = GenerationConfig.from_pretrained(source)
     out_dir.mkdir(parents=True, exist_ok=True)
     with no_weight_loading_bars():
-        hf.save_pretrained(out_dir)  # config.json + model.safetensors
+        hf.save_pretrained(out_dir)  # config.json + model.safetensors (+ generation_config.json)
     tokenizer = run.tuned.tokenizer
     tokenizer.model_max_length = run.tuned.cfg.n_ctx  # the model's real limit (a GPT-2 tokenizer says 1024)
     tokenizer.save_pretrained(out_dir)

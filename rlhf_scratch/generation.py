@@ -33,10 +33,30 @@ No host sync per token: nothing in the loop reads a device tensor back, except t
 sample ended?" check under `stop_at_eos` — every step on the CPU (there is no device to wait for,
 and the loop stops drawing random numbers where it always has), every `EOS_CHECK_EVERY` steps on
 an accelerator. A sample that has ended keeps being fed the pad token, its positions masked out.
+
+Instruct models, as their users prompt them (`--chat-template`, `--prompts`):
+
+- The prompt format lives on the model's tokenizer. When it has a chat template, `prompt_tokens`
+  renders each prompt p as one user turn and the assistant's opening — for ChatML (Qwen)
+  `<|im_start|>user\n{p}<|im_end|>\n<|im_start|>assistant\n` — and tokenizes that text as it
+  stands (`add_special_tokens=False`, as transformers' `apply_chat_template(tokenize=True)` and
+  TRL do): the template writes a BOS itself when its model was trained with one (Llama 3, Gemma),
+  so `prepend_bos` is not applied on top (no double BOS); ChatML has none. Without a template
+  (tiny, GPT-2) a prompt is the plain text, BOS first when `prepend_bos`, exactly as before.
+  `--chat-template none` removes the template from the run's model (`use_chat_template`), so every
+  caller of `tokenize_prompts` — the algorithms' rollouts, `sample`, the preference pairs, the
+  over-optimisation study — gives the model one format. The template tokens stay in the ids: the
+  texts (`decode_completions`, what the reward and the logs read) are the plain prompt and the
+  completion's own tokens.
+- The tokens that end a completion are the model's generation config's `eos_token_id` (an int or
+  a list, as transformers' `generate` reads it; ChatML: `<|im_end|>`) when its folder has one,
+  else the tokenizer's EOS (`eos_token_ids`). Any of them ends a completion.
 """
 
 from __future__ import annotations
 
+import weakref
+from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
 import torch
@@ -48,15 +68,55 @@ from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from rlhf_scratch.objectives import temperature_scaled
 from rlhf_scratch.static_cache import StaticCacheDecoder, has_hooks, unsupported_reason
 
+ChatTemplate = Literal["auto", "none"]
+
+
+def use_chat_template(model: HookedTransformer, chat_template: ChatTemplate) -> None:
+    """Apply --chat-template to `model` once, where a run sets it up: `auto` keeps its tokenizer's
+    chat template (if any), `none` removes it, so that everything that tokenizes prompts for this
+    model (`prompt_tokens`) writes plain text."""
+    if chat_template not in ("auto", "none"):
+        raise ValueError(f"chat_template must be 'auto' or 'none', not {chat_template!r}")
+    if chat_template == "none":
+        model.tokenizer.chat_template = None
+
+
+def has_chat_template(model: HookedTransformer) -> bool:
+    """Whether prompts are rendered through the tokenizer's chat template (`prompt_tokens`)."""
+    return getattr(model.tokenizer, "chat_template", None) is not None
+
+
+def render_prompt(model: HookedTransformer, prompt: str) -> str:
+    """The text the model is given for `prompt`: one user turn and the assistant's opening in its
+    chat template, or `prompt` itself when it has none."""
+    if not has_chat_template(model):
+        return prompt
+    return model.tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+
+
+def prompt_tokens(model: HookedTransformer, prompt: str, prepend_bos: bool) -> Int[Tensor, " n"]:
+    """The token ids `model` is given for `prompt` (the module docstring, "Instruct models"):
+
+        chat template:  tokens(render_prompt(p))  with no special token added (the template wrote them)
+        otherwise:      [BOS if prepend_bos] + tokens(p)
+
+    Not truncated: a prompt too long for the context is refused before sampling (`check_prompt_lengths`)."""
+    if not has_chat_template(model):
+        return model.to_tokens(prompt, prepend_bos=prepend_bos, truncate=False)[0]
+    ids = model.tokenizer.encode(render_prompt(model, prompt), add_special_tokens=False)
+    return torch.tensor(ids, dtype=torch.long, device=model.cfg.device)
+
 
 def tokenize_prompts(
     model: HookedTransformer, prompts: list[str], prepend_bos: bool
 ) -> tuple[Int[Tensor, "batch prompt_len"], Bool[Tensor, "batch prompt_len"]]:
-    """Token ids of each prompt (BOS first when `prepend_bos`), left-padded to the longest.
+    """Token ids of each prompt (`prompt_tokens`: through the chat template when the model has one,
+    else BOS first when `prepend_bos`), left-padded to the longest.
 
     Returns `(prompt_ids, prompt_mask)`; padding columns hold the pad token and mask False.
     """
-    rows = [model.to_tokens(p, prepend_bos=prepend_bos)[0] for p in prompts]
+    rows = [prompt_tokens(model, p, prepend_bos) for p in prompts]
     prompt_len = max(len(r) for r in rows)
     pad = pad_token_id(model)
     prompt_ids = torch.full((len(rows), prompt_len), pad, dtype=torch.long, device=model.cfg.device)
@@ -70,6 +130,42 @@ def tokenize_prompts(
 def pad_token_id(model: HookedTransformer) -> int:
     tok = model.tokenizer
     return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+
+_EOS_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> its eos_token_ids, read once
+
+
+def eos_token_ids(model: HookedTransformer) -> tuple[int, ...]:
+    """The tokens that end a completion: the `eos_token_id` of the generation config in the model's
+    folder (the tokenizer's `name_or_path`; an int or a list, as transformers' `generate` reads it),
+    else the tokenizer's EOS. An instruct model's config names its end-of-turn token (ChatML's
+    `<|im_end|>`), often not the tokenizer's EOS; the tiny preset's and GPT-2's name the same token.
+    Read once per tokenizer."""
+    tok = model.tokenizer
+    if tok not in _EOS_IDS:
+        configured = generation_config_eos(tok.name_or_path)
+        _EOS_IDS[tok] = configured or (tok.eos_token_id,)
+    return _EOS_IDS[tok]
+
+
+def generation_config_eos(name_or_path: str) -> tuple[int, ...]:
+    """`eos_token_id` of the generation_config.json in the local folder `name_or_path`, as a tuple
+    (empty without a folder, a file, or the field). A Hub name is not looked up: GPT-2's names the
+    tokenizer's EOS anyway, and a run never waits on the network for it."""
+    folder = Path(str(name_or_path)).expanduser()
+    if not (folder / "generation_config.json").is_file():
+        return ()
+    from transformers import GenerationConfig
+
+    eos = GenerationConfig.from_pretrained(str(folder)).eos_token_id
+    if eos is None:
+        return ()
+    return tuple(int(i) for i in (eos if isinstance(eos, (list, tuple)) else [eos]))
+
+
+def is_eos(ids: Int[Tensor, "..."], eos: tuple[int, ...] | int) -> Bool[Tensor, "..."]:
+    """Where `ids` hold any of the EOS ids `eos`."""
+    return torch.isin(ids, torch.as_tensor(eos, dtype=ids.dtype, device=ids.device))
 
 
 def attention_mask_or_none(mask: Bool[Tensor, "batch seq"]) -> Int[Tensor, "batch seq"] | None:
@@ -191,9 +287,9 @@ def generate(
     """Sample `gen_len` tokens after each (left-padded) prompt, with a KV cache.
 
     Step 0 runs the whole prompt and fills the cache; each later step feeds only the token just
-    sampled. With `stop_at_eos`, a sample that has produced EOS keeps being fed the pad token
-    (so the batch stays rectangular) and its later positions are masked out; generation ends
-    early once every sample has stopped. Returns `(completion_ids, completion_mask)`, cloned out
+    sampled. With `stop_at_eos`, a sample that has produced EOS (any of `eos_token_ids`) keeps
+    being fed the pad token (so the batch stays rectangular) and its later positions are masked
+    out; generation ends early once every sample has stopped. Returns `(completion_ids, completion_mask)`, cloned out
     of inference mode so they can enter an autograd forward pass later.
 
     `kv_cache` picks the decoder (`make_decoder`): "auto" (the static cache where it applies),
@@ -204,7 +300,7 @@ def generate(
     computed afterwards over the whole softmax, as TRL computes them (docs/fidelity.md, "Top-k").
     """
     batch, device = prompt_ids.shape[0], prompt_ids.device
-    eos, pad = model.tokenizer.eos_token_id, pad_token_id(model)
+    eos, pad = eos_token_ids(model), pad_token_id(model)
     completion_ids = torch.full((batch, gen_len), pad, dtype=torch.long, device=device)
     completion_mask = torch.zeros((batch, gen_len), dtype=torch.bool, device=device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -218,7 +314,7 @@ def generate(
         completion_ids[:, t] = token
         completion_mask[:, t] = ~finished
         if stop_at_eos:
-            finished |= token == eos
+            finished |= is_eos(token, eos)
             if (t + 1) % check_every == 0 and bool(finished.all()):  # the loop's only host sync
                 break
         if t + 1 < gen_len:
@@ -232,10 +328,11 @@ def decode_completions(
     completion_mask: Bool[Tensor, "batch gen_len"],
     stop_at_eos: bool = False,
 ) -> list[str]:
-    """The text of each completion's kept tokens. With `stop_at_eos` the EOS that ended it is
-    not part of the text (the reward reads the review, not the end marker); without, EOS tokens
-    stay in the text as `<|endoftext|>`, as in the blog's samples."""
-    keep = completion_mask & (completion_ids != model.tokenizer.eos_token_id) if stop_at_eos else completion_mask
+    """The text of each completion's kept tokens. With `stop_at_eos` the EOS that ended it (any of
+    `eos_token_ids`) is not part of the text (the reward reads the review, not the end marker);
+    without, EOS tokens stay in the text as `<|endoftext|>`, as in the blog's samples. Only the
+    generated tokens are decoded: a chat template's tokens, in the prompt, are never in the text."""
+    keep = completion_mask & ~is_eos(completion_ids, eos_token_ids(model)) if stop_at_eos else completion_mask
     return [model.tokenizer.decode(ids[k].tolist()) for ids, k in zip(completion_ids, keep)]
 
 

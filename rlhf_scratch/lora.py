@@ -130,6 +130,14 @@ def _adapted_module(block: nn.Module, target: str) -> nn.Module:
     return block.mlp if target in ("W_in", "W_out") else block.attn
 
 
+def _parameter_name(module: nn.Module, target: str) -> str:
+    """The parameter a target names: under grouped-query attention TransformerLens keeps one K/V
+    per K/V head as `_W_K`/`_W_V` ([n_key_value_heads, d_model, d_head]) and `W_K`/`W_V` are read-only
+    properties repeating them per query head, so the adapter goes on the stored weight."""
+    private = f"_{target}"
+    return private if target in ("W_K", "W_V") and isinstance(getattr(module, private, None), nn.Parameter) else target
+
+
 def add_lora(model: HookedTransformer, rank: int, alpha: float, targets: Sequence[str] = LORA_TARGETS,
              generator: torch.Generator | None = None) -> HookedTransformer:
     """Freeze every weight of `model` and add a rank-`rank` LoRA with scale α/r to each of `targets`
@@ -141,7 +149,8 @@ def add_lora(model: HookedTransformer, rank: int, alpha: float, targets: Sequenc
         raise ConfigError(f"lora_targets: must be names from {','.join(LORA_TARGETS)}; got {','.join(targets)!r}")
     if lora_config(model) is not None:
         raise ValueError("add_lora: the model already has adapters (merge_lora them first)")
-    smallest = min(min(to_matrix(getattr(_adapted_module(model.blocks[0], t), t), t).shape) for t in targets)
+    first = {t: _adapted_module(model.blocks[0], t) for t in targets}
+    smallest = min(min(to_matrix(getattr(first[t], _parameter_name(first[t], t)), t).shape) for t in targets)
     if rank < 1 or rank > smallest:
         raise ConfigError(f"lora_rank: must be in 1..{smallest} (the smallest adapted matrix's side: a larger rank "
                           f"adds parameters, not expressiveness); got {rank}")
@@ -150,9 +159,10 @@ def add_lora(model: HookedTransformer, rank: int, alpha: float, targets: Sequenc
     for block in model.blocks:
         for target in targets:
             module = _adapted_module(block, target)
-            weight = getattr(module, target)
+            name = _parameter_name(module, target)
+            weight = getattr(module, name)
             lora = LoRA(target, weight.shape, rank, alpha, generator).to(weight.device, weight.dtype)
-            parametrize.register_parametrization(module, target, lora)
+            parametrize.register_parametrization(module, name, lora)
     model.lora_config = LoRAConfig(rank, float(alpha), targets, base_hash)
     return model
 

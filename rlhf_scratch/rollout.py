@@ -35,7 +35,14 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
-from rlhf_scratch.generation import attention_mask_or_none, decode_completions, generate, tokenize_prompts
+from rlhf_scratch.generation import (
+    attention_mask_or_none,
+    decode_completions,
+    eos_token_ids,
+    generate,
+    is_eos,
+    tokenize_prompts,
+)
 from rlhf_scratch.lora import adapters_off
 from rlhf_scratch.model import TransformerWithValueHead, language_model
 from rlhf_scratch.objectives import generated_span, sequence_log_probs
@@ -49,7 +56,8 @@ class Rollout:
     """One phase's samples and everything the learning phase needs about them (no gradients)."""
 
     prompt_ids: Int[Tensor, "batch prompt_len"]
-    """Left-padded prompt tokens (BOS first when prepend_bos)."""
+    """Left-padded prompt tokens (BOS first when prepend_bos; through the chat template when the
+    model has one: `generation.prompt_tokens`)."""
     completion_ids: Int[Tensor, "batch gen_len"]
     """Sampled tokens; pad tokens after the first EOS when generation stops at EOS."""
     attention_mask: Bool[Tensor, "batch seq_len"]
@@ -72,12 +80,15 @@ class Rollout:
     rewards: Float[Tensor, " batch"]
     """scores − missing_eos_penalty for each completion without EOS (= scores without a penalty)."""
     prompts: list[str]
-    """The prompt of each completion (each repeated num_generations times)."""
+    """The prompt of each completion (each repeated num_generations times), as given: the plain
+    text, not its chat-template rendering (that is in `prompt_ids`)."""
     completions: list[str]
     """The text of each completion (without the EOS that ended it)."""
     num_generations: int
     """G: consecutive completions per prompt."""
-    eos_token_id: int
+    eos_token_id: int | tuple[int, ...]
+    """The token, or each of the tokens, that ends a completion (`generation.eos_token_ids`: the
+    model's generation config's, e.g. ChatML's `<|im_end|>`, else the tokenizer's EOS)."""
     values: Float[Tensor, "batch seq_len"] | None = None
     """V(s_t) at every position, when the policy has a value head (PPO)."""
     ref_hidden: Float[Tensor, "batch gen_len d_model"] | None = None
@@ -103,9 +114,9 @@ class Rollout:
 
     @property
     def is_terminated(self) -> Bool[Tensor, " batch"]:
-        """Whether each completion produced EOS (the completion only — an EOS/BOS in the prompt
-        does not count)."""
-        return ((self.completion_ids == self.eos_token_id) & self.completion_mask).any(dim=-1)
+        """Whether each completion produced EOS, any of `eos_token_id` (the completion only — an
+        EOS/BOS in the prompt does not count)."""
+        return (is_eos(self.completion_ids, self.eos_token_id) & self.completion_mask).any(dim=-1)
 
     @property
     def lengths(self) -> Int[Tensor, " batch"]:
@@ -204,6 +215,11 @@ def make_rollout(
     autocast (`accel.learning_autocast`), so old and new log-probs are computed in one precision.
     `kv_cache` and `cuda_graph` choose how `generation.generate` samples (the static cache, CUDA-graphed
     on a GPU, where the model allows).
+
+    An instruct model is prompted as its users prompt it (`generation.tokenize_prompts`: through
+    its chat template, unless the run removed it with --chat-template none) and stops at its
+    generation config's EOS; `reward_fn` still receives the plain prompts and the completions' own
+    text (`decode_completions`: the generated tokens only, without the EOS that ended them).
     """
     lm = language_model(policy)
     group_prompts = [p for p in prompts for _ in range(num_generations)]
@@ -229,7 +245,7 @@ def make_rollout(
         completion_mask=completion_mask, logprobs=scored["logprobs"], ref_logprobs=scored.get("ref_logprobs"),
         kl=scored.get("kl"), entropy=scored["entropy"], scores=scores, rewards=scores,
         prompts=group_prompts, completions=completions, num_generations=num_generations,
-        eos_token_id=lm.tokenizer.eos_token_id, values=scored.get("values"),
+        eos_token_id=eos_token_ids(lm), values=scored.get("values"),
         ref_hidden=scored.get("ref_hidden"), temperature=temperature,
     )
     if missing_eos_penalty:

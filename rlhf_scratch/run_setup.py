@@ -1,6 +1,6 @@
 """Run setup, before the first phase: validate the config, seed every RNG, pick the device and the
 CPU threads, join the process group under torchrun, load the policy (with LoRA adapters when asked)
-and the reference, and load the prompts (checked against the model's context)."""
+and the reference, and load the prompts (in the model's prompt format, checked against its context)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from transformer_lens import HookedTransformer
 
 from rlhf_scratch import distributed as dist
 from rlhf_scratch.config import PROMPT_PREFIX, CommonArgs, ConfigError
+from rlhf_scratch.generation import prompt_tokens, use_chat_template
 from rlhf_scratch.loading import load_lm
 from rlhf_scratch.lora import add_lora
 from rlhf_scratch.prompts import PromptIterator, check_prompt_lengths, load_prompts
@@ -77,12 +78,16 @@ def reference_model(args: CommonArgs, lm: HookedTransformer, device: str) -> Hoo
 
 
 def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIterator:
-    """The run's prompts, checked against the context length, shuffled with the run's seed."""
+    """The run's prompts, shuffled with the run's seed, in the format `model` will be given them:
+    --chat-template is applied to it here (`generation.use_chat_template`: with `none` its tokenizer
+    loses its template, for every rollout and evaluation of this run), and each prompt is checked
+    against the context length as the model will see it (template tokens included)."""
     if args.gen_len >= model.cfg.n_ctx:
         raise ConfigError(f"gen_len: {args.gen_len} leaves no room for a prompt in the model's context n_ctx={model.cfg.n_ctx}")
+    use_chat_template(model, args.chat_template)
     prompts = load_prompts(args.prompts, prefix=args.prefix, seed=args.seed)
     check_prompt_lengths(
-        prompts, lambda p: model.to_tokens(p, prepend_bos=args.prepend_bos, truncate=False).shape[1],
+        prompts, lambda p: prompt_tokens(model, p, args.prepend_bos).shape[0],
         model.cfg.n_ctx, args.gen_len, "prefix" if args.prompts == PROMPT_PREFIX else args.prompts,
     )
     return PromptIterator(prompts, args.seed)

@@ -8,7 +8,9 @@ For each prompt, `-n` completions of each model, drawn with the same seed and th
 settings unless a flag overrides them. Each row: the reference's completion and reward, the
 tuned model's completion and reward, and the tuned sample's KL to the reference,
 Σ_t KL(π(·|s_t) ‖ π_ref(·|s_t)) over its kept tokens (nats), as the training log computes it.
-Runs offline on any run folder (PPO, RLOO, Online DPO).
+Runs offline on any run folder (PPO, RLOO, Online DPO). An instruct model is prompted through its
+chat template as in training (the run's --chat-template, or this one's); the table shows the
+prompts as typed and the completions' own text.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import torch
 from tabulate import tabulate
 
+from rlhf_scratch.generation import prompt_tokens, use_chat_template
 from rlhf_scratch.rollout import Rollout, make_rollout
 
 
@@ -31,6 +34,7 @@ def sample_both(run, prompts: list[str], n: int, gen_len: int, temperature: floa
     reward_fn = make_reward_fn(run.args)
     rollouts = []
     for model in (run.reference, run.tuned):
+        use_chat_template(model, run.args.chat_template)  # prompted as in training
         torch.manual_seed(seed)
         rollouts.append(make_rollout(
             model.eval(), run.reference, prompts, reward_fn, num_generations=n, gen_len=gen_len,
@@ -69,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, help="0 = the whole vocabulary (default: the run's)")
     parser.add_argument("--stop-at-eos", action=argparse.BooleanOptionalAction, default=None,
                         help="end completions at EOS (default: the run's)")
+    parser.add_argument("--chat-template", choices=("auto", "none"),
+                        help="auto: prompt through the model's chat template if it has one; none: plain text "
+                             "(default: the run's)")
     parser.add_argument("--seed", type=int, default=0)
     opts = parser.parse_args(argv)
 
@@ -83,11 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         args = run.args
         prompts = prompts or [args.prefix]
         for name, value in (("gen_len", opts.gen_len), ("temperature", opts.temperature), ("top_k", opts.top_k),
-                            ("stop_at_eos", opts.stop_at_eos)):
+                            ("stop_at_eos", opts.stop_at_eos), ("chat_template", opts.chat_template)):
             if value is not None:
                 setattr(args, name, value)
         args.validate()
-        longest = max(len(run.tuned.to_tokens(p, prepend_bos=args.prepend_bos)[0]) for p in prompts)
+        use_chat_template(run.tuned, args.chat_template)
+        longest = max(len(prompt_tokens(run.tuned, p, args.prepend_bos)) for p in prompts)
         if longest + args.gen_len > run.tuned.cfg.n_ctx:
             raise ConfigError(f"prompts: the longest is {longest} tokens; with gen_len {args.gen_len} it exceeds "
                               f"the context of {run.tuned.cfg.n_ctx} tokens")

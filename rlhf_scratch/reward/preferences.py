@@ -85,13 +85,13 @@ def make_preference_pairs(
     import torch
     from tqdm.auto import tqdm
 
-    from rlhf_scratch.generation import decode_completions, generate, tokenize_prompts
+    from rlhf_scratch.generation import decode_completions, generate, prompt_tokens, tokenize_prompts
     from rlhf_scratch.prompts import PromptError, PromptIterator, check_prompt_lengths
 
     n_ctx = lm.cfg.n_ctx
     if gen_len >= n_ctx:
         raise PromptError(f"gen_len: {gen_len} leaves no room for a prompt in the model's context n_ctx={n_ctx}")
-    check_prompt_lengths(prompts, lambda p: lm.to_tokens(p, prepend_bos=prepend_bos, truncate=False).shape[1], n_ctx,
+    check_prompt_lengths(prompts, lambda p: prompt_tokens(lm, p, prepend_bos).shape[0], n_ctx,
                          gen_len, source)
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
