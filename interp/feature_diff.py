@@ -24,6 +24,7 @@ Units: feature activations in SAE units (a_f · |d_f| is a residual-stream norm)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -155,25 +156,31 @@ def promoted_tokens(model: HookedTransformer, direction: Float[Tensor, " d_model
     return [(model.to_string(torch.tensor([int(i)])), float(v)) for v, i in zip(top.values, top.indices)]
 
 
+def right_padded(model: HookedTransformer, texts: list[str]) -> tuple[Int[Tensor, "batch pos"], Bool[Tensor, "batch pos"]]:
+    """`texts` tokenized (BOS first, each truncated to the context) and right-padded into one batch,
+    as (tokens, attention mask): with causal attention the real positions are exact without the mask."""
+    toks = [model.to_tokens(t, truncate=True)[0] for t in texts]
+    width = max(len(t) for t in toks)
+    tokens = torch.zeros(len(toks), width, dtype=torch.long, device=model.cfg.device)
+    attend = torch.zeros(len(toks), width, dtype=torch.bool, device=model.cfg.device)
+    for i, t in enumerate(toks):
+        tokens[i, : len(t)], attend[i, : len(t)] = t, True
+    return tokens, attend
+
+
 @torch.no_grad()
-def top_activating_snippets(model: HookedTransformer, sae, hook_name: str, texts: list[str],
-                            features: list[int], k: int = 5, batch: int = 32) -> dict[int, list[tuple[float, str]]]:
-    """For each feature, the k (activation, snippet) where it fires most on `texts`; the snippet
-    is the text up to the token, the token in [[ ]], and three tokens after it."""
+def top_activating(model: HookedTransformer, encode: Callable[[Tensor], Tensor], texts: list[str],
+                   features: list[int], k: int = 5, batch: int = 32) -> dict[int, list[tuple[float, str]]]:
+    """For each feature, the k (activation, snippet) where it fires most on `texts`, with
+    `encode(tokens) -> [batch, pos, n_features]` the dictionary's activations on a batch; the
+    snippet is the text up to the token, the token in [[ ]], and three tokens after it."""
     acts, rows = [], []
     for start in range(0, len(texts), batch):
-        chunk = texts[start : start + batch]
-        toks = [model.to_tokens(t, truncate=True)[0] for t in chunk]
-        width = max(len(t) for t in toks)
-        tokens = torch.zeros(len(toks), width, dtype=torch.long, device=model.cfg.device)
-        attend = torch.zeros(len(toks), width, dtype=torch.bool, device=model.cfg.device)
-        for i, t in enumerate(toks):  # right padding: exact at the real positions (causal attention)
-            tokens[i, : len(t)], attend[i, : len(t)] = t, True
-        x = site_activations(model, hook_name, tokens)
-        a = sae.encode(x)[..., features]  # [b, pos, n]
+        tokens, attend = right_padded(model, texts[start : start + batch])
+        a = encode(tokens)[..., features]  # [b, pos, n]
         a = a.masked_fill(~real_positions(model, tokens, attend)[..., None], float("-inf"))
         acts.append(a.flatten(0, 1))
-        rows += [(tokens[i], p) for i in range(len(toks)) for p in range(width)]
+        rows += [(tokens[i], p) for i in range(tokens.shape[0]) for p in range(tokens.shape[1])]
     table = torch.cat(acts)  # [rows, n]
     out = {}
     for j, f in enumerate(features):
@@ -186,3 +193,10 @@ def top_activating_snippets(model: HookedTransformer, sae, hook_name: str, texts
             before, tok, after = model.to_string(t[max(1, p - 12) : p]), model.to_string(t[p : p + 1]), model.to_string(t[p + 1 : p + 4])
             out[f].append((v, f"{before}[[{tok}]]{after}".replace("<|endoftext|>", "")))
     return out
+
+
+def top_activating_snippets(model: HookedTransformer, sae, hook_name: str, texts: list[str],
+                            features: list[int], k: int = 5, batch: int = 32) -> dict[int, list[tuple[float, str]]]:
+    """`top_activating` through an SAE reading `model` at `hook_name`."""
+    return top_activating(model, lambda tokens: sae.encode(site_activations(model, hook_name, tokens)),
+                          texts, features, k, batch)
