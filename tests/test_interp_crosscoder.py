@@ -9,6 +9,9 @@ Synthetic data: orthonormal directions u_0..u_9 (shared: the same coefficient in
     x^ref = Σ_s c_s u_s + c_q q,        x^tuned = Σ_s c_s u_s + c_p p
 """
 
+import copy
+import random
+
 import pytest
 import torch
 
@@ -25,9 +28,12 @@ from interp.crosscoder import (
     latent_scaling,
     least_squares_beta,
     paired_activations,
+    paired_text_activations,
     scaling_confirms,
     train_crosscoder,
 )
+from interp.logits import NEGATIVE_WORDS, POSITIVE_WORDS
+from interp.toy import FILLER_WORDS, toy_model, toy_tokenizer
 
 D, N_SHARED = 16, 10
 
@@ -193,8 +199,6 @@ def test_least_squares_beta_is_the_argmin_lstsq_finds():
 
 
 def test_paired_activations_put_the_same_token_of_both_models_side_by_side(tiny_random_lm):
-    import copy
-
     reference = tiny_random_lm.eval()
     tuned = copy.deepcopy(reference)
     shift = torch.linspace(-1, 1, reference.cfg.d_model)
@@ -211,3 +215,40 @@ def test_bad_settings_fail_in_one_line():
         CrosscoderSettings(d_latent=8, k=9.0).validate()
     with pytest.raises(ValueError, match="batch_tokens"):
         train_crosscoder(torch.zeros(10, 2, 4), CrosscoderSettings(batch_tokens=64))
+
+
+def test_a_direction_planted_in_a_toy_models_residual_comes_out_as_one_tuned_only_latent():
+    """End to end on a toy HookedTransformer: the tuned copy adds p (norm 2) to the embedding of the
+    24 sentiment words, so at blocks.0.hook_resid_pre its residual is the reference's plus p on
+    exactly those tokens (29 % of positions of random word strings). Read through
+    `paired_text_activations`, the crosscoder must give p one tuned-only latent that fires exactly
+    there, latent scaling must confirm it, and nothing may come out reference-only.
+
+    (Δ_norm of that latent is 0.91–0.92 over seeds 0–3: its reference decoder keeps a little of the
+    words' common embedding. At 128 latents and k = 4 it fell to 0.86 for one seed, "other" by the
+    bands, while latent scaling still gave ν < 0.06: the bands alone are the weaker test.)"""
+    torch.set_num_threads(1)
+    reference = toy_model(seed=0, tokenizer=toy_tokenizer())
+    tuned = copy.deepcopy(reference)
+    p = torch.randn(reference.cfg.d_model, generator=torch.Generator().manual_seed(0))
+    p = 2.0 * p / p.norm()
+    planted_ids = [reference.to_single_token(w) for w in POSITIVE_WORDS + NEGATIVE_WORDS]
+    with torch.no_grad():
+        tuned.W_E[planted_ids] += p
+    rng = random.Random(0)
+    words = FILLER_WORDS + [w.strip() for w in POSITIVE_WORDS + NEGATIVE_WORDS]
+    texts = [" ".join(rng.choice(words) for _ in range(30)) for _ in range(600)]
+    x = paired_text_activations(reference, tuned, "blocks.0.hook_resid_pre", texts, 20_000)
+    planted_here = (x[:, TUNED] - x[:, REF]).norm(dim=-1) > 1e-3
+    assert planted_here.float().mean().item() == pytest.approx(0.29, abs=0.02)
+    cc, _ = train_crosscoder(x, CrosscoderSettings(d_latent=96, k=4.0, training_tokens=300_000, batch_tokens=256,
+                                                   lr=3e-3, aux_k=16, dead_steps=50))
+    freq, _ = firing_stats(cc, x)
+    labels = classify_latents(delta_norm(cc.W_dec.detach()), freq > 0)
+    counts = crosscoder_counts(labels)
+    assert counts["tuned-only"] == 1 and counts["reference-only"] == 0, counts
+    j = labels.index("tuned-only")
+    assert cos(cc.W_dec[TUNED, j].detach(), p).item() > 0.95
+    assert ((cc.encode(x)[:, j] > 0) == planted_here).float().mean().item() > 0.98
+    s = latent_scaling(cc, x)
+    assert s.nu_error[j].abs().item() < 0.2 and s.nu_recon[j].abs().item() < 0.2 and scaling_confirms(s, j)
