@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal
 
 from rlhf_scratch import registry
 
-TASKS = ("sentiment", "vader", "periods")
+TASKS = ("sentiment", "vader", "periods", "first_token")
 DIRECTIONS = ("pos", "neg")
 KV_CACHES = ("auto", "static", "transformer_lens")
 CHAT_TEMPLATES = ("auto", "none")
@@ -34,6 +34,8 @@ SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 JUDGES = ("tiny", "vader")
 LORA_TARGETS = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")  # the block weights LoRA can adapt (lora.LAYOUTS)
+SCORED_BY = {"vader": "VADER", "periods": "counting periods", "first_token": "its first token"}
+"""What scores each task that reads no reward model (a refused --reward-model names it)."""
 PROMPT_PREFIX = "prefix"  # --prompts prefix: every sample continues args.prefix (the blog)
 
 
@@ -60,7 +62,8 @@ class CommonArgs:
 
     # --- what to train ---------------------------------------------------------------------
     task: str = "sentiment"
-    """Reward: `sentiment` (learned classifier), `vader` (lexicon sentiment) or `periods` (count '.')."""
+    """Reward: `sentiment` (learned classifier), `vader` (lexicon sentiment), `periods` (count '.') or
+    `first_token` (right/wrong: 1 if the first generated token is one of a fixed set, blind to length)."""
     preset: str = "tiny"
     """`tiny` (shipped offline LM + classifier) or `gpt2` (GPT-2 + lvwerra/distilbert-imdb, the blog's setup)."""
     model: str = "tiny"
@@ -245,7 +248,7 @@ class CommonArgs:
                "missing_eos_penalty", f"must be a finite number >= 0; got {self.missing_eos_penalty}")
         _check(self.task == "sentiment" or self.reward_model == PRESETS[self.preset]["reward_model"], "reward_model",
                f"only task sentiment reads a reward model; task {self.task} is scored by "
-               f"{'VADER' if self.task == 'vader' else 'counting periods'}: drop --reward-model, or use task sentiment")
+               f"{SCORED_BY.get(self.task)}: drop --reward-model, or use task sentiment")
         _check(self.prompts != "", "prompts", "must name a source: prefix, rt, a .txt/.jsonl file or a dataset")
         _check(self.prompts != PROMPT_PREFIX or self.prefix != "" or self.prepend_bos, "prefix",
                "must be non-empty when prepend_bos is False (generation needs at least one token)")

@@ -32,8 +32,8 @@ def folders(tmp_path_factory):
 
 CASES = [
     # (argv, the one line on stderr, after "error: ")
-    (["poetry"], "task: must be one of sentiment, vader, periods; got 'poetry'"),
-    ([], "task: required, one of sentiment, vader, periods (or --resume RUN_DIR)"),
+    (["poetry"], "task: must be one of sentiment, vader, periods, first_token; got 'poetry'"),
+    ([], "task: required, one of sentiment, vader, periods, first_token (or --resume RUN_DIR)"),
     (["sentiment", "--algo", "a2c"], "algo: must be one of ppo, rloo, online_dpo, grpo; got 'a2c'"),
     (["sentiment", "--preset", "gpt5"], "preset: must be one of tiny, gpt2; got 'gpt5'"),
     (["sentiment", "--kl-coeff", "1"], "unrecognized arguments: --kl-coeff 1"),

@@ -36,7 +36,7 @@ def test_bad_value_exits_2_with_one_line_naming_the_field():
 
 def test_unknown_task_and_preset(capsys):
     assert main(["poetry"]) == 2
-    assert capsys.readouterr().err.strip() == "error: task: must be one of sentiment, vader, periods; got 'poetry'"
+    assert capsys.readouterr().err.strip() == "error: task: must be one of sentiment, vader, periods, first_token; got 'poetry'"
     assert main(["sentiment", "--preset", "gpt5"]) == 2
     assert capsys.readouterr().err.strip() == "error: preset: must be one of tiny, gpt2; got 'gpt5'"
 

@@ -54,7 +54,9 @@ def make_reward_fn(args: CommonArgs, device: str = "cpu") -> RewardFn:
     - `sentiment`: the classifier `args.reward_model`'s softmax probability of `args.direction`
       (the blog's `reward_fn_sentiment_imdb`);
     - `vader`: VADER's compound score mapped to [0, 1] toward `args.direction`;
-    - `periods`: the number of '.' in the sample (the blog's first toy reward).
+    - `periods`: the number of '.' in the sample (the blog's first toy reward);
+    - `first_token`: 1 if the first generated token is one of `FIRST_TOKENS`, else 0
+      (`reward_fn_first_token`: right/wrong and blind to length, the GRPO length study's reward).
     """
     if args.task == "sentiment":
         fn = SentimentReward(args.reward_model, direction=args.direction, device=device)
@@ -62,10 +64,47 @@ def make_reward_fn(args: CommonArgs, device: str = "cpu") -> RewardFn:
         fn = _named_partial(reward_fn_vader, direction=args.direction)
     elif args.task == "periods":
         fn = _named_partial(reward_fn_char_count, char=".")
+    elif args.task == "first_token":
+        fn = partial(reward_fn_first_token, right_ids=first_token_ids(args.model))
+        fn.__name__ = "reward_fn_first_token"
     else:
         raise ValueError(f"task: unknown task {args.task!r}")
     fn.made_for = _task_key(args)  # so `rewarded_by` recognises the task's own reward
     return fn
+
+
+FIRST_TOKENS = (",", ".", " not", " a", " so", " the", " is", " be", " really", " as")
+"""The right first tokens of task `first_token`. Chosen on the tiny LM after the blog's prefix "This
+movie was really" (1,024 samples of 64 tokens, seed 1): together about a fifth of the first tokens
+(so a group of 8 is usually mixed at the start), and the completions they begin are about as long as
+the others (24 tokens against 25): the task starts with no length in its reward, and none in its
+right answers either."""
+
+
+def reward_fn_first_token(*, completion_ids: list[list[int]], right_ids: frozenset[int], **kwargs: Any) -> list[float]:
+    """r(y) = 1[y_1 ∈ S]: 1 if the completion's first generated token is in the set `right_ids`, else 0.
+
+    A verifiable right/wrong reward decided by the first token alone: every later token, EOS
+    included, is free, so E[r] does not depend on how long a completion goes on and the true
+    gradient ∇J has no component that changes length after the first token. Whatever length does
+    after it is the estimator's doing (docs/grpo.md, "The length lesson"; the microscope's `correct`
+    reward is the same rule on a 5-token vocabulary). TRL's contract; an empty completion scores 0."""
+    return [1.0 if ids and ids[0] in right_ids else 0.0 for ids in completion_ids]
+
+
+def first_token_ids(model: str, tokens: tuple[str, ...] = FIRST_TOKENS) -> frozenset[int]:
+    """The ids of `tokens` in `model`'s tokenizer; each must be exactly one token there (a ValueError
+    of one line naming the first that is not)."""
+    from rlhf_scratch.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(model)
+    ids = []
+    for text in tokens:
+        encoded = tokenizer.encode(text, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise ValueError(f"task: first_token needs {text!r} to be one token of {model}'s tokenizer; it is {len(encoded)}")
+        ids.append(encoded[0])
+    return frozenset(ids)
 
 
 def _task_key(args: CommonArgs) -> tuple:
