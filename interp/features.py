@@ -1,6 +1,6 @@
 """`python -m interp.features RUN_DIR`: what did RLHF change, in sparse-autoencoder features?
 
-    python -m interp.features RUN_DIR [--layer L] [--hook resid_post]
+    python -m interp.features RUN_DIR [--layer L] [--hook resid_post] [--dictionary batchtopk] [--crosscoder]
 
 writes RUN_DIR/interp/features.html (figures embedded), RUN_DIR/interp/features/*.png and
 RUN_DIR/interp/features/features.json. Needs SAE Lens: `pip install -e ".[sae]"`.
@@ -14,6 +14,8 @@ models, tokens, texts and a reward function:
 - `interp.feature_diff`   the same sequences through both models and one SAE: Δa per feature, the
                           share of the residual change the top features explain, what they promote;
 - `interp.causal`         steering the reference with the top features, ablating them from the tuned model;
+- `interp.levels`         the other levels: weight diffs, the Activation Difference Lens on validation
+                          snippets, and with `--crosscoder` a BatchTopK crosscoder of the two models;
 - `interp.features_page`  all of it as features.html (`make_features_report`).
 
 `load_or_train_sae(reference, hook_name, settings)` is `interp.sae.load_or_train` on the review
@@ -30,8 +32,19 @@ from typing import Any
 import torch
 from transformer_lens import HookedTransformer
 
+from interp.crosscoder import CrosscoderSettings
 from interp.features_page import make_features_report
-from interp.sae import HOOKS, FeaturesError, SAESettings, load_or_train, require_sae_lens, site_hook
+from interp.levels import DiffLevels
+from interp.sae import (
+    ARCHITECTURES,
+    HOOKS,
+    FeaturesError,
+    SAESettings,
+    evaluate_sae,
+    load_or_train,
+    require_sae_lens,
+    site_hook,
+)
 from interp.sampling import SampleSettings
 from rlhf_scratch.corpus import CorpusUnavailableError, cache_dir, lm_texts
 from rlhf_scratch.prompts import load_prompts
@@ -75,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hook", default="resid_post", choices=HOOKS, help="the site's hook (default resid_post)")
     parser.add_argument("--out", default=None, help="output folder (default RUN_DIR/interp)")
     parser.add_argument("--cache-dir", default=None, help="SAE cache (default $RLHF_SCRATCH_CACHE/saes or ~/.cache/rlhf_scratch/saes)")
+    parser.add_argument("--dictionary", default=ARCHITECTURES[0], choices=ARCHITECTURES,
+                        help="SAE Lens architecture of the SAE (default %(default)s; standard = L1)")
+    parser.add_argument("--l1-coefficient", type=float, default=SAESettings.l1_coefficient,
+                        help="L1 penalty of --dictionary standard (default %(default)s, SAE Lens's)")
     parser.add_argument("--d-sae", type=int, default=SAESettings.d_sae, help="SAE features (default %(default)s)")
     parser.add_argument("--k", type=float, default=SAESettings.k, help="BatchTopK mean active features (default %(default)s)")
     parser.add_argument("--training-tokens", type=int, default=SAESettings.training_tokens, help="default %(default)s")
@@ -84,6 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-diff", type=int, default=64, help="completions per model for the diff (default 64)")
     parser.add_argument("--n-snippets", type=int, default=300, help="validation snippets searched for examples (default 300)")
     parser.add_argument("--no-reward", action="store_true", help="skip steering and ablation")
+    parser.add_argument("--crosscoder", action="store_true",
+                        help="also train a BatchTopK crosscoder on reference vs tuned at the site (shared / reference-only / "
+                             "tuned-only latents with latent scaling)")
+    parser.add_argument("--cc-latents", type=int, default=CrosscoderSettings.d_latent, help="crosscoder latents (default %(default)s)")
+    parser.add_argument("--cc-k", type=float, default=CrosscoderSettings.k, help="crosscoder BatchTopK k (default %(default)s)")
+    parser.add_argument("--cc-tokens", type=int, default=400_000,
+                        help="positions the crosscoder trains on, epochs over the cached ones (default %(default)s)")
+    parser.add_argument("--cc-positions", type=int, default=DiffLevels.crosscoder_positions,
+                        help="distinct train-split positions cached for the crosscoder (default %(default)s)")
+    parser.add_argument("--adl-k", type=int, default=DiffLevels.adl_k,
+                        help="first tokens per text the Activation Difference Lens averages (default %(default)s)")
+    parser.add_argument("--adl-texts", type=int, default=1000, help="validation snippets the ADL reads (default %(default)s; 0: none)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1; 0 = torch's default)")
     args = parser.parse_args(argv)
@@ -93,13 +122,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     run_dir = Path(args.run_dir)
-    for name in ("d_sae", "training_tokens", "top_n", "n_samples", "n_diff", "eval_batches"):
+    for name in ("d_sae", "training_tokens", "top_n", "n_samples", "n_diff", "eval_batches", "cc_latents", "cc_tokens",
+                 "cc_positions", "adl_k"):
         if getattr(args, name) < 1:
             return fail(f"--{name.replace('_', '-')}: must be >= 1; got {getattr(args, name)}")
     if args.k <= 0 or args.k > args.d_sae:
         return fail(f"--k: must be in (0, --d-sae]; got {args.k}")
-    if args.n_snippets < 0 or args.threads < 0:
-        return fail("--n-snippets and --threads: must be >= 0")
+    if args.cc_k <= 0 or args.cc_k > args.cc_latents:
+        return fail(f"--cc-k: must be in (0, --cc-latents]; got {args.cc_k}")
+    if args.l1_coefficient < 0:
+        return fail(f"--l1-coefficient: must be >= 0; got {args.l1_coefficient}")
+    if args.n_snippets < 0 or args.threads < 0 or args.adl_texts < 0:
+        return fail("--n-snippets, --adl-texts and --threads: must be >= 0")
     if not run_dir.is_dir():
         return fail(f"{run_dir}: no such run folder")
     if not (run_dir / "config.json").is_file():
@@ -122,16 +156,27 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_reward:
             reward_fn = make_reward_fn(run.args, device=args.device)
         settings = SAESettings(d_sae=args.d_sae, k=args.k, training_tokens=args.training_tokens,
-                               eval_batches=args.eval_batches)
+                               eval_batches=args.eval_batches, architecture=args.dictionary,
+                               l1_coefficient=args.l1_coefficient)
         sae, quality, folder, cached = load_or_train_sae(run.reference, hook_name, settings, args.cache_dir)
         print(f"SAE {'loaded from' if cached else 'trained and cached in'} {folder}", file=sys.stderr)
-        snippets = review_texts("val")[: args.n_snippets] if args.n_snippets else []
+        val = review_texts("val")
+        quality_tuned = evaluate_sae(sae, run.tuned, val, settings)  # the same SAE on the tuned model's activations
+        snippets = val[: args.n_snippets] if args.n_snippets else []
+        crosscoder = None
+        if args.crosscoder:
+            crosscoder = CrosscoderSettings(d_latent=args.cc_latents, k=args.cc_k, training_tokens=args.cc_tokens,
+                                            seed=run.args.seed)
+        levels = DiffLevels(adl_texts=val[: args.adl_texts], adl_k=args.adl_k, crosscoder=crosscoder,
+                            crosscoder_texts=review_texts("train") if args.crosscoder else (),
+                            crosscoder_positions=args.cc_positions)
         out.mkdir(parents=True, exist_ok=True)
         summary = make_features_report(
             run.reference, run.tuned, sae, quality, prompts, out, reward_fn,
             SampleSettings.from_args(run.args, args.n_samples, run.args.seed), n_diff=args.n_diff,
             top_n=args.top_n, snippet_texts=snippets, title=f"What did RLHF change? Features: {run_dir.name}",
-            extra={"run": str(run_dir), "algo": run.args.algo, "sae_cache": str(folder)})
+            extra={"run": str(run_dir), "algo": run.args.algo, "sae_cache": str(folder)}, levels=levels,
+            quality_tuned=quality_tuned)
     except (FeaturesError, ValueError, OSError, RuntimeError) as err:  # RunFolderError, PromptError, corpus, Hub
         print(f"interp.features: error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
         return 2

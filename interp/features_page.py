@@ -1,11 +1,15 @@
 """The features page: diff, explain, steer and ablate through one SAE, and write features.html.
 
 `make_features_report(reference, tuned, sae, quality, prompts, out_dir, reward_fn=...)` runs
-`interp.feature_diff` and `interp.causal` on any pair of HookedTransformers and an SAE, and writes
+`interp.feature_diff` and `interp.causal` on any pair of HookedTransformers and an SAE, the other
+levels of the diff (`interp.levels`: weights, the Activation Difference Lens, optionally a
+crosscoder), and writes
 
     out_dir/features.html             self-contained (figures embedded), linked from the report
     out_dir/features/*.png            the same figures as files
-    out_dir/features/features.json    the numbers, machine-readable
+    out_dir/features/features.json    the numbers, machine-readable; at the top `dead_fraction` (the
+                                      SAE's, on the reference) and `explained_change` (the share of the
+                                      residual change all its features explain)
 
 `python -m interp.features RUN_DIR` (interp.features) loads a run, the SAE and the review snippets
 and calls it.
@@ -34,12 +38,13 @@ from interp.feature_diff import (
     top_activating_snippets,
 )
 from interp.figures import bars
+from interp.levels import DiffLevels, levels_headline, levels_html, other_levels
 from interp.logits import RewardFn
 from interp.pages import Html, esc, figure, new_figure, page, rounded, save_figure, table
 from interp.sampling import SampleSettings
 
 OUT_NAME = "features"  # out_dir/features.html and out_dir/features/
-STEPS = ("diff", "explained", "snippets", "causal", "write")
+STEPS = ("diff", "explained", "snippets", "levels", "causal", "write")
 
 
 @torch.no_grad()
@@ -47,12 +52,15 @@ def make_features_report(reference: HookedTransformer, tuned: HookedTransformer,
                          prompts: list[str], out_dir: str | Path, reward_fn: RewardFn | None = None,
                          samples: SampleSettings | None = None, n_diff: int = 64, top_n: int = 10,
                          snippet_texts: Sequence[str] = (), title: str = "What did RLHF change? Features",
-                         progress: bool = True, extra: dict | None = None) -> dict:
+                         progress: bool = True, extra: dict | None = None, levels: DiffLevels | None = None,
+                         quality_tuned: dict | None = None) -> dict:
     """Diff, explain, steer and ablate, and write `out_dir/features.html` (+ `out_dir/features/`).
 
     `n_diff` completions are sampled from each model on `prompts`; both models then read all of
     them. Each top feature's examples are its top-activating `snippet_texts` (none when empty).
-    reward_fn=None skips the causal checks. Returns the summary (also features.json)."""
+    reward_fn=None skips the causal checks. `levels` adds the weight diff, the Activation Difference
+    Lens and the crosscoder (the weight diff always runs); `quality_tuned` is the SAE's quality on the
+    tuned model's activations, shown beside the reference's. Returns the summary (also features.json)."""
     from tqdm.auto import tqdm
 
     out_dir = Path(out_dir)
@@ -63,7 +71,10 @@ def make_features_report(reference: HookedTransformer, tuned: HookedTransformer,
     t0 = time.time()
     bar = tqdm(STEPS, desc="interp features", disable=not progress, file=sys.stderr)
     step = iter(bar)
-    S: dict = {"site": hook_name, "sae": quality, "prompts": prompts[:5], **(extra or {})}
+    S: dict = {"site": hook_name, "dead_fraction": quality.get("dead_fraction"), "sae": quality,
+               "prompts": prompts[:5], **(extra or {})}
+    if quality_tuned is not None:
+        S["sae_on_tuned"] = quality_tuned
 
     # diff on the same sequences: completions from each model, read by both
     bar.set_postfix_str(next(step))
@@ -80,6 +91,7 @@ def make_features_report(reference: HookedTransformer, tuned: HookedTransformer,
 
     bar.set_postfix_str(next(step))
     S["explained"] = explained_fraction(diff, W_dec)
+    S["explained_change"] = S["explained"]["all_features"]
 
     bar.set_postfix_str(next(step))
     snippets = top_activating_snippets(reference, sae, hook_name, list(snippet_texts), top) if snippet_texts else {}
@@ -89,6 +101,10 @@ def make_features_report(reference: HookedTransformer, tuned: HookedTransformer,
          "freq_tuned": float(diff.freq_tuned[f]), "decoder_norm": float(W_dec[f].norm()),
          "promotes": promoted_tokens(tuned, W_dec[f], scale), "snippets": snippets.get(f, [])}
         for f in top]
+
+    bar.set_postfix_str(next(step))
+    S.update(other_levels(reference, tuned, sae, hook_name, tokens, attend, levels or DiffLevels(),
+                          snippet_texts, top_n, progress))
 
     bar.set_postfix_str(next(step))
     if reward_fn is not None:
@@ -195,11 +211,17 @@ def _headline(S: dict) -> list[str]:
                      f"tuned model {c['tuned']['reward']:.3f} (KL {c['tuned']['kl']:.3f}).")
         lines.append(f"Ablating the {len(c['ablated']['features'])} top features RLHF turned up from the tuned model: reward "
                      f"drop {c['ablated']['reward_drop']:+.3f}; as many random features: {c['ablated_random_mean']['reward_drop']:+.3f}.")
-    return lines
+    if "sae_on_tuned" in S:
+        t = S["sae_on_tuned"]
+        lines.insert(1, f"The same SAE on the tuned model's activations: explained variance {t['explained_variance']:.3f}, "
+                        f"L0 {t['l0']:.1f}, dead {t['dead_features']} ({t['dead_fraction']:.0%}), CE loss +{t['ce_loss_increase']:.3f} nats.")
+    return lines + levels_headline(S)
 
 
 def _html(title: str, S: dict, figures: list[tuple[str, Path, str]]) -> str:
-    quality = table([(k, v) for k, v in S["sae"].items() if k != "settings"])
+    tuned_q = S.get("sae_on_tuned", {})
+    quality = table([(k, v, tuned_q.get(k, "")) if tuned_q else (k, v) for k, v in S["sae"].items() if k != "settings"],
+                    header=["", "reference", "tuned"] if tuned_q else ())
     features = table(
         [(f"F{t['feature']}", f"{t['mean_ref']:.3f} → {t['mean_tuned']:.3f}", f"{t['freq_ref']:.3f} → {t['freq_tuned']:.3f}",
           ", ".join(f"{tok!r} {v:+.2f}" for tok, v in t["promotes"]),
@@ -218,6 +240,7 @@ def _html(title: str, S: dict, figures: list[tuple[str, Path, str]]) -> str:
         "If explained variance is low or the CE increase is a large part of the zero-ablation increase, the features "
         "below are a coarse view.</p>",
         "<h2>Top changed features</h2>" + features,
+        *levels_html(S),
     ]
     if "causal" in S:
         parts.insert(1, "<p>KL here is sampled: the mean over the samples of Σ_t log p_model(o_t) − log p_ref(o_t) on each "

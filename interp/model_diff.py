@@ -146,16 +146,19 @@ def weight_diffs(reference: torch.nn.Module, tuned: torch.nn.Module) -> list[Wei
 
 def weight_summary(diffs: list[WeightDiff], top: int = 10) -> dict:
     """The matrices that moved most (by relative update), and over all matrices that moved: the
-    median of r_99 / min(m, n) (near 1: the update is full-rank; near 0: low-rank)."""
-    mats = [d for d in diffs if d.full_rank and d.delta_norm > 0]
-    ranked = sorted(diffs, key=lambda d: -d.relative_update if d.relative_update == d.relative_update else 0)
-    fill = sorted(d.rank_99 / d.full_rank for d in mats)
+    median of r_99 / min(m, n) (near 1: the update is full-rank; near 0: low-rank). Vectors (biases,
+    norm weights) are listed apart: a bias initialised at 0 has an infinite relative update."""
+    mats = [d for d in diffs if d.full_rank]
+    moved = [d for d in mats if d.delta_norm > 0]
+    fill = sorted(d.rank_99 / d.full_rank for d in moved)
     return {
-        "n_parameters": len(diffs), "n_matrices_moved": len(mats),
+        "n_parameters": len(diffs), "n_matrices": len(mats), "n_matrices_moved": len(moved),
         "n_unchanged": sum(d.delta_norm == 0 for d in diffs),
         "median_rank_99_fraction": fill[len(fill) // 2] if fill else float("nan"),
-        "top": [vars(d) for d in ranked[:top]],
-        "matrices": [vars(d) for d in diffs if d.full_rank],
+        "top": [vars(d) for d in sorted(moved, key=lambda d: -d.relative_update)[:top]],
+        "matrices": [vars(d) for d in mats],
+        "vectors": [{"name": d.name, "relative_update": d.relative_update, "delta_norm": d.delta_norm}
+                    for d in diffs if not d.full_rank],
     }
 
 

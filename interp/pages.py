@@ -5,7 +5,7 @@ comparison (`python -m rlhf_scratch.compare`) all use these, so a page looks and
 - `esc`, `Html`, `table(rows)`        escaping, text that is already HTML, a table;
 - `figure(path, title, caption)`      a PNG embedded in the page (base64), so one file is the page;
 - `new_figure(...)`, `save_figure(fig, path)`  a matplotlib Figure made without pyplot, saved the same way;
-- `rounded(x)`                        numbers rounded for a summary JSON (nan -> null).
+- `rounded(x)`                        numbers rounded for a summary JSON (nan, ±inf -> null).
 
 Importing this module imports neither torch nor matplotlib.
 """
@@ -96,14 +96,14 @@ def save_figure(fig, path: Path, dpi: int = 110, tight_layout: bool = True) -> P
 
 
 def rounded(x, nd: int = 4):
-    """`x` ready for a summary JSON: floats rounded to `nd` places (nan -> None), tensors as lists;
-    recurses into lists, tuples and dicts."""
+    """`x` ready for a summary JSON: floats rounded to `nd` places (nan and ±inf -> None: JSON has
+    neither), tensors as lists; recurses into lists, tuples and dicts."""
     import torch
 
     if isinstance(x, torch.Tensor):
         x = x.tolist()
     if isinstance(x, float):
-        return None if x != x else round(x, nd)
+        return None if x != x or x in (float("inf"), float("-inf")) else round(x, nd)
     if isinstance(x, (list, tuple)):
         return [rounded(v, nd) for v in x]
     if isinstance(x, dict):

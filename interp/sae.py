@@ -1,8 +1,9 @@
 """The sparse autoencoder the feature analyses read through: trained on the REFERENCE, cached, judged.
 
-A BatchTopK SAE (SAE Lens's `LanguageModelSAETrainingRunner`, our HookedTransformer and a
-`datasets.Dataset` of texts passed in — no Hub) is trained on the reference model's activations at
-one site (`blocks.{L}.hook_{hook}`); SAE Lens saves it as a JumpReLU SAE. `load_or_train` keeps it
+An SAE of one of SAE Lens's architectures (`ARCHITECTURES`: BatchTopK by default, Matryoshka
+BatchTopK, or the standard L1 SAE; SAE Lens's `LanguageModelSAETrainingRunner`, our HookedTransformer
+and a `datasets.Dataset` of texts passed in — no Hub) is trained on the reference model's activations
+at one site (`blocks.{L}.hook_{hook}`); SAE Lens saves the BatchTopK kinds as JumpReLU SAEs. `load_or_train` keeps it
 under `<cache root>/<reference hash>-<site>-<settings hash>/`, so a second call (another run from
 the same reference, `compare --features`) loads it. Its quality is SAE Lens's `run_evals` on held-out
 texts: explained variance, MSE, L0, dead features (density 0 on the eval tokens) and the CE loss
@@ -35,6 +36,9 @@ from interp.families import require_site
 
 HOOKS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 """The sites an SAE may read, per block (no resid_mid where attention and MLP run in parallel)."""
+
+ARCHITECTURES = ("batchtopk", "matryoshka_batchtopk", "standard")
+"""SAE Lens's architecture names `--dictionary` accepts (the first is the default)."""
 
 Texts = Callable[[str], list[str]]
 """split -> texts: "train" (what the SAE trains on) and "val" (its evals)."""
@@ -94,9 +98,33 @@ class SAESettings:
     seed: int = 0
     eval_batches: int = 8
     """Batches of 16 sequences for SAE Lens's evals on the validation split."""
+    architecture: str = ARCHITECTURES[0]
+    """One of `ARCHITECTURES`. Matryoshka: nested widths d_sae/8, d_sae/4, d_sae/2, d_sae."""
+    l1_coefficient: float = 1.0
+    """The standard SAE's L1 penalty (SAE Lens's default; not tuned here). Unused by the others."""
 
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        fields = asdict(self)
+        if self.architecture == ARCHITECTURES[0]:  # the key of a BatchTopK SAE as before these two fields: caches stay valid
+            del fields["architecture"], fields["l1_coefficient"]
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def training_config(settings: SAESettings, d_in: int):
+    """SAE Lens's training config of `settings.architecture`."""
+    from sae_lens.saes.batchtopk_sae import BatchTopKTrainingSAEConfig
+    from sae_lens.saes.matryoshka_batchtopk_sae import MatryoshkaBatchTopKTrainingSAEConfig
+    from sae_lens.saes.standard_sae import StandardTrainingSAEConfig
+
+    common = {"d_in": d_in, "d_sae": settings.d_sae, "normalize_activations": "expected_average_only_in"}
+    if settings.architecture == "batchtopk":
+        return BatchTopKTrainingSAEConfig(k=settings.k, **common)
+    if settings.architecture == "matryoshka_batchtopk":
+        widths = sorted({w for w in (settings.d_sae // 8, settings.d_sae // 4, settings.d_sae // 2, settings.d_sae) if w > 0})
+        return MatryoshkaBatchTopKTrainingSAEConfig(k=settings.k, matryoshka_widths=widths, **common)
+    if settings.architecture == "standard":
+        return StandardTrainingSAEConfig(l1_coefficient=settings.l1_coefficient, **common)
+    raise FeaturesError(f"--dictionary: one of {', '.join(ARCHITECTURES)}; got {settings.architecture!r}")
 
 
 @contextlib.contextmanager
@@ -125,18 +153,16 @@ def _activation_store(model: HookedTransformer, hook_name: str, texts: list[str]
 
 def train_sae(model: HookedTransformer, hook_name: str, texts: list[str], settings: SAESettings,
               out_dir: str | Path, progress: bool = True):
-    """Train a BatchTopK SAE on `model`'s activations at `hook_name` over `texts` with SAE Lens's
-    runner (model and dataset passed in, nothing from the Hub) and save it (as SAE Lens's JumpReLU
-    inference SAE) in `out_dir`. Returns the loaded inference SAE."""
+    """Train an SAE of `settings.architecture` on `model`'s activations at `hook_name` over `texts`
+    with SAE Lens's runner (model and dataset passed in, nothing from the Hub) and save it (as SAE
+    Lens's inference SAE: JumpReLU for the BatchTopK kinds) in `out_dir`. Returns the loaded SAE."""
     require_sae_lens()
     from datasets import Dataset
     from sae_lens import SAE, LanguageModelSAERunnerConfig, LanguageModelSAETrainingRunner, LoggingConfig
-    from sae_lens.saes.batchtopk_sae import BatchTopKTrainingSAEConfig
 
     context = min(settings.context_size, model.cfg.n_ctx)
     cfg = LanguageModelSAERunnerConfig(
-        sae=BatchTopKTrainingSAEConfig(d_in=model.cfg.d_model, d_sae=settings.d_sae, k=settings.k,
-                                       normalize_activations="expected_average_only_in"),
+        sae=training_config(settings, model.cfg.d_model),
         model_name="reference", hook_name=hook_name, dataset_path="", streaming=False,
         is_dataset_tokenized=False, context_size=context, prepend_bos=True, exclude_special_tokens=True,
         training_tokens=settings.training_tokens, train_batch_size_tokens=settings.batch_tokens,

@@ -160,6 +160,38 @@ def test_a_cached_sae_loads_without_reading_a_text_and_other_settings_miss(pair,
     assert sorted(p.name for p in tmp_path.iterdir()) == [folder.name], "a failed training leaves nothing behind"
 
 
+def test_each_dictionary_architecture_builds_its_sae_lens_config_and_batchtopk_keeps_its_cache_key():
+    """--dictionary names SAE Lens's own training configs; the default's cache key is the key of the
+    settings before `architecture` and `l1_coefficient` existed, so SAEs cached then still load."""
+    import hashlib
+    from dataclasses import asdict
+
+    from sae_lens.saes.batchtopk_sae import BatchTopKTrainingSAEConfig
+    from sae_lens.saes.matryoshka_batchtopk_sae import MatryoshkaBatchTopKTrainingSAEConfig
+    from sae_lens.saes.standard_sae import StandardTrainingSAEConfig
+
+    from interp.sae import ARCHITECTURES, training_config
+
+    kinds = {a: type(training_config(SAESettings(d_sae=64, architecture=a, l1_coefficient=2.5), 16)) for a in ARCHITECTURES}
+    assert kinds == {"batchtopk": BatchTopKTrainingSAEConfig, "matryoshka_batchtopk": MatryoshkaBatchTopKTrainingSAEConfig,
+                     "standard": StandardTrainingSAEConfig}
+    assert training_config(SAESettings(d_sae=64, architecture="matryoshka_batchtopk"), 16).matryoshka_widths == [8, 16, 32, 64]
+    assert training_config(SAESettings(architecture="standard", l1_coefficient=2.5), 16).l1_coefficient == 2.5
+    before = {k: v for k, v in asdict(SAESettings()).items() if k not in ("architecture", "l1_coefficient")}
+    assert SAESettings().key() == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:12]
+    keys = {SAESettings(architecture=a).key() for a in ARCHITECTURES} | {SAESettings(architecture="standard", l1_coefficient=3.0).key()}
+    assert len(keys) == 4, "another architecture or L1 penalty is another cached SAE"
+
+
+@pytest.mark.parametrize("flags, named", [(["--cc-k", "0"], "--cc-k"), (["--cc-latents", "0"], "--cc-latents"),
+                                          (["--adl-texts", "-1"], "--adl-texts"), (["--l1-coefficient", "-1"], "--l1-coefficient")])
+def test_bad_crosscoder_and_diff_flags_fail_in_one_line(tmp_path, capsys, flags, named):
+    (tmp_path / "config.json").write_text("{}")
+    assert F.main([str(tmp_path), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and named in err
+
+
 def test_missing_sae_lens_fails_in_one_line_naming_the_extra(monkeypatch, tmp_path, capsys):
     (tmp_path / "config.json").write_text("{}")
     monkeypatch.setitem(sys.modules, "sae_lens", None)  # import sae_lens -> ImportError
@@ -174,7 +206,9 @@ def test_features_command_end_to_end_on_a_tiny_run(tuned_ppo_run, tmp_path, caps
     small = ["--layer", "1", "--d-sae", "64", "--k", "4", "--training-tokens", "4096", "--eval-batches", "1",
              "--n-samples", "4", "--n-diff", "4", "--n-snippets", "16", "--top-n", "3", "--cache-dir", str(cache),
              "--out", str(tmp_path / "interp")]
-    assert F.main([str(tuned_ppo_run), *small]) == 0
+    crosscoder = ["--crosscoder", "--cc-latents", "32", "--cc-k", "4", "--cc-tokens", "4096", "--cc-positions", "2048",
+                  "--adl-texts", "8", "--adl-k", "3"]
+    assert F.main([str(tuned_ppo_run), *small, *crosscoder]) == 0
     err = capsys.readouterr().err
     assert "trained and cached" in err
     page = (tmp_path / "interp" / "features.html").read_text()
@@ -184,6 +218,16 @@ def test_features_command_end_to_end_on_a_tiny_run(tuned_ppo_run, tmp_path, caps
     assert len(summary["top_features"]) == 3
     assert set(summary["explained"]) == {"top_1", "top_10", "top_100", "all_features", "error_change"}
     assert {"ce_loss_increase", "l0", "dead_features", "explained_variance"} <= set(summary["sae"])
+    assert summary["dead_fraction"] == summary["sae"]["dead_fraction"]
+    assert summary["explained_change"] == summary["explained"]["all_features"]
+    assert {"explained_variance", "dead_fraction"} <= set(summary["sae_on_tuned"]), "the SAE judged on the tuned model too"
+    cc = summary["crosscoder"]
+    assert sum(cc["counts"].values()) == 32 and len(cc["per_latent"]["nu_error"]) == 32
+    assert set(cc["top"]) == {"tuned-only", "reference-only", "shared"}
+    assert summary["adl"]["k"] == 3 and len(summary["adl"]["logit_lens"]["promoted"]) == 10
+    assert set(summary["adl"]["dictionaries"]) == {"SAE", "crosscoder d^tuned − d^ref"}
+    assert summary["weights"]["n_matrices_moved"] > 0 and summary["weights"]["top"][0]["relative_update"] > 0
+    assert "Crosscoder: shared" in page and "Activation Difference Lens" in page and "Weights: how much" in page
     c = summary["causal"]
     assert c["reference"]["kl"] == pytest.approx(0.0, abs=1e-4), "the reference's KL to itself is 0"
     assert len(c["steered_random"]) == 3
