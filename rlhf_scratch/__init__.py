@@ -29,7 +29,7 @@ _EXPORTS = {
     "PromptIterator": "prompts", "load_prompts": "prompts",
     # PPO's pieces, with the blog's names
     "get_log_probs": "objectives", "calc_kl_penalty": "objectives", "calc_entropy_bonus": "objectives",
-    "calc_value_fn_loss": "objectives", "calc_clipped_sur_obj": "objectives",
+    "calc_value_fn_loss": "objectives", "calc_clipped_sur_obj": "objectives", "calc_k2_kl": "objectives",
     "compute_advantages": "advantages", "compute_gae_advantages": "advantages",
     "ReplayMemory": "memory", "ReplayMinibatch": "memory",
     "TransformerWithValueHead": "model", "EarlyStopping": "kl_control", "AdaptiveKLController": "kl_control",

@@ -28,6 +28,7 @@ DIRECTIONS = ("pos", "neg")
 KV_CACHES = ("auto", "static", "transformer_lens")
 CHAT_TEMPLATES = ("auto", "none")
 ADVANTAGES = ("one_step", "gae")
+KL_ESTIMATORS = ("full", "k2")  # RLHFArgs.kl_estimator: the blog's full-vocabulary KL, or k2 at the sampled token
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's eight
 SCALE_REWARDS = ("group", "batch", "none")
@@ -353,6 +354,12 @@ class RLHFArgs(CommonArgs):
     detach_value_head: bool = True
     """If True (the blog's final code) value-loss gradients stop at the value head; if False
     (ARENA) they also train the trunk."""
+    kl_estimator: str = "full"
+    """How the KL(π‖π_ref) term is taken at each completion position: `full` (the blog's, over the
+    whole vocabulary: Σ_v π(v) (log π(v) − log π_ref(v))) or `k2` (½ (log π(o_t) − log π_ref(o_t))² at
+    the sampled token only, `calc_k2_kl`). Their expected gradients are equal (docs/exact.md computes
+    both exactly); k2's is noisier (4.4× the variance there) and skips the reference's unembedding in
+    the learning phase (docs/speed.md)."""
     cache_ref_logprobs: bool = True
     """Keep the reference's final normalised residual ĥ_ref from the rollout for the KL term
     (batch × gen_len × d_model floats: 1 MB on the tiny preset, 6 MB for GPT-2 at batch 64; the
@@ -376,6 +383,8 @@ class RLHFArgs(CommonArgs):
     def validate(self) -> "RLHFArgs":
         super().validate()
         _check(self.advantage in ADVANTAGES, "advantage", f"must be one of {', '.join(ADVANTAGES)}; got {self.advantage!r}")
+        _check(self.kl_estimator in KL_ESTIMATORS, "kl_estimator",
+               f"must be one of {', '.join(KL_ESTIMATORS)}; got {self.kl_estimator!r}")
         _check(_finite(self.clip_coef) and 0 < self.clip_coef < 1, "clip_coef", f"must be in (0, 1); got {self.clip_coef}")
         _check(0 <= self.gamma <= 1, "gamma", f"must be in [0, 1]; got {self.gamma}")
         _check(0 <= self.gae_lambda <= 1, "gae_lambda", f"must be in [0, 1]; got {self.gae_lambda}")

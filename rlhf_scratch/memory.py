@@ -36,6 +36,10 @@ class ReplayMinibatch:
     """Value targets: advantages + V_old of the state each generated token was chosen in."""
     ref_hidden: Float[Tensor, "minibatch gen_len d_model"] | None = None
     """The reference's ĥ_ref at each position that predicts a completion token, if stored."""
+    ref_lse: Float[Tensor, "minibatch gen_len"] | None = None
+    """logsumexp of the reference's logits (/ T) at those positions, stored with ref_hidden."""
+    ref_logprobs: Float[Tensor, "minibatch gen_len"] | None = None
+    """log π_ref of each generated token, if stored (PPO's sampled k2 KL)."""
 
 
 class ReplayMemory:
@@ -53,6 +57,8 @@ class ReplayMemory:
         num_minibatches: int,
         batches_per_learning_phase: int,
         ref_hidden: Float[Tensor, "batch gen_len d_model"] | None = None,
+        ref_lse: Float[Tensor, "batch gen_len"] | None = None,
+        ref_logprobs: Float[Tensor, "batch gen_len"] | None = None,
     ) -> None:
         batch, seq_len = sample_ids.shape
         gen_len = logprobs.shape[1]
@@ -82,6 +88,8 @@ class ReplayMemory:
         self.advantages = advantages.detach()
         self.values = values.detach()
         self.ref_hidden = None if ref_hidden is None else ref_hidden.detach()
+        self.ref_lse = None if ref_lse is None else ref_lse.detach()
+        self.ref_logprobs = None if ref_logprobs is None else ref_logprobs.detach()
         # returns = advantages + values[:, -gen_len-1 : -1]: the values of the states the
         # generated tokens were chosen in, i.e. Q-estimates.
         self.returns = self.advantages + self.values[:, -gen_len - 1 : -1]
@@ -109,6 +117,8 @@ class ReplayMemory:
                 advantages=self.advantages[idx],
                 returns=self.returns[idx],
                 ref_hidden=None if self.ref_hidden is None else self.ref_hidden[idx],
+                ref_lse=None if self.ref_lse is None else self.ref_lse[idx],
+                ref_logprobs=None if self.ref_logprobs is None else self.ref_logprobs[idx],
             )
 
 

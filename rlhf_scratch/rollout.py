@@ -97,6 +97,9 @@ class Rollout:
     at a time) instead of running a reference forward per minibatch, for batch × gen_len × d_model
     floats of memory (the whole log-prob vectors would be d_vocab floats per position: 64× more
     at the tiny preset)."""
+    ref_lse: Float[Tensor, "batch gen_len"] | None = None
+    """logsumexp of the reference's logits z_ref / T at the same positions, kept with `ref_hidden`:
+    with it the learning phase's KL needs no reference logits at all (`token_terms(ref_lse=...)`)."""
     temperature: float = 1.0
     """T the completions were sampled at: every log-prob of them, old and new, is of softmax(z / T)."""
 
@@ -142,7 +145,7 @@ def score_tokens(
 ) -> dict[str, Tensor]:
     """Per-token log π, log π_ref, KL, entropy (and values) of the completions, `chunk_size` rows
     at a time (their logits `chunk_logits` at a time, `token_terms`); with `keep_ref_hidden`,
-    also the reference's ĥ_ref. With `ref_model=None` the reference forward is skipped (no
+    also the reference's ĥ_ref and the logsumexp of its logits. With `ref_model=None` the reference forward is skipped (no
     ref_logprobs, kl or ref_hidden).
 
     Every distribution is at `temperature` (`temperature_scaled`), the one the tokens were drawn
@@ -150,7 +153,7 @@ def score_tokens(
     phase's autocast under --bf16 — so that log π_old is computed as log π will be; the reference
     stays float32 (the same number in every phase, and it enters no ratio)."""
     out: dict[str, list[Tensor]] = {"logprobs": [], "ref_logprobs": [], "kl": [], "entropy": [], "values": [],
-                                     "ref_hidden": []}
+                                     "ref_hidden": [], "ref_lse": []}
     span = generated_span(prefix_len)
     lm = language_model(policy)
     for start in range(0, sample_ids.shape[0], chunk_size):
@@ -179,6 +182,8 @@ def score_tokens(
         if ref_model is not None:
             out["ref_logprobs"].append(terms.ref_logprobs)
             out["kl"].append(terms.kl)
+            if keep_ref_hidden:
+                out["ref_lse"].append(terms.ref_lse)
     return {k: torch.cat(v) for k, v in out.items() if v}
 
 
@@ -246,7 +251,7 @@ def make_rollout(
         kl=scored.get("kl"), entropy=scored["entropy"], scores=scores, rewards=scores,
         prompts=group_prompts, completions=completions, num_generations=num_generations,
         eos_token_id=eos_token_ids(lm), values=scored.get("values"),
-        ref_hidden=scored.get("ref_hidden"), temperature=temperature,
+        ref_hidden=scored.get("ref_hidden"), ref_lse=scored.get("ref_lse"), temperature=temperature,
     )
     if missing_eos_penalty:
         rollout.rewards = scores - missing_eos_penalty * (~rollout.is_terminated).float()

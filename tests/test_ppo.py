@@ -85,6 +85,58 @@ def test_compute_rlhf_objective_by_hand():
     assert grad_whole[:, [0, 3]].abs().sum() == 0, "only the generated span's logits carry gradient"
 
 
+def test_the_k2_kl_estimator_by_hand():
+    """--kl-estimator k2: the KL term is ½ (log π(o_t) − log π_ref(o_t))² at the sampled tokens,
+    kept ones only, from the rollout's log π_ref — not the full-vocabulary KL — and its gradient is
+    (log π − log π_ref) ∇log π (the term's expected gradient equals the full one's: docs/exact.md)."""
+    ln = math.log
+    # positions 0 and 1 predict the two completion tokens; position 2 predicts nothing (extreme, so a shift shows)
+    logits = torch.tensor([[ln(3.0), 0.0], [0.0, ln(4.0)], [5.0, -5.0]])[None].repeat(2, 1, 1)
+    sample_ids = torch.tensor([[0, 0, 1], [0, 1, 1]])  # completion: row 0 [0, 1]; row 1 [1, 1]
+    # log π at the completion: row 0 [ln ¾, ln ⅘]; row 1 [ln ¼, ln ⅘]; reference (asymmetric per position):
+    ref_logprobs = torch.tensor([[ln(0.5), ln(0.1)], [ln(0.5), ln(0.9)]])
+    mb = ReplayMinibatch(
+        sample_ids=sample_ids, attention_mask=torch.ones(2, 3, dtype=torch.bool),
+        completion_mask=torch.tensor([[True, True], [True, False]]),
+        logprobs=torch.log(torch.tensor([[0.75, 0.8], [0.25, 0.8]])), advantages=torch.zeros(2, 2),
+        returns=torch.zeros(2, 2), ref_logprobs=ref_logprobs,
+    )
+    args = make_args(clip_coef=0.2, vf_coef=0.0, ent_coef=0.0, kl_estimator="k2")
+    identity = Unembedding(torch.eye(2), torch.zeros(2))
+    logits.requires_grad_(True)
+    _, terms = compute_rlhf_objective(logits, torch.zeros(2, 3), None, mb, args, 0.5, 1.0, identity, identity)
+    k2 = [0.5 * ln(0.75 / 0.5) ** 2, 0.5 * ln(0.8 / 0.1) ** 2, 0.5 * ln(0.25 / 0.5) ** 2]  # row 1's t = 1 is masked
+    assert terms["kl_penalty"].item() == pytest.approx(0.5 * sum(k2) / 3, abs=1e-6)
+    grad, = torch.autograd.grad(terms["kl_penalty"], logits)
+    # d/dz of ½ (log p_o − c)² = (log p_o − c)(e_o − p): row 0, position 1 (token 0, p = [¾, ¼])
+    want = 0.5 / 3 * ln(0.75 / 0.5) * torch.tensor([1 - 0.75, -0.25])
+    torch.testing.assert_close(grad[0, 0], want)
+    assert grad[1, 1].abs().sum() == 0 and grad[:, 2].abs().sum() == 0, "the masked token adds nothing"
+
+
+def test_a_k2_run_keeps_no_reference_residual_and_penalises_k2_of_the_rollout():
+    """--kl-estimator k2 end to end on the tiny preset: the rollout keeps no ĥ_ref (nothing of the
+    reference enters the vocabulary pass), and with one minibatch and the learning rate still 0 (phase 1
+    of the warm-up) the phase's KL penalty is β · mean_kept ½ (log π_old − log π_ref)² of the rollout."""
+    from rlhf_scratch.objectives import calc_k2_kl, masked_mean
+
+    torch.manual_seed(0)
+    args = make_args("tiny", "ppo", total_phases=2, batch_size=8, num_minibatches=1, batches_per_learning_phase=1,
+                     gen_len=6, threads=1, save_every=0, save_model=False, beta=0.3, kl_estimator="k2")
+    trainer = RLHFTrainer(args, quiet=True)
+    with torch.no_grad():  # a policy away from the reference, so k2 is not 0
+        for param in trainer.policy.base.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    rollout = trainer.rollout_phase()
+    assert rollout.ref_hidden is None and rollout.ref_lse is None
+    stats = trainer.learning_phase(rollout)
+    want = 0.3 * masked_mean(calc_k2_kl(rollout.logprobs, rollout.ref_logprobs), rollout.completion_mask).item()
+    assert want > 1e-4
+    assert stats["losses/kl_penalty"] == pytest.approx(want, rel=1e-4)
+    full = masked_mean(rollout.kl, rollout.completion_mask).item()
+    assert abs(stats["losses/kl_penalty"] - 0.3 * full) > 1e-3 * want, "k2's value is not the full-vocabulary KL's"
+
+
 def _random_minibatch(gen):
     logits = torch.randn(3, 6, 5, generator=gen) * 2
     ref_logits = torch.randn(3, 6, 5, generator=gen) * 2

@@ -86,6 +86,40 @@ def test_chunks_give_the_numbers_and_gradients_of_autograd_on_the_formulas(chunk
         torch.testing.assert_close(g, w)
 
 
+@pytest.mark.parametrize("chunk_logits", [2 * V, 0])
+@pytest.mark.parametrize("ref_bias", [True, False])
+def test_the_kept_reference_logsumexp_gives_the_terms_without_the_references_logits(chunk_logits, ref_bias):
+    """The rollout keeps logsumexp(z_ref) (`TokenTerms.ref_lse`); given it back, the KL is
+    Σ p log p − E_p[z_ref] + logsumexp(z_ref) with no z_ref made: the numbers and gradients of autograd
+    on the formulas, with the reference's bias (a rank-one term) and without it, at T = 0.7."""
+    hidden, unembed, ref_hidden, ref_unembed, targets = setup(4)
+    if not ref_bias:
+        ref_unembed = Unembedding(ref_unembed.W_U, torch.zeros(V))
+    want = autograd_reference(hidden, unembed, ref_hidden, ref_unembed, targets, 0.7)
+    first = token_terms(hidden.detach(), unembed, targets, 0.7, ref_hidden=ref_hidden, ref_unembed=ref_unembed)
+    z_ref = (ref_hidden @ ref_unembed.W_U + ref_unembed.b_U) / 0.7
+    torch.testing.assert_close(first.ref_lse, z_ref.logsumexp(-1))
+    got = token_terms(hidden, unembed, targets, 0.7, ref_hidden=ref_hidden, ref_unembed=ref_unembed,
+                      ref_lse=first.ref_lse, with_entropy=True, chunk_logits=chunk_logits)
+    for name in ("logprobs", "entropy", "kl", "ref_logprobs"):
+        torch.testing.assert_close(getattr(got, name), getattr(want, name), msg=name)
+    weights = torch.tensor([1.0, -2.0, 0.5, 3.0, -1.0, 2.0, 0.25])
+    params = (hidden, unembed.W_U, unembed.b_U)
+    for g, w in zip(torch.autograd.grad((weights * (got.logprobs - 0.7 * got.kl)).sum(), params),
+                    torch.autograd.grad((weights * (want.logprobs - 0.7 * want.kl)).sum(), params)):
+        # −gK log q is added as −gK z_ref + gK logsumexp(z_ref): float32 rounding of two terms of size |z_ref|
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    wrong = token_terms(hidden, unembed, targets, 0.7, ref_hidden=ref_hidden, ref_unembed=ref_unembed,
+                        ref_lse=first.ref_lse + 0.1)
+    torch.testing.assert_close(wrong.kl, want.kl + 0.1)  # a stale logsumexp moves the KL by exactly its error
+
+
+def test_a_reference_logsumexp_without_the_reference_is_refused():
+    hidden, unembed, _, _, targets = setup(5)
+    with pytest.raises(ValueError, match="ref_hidden is missing"):
+        token_terms(hidden, unembed, targets, ref_lse=torch.zeros(ROWS))
+
+
 @pytest.mark.parametrize("term", ["logprobs", "entropy", "kl"])
 def test_each_terms_gradient_alone(term):
     """One term at a time (the others' gradients zero), so a sign or a missing term in one fails."""
@@ -188,8 +222,9 @@ def test_the_default_chunk_is_8_mib_of_float32_logits(monkeypatch, d_vocab, rows
 
 
 def test_ppo_objective_from_the_kept_reference_equals_a_reference_forward():
-    """PPO's KL from ĥ_ref kept by the rollout (--cache-ref-logprobs, the default) and from a
-    reference forward per minibatch (--no-cache-ref-logprobs): the same J and gradient."""
+    """PPO's KL from ĥ_ref and logsumexp(z_ref) kept by the rollout (--cache-ref-logprobs, the
+    default: no reference logits made in the learning phase), from ĥ_ref alone, and from a reference
+    forward per minibatch (--no-cache-ref-logprobs): the same J and gradient."""
     from rlhf_scratch.algorithms.ppo import RLHFTrainer
     from rlhf_scratch.config import make_args
     from rlhf_scratch.memory import ReplayMemory
@@ -203,16 +238,19 @@ def test_ppo_objective_from_the_kept_reference_equals_a_reference_forward():
             p.add_(0.05 * torch.randn_like(p))
     rollout = trainer.rollout_phase()
     assert rollout.ref_hidden.shape == (8, 6, trainer.ref_model.cfg.d_model)
+    assert rollout.ref_lse.shape == (8, 6)
     advantages = trainer.rollout_advantages(rollout)
 
-    def first_minibatch(ref_hidden):
+    def first_minibatch(ref_hidden, ref_lse=None):
         memory = ReplayMemory(rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
-                              advantages, rollout.values, 2, 1, ref_hidden=ref_hidden)
+                              advantages, rollout.values, 2, 1, ref_hidden=ref_hidden, ref_lse=ref_lse)
         torch.manual_seed(1)
         return next(iter(memory.get_minibatches()))
 
-    kept, fresh = trainer.minibatch_objective(first_minibatch(rollout.ref_hidden), rollout.temperature), trainer.minibatch_objective(first_minibatch(None), rollout.temperature)
-    assert kept[1]["losses/kl_penalty"] > 1e-4
-    assert kept[1]["losses/kl_penalty"] == pytest.approx(fresh[1]["losses/kl_penalty"], rel=1e-4)
-    grads = [torch.autograd.grad(j, trainer.policy.base.W_U)[0] for j, _ in (kept, fresh)]
-    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)
+    runs = [trainer.minibatch_objective(first_minibatch(*kept), rollout.temperature)
+            for kept in ((rollout.ref_hidden, rollout.ref_lse), (rollout.ref_hidden,), (None,))]
+    assert runs[0][1]["losses/kl_penalty"] > 1e-4
+    grads = [torch.autograd.grad(j, trainer.policy.base.W_U)[0] for j, _ in runs]
+    for (_, stats), grad in zip(runs[1:], grads[1:]):
+        assert runs[0][1]["losses/kl_penalty"] == pytest.approx(stats["losses/kl_penalty"], rel=1e-4)
+        torch.testing.assert_close(grads[0], grad, rtol=1e-4, atol=1e-6)

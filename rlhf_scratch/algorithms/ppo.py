@@ -31,6 +31,7 @@ from rlhf_scratch.objectives import (
     calc_approx_kl,
     calc_clip_fraction,
     calc_clipped_sur_obj,
+    calc_k2_kl,
     calc_value_fn_loss,
     explained_variance,
     generated_span,
@@ -61,7 +62,7 @@ PPO_METRICS = (
 def compute_rlhf_objective(
     hidden: Float[Tensor, "minibatch seq_len d_model"],
     values: Float[Tensor, "minibatch seq_len"],
-    ref_hidden: Float[Tensor, "minibatch gen_len d_ref"],
+    ref_hidden: Float[Tensor, "minibatch gen_len d_ref"] | None,
     mb: ReplayMinibatch,
     args: RLHFArgs,
     beta: float,
@@ -82,6 +83,11 @@ def compute_rlhf_objective(
         entropy_bonus = c_ent · mean_kept H[π]            (= calc_entropy_bonus on the whole logits)
         kl_penalty    = β · mean_kept KL(π ‖ π_ref)         (= calc_kl_penalty on the whole logits)
 
+    The reference enters through ĥ_ref and, when the rollout kept it, `mb.ref_lse` (then its logits
+    are never made: `token_terms(ref_lse=...)`). With `args.kl_estimator == "k2"` the KL is instead
+    k2 = ½ (log π(o_t) − log π_ref(o_t))² at the sampled token (`calc_k2_kl`, from `mb.ref_logprobs`;
+    `ref_hidden` unused): the same expected gradient, no reference in the vocabulary pass.
+
     `unembed` / `ref_unembed` map ĥ to logits (`vocab_terms.unembedding` of each model; a test
     passes logits themselves with an identity W_U). Returns J and each term (with its coefficient
     applied, as the functions in `objectives` return them), and the log-probs.
@@ -91,14 +97,17 @@ def compute_rlhf_objective(
     """
     prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
     gen, mask, targets = generated_span(prefix_len), mb.completion_mask, mb.sample_ids[:, prefix_len:]
-    per_token = token_terms(hidden[:, gen].flatten(0, 1), unembed, targets.flatten(), temperature,
-                            ref_hidden=ref_hidden.flatten(0, 1), ref_unembed=ref_unembed, with_entropy=True,
-                            chunk_logits=args.chunk_logits).reshape(*targets.shape)
+    full = args.kl_estimator == "full"
+    ref = dict(ref_hidden=ref_hidden.flatten(0, 1), ref_unembed=ref_unembed,
+               ref_lse=None if mb.ref_lse is None else mb.ref_lse.flatten()) if full else {}
+    per_token = token_terms(hidden[:, gen].flatten(0, 1), unembed, targets.flatten(), temperature, with_entropy=True,
+                            chunk_logits=args.chunk_logits, **ref).reshape(*targets.shape)
+    kl = per_token.kl if full else calc_k2_kl(per_token.logprobs, mb.ref_logprobs)
     terms = {
         "clipped_surrogate": calc_clipped_sur_obj(per_token.logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),
         "value_loss": calc_value_fn_loss(values[:, gen], mb.returns, args.vf_coef, mask=mask),
         "entropy_bonus": args.ent_coef * masked_mean(per_token.entropy, mask),
-        "kl_penalty": beta * masked_mean(per_token.kl, mask),
+        "kl_penalty": beta * masked_mean(kl, mask),
         "logprobs": per_token.logprobs,
     }
     total = terms["clipped_surrogate"] - terms["value_loss"] + terms["entropy_bonus"] - terms["kl_penalty"]
@@ -129,7 +138,8 @@ class RLHFTrainer(Trainer):
     def rollout_phase(self) -> Rollout:
         """Sample a batch (one completion per prompt), score it with the policy, its value head
         and the reference, and reward it."""
-        return self.sample(num_generations=1, keep_ref_hidden=self.args.cache_ref_logprobs)
+        return self.sample(num_generations=1,
+                           keep_ref_hidden=self.args.cache_ref_logprobs and self.args.kl_estimator == "full")
 
     @torch.no_grad()
     def rollout_advantages(self, rollout: Rollout) -> Float[Tensor, "batch gen_len"]:
@@ -145,9 +155,10 @@ class RLHFTrainer(Trainer):
 
     def minibatch_objective(self, mb: ReplayMinibatch, temperature: float) -> tuple[Tensor, dict[str, float]]:
         """J on one minibatch: policy forward to ĥ (and values), the reference's ĥ_ref (kept by the
-        rollout, or one float32 reference forward), the terms at the sampling `temperature`."""
+        rollout, or one float32 reference forward; none for `--kl-estimator k2`), the terms at the
+        sampling `temperature`."""
         mask, ref_hidden = attention_mask_or_none(mb.attention_mask), mb.ref_hidden
-        if ref_hidden is None:  # not kept by the rollout: one reference forward per minibatch, float32 as in the rollout
+        if ref_hidden is None and self.args.kl_estimator == "full":  # not kept: a float32 reference forward per minibatch
             with (timed("reference_forward"), torch.no_grad(), torch.autocast(torch.device(self.device).type, enabled=False),
                   adapters_off(self.ref_model)):  # a LoRA run's reference is the policy's LM, its adapters off
                 prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
@@ -168,7 +179,8 @@ class RLHFTrainer(Trainer):
         memory = ReplayMemory(
             rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
             advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase,
-            ref_hidden=rollout.ref_hidden,
+            ref_hidden=rollout.ref_hidden, ref_lse=rollout.ref_lse,
+            ref_logprobs=rollout.ref_logprobs if args.kl_estimator == "k2" else None,
         )
         learned = self.ascend(memory.get_minibatches(), lambda mb: self.minibatch_objective(mb, rollout.temperature),
                               total=len(memory))

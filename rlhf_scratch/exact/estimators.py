@@ -32,7 +32,7 @@ from rlhf_scratch.advantages import compute_advantages, compute_gae_advantages
 from rlhf_scratch.algorithms.grpo import calc_grpo_objective, calc_k3_kl, compute_grpo_advantages
 from rlhf_scratch.algorithms.rloo import calc_rloo_objective, compute_kl_shaped_rewards, compute_rloo_advantages
 from rlhf_scratch.exact.env import Completions, token_log_probs
-from rlhf_scratch.objectives import calc_clipped_sur_obj, sequence_log_probs
+from rlhf_scratch.objectives import calc_clipped_sur_obj, calc_k2_kl, sequence_log_probs
 from rlhf_scratch.vocab_terms import Unembedding, token_terms
 
 
@@ -150,7 +150,7 @@ def k1_loss(rows: Rows) -> Float[Tensor, ""]:
 
 def k2_loss(rows: Rows) -> Float[Tensor, ""]:
     """k2 = Σ_t ½ (log π − log π_ref)² as a loss term: ∇ = Σ_t (log π − log π_ref) ∇log π(y_t)."""
-    return sequence_log_probs(0.5 * (rows.logprobs - rows.ref_logprobs) ** 2, rows.comps.mask).sum()
+    return sequence_log_probs(calc_k2_kl(rows.logprobs, rows.ref_logprobs), rows.comps.mask).sum()
 
 
 def k3_loss(rows: Rows) -> Float[Tensor, ""]:
