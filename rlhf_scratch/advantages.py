@@ -14,7 +14,7 @@ that keeps nothing is allowed and gets all zeros (its reward is then never used)
 """
 
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 
@@ -46,6 +46,25 @@ def group_reward_stats(
         "reward": scores.mean().item(),
         "reward_std": scores.std().item() if len(scores) > 1 else 0.0,
         "frac_reward_zero_std": zero_std.float().mean().item(),
+    }
+
+
+LENGTH_BY_SIGN_METRICS = ("completions/mean_length_neg_adv", "completions/mean_length_pos_adv")
+"""Logged by the group methods (GRPO, RLOO): the length lesson's probe (docs/grpo.md)."""
+
+
+@torch.no_grad()
+def mean_length_by_advantage_sign(
+    lengths: Int[Tensor, " batch"], advantages: Float[Tensor, " batch"]
+) -> dict[str, float]:
+    """The mean length of the completions the update pushes down (A < 0) and up (A > 0); NaN
+    where there are none. The length lesson's probe: under GRPO's loss_type "grpo" the first grows
+    and the second shrinks, under "dr_grpo" and RLOO neither should (docs/grpo.md)."""
+    lengths = lengths.float()
+    neg, pos = advantages < 0, advantages > 0
+    return {
+        "completions/mean_length_neg_adv": lengths[neg].mean().item() if neg.any() else float("nan"),
+        "completions/mean_length_pos_adv": lengths[pos].mean().item() if pos.any() else float("nan"),
     }
 
 

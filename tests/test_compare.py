@@ -125,8 +125,31 @@ def test_the_default_algorithms_and_each_runs_command_come_from_the_registry(tmp
     assert "--beta" not in train_command(Unit("ppo", 1), "vader", tmp_path / "run", []), "unswept: the algorithm's own β"
 
 
+def test_a_top_k_sweep_is_a_setting_of_every_run(tmp_path):
+    """--top-ks is a setting like --kl-coefs: a run per (algorithm, top-k, seed), `k` in its name, `--top-k`
+    in its command, `top-k=` in its label; one sweep at a time, and a plan without it stays the plan it was."""
+    from rlhf_scratch.studies.compare import train_command
+
+    args = CompareArgs(task="sentiment", algos="ppo", seeds="1,2", top_ks="0,10")
+    units = args.units()
+    assert [u.name for u in units] == ["ppo-s1-k0", "ppo-s2-k0", "ppo-s1-k10", "ppo-s2-k10"]
+    assert [label(u) for u in units[1:3]] == ["PPO top-k=0", "PPO top-k=10"]
+    assert train_command(units[2], "sentiment", tmp_path / "r", [])[-2:] == ["--top-k", "10"]
+    assert args.plan()["top_ks"] == [0, 10] and "top_ks" not in CompareArgs(task="sentiment").plan()
+
+
+def test_the_kl_verdict_names_the_lowest_kl_only_when_resolved():
+    from rlhf_scratch.studies.compare import kl_verdict
+
+    v = kl_verdict(RESULTS, UNITS)  # RLOO's KL 0.03, 0.04, 0.05 against PPO's 0.30, 0.36, 0.33
+    assert v.resolved and v.best == "RLOO" and v.sentence.startswith("RLOO reaches the lowest KL (last 10 of 10 phases), "
+                                                                     "0.040 ± 0.025: below PPO (0.330 ± 0.075) by -0.290")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["sentiment", "--algos", "ppo,sac"], "algos: unknown sac"),
+    (["sentiment", "--top-ks", "0,-1"], "top_ks: must be >= 0"),
+    (["sentiment", "--top-ks", "0,10", "--kl-coefs", "0.1"], "top_ks: one sweep at a time"),
     (["sentiment", "--kl-coefs", "0.1,x"], "kl_coefs: expected a comma-separated list"),
     (["sentiment", "--seeds", ""], "seeds: empty list"),
     (["sentiment", "--seeds", "1,2,1"], "seeds: each seed once; got 1,2,1"),
@@ -321,7 +344,7 @@ def test_help_shows_every_flag_with_its_default(capsys):
     text = re.sub(r",\s+", ",", " ".join(capsys.readouterr().out.replace("│", " ").split()))  # boxes and wraps folded
     for default in ("(default: 100)", "(default: 1)", "(default: ppo,rloo,online_dpo)", "(default: 1024)"):
         assert default in text, default
-    for flag in ("--algos", "--seeds", "--kl-coefs", "--total-phases", "--prompts", "--threads", "--jobs", "--out",
+    for flag in ("--algos", "--seeds", "--kl-coefs", "--top-ks", "--total-phases", "--prompts", "--threads", "--jobs", "--out",
                  "--no-interp", "--quick", "--features", "--features-layer", "--features-d-sae", "--features-tokens",
                  "--features-eval-batches", "--features-top"):
         assert flag in text, f"the documented {flag} is gone"
@@ -350,6 +373,24 @@ def test_grpo_is_compared_with_its_kl_measured(tmp_path):
     row = json.loads((out / "table.json").read_text())["runs"]["grpo-s1"]
     assert math.isfinite(row["kl_final"]), "no KL: the run was not given --measure-kl"
     assert "<h1>GRPO</h1>" in (out / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_the_quick_top_k_study_reports_reward_and_kl_over_seeds(tmp_path):
+    """The top-k lesson as a quick comparison: PPO at top-k 0 and 10 over two seeds, each run sampling
+    with its own k, a row each with n = 2, and the page opening with the reward and the KL verdicts."""
+    out = tmp_path / "topk"
+    assert main(["sentiment", "--quick", "--algos", "ppo", "--top-ks", "0,10", "--seeds", "1,2", "--out", str(out)]) == 0
+    data = json.loads((out / "table.json").read_text())
+    assert sorted(data["runs"]) == ["ppo-s1-k0", "ppo-s1-k10", "ppo-s2-k0", "ppo-s2-k10"]
+    assert json.loads((out / "runs" / "ppo-s2-k0" / "config.json").read_text())["top_k"] == 0
+    assert json.loads((out / "runs" / "ppo-s2-k10" / "config.json").read_text())["top_k"] == 10
+    for name in ("PPO top-k=0", "PPO top-k=10"):
+        group = data["groups"][name]
+        assert group["n"] == 2 and {"mean", "low", "high"} <= set(group["reward_final"]) | set(group["kl_final"])
+    html = (out / "index.html").read_text()
+    assert html.index(data["verdict"][:30]) < html.index(data["verdict_kl"][:30]) < html.index("<table>")
+    assert "KL" in data["verdict_kl"] and "| PPO top-k=10 | 2 |" in (out / "table.md").read_text()
 
 
 @pytest.mark.slow

@@ -202,6 +202,11 @@ def test_first_pass_ratio_is_one_and_learning_phase_metrics_by_hand(dataset_trai
     assert stats["kl"] == pytest.approx(3.6 / kept, abs=1e-5), "per-token mean of k1 over kept tokens (TRL)"
     assert stats["rewards/shaped_mean"] == pytest.approx(0.75 - args.beta * 0.45, abs=1e-5)
     assert stats["objective/beta"] == args.beta and stats["charts/skipped_steps"] == 0
+    # the length lesson's probe, from RLOO's own advantages: in group 1 the scores tie and the KL shaping
+    # decides (d 0.1, 0.2 below the others' mean: A > 0; 0.3, 0.4: A < 0), in group 2 the scores 0, 1, 0, 1
+    lengths = rollout.lengths.float()
+    assert stats["completions/mean_length_neg_adv"] == pytest.approx(lengths[[2, 3, 4, 6]].mean().item())
+    assert stats["completions/mean_length_pos_adv"] == pytest.approx(lengths[[0, 1, 5, 7]].mean().item())
     assert any(not torch.equal(v, before[k]) for k, v in trainer.policy.state_dict().items())
     steps = trainer.optimizer.state[next(trainer.policy.parameters())]["step"]
     assert int(steps) == args.num_iterations * args.num_minibatches == 2, "one optimizer step per minibatch"

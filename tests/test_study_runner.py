@@ -207,6 +207,25 @@ def test_a_curve_over_seeds_is_their_mean_with_its_t_band_and_one_seed_is_its_li
     assert ax.lines[0][1] == [0.1, 0.2] and ax.bands == [], "one seed: its line, no band"
 
 
+def test_a_seed_with_no_value_at_a_point_is_left_out_of_that_point():
+    """Three seeds, y = [1, NaN, 4], [3, NaN, 6], [2, 5, NaN] (a run with no A < 0 completion in a phase logs
+    NaN there): point 1 is the mean of three, 2 ± 4.303 · 1/√3; point 2 has one seed, its value and no
+    band; point 3 two, 5 ± 12.706 · √2/√2. A NaN in a mean would blank the whole point instead."""
+    import math
+
+    ax = _Axes()
+    nan = float("nan")
+    draw_band(ax, [[1, 2, 3]] * 3, [[1, nan, 4], [3, nan, 6], [2, 5, nan]])
+    (_, y, _), = ax.lines
+    assert y == [2, 5, 5]
+    (_, low, high), = ax.bands
+    assert low[0] == pytest.approx(2 - 4.3027 / 3**0.5, abs=1e-4) and high[2] == pytest.approx(5 + 12.7062, abs=1e-4)
+    assert math.isnan(low[1]) and math.isnan(high[1]), "one seed at a point: no band there"
+    ax = _Axes()
+    draw_band(ax, [[1, 2]] * 2, [[1, nan], [3, nan]])
+    assert math.isnan(ax.lines[0][1][1]), "a point no seed has is a gap"
+
+
 def test_the_bar_follows_each_running_units_phase(tmp_path):
     run_dir = tmp_path / "ppo-s1"
     fake_train = ("import json, os, time\n"

@@ -35,12 +35,17 @@ import sys
 from typing import NamedTuple
 
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Bool, Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
 from rlhf_scratch import distributed as dist
-from rlhf_scratch.advantages import check_groups, group_reward_stats
+from rlhf_scratch.advantages import (
+    LENGTH_BY_SIGN_METRICS,
+    check_groups,
+    group_reward_stats,
+    mean_length_by_advantage_sign,
+)
 from rlhf_scratch.config import GRPO_LOSS_TYPES, GRPOArgs
 from rlhf_scratch.memory import minibatch_rows
 from rlhf_scratch.rollout import Rollout
@@ -63,8 +68,7 @@ GRPO_METRICS = (
     "vespo/phi_seq_mean",  # vespo only: mean over sequences of VESPO's weight φ
     "objective/grpo",  # J, mean over minibatches
     "objective/beta",
-    "completions/mean_length_neg_adv",  # ours: mean length of the completions with A < 0 (NaN if none)
-    "completions/mean_length_pos_adv",  # ours: mean length of the completions with A > 0 (NaN if none)
+    *LENGTH_BY_SIGN_METRICS,  # ours: mean length of the completions with A < 0 and with A > 0 (NaN if none)
     "charts/skipped_steps",
     "kl",  # logged only when β > 0, as TRL: mean per-token k3 of π to π_ref in the loss forward (KL_METRIC)
 )
@@ -533,19 +537,6 @@ def nan_extreme(x: Tensor, largest: bool, dim: int | None = None) -> Tensor:
     filled = torch.where(x.isnan(), fill, x)
     out = (filled.amax(dim) if largest else filled.amin(dim)) if dim is not None else (filled.max() if largest else filled.min())
     return torch.where(out == fill, float("nan"), out)
-
-
-def mean_length_by_advantage_sign(
-    lengths: Int[Tensor, " batch"], advantages: Float[Tensor, " batch"]
-) -> dict[str, float]:
-    """The mean length of the completions the update pushes down (A < 0) and up (A > 0); NaN
-    where there are none. The lesson's probe: under loss_type "grpo" the first should grow."""
-    lengths = lengths.float()
-    neg, pos = advantages < 0, advantages > 0
-    return {
-        "completions/mean_length_neg_adv": lengths[neg].mean().item() if neg.any() else float("nan"),
-        "completions/mean_length_pos_adv": lengths[pos].mean().item() if pos.any() else float("nan"),
-    }
 
 
 class GRPOTrainer(Trainer):

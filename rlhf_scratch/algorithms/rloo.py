@@ -25,7 +25,12 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from rlhf_scratch import distributed as dist
-from rlhf_scratch.advantages import check_groups, group_reward_stats
+from rlhf_scratch.advantages import (
+    LENGTH_BY_SIGN_METRICS,
+    check_groups,
+    group_reward_stats,
+    mean_length_by_advantage_sign,
+)
 from rlhf_scratch.config import RLOOArgs
 from rlhf_scratch.memory import minibatch_rows
 from rlhf_scratch.objectives import sequence_log_probs
@@ -45,6 +50,7 @@ RLOO_METRICS = (
     "clip_ratio/low_mean",  # fraction of sequences with ρ < 1−ε_low and A < 0 (clipped)
     "clip_ratio/high_mean",  # fraction with ρ > 1+ε_high and A > 0 (clipped)
     "clip_ratio/region_mean",  # fraction clipped on either side
+    *LENGTH_BY_SIGN_METRICS,  # ours: mean length of the completions with A < 0 and with A > 0 (NaN if none)
     "charts/skipped_steps",
 )
 
@@ -179,4 +185,5 @@ class RLOOTrainer(Trainer):
             "rewards/shaped_mean": dist.all_gather(shaped).mean().item(),
             **learned,
             "objective/beta": args.beta,
+            **mean_length_by_advantage_sign(dist.all_gather(rollout.lengths), dist.all_gather(advantages)),
         }

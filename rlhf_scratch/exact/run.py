@@ -190,6 +190,26 @@ def length_lesson(sc: Scene, p_right: float, draws: int, seed: int, bar=None) ->
     return {"policy": policy_facts(at), "estimators": rows}
 
 
+def length_lessons(main: Scene, args, bar=None) -> dict:
+    """The length lesson at each of `args.lesson_p_right` (`length_lesson`), `args.draws` batches each,
+    seeded as `measure` seeds them: {"p_right=0.2": …, …}, exactly exact.json's `length_lesson`."""
+    return {f"p_right={p}": length_lesson(main, p, args.draws, args.seed + 2 + i, bar)
+            for i, p in enumerate(args.lesson_p_right)}
+
+
+def knobs_of(args) -> Knobs:
+    """The estimators' settings of `args` (an `ExactArgs`)."""
+    return Knobs(num_generations=args.num_generations, clip=args.clip, gae_lambda=args.gae_lambda,
+                 temperature=args.temperature, top_k=args.top_k, max_len=args.max_len)
+
+
+def main_scene(args) -> Scene:
+    """The scene every table of `args` starts from: its environment, the seeded policies, its reward."""
+    env = make_environment(args.vocab, args.max_len, len(args.p_right))
+    theta, theta_ref = make_policies(env, args.seed, tuple(args.p_right), drift=args.drift)
+    return make_scene(env, theta, theta_ref, args.reward, knobs_of(args))
+
+
 def measure_one_token(args, knobs: Knobs) -> dict:
     """The KL estimators where a completion is ONE token (max_len = 1): there k2 as a loss is exactly
     ∇KL(π ‖ π_ref) and k3 as a loss exactly ∇KL(π_ref ‖ π), in expectation."""
@@ -202,11 +222,8 @@ def measure(args, progress: bool = True) -> dict:
     """Everything `exact.json` holds, for `args` (an `ExactArgs`)."""
     start = time.perf_counter()
     torch.manual_seed(args.seed)
-    knobs = Knobs(num_generations=args.num_generations, clip=args.clip, gae_lambda=args.gae_lambda,
-                  temperature=args.temperature, top_k=args.top_k, max_len=args.max_len)
-    env = make_environment(args.vocab, args.max_len, len(args.p_right))
-    theta, theta_ref = make_policies(env, args.seed, tuple(args.p_right), drift=args.drift)
-    main = make_scene(env, theta, theta_ref, args.reward, knobs)
+    main = main_scene(args)
+    env, theta, theta_ref, knobs = main.env, main.theta, main.theta_ref, main.knobs
     others = [r for r in REWARD_ABOUT if r != args.reward]
     num_batch = sum(e.unit == "batch" for e in all_estimators())
     total = (args.draws * (num_batch + len(LESSON) * len(args.lesson_p_right))
@@ -221,8 +238,7 @@ def measure(args, progress: bool = True) -> dict:
         full = measure_all(make_scene(env, theta, theta_ref, reward, knobs), draws[: args.draws_by_reward],
                            args.dpo_beta, bar)
         by_reward[reward] = {name: {k: e[k] for k in COMPACT if k in e} for name, e in full.items()}
-    lesson = {f"p_right={p}": length_lesson(main, p, args.draws, args.seed + 2 + i, bar)
-              for i, p in enumerate(args.lesson_p_right)}
+    lesson = length_lessons(main, args, bar)
     bar.close()
 
     return {

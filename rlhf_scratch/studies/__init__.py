@@ -13,6 +13,9 @@
     overoptimization.py      `python -m rlhf_scratch.overoptimization`: Gao et al.'s reward-model
                              over-optimisation — gold vs proxy reward against KL, per proxy size and method
     overoptimization_run.py  one RL run of it (its own process), judged after every phase by a PhaseHook
+    length.py                `python -m rlhf_scratch.studies.length`: GRPO's length lesson on the task
+                             first_token — the length of A < 0 and A > 0 completions per loss type and
+                             RLOO over seeds, beside the exact-gradient microscope's own numbers
 
 A study is its plan (an args dataclass and the units it implies) and its report; running, resuming,
 refusing a different plan, the intervals over seeds, the verdict and writing the page are the

@@ -3,14 +3,15 @@
     python -m rlhf_scratch.compare sentiment                                   # the three, defaults
     python -m rlhf_scratch.compare sentiment --algos ppo,rloo --seeds 0,1,2 --total-phases 50
     python -m rlhf_scratch.compare sentiment --algos rloo --kl-coefs 0.02,0.1,0.5   # a β sweep: the frontier
+    python -m rlhf_scratch.compare sentiment --algos ppo --top-ks 0,10 --seeds 1,2,3 --no-interp  # the top-k lesson
     python -m rlhf_scratch.compare sentiment --algos ppo,rloo,online_dpo,grpo        # GRPO too (docs/grpo.md)
     python -m rlhf_scratch.compare sentiment --out comparisons/x -- --prompts rt    # flags after -- go to every run
     python -m rlhf_scratch.compare sentiment --quick --seeds 1,2                     # tiny: tests and notebooks
 
-Every (algorithm, seed, β) is one `python -m rlhf_scratch.train` run in its own process
+Every (algorithm, seed, β or top-k) is one `python -m rlhf_scratch.train` run in its own process
 (`studies.runner`), so each gets its own wall time and peak memory and a crash stays in one run;
 `--jobs` runs at a time (default 1: a run's wall time is then its own). The runs write to
-OUT/runs/<algo>-s<seed>[-b<β>]/. Every run has the same prompts, seed, reward and generated tokens
+OUT/runs/<algo>-s<seed>[-b<β>|-k<top-k>]/. Every run has the same prompts, seed, reward and generated tokens
 per phase (batch_size completions of gen_len tokens: PPO 64 prompts × 1, RLOO 16 × 4, DPO 32 × 2,
 GRPO 8 × 8). An algorithm's runs get its registry entry's `study_flags`: GRPO's default β = 0 needs
 no reference model and so logs no KL, and `--measure-kl` gives it a point on the reward–KL frontier.
@@ -24,9 +25,9 @@ Then the command writes to OUT:
     features.png          with --features: do the runs move the same SAE features? (compare_features.py)
     table.md, table.json  a row per algorithm (and β): n seeds, start/final reward, KL, held-out scores,
                           wall, peak memory, tokens/s, each the mean ± its 95 % interval over the seeds
-    index.html            its first line the verdict (`stats.verdict`): which reaches the highest final
-                          reward, and at what KL, named only when the seeds resolve it; then all of it,
-                          with the last samples of each run
+    index.html            its first lines the verdicts (`stats.verdict`): which reaches the highest final
+                          reward, and at what KL, and which ends at the lowest KL, each named only when
+                          the seeds resolve it; then all of it, with the last samples of each run
 
 An interrupted comparison continues where it stopped: finished runs are kept, an interrupted run
 is resumed from its checkpoint (one with none is started again), a run another process is still
@@ -40,7 +41,6 @@ OUT/results.json.
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import sys
 import time
@@ -74,6 +74,7 @@ from rlhf_scratch.studies.runner import (
     run_jobs,
     seed_list,
     study_main,
+    train_argv,
     verdict_html,
     write_report,
 )
@@ -103,6 +104,9 @@ class CompareArgs:
     the figures' bands. The same command with more seeds continues a comparison, adding their runs."""
     kl_coefs: str | None = None
     """Comma-separated β values, a run each per algorithm (the frontier); None: each algorithm's default β."""
+    top_ks: str | None = None
+    """Comma-separated top-k values (0: the whole vocabulary), a run each per algorithm: the top-k lesson
+    (docs/fidelity.md). None: each algorithm's default. One sweep at a time: not with --kl-coefs."""
     total_phases: int = 100
     """Phases of every run."""
     prompts: str | None = None
@@ -145,6 +149,16 @@ class CompareArgs:
     def betas(self) -> list[float] | None:
         return csv_list(self.kl_coefs, float, "kl_coefs") if self.kl_coefs else None
 
+    def ks(self) -> list[int] | None:
+        return csv_list(self.top_ks, int, "top_ks") if self.top_ks else None
+
+    def settings(self) -> list[tuple[str, float | int] | None]:
+        """The swept setting of each run (`SETTING_FLAGS`' tag and a value), or [None]: no sweep."""
+        betas, ks = self.betas(), self.ks()
+        if betas:
+            return [("b", b) for b in betas]
+        return [("k", k) for k in ks] if ks else [None]
+
     def validate(self) -> CompareArgs:
         """Every field checked (one line naming the first bad one), SAE Lens too with --features."""
         if self.task not in TASKS:
@@ -153,6 +167,10 @@ class CompareArgs:
         self.algo_names(), self.seed_list()  # each parsed, or its one line
         if any(b < 0 for b in self.betas() or []):
             raise ConfigError(f"kl_coefs: must be >= 0; got {self.kl_coefs}")
+        if any(k < 0 for k in self.ks() or []):
+            raise ConfigError(f"top_ks: must be >= 0 (0: the whole vocabulary); got {self.top_ks}")
+        if self.kl_coefs and self.top_ks:
+            raise ConfigError("top_ks: one sweep at a time; give --kl-coefs or --top-ks, not both")
         check_at_least(self, ("total_phases", "jobs"))
         if self.features:
             from rlhf_scratch.studies.compare_features import check_features_flags
@@ -167,14 +185,13 @@ class CompareArgs:
 
     def plan(self) -> dict:
         """What makes the comparison (OUT/compare.json): a second call into the folder must match it."""
+        sweep = {"top_ks": self.ks()} if self.top_ks else {}  # absent unless given: older plans stay the same plan
         return {"task": self.task, "algos": self.algo_names(), "seeds": self.seed_list(),
-                "kl_coefs": self.betas(), "train_flags": self.run_flags()}
+                "kl_coefs": self.betas(), **sweep, "train_flags": self.run_flags()}
 
     def units(self) -> list[Unit]:
-        """A run per (algorithm, β, seed); β is the setting tagged `b` (`ppo-s1-b0.1`)."""
-        betas = self.betas()
-        return plan_units(self.algo_names(), self.seed_list(),
-                          [("b", b) for b in betas] if betas else [None])
+        """A run per (algorithm, setting, seed): β is the setting tagged `b` (`ppo-s1-b0.1`), top-k `k` (`ppo-s1-k10`)."""
+        return plan_units(self.algo_names(), self.seed_list(), self.settings())
 
 
 QUICK = {"total_phases": 3, "interp": False}
@@ -182,32 +199,28 @@ QUICK_TRAIN_FLAGS = ("--batch-size", "8", "--gen-len", "6", "--num-minibatches",
 """`--quick`: CompareArgs' fields and every run's train flags (the user's flags after -- come after them)."""
 
 
+SETTING_FLAGS = {"b": "--beta", "k": "--top-k"}
+"""A swept setting's tag -> the train flag it sets."""
+SETTING_NAMES = {"b": "β", "k": "top-k"}
+
+
 def label(unit: Unit) -> str:
-    """The curve a run belongs to: the algorithm's label, and its β when swept (`RLOO β=0.1`)."""
-    return registry.get(unit.method).label + (f" β={unit.value:g}" if unit.value is not None else "")
+    """The curve a run belongs to: the algorithm's label, and its swept setting (`RLOO β=0.1`, `PPO top-k=10`)."""
+    if unit.setting is None:
+        return registry.get(unit.method).label
+    return f"{registry.get(unit.method).label} {SETTING_NAMES[unit.setting[0]]}={unit.value:g}"
 
 
 # --- running -------------------------------------------------------------------------------------
 
 
 def train_command(unit: Unit, task: str, run_dir: Path, flags: Sequence[str]) -> list[str]:
-    """The process of one run: `python -m rlhf_scratch.train` with its algorithm, seed and β, the
-    algorithm's study flags and `flags` — or `--resume` of its interrupted run that has a checkpoint.
-    A run another process is training is refused (one line); one with no checkpoint, or a finished
-    run whose numbers were lost, is started over."""
-    from rlhf_scratch.runs import list_checkpoints, next_step, read_status
-
-    train = [sys.executable, "-m", "rlhf_scratch.train"]
-    if run_dir.exists():
-        status = read_status(run_dir)
-        if status["status"] == "running":
-            raise RuntimeError(f"run {unit.name}: {next_step(run_dir, status)}")
-        if status["status"] != "finished" and list_checkpoints(run_dir):  # interrupted, failed or lost: continue it
-            return [*train, "--resume", str(run_dir)]
-        shutil.rmtree(run_dir)
-    beta = [] if unit.value is None else ["--beta", str(unit.value)]
-    return [*train, task, "--algo", unit.method, "--seed", str(unit.seed), "--run-dir", str(run_dir), *flags,
-            *registry.get(unit.method).study_flags, *beta]
+    """The process of one run (`runner.train_argv`): `python -m rlhf_scratch.train` with its algorithm,
+    seed and setting (β or top-k), the algorithm's study flags and `flags` — or `--resume` of its
+    interrupted run that has a checkpoint."""
+    setting = [] if unit.setting is None else [SETTING_FLAGS[unit.setting[0]], str(unit.value)]
+    return train_argv(unit.name, run_dir, [task, "--algo", unit.method, "--seed", str(unit.seed), "--run-dir", str(run_dir),
+                                           *flags, *registry.get(unit.method).study_flags, *setting])
 
 
 def summarize(run_dir: Path, measured: dict) -> dict:
@@ -372,6 +385,14 @@ def comparison_verdict(results: dict[str, dict], units: list[Unit]) -> Verdict:
                    notes=notes)
 
 
+def kl_verdict(results: dict[str, dict], units: list[Unit]) -> Verdict:
+    """The page's second line: which curve ends at the lowest KL(π‖π_ref), named only when its seeds
+    resolve it against every other (`stats.verdict`, lower is better)."""
+    kls = over_seeds(units, lambda u: results.get(u.name, {}).get("kl_final"))
+    names = {group: label(members[0]) for group, members in by_group(units).items()}
+    return verdict({names[g]: v for g, v in kls.items()}, f"KL ({averaged_label(results)})", higher_is_better=False)
+
+
 def last_samples(run_dir: Path, n: int = 3) -> str:
     """The last sample table of a run's samples.md, its first `n` rows."""
     from rlhf_scratch.runs import SAMPLES_FILE
@@ -382,12 +403,12 @@ def last_samples(run_dir: Path, n: int = 3) -> str:
 
 
 def page_body(results: dict[str, dict], figures: list[Path], inside: dict | None, units: list[Unit], out: Path,
-              features_parts: list[str], finding: Verdict) -> list[str]:
+              features_parts: list[str], findings: Sequence[Verdict]) -> list[str]:
     """index.html's parts: the verdict, the table, the figures, the inside view, the features view,
     the last samples."""
     header, rows = results_table(results, units)
     title = " vs ".join(dict.fromkeys(registry.get(unit.method).label for unit in units))
-    parts = [f"<h1>{esc(title)}</h1>", verdict_html([finding.sentence]),
+    parts = [f"<h1>{esc(title)}</h1>", verdict_html([f.sentence for f in findings]),
              "<p>Same prompts, seeds, reward and generated tokens per phase. Proxy = the training reward. "
              "Held out = judges the runs never trained on (rlhf_scratch/heldout.py). Final = mean of the "
              f"{esc(averaged_label(results))}. {esc(INTERVAL_NOTE)}</p>", table(rows, header=header),
@@ -431,13 +452,13 @@ def run_comparison(args: CompareArgs) -> None:
         from rlhf_scratch.studies.compare_features import features_of_runs
 
         features, features_parts = features_of_runs(args, run_dirs, out)
-    finding = comparison_verdict(results, units)
+    finding, kl_finding = comparison_verdict(results, units), kl_verdict(results, units)
     table_md = markdown_table(*results_table(results, units)) + f"\n\n{INTERVAL_NOTE}"
     page = write_report(out, title="rlhf_scratch comparison", table_md=table_md,
-                        data={"verdict": finding.sentence, "groups": group_stats(results, units), "runs": results,
-                              "inside": inside, "features": features},
-                        body=page_body(results, figures, inside, units, out, features_parts, finding))
-    print(finding.sentence + "\n")
+                        data={"verdict": finding.sentence, "verdict_kl": kl_finding.sentence,
+                              "groups": group_stats(results, units), "runs": results, "inside": inside, "features": features},
+                        body=page_body(results, figures, inside, units, out, features_parts, [finding, kl_finding]))
+    print(finding.sentence + "\n" + kl_finding.sentence + "\n")
     print(table_md)
     if inside is not None:
         print("\nper-head DLA-change cosine:", json.dumps(dict(zip(inside["labels"], inside["dla_change_cosine"]))))

@@ -348,6 +348,26 @@ def run_jobs(jobs: Sequence[Job], ledger: Ledger, *, parallel: int = 1, desc: st
         raise failures[0]
 
 
+def train_argv(name: str, run_dir: Path, fresh: Sequence[str]) -> list[str]:
+    """The process of one training unit: `python -m rlhf_scratch.train` with `fresh` (its flags, its
+    `--run-dir run_dir` among them) — or `--resume run_dir` where an interrupted run has a checkpoint.
+    A run another process is training is refused (one line naming `name`); one with no checkpoint, or
+    a finished run whose numbers were lost, is started over."""
+    import shutil
+
+    from rlhf_scratch.runs import list_checkpoints, next_step, read_status
+
+    train = [sys.executable, "-m", "rlhf_scratch.train"]
+    if run_dir.exists():
+        status = read_status(run_dir)
+        if status["status"] == "running":
+            raise RuntimeError(f"run {name}: {next_step(run_dir, status)}")
+        if status["status"] != "finished" and list_checkpoints(run_dir):  # interrupted, failed or lost: continue it
+            return [*train, "--resume", str(run_dir)]
+        shutil.rmtree(run_dir)
+    return [*train, *fresh]
+
+
 def run_process(argv: list[str], name: str) -> dict[str, float]:
     """Run `argv` to its end, a process of its own: its wall seconds and peak RSS in MiB (`os.wait4`).
     A non-zero exit is a RuntimeError naming `name`, with the process's last `error:` line (else its
@@ -398,14 +418,18 @@ def verdict_html(sentences: Sequence[str]) -> str:
 def draw_band(ax, xs: Sequence[Sequence[Number]], ys: Sequence[Sequence[Number]], *, band: bool = True, **plot_kw):
     """One curve of a figure over seeds: x and y are each seed's (cut to the shortest); the line is
     the mean over seeds at each point, the band its 95 % t-interval (`stats.mean_interval`) when
-    there are two seeds or more. One seed draws its line alone. Returns the line."""
+    there are two seeds or more. One seed draws its line alone. A seed whose y is NaN at a point (no
+    value there) is left out of that point; a point no seed has is a gap in the line. Returns the line."""
     n = min(len(x) for x in xs)
     mean_x = [statistics.fmean(x[i] for x in xs) for i in range(n)]
-    intervals = [mean_interval([y[i] for y in ys]) for i in range(n)]
-    line, = ax.plot(mean_x, [iv.mean for iv in intervals], **plot_kw)
+    nan = float("nan")
+    columns = [[y[i] for y in ys if y[i] == y[i]] for i in range(n)]  # y == y: not NaN
+    intervals = [mean_interval(c) if c else None for c in columns]
+    line, = ax.plot(mean_x, [iv.mean if iv else nan for iv in intervals], **plot_kw)
     if band and len(ys) > 1:
-        ax.fill_between(mean_x, [iv.low for iv in intervals], [iv.high for iv in intervals], color=line.get_color(),
-                        alpha=0.15, linewidth=0)
+        spread = [iv if iv and iv.n > 1 else None for iv in intervals]  # one seed at a point: no band there
+        ax.fill_between(mean_x, [iv.low if iv else nan for iv in spread], [iv.high if iv else nan for iv in spread],
+                        color=line.get_color(), alpha=0.15, linewidth=0)
     return line
 
 
