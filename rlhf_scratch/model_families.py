@@ -15,6 +15,7 @@ Two shapes per family:
 
     python -m rlhf_scratch.model_families llama /tmp/llama_tiny
     python -m rlhf_scratch.model_families qwen2.5-0.5b /tmp/qwen_shape --chat-template
+    python -m rlhf_scratch.model_families qwen2 /tmp/qwen_vocab --vocab-size 151936   # tiny, Qwen2's vocabulary
 """
 
 from __future__ import annotations
@@ -94,11 +95,14 @@ def family_config(name: str, vocab_size: int, bos: int | None, eos: int | None,
 
 
 def build_folder(name: str, out: str | Path, shape: Literal["tiny", "real"] = "tiny", seed: int = 0,
-                 chat_template: bool = False) -> Path:
+                 chat_template: bool = False, vocab_size: int | None = None) -> Path:
     """Write a random-init causal LM of `name` and the tiny preset's tokenizer to `out`.
 
     `chat_template`: give the tokenizer a ChatML template (and `<|im_start|>`/`<|im_end|>` as added
     special tokens, `<|im_end|>` as the generation config's EOS), as an instruct model ships.
+    `vocab_size` (tiny shape only; default the tokenizer's length): a published vocabulary on a tiny
+    model, e.g. Qwen2's 151,936, for what grows with the vocabulary alone (the unembedding, the
+    vocabulary terms' chunks); the tokenizer's ids are its first entries.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -113,7 +117,9 @@ def build_folder(name: str, out: str | Path, shape: Literal["tiny", "real"] = "t
         tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
         tokenizer.chat_template = CHATML_TEMPLATE
         eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    config = family_config(name, len(tokenizer), tokenizer.bos_token_id, eos, shape)
+    if vocab_size is not None and shape != "tiny":
+        raise ValueError(f"{name}: a published shape has its own vocabulary; vocab_size is for the tiny shape")
+    config = family_config(name, vocab_size or len(tokenizer), tokenizer.bos_token_id, eos, shape)
     if config.vocab_size < len(tokenizer):
         raise ValueError(f"{name}: vocabulary {config.vocab_size} < the tokenizer's {len(tokenizer)}")
     torch.manual_seed(seed)
@@ -135,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", help="the folder to write (must not exist or be empty)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--chat-template", action="store_true", help="a tokenizer with a ChatML template")
+    parser.add_argument("--vocab-size", type=int, help="tiny shapes: this many embedding rows (default: the tokenizer's)")
     args = parser.parse_args(argv)
     shape = "real" if args.name in REAL_SHAPES else "tiny"
     try:
-        out = build_folder(args.name, args.out, shape, args.seed, args.chat_template)
+        out = build_folder(args.name, args.out, shape, args.seed, args.chat_template, args.vocab_size)
     except (FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
