@@ -188,15 +188,20 @@ def paired_activations(reference: HookedTransformer, tuned: HookedTransformer, h
 
 @torch.no_grad()
 def paired_text_activations(reference: HookedTransformer, tuned: HookedTransformer, hook_name: str,
-                            texts: list[str], max_tokens: int, batch: int = 32) -> Float[Tensor, "n model d_model"]:
-    """`paired_activations` over `texts` (right-padded batches, each truncated to the context),
-    until `max_tokens` positions are collected or the texts run out."""
+                            texts: list[str], max_tokens: int, batch: int = 32, chunk: int = 512
+                            ) -> Float[Tensor, "n model d_model"]:
+    """`paired_activations` over `texts` (each truncated to the context), in order, until `max_tokens`
+    positions are collected or the texts run out. Each chunk of `chunk` texts is batched by length
+    (right-padded), so a batch pads little; the cut at `max_tokens` falls in the last chunk, which
+    then gives its shorter texts."""
     out, total = [], 0
-    for start in range(0, len(texts), batch):
-        tokens, attend = right_padded(reference, texts[start : start + batch])
-        x = paired_activations(reference, tuned, hook_name, tokens, attend)
-        out.append(x)
-        total += x.shape[0]
+    for start in range(0, len(texts), chunk):
+        part = sorted(texts[start : start + chunk], key=len)
+        for b in range(0, len(part), batch):
+            tokens, attend = right_padded(reference, part[b : b + batch])
+            x = paired_activations(reference, tuned, hook_name, tokens, attend)
+            out.append(x)
+            total += x.shape[0]
         if total >= max_tokens:
             break
     if not out:

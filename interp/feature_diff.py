@@ -53,8 +53,13 @@ def real_positions(model: HookedTransformer, tokens: Int[Tensor, "batch pos"],
 @torch.no_grad()
 def site_activations(model: HookedTransformer, hook_name: str, tokens: Int[Tensor, "batch pos"],
                      attention_mask: Bool[Tensor, "batch pos"] | None = None) -> Float[Tensor, "batch pos d_model"]:
-    """The model's activations at `hook_name` (left padding handled by the attention mask)."""
+    """The model's activations at `hook_name` (left padding handled by the attention mask). A
+    block's hook stops the forward after that block: the unembedding, the largest matmul of a small
+    model, is never computed for a site inside it."""
     kw = {} if attention_mask is None or bool(attention_mask.all()) else {"attention_mask": attention_mask.long()}
+    parts = hook_name.split(".")
+    if parts[0] == "blocks" and parts[1].isdigit():
+        kw["stop_at_layer"] = int(parts[1]) + 1
     _, cache = model.run_with_cache(tokens, names_filter=hook_name, **kw)
     return cache[hook_name]
 
