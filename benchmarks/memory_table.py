@@ -51,7 +51,7 @@ def main() -> None:
 
     this = HERE.parent
     systems = ([("other", Path(opts.other), None)] if opts.other else []) + [("one chunk", this, 0), ("chunked", this, None)]
-    cells = [("tiny", int(b)) for b in opts.tiny_batches.split(",")] + [("gpt2-small", int(b)) for b in opts.gpt2_batches.split(",")]
+    cells = [("tiny", int(b)) for b in opts.tiny_batches.split(",") if b] + [("gpt2-small", int(b)) for b in opts.gpt2_batches.split(",") if b]
     rows, raw = [], []
     for shape, batch in cells:
         row = [shape, batch]

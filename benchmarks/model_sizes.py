@@ -31,9 +31,12 @@ def measure(folder: Path, phases: int, threads: int, lora_rank: int, extra: list
            "--model", str(folder), "--total-phases", str(phases), "--threads", str(threads),
            "--run-dir", str(run_dir / "run"), *(["--lora-rank", str(lora_rank)] if lora_rank else []), *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled"})
-    if out.returncode != 0:
-        return {"error": out.stderr.strip().splitlines()[-2] if out.stderr.strip() else "failed"}
-    peak_kib = int(out.stderr.strip().splitlines()[-1])
+    lines = out.stderr.strip().splitlines()
+    peak_kib = int(lines[-1]) if lines and lines[-1].isdigit() else None  # /usr/bin/time's %M, printed last
+    if out.returncode != 0:  # the run's own last line, not /usr/bin/time's "Command exited with non-zero status"
+        said = [line for line in lines[:-1] if not line.startswith("Command ")]
+        return {"error": said[-1] if said else f"exit {out.returncode}",
+                "peak_rss_mib": None if peak_kib is None else peak_kib / 1024}
     rows = [json.loads(line) for line in (run_dir / "run" / "metrics.jsonl").read_text().splitlines()]
     times = [r["charts/phase_time"] for r in rows[1:]] or [rows[0]["charts/phase_time"]]
     return {"peak_rss_mib": peak_kib / 1024, "phase_s": statistics.median(times), "phases": len(rows)}
@@ -52,6 +55,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--lora-rank", type=int, default=0)
     parser.add_argument("--json", help="write the measurements here")
+    parser.add_argument("--max-gib", type=float, default=22.0,
+                        help="skip a cell whose weights and optimizer alone would need more (this machine: 24 GiB)")
     parser.add_argument("extra", nargs="*", help="after --: more train flags for every cell")
     opts = parser.parse_args()
     rows, raw = [], []
@@ -59,15 +64,28 @@ def main() -> None:
         folder = Path(opts.work) / shape
         if not (folder / "config.json").exists():
             build_folder(shape, folder, shape="real")
+        config = AutoConfig.from_pretrained(folder)
         with __import__("torch").device("meta"):
-            n_params = sum(p.numel() for p in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder)).parameters())
-        result = {"shape": shape, "params": n_params, "lora_rank": opts.lora_rank, "threads": opts.threads,
-                  **measure(folder, opts.phases, opts.threads, opts.lora_rank, opts.extra)}
+            n_params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+        # TransformerLens holds a tied unembedding as a matrix of its own: that many more weights are trained
+        tied = getattr(config, "tie_word_embeddings", False)
+        trained = n_params + (config.vocab_size * config.hidden_size if tied else 0)
+        # float32 full fine-tune: policy + reference + gradients + AdamW's two moments ≈ 20 bytes per trained weight
+        need_gib = (20 * trained if not opts.lora_rank else 4 * trained) / 2**30
+        if need_gib > opts.max_gib:
+            result = {"shape": shape, "params": n_params, "trained_params": trained, "lora_rank": opts.lora_rank,
+                      "error": f"not run: needs about {need_gib:.0f} GiB for the weights and optimizer alone "
+                               f"(--max-gib {opts.max_gib:g})"}
+        else:
+            result = {"shape": shape, "params": n_params, "trained_params": trained, "lora_rank": opts.lora_rank,
+                      "threads": opts.threads, **measure(folder, opts.phases, opts.threads, opts.lora_rank, opts.extra)}
         raw.append(result)
-        rows.append([shape, f"{n_params / 1e6:.0f} M", result.get("peak_rss_mib", "—"),
+        rss = result.get("peak_rss_mib")
+        rows.append([shape, f"{n_params / 1e6:.0f} M", f"{trained / 1e6:.0f} M", "—" if rss is None else f"{rss:,.0f}",
                      result.get("phase_s", result.get("error"))])
         print(json.dumps(result), flush=True)
-    print(tabulate(rows, headers=["shape", "parameters", "peak RSS (MiB)", "s / phase"], floatfmt=".1f"))
+    print(tabulate(rows, headers=["shape", "parameters (HF)", "trained (TransformerLens)", "peak RSS (MiB)", "s / phase"],
+                   floatfmt=".1f", tablefmt="github"))
     if opts.json:
         Path(opts.json).write_text(json.dumps(raw, indent=1) + "\n")
 
