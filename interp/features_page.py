@@ -104,7 +104,7 @@ def make_features_report(reference: HookedTransformer, tuned: HookedTransformer,
 
     bar.set_postfix_str(next(step))
     S.update(other_levels(reference, tuned, sae, hook_name, tokens, attend, levels or DiffLevels(),
-                          snippet_texts, top_n, progress))
+                          snippet_texts, top_n, progress, sae_alive=(diff.freq_ref > 0) | (diff.freq_tuned > 0)))
 
     bar.set_postfix_str(next(step))
     if reward_fn is not None:

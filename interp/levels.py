@@ -64,16 +64,19 @@ class DiffLevels:
 @torch.no_grad()
 def other_levels(reference: HookedTransformer, tuned: HookedTransformer, sae, hook_name: str,
                  tokens: Int[Tensor, "batch pos"], attend: Bool[Tensor, "batch pos"], levels: DiffLevels,
-                 snippet_texts: Sequence[str] = (), top_n: int = 10, progress: bool = True) -> dict:
-    """Weights, ADL and (optionally) the crosscoder for the features page (module docstring)."""
+                 snippet_texts: Sequence[str] = (), top_n: int = 10, progress: bool = True,
+                 sae_alive: Bool[Tensor, " d_sae"] | None = None) -> dict:
+    """Weights, ADL and (optionally) the crosscoder for the features page (module docstring).
+    `sae_alive` leaves the SAE's dead features out of the ADL's matches."""
     out: dict = {"weights": weight_summary(weight_diffs(reference, tuned))}
-    dictionaries = {"SAE": sae.W_dec.detach()}
+    dictionaries: dict = {"SAE": (sae.W_dec.detach(), sae_alive) if sae_alive is not None else sae.W_dec.detach()}
     if levels.crosscoder is not None:
         t0 = time.time()
         cc_out, cc = _crosscoder(reference, tuned, hook_name, tokens, attend, levels, list(snippet_texts), top_n, progress)
         cc_out["seconds"] = time.time() - t0
         out["crosscoder"] = cc_out
-        dictionaries["crosscoder d^tuned − d^ref"] = (cc.W_dec[TUNED] - cc.W_dec[REF]).detach()
+        alive = torch.tensor([lab != "dead" for lab in cc_out["per_latent"]["label"]])
+        dictionaries["crosscoder d^tuned − d^ref"] = ((cc.W_dec[TUNED] - cc.W_dec[REF]).detach(), alive)
     if levels.adl_texts:
         out["adl"] = activation_difference_lens(reference, tuned, hook_name, list(levels.adl_texts), levels.adl_k,
                                                 dictionaries=dictionaries)

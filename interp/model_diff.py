@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
@@ -201,13 +201,14 @@ def logit_lens_tokens(model: HookedTransformer, direction: Float[Tensor, " d_mod
 
 
 def dictionary_matches(direction: Float[Tensor, " d_model"], W_dec: Float[Tensor, "n_features d_model"],
-                       k: int = 10) -> list[dict]:
+                       k: int = 10, alive: Bool[Tensor, " n_features"] | None = None) -> list[dict]:
     """The k features whose decoder direction is closest to `direction` by |cosine|, with the
-    cosine and the projection direction · d_f / |d_f| (features with a zero decoder skipped)."""
+    cosine and the projection direction · d_f / |d_f| (features with a zero decoder, or not `alive`, skipped)."""
     norms = W_dec.norm(dim=-1)
     proj = (W_dec @ direction) / norms.clamp_min(1e-12)
     cosine = proj / direction.norm().clamp_min(1e-12)
-    cosine = torch.where(norms > 0, cosine, torch.zeros_like(cosine))
+    keep = norms > 0 if alive is None else (norms > 0) & alive.to(norms.device)
+    cosine = torch.where(keep, cosine, torch.zeros_like(cosine))
     top = cosine.abs().topk(min(k, len(cosine))).indices
     return [{"feature": int(f), "cosine": float(cosine[f]), "projection": float(proj[f])} for f in top]
 
@@ -215,10 +216,10 @@ def dictionary_matches(direction: Float[Tensor, " d_model"], W_dec: Float[Tensor
 @torch.no_grad()
 def activation_difference_lens(reference: HookedTransformer, tuned: HookedTransformer, hook_name: str,
                                texts: list[str], k: int = 5, n_tokens: int = 10,
-                               dictionaries: dict[str, Tensor] | None = None) -> dict:
+                               dictionaries: dict[str, Tensor | tuple[Tensor, Tensor]] | None = None) -> dict:
     """The ADL at one site (module docstring): δ_j for the first k tokens of `texts`, their mean δ̄,
     δ̄ (and each δ_j) through the tuned model's logit lens, and δ̄ against each dictionary's decoder
-    rows (`dictionaries`: name → W_dec [n_features, d_model])."""
+    rows (`dictionaries`: name → W_dec [n_features, d_model], or (W_dec, alive mask) to skip dead features)."""
     deltas = first_token_differences(reference, tuned, hook_name, texts, k)
     mean = deltas.mean(0)
     tokens, attend = right_padded(tuned, texts[:64])
@@ -227,6 +228,8 @@ def activation_difference_lens(reference: HookedTransformer, tuned: HookedTransf
            "mean_delta_norm": mean.norm().item(), "delta_norms": deltas.norm(dim=-1).tolist(),
            "logit_lens": logit_lens_tokens(tuned, mean, scale, n_tokens),
            "per_position": [logit_lens_tokens(tuned, d, scale, 5)["promoted"] for d in deltas]}
-    out["dictionaries"] = {name: dictionary_matches(mean, W.detach().float(), n_tokens)
-                           for name, W in (dictionaries or {}).items()}
+    out["dictionaries"] = {}
+    for name, W in (dictionaries or {}).items():
+        W, alive = W if isinstance(W, tuple) else (W, None)
+        out["dictionaries"][name] = dictionary_matches(mean, W.detach().float(), n_tokens, alive)
     return out

@@ -146,3 +146,5 @@ def test_dictionary_matches_rank_by_absolute_cosine_and_keep_the_sign():
     assert [r["feature"] for r in m] == [1, 2, 0]
     assert m[0]["cosine"] == pytest.approx(-1.0) and m[0]["projection"] == pytest.approx(-3.0)
     assert m[1]["cosine"] == pytest.approx(1 / math.sqrt(2))
+    dead_1 = dictionary_matches(torch.tensor([0.0, 3.0]), W, k=1, alive=torch.tensor([True, False, True, True]))
+    assert dead_1[0]["feature"] == 2, "a dead feature is never a match"
