@@ -11,6 +11,11 @@ nothing from the training package:
                      (needs the `sae` extra);
 - `interp.feature_diff` the features fine-tuning moved (one SAE, the same sequences through both models);
 - `interp.causal`    steering the reference with those features and ablating them from the tuned model;
+- `interp.crosscoder` a BatchTopK crosscoder of the two models (shared / reference-only / tuned-only
+                     latents) and Minder et al.'s latent-scaling check;
+- `interp.model_diff` the weight diff (relative update, effective rank of ΔW) and the Activation
+                     Difference Lens (mean activation difference on the first tokens of unrelated text);
+- `interp.levels`    those levels put together for the features page;
 - `interp.sampling`  samples of a hooked model over left-padded prompts, their reward and KL;
 - `interp.across_runs` several tuned models against one reference (`python -m rlhf_scratch.compare`).
 
