@@ -139,6 +139,11 @@ def _crosscoder(reference, tuned, hook_name, tokens, attend, levels: DiffLevels,
 # --- the page --------------------------------------------------------------------------------------
 
 
+def _num(x: float | None, spec: str) -> str:
+    """`x` formatted, or "n/a" for what the JSON holds as null (nan, ±inf: a relative update from a zero weight)."""
+    return "n/a" if x is None or x != x or x in (float("inf"), float("-inf")) else format(x, spec)
+
+
 def levels_headline(S: dict) -> list[str]:
     """One line per level for the page's findings."""
     lines = []
@@ -146,8 +151,8 @@ def levels_headline(S: dict) -> list[str]:
     if w["top"]:
         t = w["top"][0]
         lines.append(f"Weights: {w['n_matrices_moved']} matrices moved; the largest relative update is {t['name']} "
-                     f"({t['relative_update']:.3g}); over the moved matrices the median share of min(m, n) needed for 99 % "
-                     f"of ‖ΔW‖² is {w['median_rank_99_fraction']:.2f} (1: full-rank updates, near 0: low-rank).")
+                     f"({_num(t['relative_update'], '.3g')}); over the moved matrices the median share of min(m, n) needed for 99 % "
+                     f"of ‖ΔW‖² is {_num(w['median_rank_99_fraction'], '.2f')} (1: full-rank updates, near 0: low-rank).")
     if "adl" in S:
         a = S["adl"]
         lines.append(f"Activation Difference Lens (first {a['k']} tokens of {a['n_texts']} unrelated texts): |δ̄| = "
@@ -174,7 +179,7 @@ def levels_html(S: dict) -> list[str]:
         "<p>Relative update ‖ΔW‖_F / ‖W_ref‖_F; effective rank exp(H) of the normalised singular values of ΔW "
         "(Roy &amp; Vetterli); r90 / r99: singular values holding 90 % / 99 % of ‖ΔW‖²; numerical rank against "
         "min(m, n). Attention weights as the layer's whole map.</p>"
-        + table([(d["name"], "×".join(map(str, d["shape"])), f"{d['relative_update']:.3g}",
+        + table([(d["name"], "×".join(map(str, d["shape"])), _num(d["relative_update"], ".3g"),
                   "" if d["effective_rank"] is None else f"{d['effective_rank']:.1f}",
                   d["rank_90"] if d["rank_90"] is not None else "", d["rank_99"] if d["rank_99"] is not None else "",
                   "" if d["full_rank"] is None else f"{d['numerical_rank']} / {d['full_rank']}") for d in w["top"]],
@@ -204,7 +209,7 @@ def levels_html(S: dict) -> list[str]:
             if not rows:
                 continue
             parts.append(f"<h3>{esc(label)}</h3>" + table(
-                [(r["latent"], f"{r['delta_norm']:.3f}", f"{r['nu_error']:.3f}", f"{r['nu_recon']:.3f}",
+                [(r["latent"], _num(r["delta_norm"], ".3f"), _num(r["nu_error"], ".3f"), _num(r["nu_recon"], ".3f"),
                   "yes" if r["confirmed_by_scaling"] else "no", f"{r['freq']:.3f}",
                   ", ".join(f"{tok!r} {v:+.2f}" for tok, v in r["promotes"]),
                   Html("<br>".join(esc(f"{a:.2f}: {snip}") for a, snip in r["snippets"]))) for r in rows],

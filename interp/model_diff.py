@@ -85,7 +85,7 @@ def as_matrix(name: str, w: Tensor) -> Tensor | None:
     """The parameter as the linear map it applies: TransformerLens' per-head W_Q/W_K/W_V
     [head, d_model, d_head] → [d_model, head·d_head], W_O [head, d_head, d_model] → [head·d_head, d_model],
     a 2-D weight as itself, anything else (biases, per-head ones [head, d_head] too; norm weights) None."""
-    leaf = name.rsplit(".", 1)[-1]
+    leaf = name.rsplit(".", 1)[-1].lstrip("_")  # grouped K/V heads: TransformerLens' _W_K, _b_K …
     if leaf.startswith("b") or leaf == "w":
         return None
     if w.ndim == 2:

@@ -77,6 +77,8 @@ def test_per_head_attention_weights_are_read_as_the_layers_matrix():
     W_O = full.T.reshape(n_heads, d_head, d_model)  # [head, d_head, d_model]
     torch.testing.assert_close(as_matrix("blocks.0.attn.W_O", W_O), full.T)
     assert as_matrix("blocks.0.attn.b_Q", torch.zeros(4, 4)) is None, "a per-head bias is a vector per head, not a map"
+    assert as_matrix("blocks.0.attn._b_K", torch.zeros(2, 4)) is None, "nor is a grouped K/V head's bias (GQA)"
+    assert as_matrix("blocks.0.attn._W_K", torch.zeros(2, 16, 4)).shape == (16, 8), "a grouped K/V weight is a map"
 
 
 def test_weight_diffs_of_a_model_find_only_the_planted_matrix(tiny_random_lm):

@@ -252,18 +252,13 @@ def test_interp_report_runs_on_every_family(family, ppo_run, capsys):
 SMALL_SAE = ["--layer", "1", "--d-sae", "64", "--k", "4", "--training-tokens", "4096", "--eval-batches", "1",
              "--n-samples", "4", "--n-diff", "4", "--n-snippets", "16", "--top-n", "3", "--adl-texts", "16"]
 
-# Found by this test (2026-11-27), in interp/, not fixed here: TransformerLens names the grouped K/V
-# heads' biases _b_K and _b_V, which interp.model_diff.as_matrix takes for matrices (its bias test
-# is leaf.startswith("b")); zero in the reference, they rank first by an infinite relative update,
-# written to features.json as null, and levels_html's f"{None:.3g}" ends the command in a TypeError.
-# Strict: the day it is fixed these pass, and the marker must go.
-GQA_BIASES_AS_MATRICES = pytest.mark.xfail(raises=TypeError, strict=True,
-                                           reason="interp.model_diff.as_matrix: _b_K/_b_V taken for matrices")
+# Found by this test (2026-11-27): interp.model_diff.as_matrix took TransformerLens' grouped K/V
+# biases _b_K/_b_V for matrices and the page could not format their infinite relative update (a
+# TypeError on Llama, Qwen2 and Gemma); fixed there (tests/test_interp_model_diff.py pins it).
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", [pytest.param(f, marks=GQA_BIASES_AS_MATRICES)
-                                    if "num_key_value_heads" in FAMILIES[f].tiny else f for f in NOT_GPT2])
+@pytest.mark.parametrize("family", NOT_GPT2)
 def test_interp_features_runs_on_every_family(family, ppo_run, tmp_path, capsys):
     """`python -m interp.features RUN` with a small SAE (SAE Lens, 64 features, 4096 tokens): the page,
     features.json and figures are written, every number is finite, and its identities hold — the
