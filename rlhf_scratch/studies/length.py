@@ -249,6 +249,7 @@ def summarize(metrics: Sequence[dict], blocks: Sequence[tuple[int, int]], measur
            "length_first": block_mean("completions/mean_length", first),
            "length_last": block_mean("completions/mean_length", last),
            "reward_late": block_mean("rewards/mean", late_phases(metrics[-1]["phase"])),
+           "length_late": block_mean("completions/mean_length", late_phases(metrics[-1]["phase"])),
            "wall_s": measured["wall_s"], "peak_mib": measured["peak_mib"]}
     gained = row["reward_late"] - row["reward_first"]
     row["gap_growth_per_reward"] = (row["late_gap"] - by_block["gap"][0]) / gained if gained > 0 else math.nan
@@ -351,7 +352,8 @@ def blocks_table(results: dict[str, dict], units: list[Unit], blocks: Sequence[t
     return header, rows
 
 
-GROUP_KEYS = ("late_gap", "late_neg", "late_pos", "gap_growth_per_reward", "reward_late", "length_last", "wall_s")
+GROUP_KEYS = ("late_gap", "late_neg", "late_pos", "gap_growth_per_reward", "reward_late", "length_last", "length_late",
+              "wall_s")
 
 
 def group_stats(results: dict[str, dict], units: list[Unit]) -> dict[str, dict]:
@@ -386,6 +388,17 @@ def verdicts(results: dict[str, dict], units: list[Unit], key: str, what: str, *
     return sentences
 
 
+def aggregation_verdict(results: dict[str, dict], units: list[Unit], what: str) -> list[str]:
+    """Dr. GRPO's own comparison, named before the study ran: `grpo` against `dr_grpo`, which differ in the
+    aggregation alone (1/|o_i| per sequence against one constant), paired over seeds on the late mean
+    length of every completion. Empty unless both were run."""
+    values = over_seeds(units, lambda u: _finite(results.get(u.name, {}).get("length_late")))
+    if ("grpo", None) not in values or ("dr_grpo", None) not in values:
+        return []
+    pair = {label("grpo"): values[("grpo", None)], label("dr_grpo"): values[("dr_grpo", None)]}
+    return [verdict(pair, what, fmt="{:.1f}", higher_is_better=False).sentence]
+
+
 def _finite(x: float | int | None) -> float | int | None:
     return x if x is not None and math.isfinite(x) else None
 
@@ -418,7 +431,7 @@ def plot_lengths(results: dict[str, dict], curves: dict[str, list[list[dict]]], 
 
 def page_body(findings: list[str], pairs: list[str], settings: str, table_rows: list, blocks_header: list,
               blocks_rows: list, fig: Path, microscope: dict | None) -> list[str]:
-    """index.html's parts: the two verdicts, each method against the reference, the settings, the
+    """index.html's parts: the verdicts (Dr. GRPO's own pair first), each method against the reference, the settings, the
     table, the figure, the lengths block by block, the microscope's numbers."""
     parts = ["<h1>The GRPO length lesson: task first_token</h1>", verdict_html(findings),
              "<ul>" + "".join(f"<li>{esc(s)}</li>" for s in pairs) + "</ul>", f"<p>{esc(settings)}</p>",
@@ -462,7 +475,11 @@ def run_study(args: LengthArgs) -> None:
     gap = verdicts(results, units, "late_gap", f"length gap, A < 0 minus A > 0 (tokens, phases {first}–{last})")
     right = verdicts(results, units, "late_pos", f"length of the A > 0 completions (tokens, phases {first}–{last})",
                      higher_is_better=False)
-    findings, pairs = [gap[0], right[0]], [*gap[1:], *right[1:]]
+    # every completion's length: defined in every late phase, where A<0 / A>0 are missing once a whole group is right
+    length = verdicts(results, units, "length_late", f"mean completion length (tokens, phases {first}–{last})",
+                      higher_is_better=False)
+    findings, pairs = [gap[0], right[0], length[0]], [*gap[1:], *right[1:], *length[1:]]
+    findings[:0] = aggregation_verdict(results, units, f"mean completion length (tokens, phases {first}–{last})")
     curves = {label(g[0].method): [metrics[u.name] for u in g] for g in by_group(units).values()}
     fig = plot_lengths(results, curves, units, blocks, out)
     rows = results_table(results, units)
