@@ -15,6 +15,8 @@ nothing from the training package:
                      latents) and Minder et al.'s latent-scaling check;
 - `interp.model_diff` the weight diff (relative update, effective rank of ΔW) and the Activation
                      Difference Lens (mean activation difference on the first tokens of unrelated text);
+- `interp.head_reads` which directions PPO's value head and a reward model read in ĥ, through the
+                     unembedding and the dictionary;
 - `interp.levels`    those levels put together for the features page;
 - `interp.sampling`  samples of a hooked model over left-padded prompts, their reward and KL;
 - `interp.across_runs` several tuned models against one reference (`python -m rlhf_scratch.compare`).

@@ -15,7 +15,9 @@ models, tokens, texts and a reward function:
                           share of the residual change the top features explain, what they promote;
 - `interp.causal`         steering the reference with the top features, ablating them from the tuned model;
 - `interp.levels`         the other levels: weight diffs, the Activation Difference Lens on validation
-                          snippets, and with `--crosscoder` a BatchTopK crosscoder of the two models;
+                          snippets, with `--crosscoder` a BatchTopK crosscoder of the two models, and
+                          which directions the value head and the reward model read (`interp.head_reads`;
+                          `heads_of_run` says which heads a run has);
 - `interp.features_page`  all of it as features.html (`make_features_report`).
 
 `load_or_train_sae(reference, hook_name, settings)` is `interp.sae.load_or_train` on the review
@@ -25,6 +27,7 @@ corpus, cached under `$RLHF_SCRATCH_CACHE/saes`. The method and what it found: d
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ from transformer_lens import HookedTransformer
 
 from interp.crosscoder import CrosscoderSettings
 from interp.features_page import make_features_report
+from interp.head_reads import HeadReader, HeadReads
 from interp.levels import DiffLevels
 from interp.sae import (
     ARCHITECTURES,
@@ -47,9 +51,11 @@ from interp.sae import (
 )
 from interp.sampling import SampleSettings
 from rlhf_scratch.corpus import CorpusUnavailableError, cache_dir, lm_texts
+from rlhf_scratch.model import TransformerWithValueHead
 from rlhf_scratch.prompts import load_prompts
+from rlhf_scratch.reward.model import is_reward_model_run, load_reward_model_run
 from rlhf_scratch.reward.tasks import make_reward_fn
-from rlhf_scratch.runs import load_run
+from rlhf_scratch.runs import LoadedRun, load_run
 
 
 def default_cache_root() -> Path:
@@ -74,10 +80,42 @@ def load_or_train_sae(reference: HookedTransformer, hook_name: str, settings: SA
     return load_or_train(reference, hook_name, settings, root, review_texts, progress)
 
 
+def _same_model(a: str, b: str) -> bool:
+    return a == b or (Path(a).exists() and Path(b).exists() and Path(a).resolve() == Path(b).resolve())
+
+
+def heads_of_run(run: LoadedRun, device: str = "cpu") -> HeadReads:
+    """The heads of a run that read this LM's ĥ: PPO's value head, and the reward model where it is a
+    Bradley–Terry reward-model run built on the same LM; one line for each that does not."""
+    readers, notes = [], []
+    a = run.args
+    if isinstance(run.policy, TransformerWithValueHead):
+        readers.append(HeadReader("value head", run.policy.value_head,
+                                  "PPO's value head V(ĥ) = w₂ · ReLU(W₁ ĥ + b₁) + b₂ on the tuned model's ĥ"))
+    else:
+        notes.append(f"{a.algo} trains no value head: no V reads this model's residual.")
+    if a.task != "sentiment":
+        notes.append(f"The reward ({a.task}) is a rule on the text: it reads text, not this model's residual.")
+    elif is_reward_model_run(a.reward_model):
+        built_on = json.loads((Path(a.reward_model) / "config.json").read_text()).get("model", "tiny")
+        if _same_model(built_on, a.model):
+            readers.append(HeadReader("reward model", load_reward_model_run(a.reward_model, device).score,
+                                      f"the Bradley–Terry reward model {a.reward_model}: r = w · ĥ_last + b on its own "
+                                      "trunk (this LM, trained with the head on the pairs), read here in this model's basis"))
+        else:
+            notes.append(f"The reward model {a.reward_model} is built on {built_on}, not {a.model}: it reads another "
+                         "model's residual, not this one's.")
+    else:
+        notes.append(f"The reward is the classifier {a.reward_model!r}, a separate model with its own embedding: "
+                     "it reads text, not this model's residual.")
+    return HeadReads(readers, notes)
+
+
 # --- command line ---------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
+    """The command's flags (`compare --features-crosscoder` builds each run's argv for it)."""
     parser = argparse.ArgumentParser(
         prog="python -m interp.features",
         description="What did RLHF change, in SAE features? Trains (or loads from the cache) an SAE on the reference "
@@ -115,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adl-texts", type=int, default=1000, help="validation snippets the ADL reads (default %(default)s; 0: none)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1; 0 = torch's default)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
 
     def fail(message: str) -> int:
         print(f"interp.features: error: {message}", file=sys.stderr)
@@ -169,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                                             seed=run.args.seed)
         levels = DiffLevels(adl_texts=val[: args.adl_texts], adl_k=args.adl_k, crosscoder=crosscoder,
                             crosscoder_texts=review_texts("train") if args.crosscoder else (),
-                            crosscoder_positions=args.cc_positions)
+                            crosscoder_positions=args.cc_positions, heads=heads_of_run(run, args.device))
         out.mkdir(parents=True, exist_ok=True)
         summary = make_features_report(
             run.reference, run.tuned, sae, quality, prompts, out, reward_fn,

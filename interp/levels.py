@@ -10,7 +10,11 @@
                 both models' activations at the site over `levels.crosscoder_texts` plus the diff's
                 sequences, judged on the diff's sequences plus the snippet texts: counts of shared /
                 reference-only / tuned-only latents, every latent's Δ_norm and scaling ratios ν_ε, ν_r,
-                and the top latents of each model with their top-activating snippets and logit effect.
+                and the top latents of each model with their top-activating snippets and logit effect;
+- "heads":      with `levels.heads` set, the directions PPO's value head and a reward model built on
+                this LM read in ln_final.hook_normalized (`interp.head_reads`), through the tuned
+                model's unembedding and the dictionaries at a site that reads the same vector, and one
+                line for each reward that reads text, not this model's residual.
 
 `levels_headline(S)` and `levels_html(S)` turn them into the page's lines and sections.
 """
@@ -41,7 +45,8 @@ from interp.crosscoder import (
     scaling_confirms,
     train_crosscoder,
 )
-from interp.feature_diff import final_ln_scale, promoted_tokens, site_activations, top_activating
+from interp.feature_diff import final_ln_scale, promoted_tokens, real_positions, site_activations, top_activating
+from interp.head_reads import HEAD_SITE, HeadReads, head_reads
 from interp.model_diff import activation_difference_lens, weight_diffs, weight_summary
 from interp.pages import Html, esc, table
 
@@ -59,6 +64,8 @@ class DiffLevels:
     crosscoder_texts: Sequence[str] = ()
     """Texts whose positions (up to crosscoder_positions) the crosscoder trains on, besides the diff's sequences."""
     crosscoder_positions: int = 200_000
+    heads: HeadReads | None = None
+    """The value head and the reward model to read (None: not read)."""
 
 
 @torch.no_grad()
@@ -70,6 +77,7 @@ def other_levels(reference: HookedTransformer, tuned: HookedTransformer, sae, ho
     `sae_alive` leaves the SAE's dead features out of the ADL's matches."""
     out: dict = {"weights": weight_summary(weight_diffs(reference, tuned))}
     dictionaries: dict = {"SAE": (sae.W_dec.detach(), sae_alive) if sae_alive is not None else sae.W_dec.detach()}
+    at_site = {"SAE": (sae.W_dec.detach(), sae_alive, hook_name)}
     if levels.crosscoder is not None:
         t0 = time.time()
         cc_out, cc = _crosscoder(reference, tuned, hook_name, tokens, attend, levels, list(snippet_texts), top_n, progress)
@@ -77,9 +85,13 @@ def other_levels(reference: HookedTransformer, tuned: HookedTransformer, sae, ho
         out["crosscoder"] = cc_out
         alive = torch.tensor([lab != "dead" for lab in cc_out["per_latent"]["label"]])
         dictionaries["crosscoder d^tuned − d^ref"] = ((cc.W_dec[TUNED] - cc.W_dec[REF]).detach(), alive)
+        at_site["crosscoder d^tuned"] = (cc.W_dec[TUNED].detach(), alive, hook_name)
     if levels.adl_texts:
         out["adl"] = activation_difference_lens(reference, tuned, hook_name, list(levels.adl_texts), levels.adl_k,
                                                 dictionaries=dictionaries)
+    if levels.heads is not None:
+        hidden = site_activations(tuned, HEAD_SITE, tokens, attend)[real_positions(tuned, tokens, attend)]
+        out["heads"] = head_reads(tuned, levels.heads, hidden, at_site)
     return out
 
 
@@ -167,6 +179,17 @@ def levels_headline(S: dict) -> list[str]:
                      f"scaling), {n['tuned-only']} tuned-only ({c['confirmed_by_scaling']['tuned-only']} confirmed), "
                      f"{n['other']} in between, {n['dead']} dead; fraction of variance unexplained "
                      f"{c['training']['fvu_ref']:.3f} (reference) / {c['training']['fvu_tuned']:.3f} (tuned).")
+    if "heads" in S:
+        for h in S["heads"]["heads"]:
+            ll = h["logit_lens"]
+            lines.append(f"The {h['name']} reads ({h['method']}) a direction that promotes "
+                         + ", ".join(repr(tok) for tok, _ in ll["promoted"][:6]) + " and suppresses "
+                         + ", ".join(repr(tok) for tok, _ in ll["suppressed"][:6]) + " in the tuned unembedding"
+                         + "".join(f"; closest {name} feature {m[0]['feature']} (cosine {m[0]['cosine']:+.3f})"
+                                   for name, m in h["dictionaries"].items() if m)
+                         + "".join(f"; the {name} is at {site}, not at {S['heads']['site']}: logit lens only"
+                                   for name, site in h["other_sites"].items()) + ".")
+        lines += S["heads"]["notes"]
     return lines
 
 
@@ -215,4 +238,31 @@ def levels_html(S: dict) -> list[str]:
                   Html("<br>".join(esc(f"{a:.2f}: {snip}") for a, snip in r["snippets"]))) for r in rows],
                 header=["latent", "Δ_norm", "ν_ε", "ν_r", "confirmed", "fires", "promotes (its own model's unembedding)",
                         "top-activating snippets"]))
+    if "heads" in S:
+        parts += _heads_html(S["heads"])
+    return parts
+
+
+def _heads_html(H: dict) -> list[str]:
+    parts = [f"<h2>The value head and the reward model: which directions they read</h2><p>Both read "
+             f"<code>{esc(H['site'])}</code> (ĥ, what the unembedding reads). A linear head reads its weight w exactly; "
+             "PPO's MLP value head is read by its mean gradient g = mean ∇_ĥ V over the tuned model's real positions on "
+             "the diff's sequences, with its spread (mean cosine of the per-position gradients with g; 1: one direction "
+             "everywhere). Logit lens: the tuned model's logit change per unit of ĥ along the direction. Dictionary: its "
+             "features closest by cosine, where it reads ĥ or the last block's residual (there the direction is c(g), "
+             "centred as the final norm centres).</p>"]
+    parts += [f"<p>{esc(note)}</p>" for note in H["notes"]]
+    for h in H["heads"]:
+        ll = h["logit_lens"]
+        parts.append(f"<h3>{esc(h['name'])}</h3><p>{esc(h['reads'])}; direction: {esc(h['method'])}, |direction| "
+                     f"{h['norm']:.3g}, spread {h['spread']:.3f}.</p>"
+                     + table([(f"{p[0]!r} {p[1]:+.2f}", f"{q[0]!r} {q[1]:+.2f}") for p, q in zip(ll["promoted"], ll["suppressed"])],
+                             header=["promoted", "suppressed"], row_headers=False))
+        for name, rows in h["dictionaries"].items():
+            parts.append(f"<h4>{esc(name)}</h4>" + table(
+                [(m["feature"], f"{m['cosine']:+.3f}", f"{m['projection']:+.3f}") for m in rows],
+                header=["feature", "cosine with the direction", "projection direction · d / |d|"]))
+        for name, site in h["other_sites"].items():
+            parts.append(f"<p>The {esc(name)} reads <code>{esc(site)}</code>, another vector than ĥ: this head is read "
+                         "through the logit lens only.</p>")
     return parts

@@ -228,6 +228,14 @@ def test_features_command_end_to_end_on_a_tiny_run(tuned_ppo_run, tmp_path, caps
     assert set(summary["adl"]["dictionaries"]) == {"SAE", "crosscoder d^tuned − d^ref"}
     assert summary["weights"]["n_matrices_moved"] > 0 and summary["weights"]["top"][0]["relative_update"] > 0
     assert "Crosscoder: shared" in page and "Activation Difference Lens" in page and "Weights: how much" in page
+    assert summary["sae"]["settings"]["architecture"] == "batchtopk" and cc["settings"]["d_latent"] == 32, \
+        "features.json records the dictionary and the crosscoder it was made with"
+    heads = summary["heads"]
+    value = heads["heads"][0]
+    assert [h["name"] for h in heads["heads"]] == ["value head"] and value["method"].startswith("mean gradient over ")
+    assert value["other_sites"] == {"SAE": "blocks.1.hook_resid_post", "crosscoder d^tuned": "blocks.1.hook_resid_post"}
+    assert len(value["logit_lens"]["promoted"]) == 10 and "reads text, not this model's residual" in heads["notes"][0]
+    assert "which directions they read" in page
     c = summary["causal"]
     assert c["reference"]["kl"] == pytest.approx(0.0, abs=1e-4), "the reference's KL to itself is 0"
     assert len(c["steered_random"]) == 3
