@@ -166,12 +166,53 @@ def test_bad_input_is_one_line(argv, message, tmp_path, capsys):
     (["--features-layer", "-1"], "features_layer: must be >= 0"),
     (["--features-d-sae", "8"], "features_d_sae: must be >= the SAE's k = 16"),
     (["--features-eval-batches", "0"], "features_eval_batches: must be >= 1"),
+    (["--features-dictionary", "gated"], "features_dictionary: unknown gated; choose from batchtopk, matryoshka_batchtopk"),
+    (["--features-cc-k", "2000"], "features_cc_k: must be in (0, features_cc_latents = 1024]; got 2000"),
+    (["--features-cc-latents", "0"], "features_cc_latents: must be >= 1"),
 ])
 def test_bad_features_flags_are_one_line_before_any_run(flags, message, tmp_path, capsys):
     assert main(["sentiment", "--features", *flags, "--out", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
     assert not (tmp_path / "c").exists()
+
+
+def test_features_crosscoder_without_features_is_one_line(tmp_path, capsys):
+    assert main(["sentiment", "--features-crosscoder", "--out", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr().err.strip() == "error: features_crosscoder: needs --features"
+
+
+def test_the_dictionary_and_crosscoder_flags_reach_each_runs_features_command(tmp_path):
+    """What compare hands `python -m interp.features` for each run, parsed by that command's own parser
+    (its features.json then records them: sae.settings.architecture, crosscoder.settings — pinned in
+    test_interp_features' end-to-end test)."""
+    from interp.features import make_parser
+    from rlhf_scratch.studies.compare_features import run_pages_argv
+
+    args = compare_args(["sentiment", "--features", "--features-dictionary", "standard", "--features-crosscoder",
+                         "--features-cc-latents", "32", "--features-cc-k", "4", "--features-cc-tokens", "4096",
+                         "--features-d-sae", "64", "--features-tokens", "4096", "--features-layer", "1",
+                         "--features-top", "3", "--features-eval-batches", "2", "--threads", "2"])
+    got = make_parser().parse_args(run_pages_argv(args, tmp_path / "runs" / "ppo-s1"))
+    assert got.run_dir == str(tmp_path / "runs" / "ppo-s1")
+    assert (got.dictionary, got.crosscoder, got.cc_latents, got.cc_k, got.cc_tokens) == ("standard", True, 32, 4, 4096)
+    assert (got.d_sae, got.training_tokens, got.layer, got.top_n, got.eval_batches, got.threads) == (64, 4096, 1, 3, 2, 2)
+    assert got.cache_dir is None, "the comparison's SAE cache: each run's page loads the view's SAE"
+    default = make_parser().parse_args(run_pages_argv(compare_args(["sentiment", "--features"]), tmp_path))
+    assert (default.dictionary, default.crosscoder, default.layer) == ("batchtopk", False, None)
+
+
+def test_a_runs_failed_features_page_is_one_line_naming_the_run(monkeypatch, tmp_path):
+    from interp import features
+    from rlhf_scratch.config import ConfigError
+    from rlhf_scratch.studies.compare_features import run_pages
+
+    calls = []
+    monkeypatch.setattr(features, "main", lambda argv: calls.append(argv) or 2)
+    args = compare_args(["sentiment", "--features", "--features-crosscoder"])
+    with pytest.raises(ConfigError, match=r"^features_crosscoder: the features page of rloo-s1 failed \(its error above\)$"):
+        run_pages(args, {"rloo-s1": tmp_path / "rloo-s1", "ppo-s1": tmp_path / "ppo-s1"})
+    assert len(calls) == 1 and "--crosscoder" in calls[0], "stops at the first failed run"
 
 
 def test_features_without_sae_lens_names_the_extra(monkeypatch, tmp_path, capsys):
@@ -221,7 +262,7 @@ def test_comparison_writes_every_file_and_does_not_redo_finished_runs(tmp_path, 
     assert (metrics.stat().st_mtime_ns, (out / "results.json").read_text()) == before
     assert "trained and cached" in capsys.readouterr().err
     f = json.loads((out / "table.json").read_text())["features"]
-    assert f["labels"] == ["ppo-s1", "rloo-s1"] and f["site"] == "blocks.1.hook_resid_post"
+    assert f["labels"] == ["ppo-s1", "rloo-s1"] and f["site"] == "blocks.1.hook_resid_post" and f["dictionary"] == "batchtopk"
     assert f["cosine"][0][0] == pytest.approx(1.0) and f["jaccard"]["10"][1][1] == 1.0
     assert len(f["top"]["rloo-s1"]) == 5 and set(f["chance_jaccard"]) <= {"10", "50"}
     html = (out / "index.html").read_text()
@@ -346,7 +387,8 @@ def test_help_shows_every_flag_with_its_default(capsys):
         assert default in text, default
     for flag in ("--algos", "--seeds", "--kl-coefs", "--top-ks", "--total-phases", "--prompts", "--threads", "--jobs", "--out",
                  "--no-interp", "--quick", "--features", "--features-layer", "--features-d-sae", "--features-tokens",
-                 "--features-eval-batches", "--features-top"):
+                 "--features-eval-batches", "--features-top", "--features-dictionary", "--features-crosscoder",
+                 "--features-cc-latents", "--features-cc-k", "--features-cc-tokens"):
         assert flag in text, f"the documented {flag} is gone"
 
 

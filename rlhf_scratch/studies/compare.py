@@ -22,7 +22,8 @@ Then the command writes to OUT:
                           mean with its intervals on both axes
     heldout.png           proxy reward and the held-out scores (eval/*) per phase, per algorithm (bands)
     inside.png            residual drift and per-head DLA change of each tuned model (interp.across_runs)
-    features.png          with --features: do the runs move the same SAE features? (compare_features.py)
+    features.png          with --features: do the runs move the same SAE features? (compare_features.py;
+                          --features-crosscoder adds each run's own features page in its interp/ folder)
     table.md, table.json  a row per algorithm (and β): n seeds, start/final reward, KL, held-out scores,
                           wall, peak memory, tokens/s, each the mean ± its 95 % interval over the seeds
     index.html            its first lines the verdicts (`stats.verdict`): which reaches the highest final
@@ -132,6 +133,19 @@ class CompareArgs:
     """Batches of SAE Lens's evals of its SAE."""
     features_top: int = 10
     """Top changed features shown per run."""
+    features_dictionary: str = "batchtopk"
+    """SAE Lens architecture of its SAE, as interp.features' --dictionary: batchtopk, matryoshka_batchtopk
+    or standard (L1)."""
+    features_crosscoder: bool = False
+    """Also each run's own features page, `python -m interp.features RUN --crosscoder` with the same
+    SAE (RUN/interp/features.html and features.json: a crosscoder of the reference vs that run, the
+    causal checks, the other levels); minutes per run."""
+    features_cc_latents: int = 1024
+    """Crosscoder latents of each run's page (interp.features --cc-latents)."""
+    features_cc_k: float = 16.0
+    """Crosscoder BatchTopK k of each run's page (interp.features --cc-k)."""
+    features_cc_tokens: int = 400_000
+    """Positions each run's crosscoder trains on (interp.features --cc-tokens)."""
     quick: bool = False
     """Tiny settings, for tests and notebooks: 3 phases of 8 completions of 6 tokens and no inside
     view (`QUICK`), seconds a run; flags given beside it (and after --) still win."""
@@ -172,6 +186,8 @@ class CompareArgs:
         if self.kl_coefs and self.top_ks:
             raise ConfigError("top_ks: one sweep at a time; give --kl-coefs or --top-ks, not both")
         check_at_least(self, ("total_phases", "jobs"))
+        if self.features_crosscoder and not self.features:
+            raise ConfigError("features_crosscoder: needs --features")
         if self.features:
             from rlhf_scratch.studies.compare_features import check_features_flags
 

@@ -7,6 +7,12 @@ the top-k overlap (Jaccard, against chance) and the cosine of the change vectors
 (`interp.across_runs`). Training the SAE takes minutes the first time (114 s to 14 min on 2 CPU
 cores at the default settings, by load); the same `compare` command again with --features adds the
 view to a finished comparison (no run is retrained).
+
+`--features-dictionary` picks the SAE's architecture (interp.features' --dictionary). A crosscoder
+reads one pair of models, so `--features-crosscoder` writes each run's own features page:
+`python -m interp.features RUN --crosscoder` with the view's dictionary and SAE settings (the same
+cached SAE), into RUN/interp/ (features.html, features/features.json: its `sae.settings.architecture`
+and `crosscoder.settings` record the choice); `run_pages_argv` is that command line.
 """
 
 from __future__ import annotations
@@ -16,18 +22,23 @@ from pathlib import Path
 
 from interp.pages import Html, esc, figure, rounded, table
 from rlhf_scratch.config import ConfigError
-from rlhf_scratch.studies.runner import check_at_least
+from rlhf_scratch.studies.runner import check_at_least, check_choices
 
 FEATURE_KS = (10, 50)  # the top-k overlaps shown
 
 
 def check_features_flags(args) -> None:
     """The --features-* flags, and SAE Lens installed: one ConfigError line, before any run trains."""
-    check_at_least(args, ("features_d_sae", "features_tokens", "features_top", "features_eval_batches"))
+    check_at_least(args, ("features_d_sae", "features_tokens", "features_top", "features_eval_batches",
+                          "features_cc_latents", "features_cc_tokens"))
     if args.features_layer is not None and args.features_layer < 0:
         raise ConfigError(f"features_layer: must be >= 0; got {args.features_layer}")
-    from interp.sae import FeaturesError, SAESettings, require_sae_lens
+    from interp.sae import ARCHITECTURES, FeaturesError, SAESettings, require_sae_lens
 
+    check_choices([args.features_dictionary], ARCHITECTURES, "features_dictionary")
+    if not 0 < args.features_cc_k <= args.features_cc_latents:
+        raise ConfigError(f"features_cc_k: must be in (0, features_cc_latents = {args.features_cc_latents}]; "
+                          f"got {args.features_cc_k:g}")
     if not 0 < SAESettings.k <= args.features_d_sae:
         raise ConfigError(f"features_d_sae: must be >= the SAE's k = {SAESettings.k:g}; got {args.features_d_sae}")
     try:
@@ -43,13 +54,71 @@ def features_of_runs(args, run_dirs: dict[str, Path], out: Path) -> tuple[dict, 
     from interp.sae import FeaturesError, SAESettings
 
     settings = SAESettings(d_sae=args.features_d_sae, training_tokens=args.features_tokens,
-                           eval_batches=args.features_eval_batches)
+                           eval_batches=args.features_eval_batches, architecture=args.features_dictionary)
     try:
         png, summary = features_view(run_dirs, out, settings, args.features_layer, top_n=args.features_top)
     except FeaturesError as e:
         raise ConfigError(str(e)) from None
     caption = "Run × run: the cosine of the feature-change vectors and the top-k overlaps (chance level in each title)."
-    return summary, [*features_section(summary, args.features_top), figure(png, caption=caption)]
+    parts = [*features_section(summary, args.features_top), figure(png, caption=caption)]
+    if args.features_crosscoder:
+        summary["run_pages"] = run_pages(args, run_dirs)
+        parts += run_pages_section(summary["run_pages"], out)
+    return summary, parts
+
+
+def run_pages_argv(args, run_dir: Path) -> list[str]:
+    """`python -m interp.features`' argv for one run of the comparison: the view's dictionary, SAE
+    settings, site and top-n, and the crosscoder with --features-cc-*."""
+    argv = [str(run_dir), "--dictionary", args.features_dictionary, "--d-sae", str(args.features_d_sae),
+            "--training-tokens", str(args.features_tokens), "--eval-batches", str(args.features_eval_batches),
+            "--top-n", str(args.features_top), "--threads", str(args.threads)]
+    if args.features_layer is not None:
+        argv += ["--layer", str(args.features_layer)]
+    if args.features_crosscoder:
+        argv += ["--crosscoder", "--cc-latents", str(args.features_cc_latents), "--cc-k", f"{args.features_cc_k:g}",
+                 "--cc-tokens", str(args.features_cc_tokens)]
+    return argv
+
+
+def run_pages(args, run_dirs: dict[str, Path]) -> dict:
+    """Each run's own features page (`interp.features.main` on `run_pages_argv`), and from its
+    features.json the dictionary, dead fraction, explained change and crosscoder counts. A run whose
+    page fails (its own line printed) is one ConfigError line naming it."""
+    import json
+
+    from interp import features
+
+    pages = {}
+    for label, run_dir in run_dirs.items():
+        if features.main(run_pages_argv(args, run_dir)) != 0:
+            raise ConfigError(f"features_crosscoder: the features page of {label} failed (its error above)")
+        path = run_dir / "interp" / "features" / "features.json"
+        S = json.loads(path.read_text())
+        cc = S.get("crosscoder", {})
+        pages[label] = {"features_json": str(path), "dictionary": S["sae"].get("settings", {}).get("architecture"),
+                        "dead_fraction": S["dead_fraction"], "explained_change": S["explained_change"],
+                        "crosscoder_counts": cc.get("counts"), "confirmed_by_scaling": cc.get("confirmed_by_scaling")}
+    return pages
+
+
+def run_pages_section(pages: dict, out: Path) -> list[str]:
+    """The page's table of each run's own features page."""
+    import os
+
+    def counts(p: dict) -> str:
+        c, ok = p["crosscoder_counts"], p["confirmed_by_scaling"]
+        if not c:
+            return ""
+        return (f"{c['shared']} / {c['reference-only']} ({ok['reference-only']} confirmed) / "
+                f"{c['tuned-only']} ({ok['tuned-only']} confirmed)")
+
+    rows = [[Html(f"<a href='{esc(os.path.relpath(Path(p['features_json']).parent.parent / 'features.html', out))}'>"
+                  f"{esc(label)}</a>"), p["dictionary"] or "", f"{p['dead_fraction']:.2f}", f"{p['explained_change']:.3f}",
+             counts(p)] for label, p in pages.items()]
+    return ["<h3>Each run's own features page</h3><p>python -m interp.features RUN --crosscoder, with the SAE above: "
+            "crosscoder latents shared / reference-only / tuned-only (confirmed by latent scaling).</p>"
+            + table(rows, header=["run", "dictionary", "dead fraction", "explained change", "crosscoder latents"])]
 
 
 def features_view(run_dirs: dict[str, Path], out: Path, settings, layer: int | None = None, hook: str = "resid_post",
@@ -102,7 +171,8 @@ def features_view(run_dirs: dict[str, Path], out: Path, settings, layer: int | N
         ranked = top_k_features(changes, top_n)  # [runs, top_n]
         W_dec = sae.W_dec.detach()
         summary = {
-            "site": hook_name, "sae_cache": str(folder), "sae": {k: v for k, v in quality.items() if k != "settings"},
+            "site": hook_name, "sae_cache": str(folder), "dictionary": settings.architecture,
+            "sae": {k: v for k, v in quality.items() if k != "settings"},
             "n_sequences": tokens.shape[0], "n_positions": int(real_positions(reference, tokens, attend).sum()),
             "labels": overlap.labels, "n_alive": overlap.n_alive,
             "cosine": overlap.cosine.tolist(),
@@ -134,7 +204,8 @@ def features_section(features: dict, top_n: int) -> list[str]:
                      header=["", *labels])
 
     parts = ["<h2>Do the algorithms move the same features?</h2>",
-             f"<p>One sparse autoencoder, trained on the shared reference at <code>{esc(features['site'])}</code> "
+             f"<p>One sparse autoencoder ({esc(features.get('dictionary', 'batchtopk'))}), trained on the shared "
+             f"reference at <code>{esc(features['site'])}</code> "
              f"({q['d_sae']} features; explained variance {q['explained_variance']:.3f}, L0 {q['l0']:.1f}, "
              f"dead {q['dead_features']}, CE loss +{q['ce_loss_increase']:.3f} nats with it spliced in), reads every "
              f"model on the same {features['n_sequences']} sequences (completions sampled from the reference and "
