@@ -82,7 +82,7 @@ def main() -> None:
         raw.append(result)
         rss = result.get("peak_rss_mib")
         rows.append([shape, f"{n_params / 1e6:.0f} M", f"{trained / 1e6:.0f} M", "—" if rss is None else f"{rss:,.0f}",
-                     result.get("phase_s", result.get("error"))])
+                     f"{result['phase_s']:.1f}" if "phase_s" in result else result.get("error")])
         print(json.dumps(result), flush=True)
     print(tabulate(rows, headers=["shape", "parameters (HF)", "trained (TransformerLens)", "peak RSS (MiB)", "s / phase"],
                    floatfmt=".1f", tablefmt="github"))
