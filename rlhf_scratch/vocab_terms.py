@@ -110,7 +110,8 @@ def _softmax_and_lse(z: Float[Tensor, "rows V"]) -> tuple[Float[Tensor, "rows V"
     return p, z.amax(-1) - p.amax(-1).log()
 
 
-def _chunk_forward(hidden, target, ref_hidden, unembed, ref_unembed, temperature, with_entropy, ref_lse=None):
+def _chunk_forward(hidden, target, ref_hidden, unembed, ref_unembed, temperature, with_entropy, ref_lse=None,
+                   ref_bias=True):
     """One chunk's logsumexp(z), logsumexp(z_ref) and terms (each [c]); z = unembed(ĥ) / T in float32.
 
     With q = π_ref,T and log q = z_ref − logsumexp(z_ref): H = −Σ p log p and KL = Σ p (log p − log q),
@@ -127,7 +128,7 @@ def _chunk_forward(hidden, target, ref_hidden, unembed, ref_unembed, temperature
     kl = ref_logprobs = None
     if ref_hidden is not None and ref_lse is not None:
         # Σ_v p_v log q_v = E_p[z_ref] − logsumexp(z_ref), E_p[z_ref] = ((p W_refᵀ) · ĥ_ref + p · b_ref) / T
-        kl = plogp - (_ref_expectation(p, ref_hidden, ref_unembed, temperature) - ref_lse)
+        kl = plogp - (_ref_expectation(p, ref_hidden, ref_unembed, temperature, ref_bias) - ref_lse)
         ref_logprobs = _ref_target_logits(ref_hidden, target, ref_unembed, temperature) - ref_lse
     elif ref_hidden is not None:
         z_ref = _ref_logits(ref_hidden, ref_unembed, temperature)
@@ -144,13 +145,13 @@ def _ref_logits(ref_hidden, ref_unembed, temperature):
         return temperature_scaled(ref_unembed(ref_hidden.float()).float(), temperature)
 
 
-def _ref_expectation(p, ref_hidden, ref_unembed, temperature):
+def _ref_expectation(p, ref_hidden, ref_unembed, temperature, ref_bias):
     """E_p[z_ref] = Σ_v p_v z_ref,v per row without making z_ref: ((p W_refᵀ) · ĥ_ref + p · b_ref) / T,
     one [c, V] × [V, d] product (the reference's rule: float32, no gradient, no autocast)."""
     with torch.no_grad(), torch.autocast(ref_hidden.device.type, enabled=False):
         p = p.float()
         out = ((p @ ref_unembed.W_U.float().T) * ref_hidden.float()).sum(-1)
-        if ref_unembed.b_U.any():
+        if ref_bias:  # whether b_ref has a nonzero entry: decided once per call, not per chunk
             out += p @ ref_unembed.b_U.float()
         return temperature_scaled(out, temperature)
 
@@ -163,13 +164,13 @@ def _ref_target_logits(ref_hidden, target, ref_unembed, temperature):
         return temperature_scaled(out, temperature)
 
 
-def _add_ref_logits_(coef, ref_hidden, row_scale, ref_unembed, temperature):
+def _add_ref_logits_(coef, ref_hidden, row_scale, ref_unembed, temperature, ref_bias):
     """coef += row_scale ⊙ z_ref (each row scaled) without writing z_ref: one addmm of
     (row_scale / T · ĥ_ref) W_ref into `coef`, and the bias as a rank-one update where there is one."""
     with torch.no_grad(), torch.autocast(ref_hidden.device.type, enabled=False):
         scale = (row_scale / temperature)[:, None]
         coef.addmm_(ref_hidden.float() * scale, ref_unembed.W_U.float())
-        if ref_unembed.b_U.any():
+        if ref_bias:  # whether b_ref has a nonzero entry: decided once per call, not per chunk
             coef.addmm_(scale, ref_unembed.b_U.float()[None])
     return coef
 
@@ -181,12 +182,13 @@ class VocabTerms(torch.autograd.Function):
     def forward(ctx, hidden, W_U, b_U, targets, ref_hidden, ref_W_U, ref_b_U, ref_lse, temperature, with_entropy, step):
         unembed = Unembedding(W_U, b_U)
         ref_unembed = None if ref_hidden is None else Unembedding(ref_W_U, ref_b_U)
+        ref_bias = ref_hidden is not None and bool(ref_b_U.any())
         columns = [[] for _ in range(6)]
         for start in range(0, hidden.shape[0], step):
             piece = slice(start, start + step)
             out = _chunk_forward(hidden[piece], targets[piece], None if ref_hidden is None else ref_hidden[piece],
                                  unembed, ref_unembed, temperature, with_entropy,
-                                 None if ref_lse is None else ref_lse[piece])
+                                 None if ref_lse is None else ref_lse[piece], ref_bias)
             for column, value in zip(columns, out):
                 column.append(value)
         lse, logprobs, entropy, kl, ref_logprobs, ref_lse = [torch.cat(c) if c[0] is not None else None for c in columns]
@@ -215,6 +217,7 @@ class VocabTerms(torch.autograd.Function):
         grad_b = torch.zeros_like(b_U, dtype=torch.float32) if ctx.needs_input_grad[2] else None
         unembed = Unembedding(W_U, b_U)
         ref_unembed = None if ref_hidden is None else Unembedding(ref_W_U, ref_b_U)
+        ref_bias = ref_hidden is not None and bool(ref_b_U.any())
         gL = g_logprobs.float() / T
         gH = g_entropy.float() / T if entropy is not None and g_entropy.numel() else None
         gK = g_kl.float() / T if kl is not None and g_kl.numel() else None
@@ -237,7 +240,7 @@ class VocabTerms(torch.autograd.Function):
                     logp = z.sub_(lse[piece, None])  # a fresh tensor: in place
                     coef = torch.addcmul(c[piece, None], logp, a[piece, None])
                     if gK is not None:
-                        _add_ref_logits_(coef, ref_hidden[piece], -gK[piece], ref_unembed, T)
+                        _add_ref_logits_(coef, ref_hidden[piece], -gK[piece], ref_unembed, T, ref_bias)
                     grad_z = p.mul_(coef)
                 grad_z.scatter_add_(-1, targets[piece, None], gL[piece, None])
                 if grad_hidden is not None:
