@@ -17,6 +17,8 @@ from rlhf_scratch.studies.overoptimization import (
     best_of_n_expectation,
     fit_gao,
     kl_bon,
+    kl_sweep_rows,
+    kl_sweep_verdicts,
     main,
     make_table,
     matched_d,
@@ -76,6 +78,10 @@ def test_a_rising_curve_has_no_peak_within_the_fit():
     (["--total-phases", "0"], "error: total_phases: must be >= 1; got 0"),
     (["--seeds", "1,2,1"], "error: seeds: each seed once; got 1,2,1"),
     (["--seed", "x"], "error: seeds: expected a comma-separated list of ints; got 'x'"),
+    (["--eval-every", "0"], "error: eval_every: must be >= 1; got 0"),
+    (["--kl-sweep", "0.1,0.3"], "error: kl_sweep: must hold 0 (the early-stopping curve the others are read against); "
+                                "got 0.1,0.3"),
+    (["--kl-sweep", "0,-0.1"], "error: kl_sweep: each β once, finite and >= 0; got 0,-0.1"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv, message, tmp_path, capsys):
     assert main(["--out", str(tmp_path / "s"), *argv]) == 2
@@ -94,10 +100,11 @@ def test_every_documented_flag_is_there_and_out_is_required(capsys):
     assert main(["--help"]) == 0
     text = " ".join(capsys.readouterr().out.replace("│", " ").split())
     for flag in ("--out", "--rm-pairs", "--algos", "--total-phases", "--test-pairs", "--eval-prompts", "--eval-per-prompt",
-                 "--bon-max", "--rm-epochs", "--gen-len", "--batch-size", "--base-lr", "--seeds", "--threads", "--jobs",
-                 "--report", "--quick"):
+                 "--eval-every", "--bon-max", "--rm-epochs", "--gen-len", "--batch-size", "--base-lr", "--kl-sweep",
+                 "--seeds", "--threads", "--jobs", "--report", "--quick"):
         assert flag in text, f"the documented {flag} is gone"
-    assert "(default: 250,1000,4000)" in text and "(default: 30)" in text
+    compact = text.replace(" ", "")  # the help wraps a long default over lines
+    assert "(default:1000,4000)" in compact and "(default:20)" in compact and "(default:0,0.03,0.3)" in compact
     assert main([]) == 2
     assert capsys.readouterr().err.strip() == "error: out: required (the study folder)"
 
@@ -108,12 +115,15 @@ def test_seed_is_one_seed_seeds_are_many_and_quick_is_tiny(tmp_path):
     flags given still override, and the default stays the study that decides."""
     out = ["--out", str(tmp_path / "s")]
     assert study_args([*out, "--seed", "3"]).seed_list() == [3]
-    args = study_args([*out, "--seeds", "2,1", "--algos", "rloo,bon", "--rm-pairs", "250"])
+    args = study_args([*out, "--seeds", "2,1", "--algos", "rloo,bon", "--rm-pairs", "250", "--kl-sweep", "none"])
     assert [u.name for u in args.rl_units()] == ["rloo-s2-rm250", "rloo-s1-rm250"] and args.data_seed == 2
+    swept = study_args([*out, "--seeds", "1,2", "--algos", "rloo", "--rm-pairs", "250,500", "--kl-sweep", "0,0.5"])
+    assert [u.name for u in swept.rl_units()][4:] == ["ppo-s1-b0", "ppo-s2-b0", "ppo-s1-b0.5", "ppo-s2-b0.5"]
     assert args.plan()["seeds"] == [2, 1] and "seed" not in args.plan() and "quick" not in args.plan()
     quick = study_args([*out, "--quick", "--total-phases", "3"])
     assert (quick.rm_pairs, quick.algos, quick.bon_max, quick.total_phases) == ("10", "rloo,bon", 4, 3)
-    assert study_args(out).plan()["rm_pairs"] == [250, 1000, 4000] and study_args(out).total_phases == 30
+    assert study_args(out).plan()["rm_pairs"] == [1000, 4000] and study_args(out).total_phases == 20
+    assert study_args(out).plan()["kl_sweep"] == [0.0, 0.03, 0.3] and study_args(out).eval_per_prompt * 128 == 2048
 
 
 def test_gold_at_a_d_is_read_where_the_curve_first_reaches_it():
@@ -158,6 +168,53 @@ def test_the_table_is_a_row_per_method_and_proxy_over_its_seeds():
     assert "RLOO 0.270 ± 1.652 against best-of-n 0.250 ± 0.635" in sentence
 
 
+def test_gold_standard_error_holds_the_prompts_fixed():
+    """[1, 3 | 0, 4], K = 2: within-prompt variances 2 and 8, s.e. = √((2 + 8)/2)/2 = √5/2; one sample a
+    prompt: s/√N over all four, s = √(10/3)."""
+    from rlhf_scratch.studies.overoptimization_run import gold_standard_error
+
+    assert gold_standard_error([1.0, 3.0, 0.0, 4.0], 2) == pytest.approx(math.sqrt(5) / 2)
+    assert gold_standard_error([1.0, 3.0, 0.0, 4.0], 1) == pytest.approx(math.sqrt(10 / 3) / 2)
+    assert gold_standard_error([1.0, 0.0, 3.0, 4.0], 2) == pytest.approx(math.sqrt((0.5 + 0.5) / 2) / 2), \
+        "grouped by consecutive samples, not pooled"
+
+
+def test_the_hook_evaluates_every_nth_phase_and_the_last():
+    from types import SimpleNamespace
+
+    from rlhf_scratch.studies.overoptimization_run import HeldOutEvaluation
+
+    hook = object.__new__(HeldOutEvaluation)
+    hook.every, hook.trainer = 4, SimpleNamespace(args=SimpleNamespace(total_phases=10))
+    assert [p for p in range(11) if hook.evaluates(p)] == [0, 4, 8, 10]
+
+
+SWEEP = {
+    "0": {"1": {"d": [0.0, 1.0, 2.0], "gold": [0.0, 0.4, 0.2]}, "2": {"d": [0.0, 1.0, 2.0], "gold": [0.0, 0.6, 0.0]}},
+    "0.3": {"1": {"d": [0.0, 1.5], "gold": [0.0, 0.5]}, "2": {"d": [0.0, 0.5], "gold": [0.0, 0.15]}},
+    "1": {"1": {"d": [0.0, 3.0], "gold": [0.0, 0.9]}, "2": {"d": [0.0, 1.0], "gold": [0.0, 0.7]}},
+}
+
+
+def test_each_penalised_run_is_read_against_the_unpenalised_run_stopped_at_its_kl():
+    """β = 0.3: seed 1 ends at d 1.5, gold 0.5; β = 0 of seed 1 first reaches 1.5 between (1, 0.4) and
+    (2, 0.2): 0.3, gap +0.2. Seed 2 ends at d 0.5, gold 0.15; β = 0 there: 0.3, gap −0.15. Mean +0.025,
+    s_d = 0.35/√2, half-width 12.706 · 0.35/2 = 2.224. β = 1: seed 1 goes past β = 0's reach (d 3 > 2),
+    so only seed 2 pairs: 0.7 − 0.6 = +0.1, one seed, no interval."""
+    slow, fast = kl_sweep_rows(SWEEP)
+    assert slow["beta"] == 0.3 and slow["stopped_gold"] == pytest.approx([0.3, 0.3])
+    assert slow["gap"]["mean"] == pytest.approx(0.025)
+    assert slow["gap"]["half_width"] == pytest.approx(12.7062 * 0.35 / 2, abs=1e-3) and not slow["gap"]["resolved"]
+    assert slow["final_d"]["values"] == [1.5, 0.5] and slow["final_gold"]["mean"] == pytest.approx(0.325)
+    assert fast["paired_seeds"] == [2] and fast["beyond_beta0"] == [1]
+    assert fast["gap"]["mean"] == pytest.approx(0.1) and fast["gap"]["half_width"] is None
+    one, two = kl_sweep_verdicts([slow, fast], 250)
+    assert one.startswith("PPO with β = 0.3 against the 250-pair proxy ends at d = 1.00, gold +0.325: "
+                          "not distinguishable from the β = 0 run stopped at the same KL, gap +0.025 (95 % interval "
+                          "-2.199 to +2.249, n = 2 seeds"), one
+    assert "gap +0.100 (n = 1 seed)" in two
+
+
 def _fake_evaluation(calls):
     """evaluate_policy's stand-in: records which model it evaluated; 3 prompts × 2 samples."""
     def evaluate(lm, ref, prompts, proxy_fn, gen_len, per_prompt):
@@ -181,7 +238,7 @@ def test_the_evaluation_hook_scores_the_reference_only_when_a_run_starts(tmp_pat
     monkeypatch.setattr(study, "evaluate_policy", _fake_evaluation(calls))
     hook = object.__new__(study.HeldOutEvaluation)  # its models are not needed here
     hook.trainer = SimpleNamespace(policy=TransformerWithValueHead(tiny_random_lm), args=SimpleNamespace(gen_len=4))
-    hook.prompts, hook.per_prompt, hook.ref, hook.proxy_fn = ["a", "b", "c"], 2, None, None
+    hook.prompts, hook.per_prompt, hook.ref, hook.proxy_fn, hook.every = ["a", "b", "c"], 2, None, None, 1
     assert isinstance(hook, PhaseHook)
     hook.start(tmp_path, 5)
     assert calls == [] and not (tmp_path / study.START_FILE).exists(), "a resumed run: no phase 0"
@@ -236,7 +293,14 @@ def test_the_quick_study_runs_end_to_end_with_seeds_intervals_and_a_verdict(quic
     assert html.index(verdict[:40]) < html.index("<table>"), "the page opens with its verdict"
     assert "best-of-n" in html and (out / "overoptimization.png").is_file()
     times = json.loads((out / "times.json").read_text())
-    assert {"pairs", "rm-10", "bon-s1", "bon-s2", "rloo-s1-rm10", "rloo-s2-rm10", "study_wall"} == set(times)
+    assert {"pairs", "rm-10", "bon-s1", "bon-s2", "rloo-s1-rm10", "rloo-s2-rm10", "ppo-s1-b0", "ppo-s2-b0",
+            "ppo-s1-b1", "ppo-s2-b1", "study_wall"} == set(times)
+    sweep = table["kl_sweep"]
+    assert sweep["proxy"] == 10 and sorted(sweep["curves"]) == ["0", "1"] and [r["beta"] for r in sweep["rows"]] == [1.0]
+    assert len(sweep["verdicts"]) == 1 and sweep["verdicts"][0].startswith("PPO with β = 1 against the 10-pair proxy")
+    assert json.loads((out / "runs" / "ppo-s2-b1" / "config.json").read_text())["beta"] == 1.0
+    assert (out / "kl_sweep.png").is_file() and "KL penalty or early stopping" in html
+    assert 0 < table["evaluation_precision"]["max"] < 10 and table["evaluation_precision"]["points"] == 12
     assert times["rloo-s2-rm10"]["seed"] == 2 and times["rloo-s2-rm10"]["setting"] == ["rm", 10]
     assert json.loads((out / "runs" / "rloo-s2-rm10" / "config.json").read_text())["seed"] == 2
     run = out / "runs" / "rloo-s1-rm10"
@@ -260,7 +324,7 @@ def test_more_seeds_continue_the_quick_study_and_train_only_the_new_seed(quick_s
     pairs = (out / "pairs.jsonl").read_text()
     assert main([*QUICK_ARGV, "--seeds", "1,2,3", "--out", str(out)]) == 0
     after = json.loads((out / "times.json").read_text())
-    assert set(after) - set(before) == {"bon-s3", "rloo-s3-rm10"}
+    assert set(after) - set(before) == {"bon-s3", "rloo-s3-rm10", "ppo-s3-b0", "ppo-s3-b1"}
     assert {k: after[k] for k in before if k != "study_wall"} == {k: v for k, v in before.items() if k != "study_wall"}
     assert (out / "pairs.jsonl").read_text() == pairs
     rows = json.loads((out / "table.json").read_text())["rows"]

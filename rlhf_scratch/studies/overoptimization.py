@@ -2,7 +2,7 @@
 
     python -m rlhf_scratch.overoptimization --out study/                       # the defaults below
     python -m rlhf_scratch.overoptimization --out study/ --seeds 1,2,3         # the same, three seeds (or more later)
-    python -m rlhf_scratch.overoptimization --rm-pairs 250,1000 --algos ppo,bon --total-phases 20 --out s/
+    python -m rlhf_scratch.overoptimization --rm-pairs 250,1000 --algos ppo,bon --total-phases 30 --out s/
     python -m rlhf_scratch.overoptimization --quick --seeds 1,2 --out s/       # tiny: tests and notebooks (`QUICK`)
 
 Seeds (`--seeds`, `--seed N` the same as `--seeds N`): the first seeds the prompts' split, the
@@ -21,10 +21,12 @@ study: only the new seeds' units run.
    n-subsets of the --bon-max samples is exact (the i-th best of N is the best of a random n-subset
    with probability C(i−1, n−1)/C(N, n)).
 4. Every RL algorithm of the registry against every proxy, per seed, each run its own process
-   (resumable, a run folder each: `overoptimization_run`). After every phase the policy is evaluated on the same
-   held-out prompts (`HeldOutEvaluation`, a `loop.PhaseHook`): gold and proxy reward, and
-   KL(π‖π_ref) = the full-vocabulary per-token KL summed over the completion, averaged over
-   samples — one estimator for every algorithm; d = √KL.
+   (resumable, a run folder each: `overoptimization_run`). After every --eval-every-th phase (and the
+   last) the policy is evaluated on the same held-out prompts (`HeldOutEvaluation`, a `loop.PhaseHook`):
+   gold and proxy reward, gold's standard error (prompts held fixed), and KL(π‖π_ref) = the
+   full-vocabulary per-token KL summed over the completion, averaged over samples — one estimator for
+   every algorithm; d = √KL. Plus the KL-penalty sweep (--kl-sweep): PPO against the smallest proxy
+   at each β given (`ppo-s1-b0.3`), β = 0 among them.
 5. Gao et al.'s functional forms, fitted by least squares per (method, proxy size) to the gold
    reward's gain over the reference, R = gold − gold(π_ref):
 
@@ -38,12 +40,16 @@ study: only the new seeds' units run.
    (`stats.verdict`: paired over seeds). Read at one d, not as the highest point up to it: the
    highest of 30 noisy RL points sits above the curve by the noise's reach, best-of-n's 9 exact
    ones do not, and that bias would favour RL.
+7. The KL penalty against early stopping (Gao et al. 2022, §3.6: the penalty acted like early
+   stopping): each β > 0 run's final (d, gold) against the β = 0 run of the same seed at that d —
+   its checkpoint where it first reached that KL (`kl_sweep_rows`), the gap paired over seeds.
 
 Writes OUT/table.md and table.json (a row per method and proxy size: n seeds, and the gold at
 matched d, the gold peak, the final gold, proxy and d, each the mean ± its 95 % interval over the
 seeds), overoptimization.png (gold solid with its band over seeds, proxy dashed, against d, one
 colour per proxy size, one panel per method) and index.html (the verdicts first, then the figure,
-the table, and samples at each run's gold peak and at its end, of the first seed); OUT/times.json
+the table, the KL-penalty sweep with its figure kl_sweep.png, and samples at each run's gold peak and
+at its end, of the first seed); OUT/times.json
 has what each part and process took. Run the same command again to continue an interrupted study
 (`studies.runner`).
 """
@@ -85,7 +91,7 @@ from rlhf_scratch.studies.runner import (
     verdict_html,
     write_report,
 )
-from rlhf_scratch.studies.stats import mean_interval, verdict
+from rlhf_scratch.studies.stats import mean_interval, paired_difference, verdict
 
 PROG = "python -m rlhf_scratch.overoptimization"
 BON = "bon"  # best-of-n: a method of this study, not an RL algorithm
@@ -161,28 +167,36 @@ class StudyArgs:
 
     out: Annotated[str, tyro.conf.arg(help_behavior_hint="(required)")] = ""
     """The study folder; the same command again continues the study there."""
-    rm_pairs: str = "250,1000,4000"
-    """Comma-separated preference-pair counts: one proxy reward model each."""
+    rm_pairs: str = "1000,4000"
+    """Comma-separated preference-pair counts: one proxy reward model each. (250 pairs gave a proxy at
+    chance against gold, 0.47 ± 0.07: too few to say anything about over-optimising *it*.)"""
     algos: str = field(default_factory=lambda: ",".join(methods()))
     """Comma-separated methods: the registry's algorithms and `bon` (best-of-n)."""
-    total_phases: int = 30
+    total_phases: int = 20
     """Phases per RL run."""
-    test_pairs: int = 200
-    """Gold pairs no proxy trains on (each proxy's accuracy)."""
-    eval_prompts: int = 32
-    """Held-out prompts, evaluated every phase."""
-    eval_per_prompt: int = 2
-    """Samples per held-out prompt each phase."""
-    bon_max: int = 256
+    test_pairs: int = 400
+    """Gold pairs no proxy trains on (each proxy's accuracy: ± 0.05 at 400)."""
+    eval_prompts: int = 128
+    """Held-out prompts, evaluated every --eval-every phases."""
+    eval_per_prompt: int = 16
+    """Samples per held-out prompt at each evaluation. 128 × 16 = 2,048: gold's within-prompt s.d. is
+    about 1.2 log-odds, so a point's 95 % interval is about 1.96 · 1.2 / √2048 = ± 0.05."""
+    eval_every: int = 4
+    """Evaluate after every this many phases (and after the last); phase 0 is the reference."""
+    bon_max: int = 64
     """Largest n of best-of-n (a power of 2)."""
-    rm_epochs: int = 2
+    rm_epochs: int = 3
     """Epochs of each proxy reward model."""
     gen_len: int = 16
     """Tokens per completion (the most)."""
     batch_size: int = 32
     """Completions per RL phase."""
-    base_lr: float = 1e-4
+    base_lr: float = 2e-4
     """Learning rate of every RL run."""
+    kl_sweep: str = "0,0.03,0.3"
+    """PPO's KL coefficients β (`--beta`) of the KL-penalty sweep, each a PPO run per seed against the
+    smallest proxy (`ppo-s1-b0.3`); β = 0 is the early-stopping curve the others are read against
+    (the grid's PPO run, at PPO's default β, joins them). `none`: no sweep."""
     seeds: str = "1"
     """Comma-separated seeds: best-of-n and every RL run once per seed (the table's mean ± 95 % interval
     and n); the first also seeds the prompts' split, the pairs and the proxies, which all share.
@@ -206,6 +220,12 @@ class StudyArgs:
     def seed_list(self) -> list[int]:
         return seed_list(self.seeds)
 
+    def sweep_betas(self) -> list[float]:
+        """--kl-sweep's β values, [] for `none`."""
+        if self.kl_sweep.strip().lower() == "none":
+            return []
+        return csv_list(self.kl_sweep, float, "kl_sweep")
+
     @property
     def data_seed(self) -> int:
         """The first seed: the prompts' split, the gold pairs and the proxies, shared by every seed."""
@@ -220,8 +240,14 @@ class StudyArgs:
         self.seed_list()
         if min(sizes) < 10:
             raise ConfigError(f"rm_pairs: each size must be >= 10; got {min(sizes)}")
-        check_at_least(self, ("total_phases", "test_pairs", "eval_prompts", "eval_per_prompt", "rm_epochs", "gen_len",
-                              "batch_size", "jobs"))
+        check_at_least(self, ("total_phases", "test_pairs", "eval_prompts", "eval_per_prompt", "eval_every", "rm_epochs",
+                              "gen_len", "batch_size", "jobs"))
+        betas = self.sweep_betas()
+        if any(not math.isfinite(b) or b < 0 for b in betas) or len(set(betas)) != len(betas):
+            raise ConfigError(f"kl_sweep: each β once, finite and >= 0; got {self.kl_sweep}")
+        if betas and 0.0 not in betas:
+            raise ConfigError(f"kl_sweep: must hold 0 (the early-stopping curve the others are read against); "
+                              f"got {self.kl_sweep}")
         if self.bon_max < 2 or self.bon_max & (self.bon_max - 1):
             raise ConfigError(f"bon_max: must be a power of 2 >= 2; got {self.bon_max}")
         return self
@@ -230,15 +256,20 @@ class StudyArgs:
         """What makes the study (OUT/study.json): everything but the folder and how it is run."""
         skip = ("out", "threads", "jobs", "report", "quick")
         return {**{k: v for k, v in asdict(self).items() if k not in skip}, "rm_pairs": self.sizes(),
-                "algos": self.methods(), "seeds": self.seed_list()}
+                "algos": self.methods(), "seeds": self.seed_list(), "kl_sweep": self.sweep_betas()}
 
     def rl_units(self) -> list[Unit]:
-        """An RL run per (algorithm, proxy size, seed): the setting tagged `rm` (`rloo-s1-rm250`)."""
-        return plan_units([m for m in self.methods() if m != BON], self.seed_list(), [("rm", n) for n in self.sizes()])
+        """An RL run per (algorithm, proxy size, seed): the setting tagged `rm` (`rloo-s1-rm250`); then
+        the KL-penalty sweep, a PPO run per (β, seed) against the smallest proxy, tagged `b` (`ppo-s1-b0.3`)."""
+        grid = plan_units([m for m in self.methods() if m != BON], self.seed_list(), [("rm", n) for n in self.sizes()])
+        return grid + plan_units([SWEEP_ALGO], self.seed_list(), [("b", b) for b in self.sweep_betas()])
 
+
+SWEEP_ALGO = "ppo"  # the KL-penalty sweep's algorithm: the blog's, whose β is a penalty in the reward
 
 QUICK = {"rm_pairs": "10", "algos": "rloo,bon", "total_phases": 2, "test_pairs": 4, "eval_prompts": 2,
-         "eval_per_prompt": 1, "bon_max": 4, "rm_epochs": 1, "gen_len": 4, "batch_size": 8}
+         "eval_per_prompt": 2, "eval_every": 1, "bon_max": 4, "rm_epochs": 1, "gen_len": 4, "batch_size": 8,
+         "base_lr": 1e-4, "kl_sweep": "0,1"}
 """`--quick`: StudyArgs' fields for a study of seconds (its verdict, on 2 prompts, says nothing)."""
 
 
@@ -272,7 +303,8 @@ def run_study(args: StudyArgs) -> None:
     else:
         with ledger.timing("study_wall"):
             page = build_study(args, out, ledger)
-    print("\n".join(json.loads((out / "table.json").read_text())["verdicts"]) + "\n")
+    data = json.loads((out / "table.json").read_text())
+    print("\n".join(data["verdicts"] + data["kl_sweep"]["verdicts"]) + "\n")
     print((out / "table.md").read_text())
     print(f"wrote {page}")
 
@@ -303,12 +335,16 @@ def build_study(args: StudyArgs, out: Path, ledger: Ledger) -> Path:
 
 def rl_spec(unit: Unit, args: StudyArgs, out: Path, proxies: dict[int, Path], train_file: Path, eval_file: Path) -> dict:
     """One RL run, as its process reads it (`overoptimization_run.train_against_proxy`): the tiny
-    preset against the proxy, whole-vocabulary sampling (so its KL is the KL of what is sampled)."""
-    return {"algo": unit.method, "proxy": str(proxies[unit.value]), "run_dir": str(out / "runs" / unit.name),
+    preset against the proxy (a sweep run: the smallest, at its β), whole-vocabulary sampling (so its
+    KL is the KL of what is sampled)."""
+    tag, value = unit.setting
+    proxy, beta = (proxies[value], {}) if tag == "rm" else (proxies[min(proxies)], {"beta": value})
+    return {"algo": unit.method, "proxy": str(proxy), "run_dir": str(out / "runs" / unit.name),
             "train_prompts": str(train_file), "eval_prompts": str(eval_file), "per_prompt": args.eval_per_prompt,
+            "eval_every": args.eval_every,
             "train_fields": {"total_phases": args.total_phases, "batch_size": args.batch_size, "gen_len": args.gen_len,
                              "top_k": 0, "base_lr": args.base_lr, "warmup_steps": 2, "threads": args.threads,
-                             "seed": unit.seed, "save_every": 5, "table_every": 10**6, "plot_every": 10**6}}
+                             "seed": unit.seed, "save_every": 5, "table_every": 10**6, "plot_every": 10**6, **beta}}
 
 
 def write_study_report(args: StudyArgs, out: Path, accuracy: dict[str, float], times: dict[str, float]) -> Path:
@@ -318,20 +354,31 @@ def write_study_report(args: StudyArgs, out: Path, accuracy: dict[str, float], t
     curves = collect_curves(out, sizes, methods, seeds)
     rows = make_table(curves, accuracy, sizes, methods)
     verdicts = study_verdicts(rows, sizes)
+    sweep = sweep_curves(out, args)
+    sweep_rows = kl_sweep_rows(sweep)
+    sweep_verdicts = kl_sweep_verdicts(sweep_rows, min(sizes))
+    precision = evaluation_precision(curves, sweep)
+    precision_note = "" if not precision else (
+        f" Each RL point: {args.eval_prompts} held-out prompts × {args.eval_per_prompt} samples; its gold's 95 % "
+        f"sampling interval (prompts held fixed) is at most ± {precision['max']:.3f} (median ± {precision['median']:.3f}, "
+        f"{precision['points']} points).")
     header, cells = table_cells(rows)
     body = ["<h1>Reward-model over-optimisation (Gao et al. 2022), tiny preset</h1>", verdict_html(verdicts),
             "<p>Gold = the tiny classifier's log-odds; proxies = Bradley–Terry reward models trained on "
             f"gold-labelled pairs. Gains are over the reference policy, d = √KL. Seeds: {', '.join(map(str, seeds))} "
             "(the first made the pairs and the proxies). Matched d: the largest d every run against that proxy "
-            f"reached; each run's gold there, read off its curve. {esc(INTERVAL_NOTE)}</p>",
+            f"reached; each run's gold there, read off its curve.{esc(precision_note)} {esc(INTERVAL_NOTE)}</p>",
             figure(plot_study(curves, sizes, methods, out)), "<h2>Table</h2>", table(cells, header=header),
+            *sweep_section(sweep, sweep_rows, sweep_verdicts, min(sizes), out),
             f"<h2>Wall time (s)</h2><pre>{esc(json.dumps(times, indent=1))}</pre>",
             f"<h2>Samples at the gold peak and at the end (seed {args.data_seed})</h2>",
-            *samples_section(out, [u for u in args.rl_units() if u.seed == args.data_seed])]
+            *samples_section(out, [u for u in args.rl_units() if u.seed == args.data_seed and u.setting[0] == "rm"])]
     return write_report(out, title="Reward-model over-optimisation",
-                        table_md=markdown_table(header, cells) + f"\n\n{INTERVAL_NOTE}",
+                        table_md=markdown_table(header, cells) + f"\n\n{INTERVAL_NOTE}{precision_note}",
                         data={"verdicts": verdicts, "rows": rows, "proxy_accuracy": accuracy, "times_s": times,
-                              "curves": curves}, body=body)
+                              "curves": curves, "evaluation_precision": precision,
+                              "kl_sweep": {"proxy": min(sizes), "verdicts": sweep_verdicts, "rows": sweep_rows,
+                                           "curves": sweep}}, body=body)
 
 
 def split_prompts(out: Path, args: StudyArgs) -> tuple[Path, Path]:
@@ -472,22 +519,145 @@ def collect_curves(out: Path, sizes: list[int], methods: list[str], seeds: list[
                     runs[str(seed)] = {"d": bon["d"], "gold": [g - gold0 for g in s["gold"]],
                                        "proxy": [p - proxy0 for p in s["proxy"]], "n": bon["n"]}
                     continue
-                run_dir = out / "runs" / Unit(method, seed, ("rm", n)).name
-                if not (run_dir / START_FILE).is_file():  # not started (--report)
-                    continue
-                start = json.loads((run_dir / START_FILE).read_text())
-                phases = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-                points = [start] + phases
-                gold0, proxy0 = reference or (start["study/gold"], start["study/proxy"])
-                runs[str(seed)] = {
-                    "d": [m["study/d"] for m in points],
-                    "gold": [m["study/gold"] - gold0 for m in points],
-                    "proxy": [m["study/proxy"] - proxy0 for m in points],
-                    "phase": [0] + [m["phase"] for m in phases],
-                }
+                curve = run_curve(out / "runs" / Unit(method, seed, ("rm", n)).name, reference)
+                if curve:
+                    runs[str(seed)] = curve
             if runs:
                 curves[method][str(n)] = runs
     return curves
+
+
+def run_curve(run_dir: Path, reference: tuple[float, float] | None) -> dict | None:
+    """One RL run's evaluated points, phase 0 (the reference) first: d, gold and proxy as gains over
+    `reference` (else over its own phase 0), gold's standard error, the phase; None if not started."""
+    if not (run_dir / START_FILE).is_file():  # not started (--report)
+        return None
+    start = json.loads((run_dir / START_FILE).read_text())
+    phases = [m for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "study/d" in m]
+    points = [start] + phases
+    gold0, proxy0 = reference or (start["study/gold"], start["study/proxy"])
+    return {"d": [m["study/d"] for m in points], "gold": [m["study/gold"] - gold0 for m in points],
+            "proxy": [m["study/proxy"] - proxy0 for m in points],
+            "gold_se": [m.get("study/gold_se", math.nan) for m in points], "phase": [0] + [m["phase"] for m in phases]}
+
+
+def sweep_curves(out: Path, args: StudyArgs) -> dict[str, dict[str, dict]]:
+    """{β: {seed: curve}} of the KL-penalty sweep's runs there are, against the smallest proxy; the
+    grid's PPO run against that proxy joins at the β its config.json holds (PPO's default)."""
+    n, seeds = min(args.sizes()), args.seed_list()
+    reference = reference_means(out, n, seeds)
+    sweep: dict[str, dict[str, dict]] = {}
+    units = [u for u in args.rl_units() if u.setting[0] == "b"]
+    if SWEEP_ALGO in args.methods() and units:
+        units += [u for u in args.rl_units() if u.method == SWEEP_ALGO and u.setting == ("rm", n)]
+    for unit in units:
+        run_dir = out / "runs" / unit.name
+        curve = run_curve(run_dir, reference)
+        if curve:
+            beta = unit.value if unit.setting[0] == "b" else json.loads((run_dir / "config.json").read_text())["beta"]
+            sweep.setdefault(f"{beta:g}", {})[str(unit.seed)] = curve
+    return dict(sorted(sweep.items(), key=lambda kv: float(kv[0])))
+
+
+def kl_sweep_rows(sweep: dict[str, dict[str, dict]]) -> list[dict]:
+    """A row per β > 0 of the sweep: each seed's final d and gold, and the β = 0 run's gold where that
+    run of the same seed first reached the same d (its early-stopped checkpoint there, `at_d`); the
+    gap = final gold − that, paired over the seeds where β = 0 reached the d (`stats.paired_difference`)."""
+    zero = sweep.get("0", {})
+    rows = []
+    for beta, runs in sweep.items():
+        if float(beta) == 0:
+            continue
+        final_d = {seed: c["d"][-1] for seed, c in runs.items()}
+        final_gold = {seed: c["gold"][-1] for seed, c in runs.items()}
+        stopped = {seed: at_d(zero[seed]["d"], zero[seed]["gold"], final_d[seed]) for seed in runs if seed in zero}
+        paired = [seed for seed, g in stopped.items() if g is not None]
+        row = {"beta": float(beta), "seeds": [int(x) for x in runs], "n": len(runs),
+               "final_d": {**mean_interval(list(final_d.values())).as_json(), "values": list(final_d.values())},
+               "final_gold": {**mean_interval(list(final_gold.values())).as_json(), "values": list(final_gold.values())},
+               "paired_seeds": [int(x) for x in paired], "beyond_beta0": sorted(int(x) for x in set(runs) - set(paired))}
+        if paired:
+            diff = paired_difference([final_gold[x] for x in paired], [stopped[x] for x in paired])
+            row["stopped_gold"] = [stopped[x] for x in paired]
+            row["gap"] = {"mean": diff.mean, "low": finite(diff.low), "high": finite(diff.high),
+                          "half_width": finite(diff.half_width), "p": finite(diff.p), "n": len(paired),
+                          "resolved": diff.resolved}
+        rows.append(row)
+    return rows
+
+
+def finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def kl_sweep_verdicts(rows: list[dict], n: int) -> list[str]:
+    """A sentence per β > 0: is its final point on the early-stopping curve (β = 0 at the same KL)?"""
+    out = []
+    for r in rows:
+        head = (f"PPO with β = {r['beta']:g} against the {n}-pair proxy ends at d = {r['final_d']['mean']:.2f}, "
+                f"gold {r['final_gold']['mean']:+.3f}")
+        gap = r.get("gap")
+        if not gap:
+            out.append(f"{head}: further than the β = 0 run ever went, so no early-stopped checkpoint to hold it against.")
+            continue
+        spread = (f"{gap['mean']:+.3f} (95 % interval {gap['low']:+.3f} to {gap['high']:+.3f}, n = {gap['n']} seeds, "
+                  f"p = {gap['p']:.2g})" if gap["half_width"] is not None else f"{gap['mean']:+.3f} (n = 1 seed)")
+        if gap["resolved"]:
+            side = "above" if gap["mean"] > 0 else "below"
+            what = "better" if gap["mean"] > 0 else "worse"
+            out.append(f"{head}: {side} the β = 0 run's checkpoint at the same KL by {spread}; the penalty did "
+                       f"{what} than stopping early.")
+        else:
+            out.append(f"{head}: not distinguishable from the β = 0 run stopped at the same KL, gap {spread}; "
+                       "within that interval the penalty acts like early stopping, as Gao et al. found.")
+    return out
+
+
+def plot_kl_sweep(sweep: dict[str, dict[str, dict]], rows: list[dict], out: Path) -> Path:
+    """Gold gain against d: the β = 0 run's checkpoints (its band over seeds) and each β > 0 run's
+    final point (mean over seeds, with its 95 % intervals in d and in gold)."""
+    fig, axes = new_figure(1, 1, figsize=(5.5, 4.2), squeeze=False)
+    ax = axes[0][0]
+    zero = list(sweep.get("0", {}).values())
+    if zero:
+        draw_band(ax, [c["d"] for c in zero], [c["gold"] for c in zero], color="black", marker="o", ms=3,
+                  label=f"β = 0, its checkpoints ({len(zero)} seeds)")
+        draw_band(ax, [c["d"] for c in zero], [c["proxy"] for c in zero], band=False, color="black", linestyle="--",
+                  alpha=0.5, label="β = 0, proxy")
+    for r in rows:
+        d, g = r["final_d"], r["final_gold"]
+        ax.errorbar([d["mean"]], [g["mean"]], xerr=[[d["half_width"] or 0]], yerr=[[g["half_width"] or 0]],
+                    fmt="s", capsize=3, label=f"β = {r['beta']:g}, final ({r['n']} seeds)")
+    ax.axhline(0, color="grey", lw=0.6)
+    ax.set(title="KL penalty or early stopping (PPO)", xlabel="d = √KL(π‖π_ref)  (nats^½)", ylabel="gold gain over π_ref")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return save_figure(fig, out / "kl_sweep.png")
+
+
+def sweep_section(sweep: dict, rows: list[dict], verdicts: list[str], n: int, out: Path) -> list[str]:
+    """The page's KL-penalty section: the verdicts, the figure, the table."""
+    if not rows:
+        return []
+    header = ["β", "n", "final d", "final gold Δ", "β = 0 at that d", "gap (paired)"]
+    cells = [[f"{r['beta']:g}", str(r["n"]), interval_cell(r["final_d"]["values"], "{:.2f}"),
+              interval_cell(r["final_gold"]["values"]), interval_cell(r.get("stopped_gold", [])),
+              (f"{r['gap']['mean']:+.3f}" + (f" ± {r['gap']['half_width']:.3f}, p = {r['gap']['p']:.2g}"
+                                             if r["gap"]["half_width"] is not None else "")) if r.get("gap") else "—"]
+             for r in rows]
+    return [f"<h2>KL penalty or early stopping: PPO against the {n}-pair proxy</h2>", verdict_html(verdicts),
+            figure(plot_kl_sweep(sweep, rows, out)), table(cells, header=header)]
+
+
+def evaluation_precision(curves: dict, sweep: dict) -> dict | None:
+    """Over every evaluated RL point after phase 0: the largest and the median 95 % half-width of its
+    gold (1.96 · its standard error, prompts held fixed: `overoptimization_run.gold_standard_error`)."""
+    runs = [c for by_size in curves.values() for runs in by_size.values() for c in runs.values() if "gold_se" in c]
+    runs += [c for runs in sweep.values() for c in runs.values()]
+    widths = [1.96 * se for c in runs for se in c["gold_se"][1:] if math.isfinite(se)]
+    if not widths:
+        return None
+    return {"max": max(widths), "median": statistics.median(widths), "points": len(widths)}
 
 
 def at_d(ds: list[float], ys: list[float], d: float) -> float | None:

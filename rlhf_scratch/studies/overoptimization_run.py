@@ -4,8 +4,9 @@ a proxy reward model, and after every phase the policy judged on held-out prompt
     python -m rlhf_scratch.studies.overoptimization_run SPEC_JSON     # what `rl_command(spec)` runs
 
 The judging is `HeldOutEvaluation`, a `loop.PhaseHook`: the loop calls it once per phase and logs
-what it returns (study/gold, study/proxy, study/kl, study/d) in metrics.jsonl beside the phase's own
-numbers. The study (`studies.overoptimization`) reads those back into its curves.
+what it returns (study/gold, study/gold_se, study/proxy, study/kl, study/d) in metrics.jsonl beside
+the phase's own numbers, every `eval_every`-th phase and the last (the others log nothing of it). The
+study (`studies.overoptimization`) reads those back into its curves.
 """
 
 from __future__ import annotations
@@ -17,16 +18,17 @@ from pathlib import Path
 
 from rlhf_scratch import registry
 
-STUDY_METRICS = ("study/gold", "study/proxy", "study/kl", "study/d")  # logged by every RL run, every phase
+STUDY_METRICS = ("study/gold", "study/gold_se", "study/proxy", "study/kl", "study/d")  # logged by every RL run
+"""What an evaluated phase logs (`evaluate_policy`)."""
 SAMPLES_FILE = "study_samples.jsonl"
 START_FILE = "study_start.json"  # the reference policy's evaluation (phase 0)
 
 
 def evaluate_policy(lm, ref, prompts: list[str], proxy_fn, gen_len: int, per_prompt: int, chunk_size: int = 32):
     """Sample `per_prompt` completions of each held-out prompt (temperature 1, whole vocabulary,
-    stop at EOS), and return (metrics, samples): mean gold, mean proxy, and KL = mean over samples
-    of Σ_t KL(π(·|s_t) ‖ π_ref(·|s_t)) over the kept completion tokens (the full-vocabulary
-    per-token KL of the rollout, summed), d = √KL."""
+    stop at EOS), and return (metrics, samples): mean gold, its standard error (`gold_standard_error`),
+    mean proxy, and KL = mean over samples of Σ_t KL(π(·|s_t) ‖ π_ref(·|s_t)) over the kept completion
+    tokens (the full-vocabulary per-token KL of the rollout, summed), d = √KL."""
     import torch
 
     from rlhf_scratch.reward.preferences import gold_scores
@@ -37,29 +39,51 @@ def evaluate_policy(lm, ref, prompts: list[str], proxy_fn, gen_len: int, per_pro
                                temperature=1.0, top_k=0, prepend_bos=True, stop_at_eos=True, chunk_size=chunk_size)
     kl = (rollout.kl * rollout.completion_mask).sum(-1)
     gold = gold_scores(rollout.texts)
-    metrics = {"study/gold": gold.mean().item(), "study/proxy": rollout.scores.mean().item(),
+    metrics = {"study/gold": gold.mean().item(), "study/gold_se": gold_standard_error(gold.tolist(), per_prompt),
+               "study/proxy": rollout.scores.mean().item(),
                "study/kl": kl.mean().item(), "study/d": math.sqrt(max(kl.mean().item(), 0.0))}
     samples = [{"prompt": p, "completion": c, "gold": g, "proxy": r}
                for p, c, g, r in zip(rollout.prompts, rollout.completions, gold.tolist(), rollout.scores.tolist())]
     return metrics, samples
 
 
+def gold_standard_error(gold: list[float], per_prompt: int) -> float:
+    """The standard error of the mean gold of one evaluation, prompts held fixed: the held-out prompts
+    are the same at every phase, for every run and method, so the mean over *these* prompts is what a
+    point estimates and only the draws within a prompt are noise. With P prompts of K samples each
+    (consecutive in `gold`) and s_p² the sample variance of prompt p's K golds,
+
+        s.e. = √(Σ_p s_p² / K) / P           (K ≥ 2;  K = 1: s/√N over all N samples, prompts included)
+
+    A point's 95 % interval is ± 1.96 s.e. (N is in the thousands)."""
+    import statistics
+
+    if per_prompt < 2:
+        return statistics.stdev(gold) / math.sqrt(len(gold)) if len(gold) > 1 else math.nan
+    groups = [gold[i : i + per_prompt] for i in range(0, len(gold), per_prompt)]
+    return math.sqrt(sum(statistics.variance(g) for g in groups) / per_prompt) / len(groups)
+
+
 class HeldOutEvaluation:
     """The study's eye on an RL run, a `loop.PhaseHook`: after every phase the policy on the held-out
-    prompts (`evaluate_policy`), logged as study/* in metrics.jsonl, a few samples appended to
-    study_samples.jsonl. The reference itself is phase 0 of every curve: evaluated when a new run
-    starts (study_start.json), never on resume, so a resumed run draws no random numbers the
-    interrupted one did not and stays bit-exact."""
+    prompts (`evaluate_policy`) after every `every`-th phase and the last, logged as study/* in
+    metrics.jsonl, a few samples appended to study_samples.jsonl. The reference itself is phase 0 of
+    every curve: evaluated when a new run starts (study_start.json), never on resume, so a resumed
+    run draws no random numbers the interrupted one did not and stays bit-exact."""
 
     METRICS = STUDY_METRICS
 
-    def __init__(self, trainer, prompts: list[str], per_prompt: int):
+    def __init__(self, trainer, prompts: list[str], per_prompt: int, every: int = 1):
         from rlhf_scratch.loading import load_lm
         from rlhf_scratch.reward.tasks import make_reward_fn
 
-        self.trainer, self.prompts, self.per_prompt = trainer, prompts, per_prompt
+        self.trainer, self.prompts, self.per_prompt, self.every = trainer, prompts, per_prompt, every
         self.ref = load_lm(trainer.args.model).eval()
         self.proxy_fn = make_reward_fn(trainer.args)  # the proxy: the run's own reward
+
+    def evaluates(self, phase: int) -> bool:
+        """Phase 0 (the reference), every `every`-th phase, and the run's last."""
+        return phase % self.every == 0 or phase == self.trainer.args.total_phases
 
     def start(self, run_dir: Path, phase: int) -> None:
         if phase == 0:
@@ -67,6 +91,9 @@ class HeldOutEvaluation:
 
     def after_phase(self, run_dir: Path, phase: int) -> dict[str, float]:
         from rlhf_scratch.model import language_model
+
+        if not self.evaluates(phase):
+            return {}
 
         metrics, samples = evaluate_policy(language_model(self.trainer.policy), self.ref, self.prompts, self.proxy_fn,
                                            self.trainer.args.gen_len, self.per_prompt)
@@ -90,7 +117,8 @@ def train_against_proxy(spec: dict) -> int:
             "tiny", algo=spec["algo"], task="sentiment", reward_model=spec["proxy"], prompts=spec["train_prompts"],
             run_dir=str(run_dir), **spec["train_fields"])
         trainer = registry.get(args.algo).trainer_class()(args, quiet=True)
-        hook = HeldOutEvaluation(trainer, Path(spec["eval_prompts"]).read_text().splitlines(), spec["per_prompt"])
+        hook = HeldOutEvaluation(trainer, Path(spec["eval_prompts"]).read_text().splitlines(), spec["per_prompt"],
+                                 spec.get("eval_every", 1))
         trainer.train(run_dir, resume=resume, hooks=[hook])
     except (ValueError, OSError, RuntimeError) as e:  # TrainingStopped (Ctrl-C) too: its line says how to resume
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
