@@ -159,13 +159,38 @@ def test_the_table_is_a_row_per_method_and_proxy_over_its_seeds():
     assert rloo["peak_gold"]["values"] == [0.2, 0.4] and rloo["peak_d"]["values"] == [0.5, 0.8]
     assert rloo["final_gold"]["values"] == [0.1, 0.4] and bon["gold_at_matched_d"]["values"] == [0.2, 0.3]
     header, cells = table_cells(rows)
-    assert header[:6] == ["method", "RM pairs", "RM acc. vs gold", "n", "gold Δ at matched d", "peak gold Δ (at d)"]
-    assert cells[0][:6] == ["RLOO", "10", "0.750", "2", "0.270 ± 1.652 (d 0.80)", "0.300 ± 1.271 (0.65)"]
+    assert header[:7] == ["method", "RM pairs", "RM acc. vs gold", "n", "gold Δ at matched d", "gold Δ at RL-matched d",
+                          "peak gold Δ (at d)"]
+    assert cells[0][:7] == ["RLOO", "10", "0.750", "2", "0.270 ± 1.652 (d 0.80)", "0.270 ± 1.652 (d 0.80)",
+                            "0.300 ± 1.271 (0.65)"]
     (sentence,) = study_verdicts(rows, [10])
     assert sentence.startswith("Which has the highest gold gain at matched KL (d = 0.80) against the 10-pair proxy "
                                "is not resolved at n = 2 seeds"), sentence
     assert "best-of-n 0.250 ± 0.635 against RLOO 0.270 ± 1.652" not in sentence, "the leader by mean comes first"
     assert "RLOO 0.270 ± 1.652 against best-of-n 0.250 ± 0.635" in sentence
+
+
+def test_the_rl_algorithms_are_ranked_again_where_they_all_went_past_best_of_n():
+    """Best-of-n stops at d 1.07; every RL run reached d 2 (RLOO seed 1 and PPO seed 2 end there). At d 2:
+    RLOO 0.3 and 0.6 − 0.4/1.4 = 0.3143; PPO 0.9 + 0.3 · 0.5/1.5 = 1.0 and 1.0. PPO − RLOO paired: 0.7 and
+    0.6857, interval clear of 0, so PPO is named; best-of-n has no value there and is left out."""
+    curves = {
+        "rloo": {"10": {"1": {"d": [0.0, 1.0, 2.0], "gold": [0.0, 0.5, 0.3], "proxy": [0.0, 1.0, 2.0]},
+                        "2": {"d": [0.0, 1.0, 2.4], "gold": [0.0, 0.6, 0.2], "proxy": [0.0, 1.0, 2.0]}}},
+        "ppo": {"10": {"1": {"d": [0.0, 1.5, 3.0], "gold": [0.0, 0.9, 1.2], "proxy": [0.0, 1.0, 2.0]},
+                       "2": {"d": [0.0, 1.0, 2.0], "gold": [0.0, 0.8, 1.0], "proxy": [0.0, 1.0, 2.0]}}},
+        "bon": CURVES["bon"],
+    }
+    rows = make_table(curves, {"10": 0.75}, [10], ["rloo", "ppo", "bon"])
+    rloo, ppo, bon = rows
+    assert rloo["rl_matched_d"] == 2.0 and rloo["matched_d"] == 1.07
+    assert rloo["gold_at_rl_matched_d"]["values"] == pytest.approx([0.3, 0.6 - 0.4 / 1.4])
+    assert ppo["gold_at_rl_matched_d"]["values"] == pytest.approx([1.0, 1.0]) and bon["gold_at_rl_matched_d"] is None
+    first, second = study_verdicts(rows, [10])
+    assert "matched KL (d = 1.07)" in first
+    assert second.startswith("PPO reaches the highest gold gain among the RL algorithms at matched KL (d = 2.00, the "
+                             "largest every RL run reached) against the 10-pair proxy"), second
+    assert table_cells(rows)[1][2][5] == "—", "best-of-n has no RL-matched cell"
 
 
 def test_gold_standard_error_holds_the_prompts_fixed():

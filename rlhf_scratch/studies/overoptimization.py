@@ -677,21 +677,32 @@ def matched_d(curves: dict, size: int) -> float | None:
     return min(reach) if reach else None
 
 
-PER_SEED = ("gold_at_matched_d", "peak_gold", "peak_d", "final_gold", "final_proxy", "final_d")
-"""What a row measures once per seed (its mean, interval and n in the table)."""
+PER_SEED = ("gold_at_matched_d", "gold_at_rl_matched_d", "peak_gold", "peak_d", "final_gold", "final_proxy", "final_d")
+"""What a row measures once per seed (its mean, interval and n in the table; a row where a seed has
+no value, best-of-n beyond its largest n, leaves that measure out)."""
 
 
-def run_numbers(c: dict, d_match: float) -> dict[str, float]:
-    """One run's numbers: gold at the matched d, its highest gold and where, and where it ended."""
+def run_numbers(c: dict, d_match: float, d_rl: float | None) -> dict[str, float | None]:
+    """One run's numbers: gold at the matched d and at the RL-matched d, its highest gold and where,
+    and where it ended."""
     peak = max(range(len(c["gold"])), key=lambda i: c["gold"][i])
-    return {"gold_at_matched_d": at_d(c["d"], c["gold"], d_match), "peak_gold": c["gold"][peak], "peak_d": c["d"][peak],
+    return {"gold_at_matched_d": at_d(c["d"], c["gold"], d_match),
+            "gold_at_rl_matched_d": None if d_rl is None else at_d(c["d"], c["gold"], d_rl),
+            "peak_gold": c["gold"][peak], "peak_d": c["d"][peak],
             "final_gold": c["gold"][-1], "final_proxy": c["proxy"][-1], "final_d": c["d"][-1]}
+
+
+def rl_matched_d(curves: dict, size: int) -> float | None:
+    """The largest d that every RL run against the `size`-pair proxy reached: best-of-n stops at
+    --bon-max, and the RL algorithms are compared again where they all went further."""
+    return matched_d({m: runs for m, runs in curves.items() if m != BON}, size)
 
 
 def make_table(curves: dict, accuracy: dict, sizes: list[int], methods: list[str]) -> list[dict]:
     """A row per (method, proxy size) with runs: its seeds, each of `PER_SEED` as its mean, 95 %
     interval and per-seed values, and the Gao fit through the points of every seed."""
     d_match = {n: matched_d(curves, n) for n in sizes}
+    d_rl = {n: rl_matched_d(curves, n) for n in sizes}
     rows = []
     for method in methods:
         for n in sizes:
@@ -703,12 +714,13 @@ def make_table(curves: dict, accuracy: dict, sizes: list[int], methods: list[str
             why_not = unsupported_fit(fit, ds)
             if why_not:
                 fit = {}
-            per_seed = [run_numbers(c, d_match[n]) for c in runs.values()]
+            per_seed = [run_numbers(c, d_match[n], d_rl[n]) for c in runs.values()]
             row = {"method": method, "rm_pairs": n, "rm_gold_accuracy": accuracy.get(str(n)),
-                   "seeds": [int(seed) for seed in runs], "n": len(runs), "matched_d": d_match[n]}
+                   "seeds": [int(seed) for seed in runs], "n": len(runs), "matched_d": d_match[n],
+                   "rl_matched_d": d_rl[n]}
             for key in PER_SEED:
                 values = [numbers[key] for numbers in per_seed]
-                row[key] = {**mean_interval(values).as_json(), "values": values}
+                row[key] = None if None in values else {**mean_interval(values).as_json(), "values": values}
             rows.append({**row, **{k: fit.get(k) for k in ("alpha", "beta", "d_star", "R_star")},
                          "fit": why_not or "fitted", "points": len(ds)})
     return rows
@@ -725,6 +737,12 @@ def study_verdicts(rows: list[dict], sizes: list[int]) -> list[str]:
         what = f"gold gain at matched KL (d = {mine[0]['matched_d']:.2f}) against the {n}-pair proxy"
         groups = {label(r["method"]): dict(zip(r["seeds"], r["gold_at_matched_d"]["values"])) for r in mine}
         sentences.append(verdict(groups, what).sentence)
+        rl = [r for r in mine if r["method"] != BON and r["gold_at_rl_matched_d"]]
+        if len(rl) > 1 and rl[0]["rl_matched_d"] > mine[0]["matched_d"] + 1e-9:
+            what = (f"gold gain among the RL algorithms at matched KL (d = {rl[0]['rl_matched_d']:.2f}, the largest every "
+                    f"RL run reached) against the {n}-pair proxy")
+            groups = {label(r["method"]): dict(zip(r["seeds"], r["gold_at_rl_matched_d"]["values"])) for r in rl}
+            sentences.append(verdict(groups, what).sentence)
     return sentences
 
 
@@ -755,10 +773,13 @@ def table_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     def cell(r: dict, key: str, digits: int = 3) -> str:
         return interval_cell(r[key]["values"], f"{{:.{digits}f}}")
 
-    header = ["method", "RM pairs", "RM acc. vs gold", "n", "gold Δ at matched d", "peak gold Δ (at d)", "final gold Δ",
-              "final proxy Δ", "final d", "α", "β", "d* (fit)", "R* (fit)", "fit"]
+    def rl_cell(r: dict) -> str:
+        return "—" if not r.get("gold_at_rl_matched_d") else f"{cell(r, 'gold_at_rl_matched_d')} (d {r['rl_matched_d']:.2f})"
+
+    header = ["method", "RM pairs", "RM acc. vs gold", "n", "gold Δ at matched d", "gold Δ at RL-matched d",
+              "peak gold Δ (at d)", "final gold Δ", "final proxy Δ", "final d", "α", "β", "d* (fit)", "R* (fit)", "fit"]
     return header, [[label(r["method"]), str(r["rm_pairs"]), _f(r["rm_gold_accuracy"]), str(r["n"]),
-                     f"{cell(r, 'gold_at_matched_d')} (d {r['matched_d']:.2f})",
+                     f"{cell(r, 'gold_at_matched_d')} (d {r['matched_d']:.2f})", rl_cell(r),
                      f"{cell(r, 'peak_gold')} ({_f(r['peak_d']['mean'], 2)})", cell(r, "final_gold"),
                      cell(r, "final_proxy"), cell(r, "final_d", 2), _f(r["alpha"]), _f(r["beta"]), _f(r["d_star"], 2),
                      _f(r["R_star"]), r["fit"]] for r in rows]
