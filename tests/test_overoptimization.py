@@ -240,6 +240,16 @@ def test_each_penalised_run_is_read_against_the_unpenalised_run_stopped_at_its_k
     assert "gap +0.100 (n = 1 seed)" in two
 
 
+def test_a_sweep_of_beta_zero_alone_draws_its_curve_and_no_table(tmp_path):
+    """`--kl-sweep 0` (PPO further in KL, no penalty): the section has the figure, no verdict, no table."""
+    from rlhf_scratch.studies.overoptimization import sweep_section
+
+    zero = {"0": {s: {**c, "proxy": [0.0, 0.5, 1.0]} for s, c in SWEEP["0"].items()}}
+    html = "".join(sweep_section(zero, [], [], 1000, tmp_path))
+    assert "KL penalty or early stopping" in html and "<table>" not in html and (tmp_path / "kl_sweep.png").is_file()
+    assert sweep_section({}, [], [], 1000, tmp_path) == []
+
+
 def _fake_evaluation(calls):
     """evaluate_policy's stand-in: records which model it evaluated; 3 prompts × 2 samples."""
     def evaluate(lm, ref, prompts, proxy_fn, gen_len, per_prompt):

@@ -636,8 +636,9 @@ def plot_kl_sweep(sweep: dict[str, dict[str, dict]], rows: list[dict], out: Path
 
 
 def sweep_section(sweep: dict, rows: list[dict], verdicts: list[str], n: int, out: Path) -> list[str]:
-    """The page's KL-penalty section: the verdicts, the figure, the table."""
-    if not rows:
+    """The page's KL-penalty section: the verdicts, the figure, the table (a sweep of β = 0 alone: its
+    curve, further in KL, and no table)."""
+    if not sweep:
         return []
     header = ["β", "n", "final d", "final gold Δ", "β = 0 at that d", "gap (paired)"]
     cells = [[f"{r['beta']:g}", str(r["n"]), interval_cell(r["final_d"]["values"], "{:.2f}"),
@@ -646,7 +647,7 @@ def sweep_section(sweep: dict, rows: list[dict], verdicts: list[str], n: int, ou
                                              if r["gap"]["half_width"] is not None else "")) if r.get("gap") else "—"]
              for r in rows]
     return [f"<h2>KL penalty or early stopping: PPO against the {n}-pair proxy</h2>", verdict_html(verdicts),
-            figure(plot_kl_sweep(sweep, rows, out)), table(cells, header=header)]
+            figure(plot_kl_sweep(sweep, rows, out)), *([table(cells, header=header)] if rows else [])]
 
 
 def evaluation_precision(curves: dict, sweep: dict) -> dict | None:
