@@ -91,7 +91,7 @@ from rlhf_scratch.studies.runner import (
     verdict_html,
     write_report,
 )
-from rlhf_scratch.studies.stats import mean_interval, paired_difference, verdict
+from rlhf_scratch.studies.stats import finite_or_none, mean_interval, paired_difference, verdict
 
 PROG = "python -m rlhf_scratch.overoptimization"
 BON = "bon"  # best-of-n: a method of this study, not an RL algorithm
@@ -547,9 +547,10 @@ def sweep_curves(out: Path, args: StudyArgs) -> dict[str, dict[str, dict]]:
     n, seeds = min(args.sizes()), args.seed_list()
     reference = reference_means(out, n, seeds)
     sweep: dict[str, dict[str, dict]] = {}
-    units = [u for u in args.rl_units() if u.setting[0] == "b"]
+    planned = args.rl_units()
+    units = [u for u in planned if u.setting[0] == "b"]
     if SWEEP_ALGO in args.methods() and units:
-        units += [u for u in args.rl_units() if u.method == SWEEP_ALGO and u.setting == ("rm", n)]
+        units += [u for u in planned if u.method == SWEEP_ALGO and u.setting == ("rm", n)]
     for unit in units:
         run_dir = out / "runs" / unit.name
         curve = run_curve(run_dir, reference)
@@ -579,15 +580,11 @@ def kl_sweep_rows(sweep: dict[str, dict[str, dict]]) -> list[dict]:
         if paired:
             diff = paired_difference([final_gold[x] for x in paired], [stopped[x] for x in paired])
             row["stopped_gold"] = [stopped[x] for x in paired]
-            row["gap"] = {"mean": diff.mean, "low": finite(diff.low), "high": finite(diff.high),
-                          "half_width": finite(diff.half_width), "p": finite(diff.p), "n": len(paired),
+            row["gap"] = {"mean": diff.mean, "low": finite_or_none(diff.low), "high": finite_or_none(diff.high),
+                          "half_width": finite_or_none(diff.half_width), "p": finite_or_none(diff.p), "n": len(paired),
                           "resolved": diff.resolved}
         rows.append(row)
     return rows
-
-
-def finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 def kl_sweep_verdicts(rows: list[dict], n: int) -> list[str]:

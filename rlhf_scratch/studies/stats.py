@@ -155,6 +155,11 @@ def _num(fmt: str, x: Number, signed: bool = False) -> str:
     return (fmt.replace("{:", "{:+", 1) if signed else fmt).format(x)
 
 
+def finite_or_none(x: float) -> float | None:
+    """x for JSON: None where it is no number (an interval of one seed is infinite, its p NaN)."""
+    return x if math.isfinite(x) else None
+
+
 @dataclass(frozen=True)
 class Interval:
     """A mean over n seeds and its interval: mean ± half_width (infinite for one seed)."""
@@ -182,11 +187,8 @@ class Interval:
 
     def as_json(self) -> dict:
         """mean, low, high, half_width, n, sd; None where there is no number (one seed)."""
-        def clean(x: float) -> float | None:
-            return x if math.isfinite(x) else None
-
-        return {"mean": self.mean, "low": clean(self.low), "high": clean(self.high),
-                "half_width": clean(self.half_width), "n": self.n, "sd": clean(self.sd)}
+        return {"mean": self.mean, "low": finite_or_none(self.low), "high": finite_or_none(self.high),
+                "half_width": finite_or_none(self.half_width), "n": self.n, "sd": finite_or_none(self.sd)}
 
 
 def mean_interval(values: Sequence[Number], confidence: float = CONFIDENCE) -> Interval:
