@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -51,6 +53,35 @@ def _check(ok: bool, name: str, rule: str) -> None:
 
 def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+SEED_MAX = 2**32 - 1
+"""The largest seed a run takes: numpy's `np.random.seed` (torch's and random's take more)."""
+
+
+def check_seed(seed: int, name: str = "seed") -> None:
+    """A seed every RNG a run seeds accepts, 0..SEED_MAX; else one line naming `name` (a study's
+    `seeds` says it before any run starts)."""
+    _check(seed >= 0, name, f"must be >= 0; got {seed}")
+    _check(seed <= SEED_MAX, name, f"must be at most {SEED_MAX} (numpy's seed range); got {seed}")
+
+
+def _type_error(value: object, hint: object) -> str | None:
+    """What is wrong with `value` as a field typed `hint` (None: nothing), judged as the command
+    line's parser types it: an int field takes an int (not a bool), a float field an int or a float,
+    `X | None` also None, a Literal one of its values."""
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        errors = [_type_error(value, h) for h in typing.get_args(hint)]
+        return None if None in errors else " or ".join(e.removeprefix("must be ") for e in errors).join(["must be ", ""])
+    if typing.get_origin(hint) is Literal:
+        choices = typing.get_args(hint)
+        return None if value in choices else f"must be one of {', '.join(map(str, choices))}"
+    if hint is type(None):
+        return None if value is None else "null"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    ok = {bool: isinstance(value, bool), int: isinstance(value, int) and not isinstance(value, bool),
+          float: isinstance(value, (int, float)) and not isinstance(value, bool), str: isinstance(value, str)}
+    return None if ok.get(hint, True) else f"must be {names[hint]}"
 
 
 @dataclass
@@ -94,9 +125,11 @@ class CommonArgs:
     a GPU), `transformer_lens` (TransformerLens' own, growing by concatenation), or `auto`: the
     static cache where the model allows it (GPT-2-style blocks, no hooks), else TransformerLens'.
     The same tokens either way (tested); see docs/speed.md."""
-    cuda_graph: bool = False
-    """On a GPU, replay the static cache's decode step as a captured CUDA graph. Off by default: that
-    path has never run on a GPU here (docs/speed.md); a path never measured is not a default."""
+    cuda_graph: bool = True
+    """On a GPU, replay the static cache's decode step as a captured CUDA graph (one launch per
+    token). On by default: it ran on an H100 on 2026-11-27 and sampled the same tokens as the
+    uncaptured step, generation 3.1× faster (docs/speed.md). Nothing to do on a CPU, or where the
+    static cache cannot run the model (then the run says so once); --no-cuda-graph turns it off."""
     chunk_logits: int = 2**21
     """Most logits (positions × d_vocab) made at once when scoring and learning (`token_terms`;
     default vocab_terms.LOGITS_PER_CHUNK, 8 MiB of float32): in the learning phase each chunk is
@@ -223,7 +256,7 @@ class CommonArgs:
                f"must be one of {', '.join(CHAT_TEMPLATES)}; got {self.chat_template!r}")
         _check(self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:"),
                "device", f"must be auto, cpu, cuda[:N] or mps; got {self.device!r}")
-        _check(self.seed >= 0, "seed", f"must be >= 0; got {self.seed}")
+        check_seed(self.seed)
         _check(self.threads >= 0, "threads", f"must be >= 0 (0 = torch's default); got {self.threads}")
         _check(self.save_every >= 0, "save_every", f"must be >= 0 (0 = only at the end); got {self.save_every}")
         for name in self._positive_ints():
@@ -237,6 +270,10 @@ class CommonArgs:
         targets = self.lora_target_names()
         _check(bool(targets) and len(set(targets)) == len(targets) and set(targets) <= set(LORA_TARGETS), "lora_targets",
                f"must be distinct names from {','.join(LORA_TARGETS)}, comma-separated; got {self.lora_targets!r}")
+        for name in ("lora_targets", "lora_alpha"):  # given without a rank, they would change nothing: a full fine-tune
+            _check(self.lora_rank > 0 or getattr(self, name) == self.__dataclass_fields__[name].default, name,
+                   f"needs --lora-rank R > 0 (0, the default, is full fine-tuning, which has no adapters); "
+                   f"got {name} {getattr(self, name)!r} with lora_rank 0")
         _check(_finite(self.top_p) and 0 < self.top_p <= 1, "top_p", f"must be in (0, 1] (1 = every token); got {self.top_p}")
         _check(self.batch_size % self.num_minibatches == 0, "batch_size",
                f"must be divisible by num_minibatches ({self.batch_size} % {self.num_minibatches} != 0)")
@@ -312,8 +349,9 @@ class CommonArgs:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "CommonArgs":
         """Rebuild from a saved config (CommonArgs.from_dict: the class its `algo` registers);
-        an unknown key is an error naming that key. Renamed fields of older run folders are read
-        under their new names (`RENAMED`)."""
+        an unknown key, or a value of another type than the command line would give the field
+        (`"batch_size": "sixty-four"`), is an error naming that key. Renamed fields of older run
+        folders are read under their new names (`RENAMED`). Not validated: `validate()` is next."""
         values = dict(values)
         algo = values.pop("algo", cls.ALGO or "ppo")
         target = args_class(algo) if cls is CommonArgs else cls
@@ -322,8 +360,11 @@ class CommonArgs:
             if old in values:
                 values[new] = values.pop(old)
         names = {f.name for f in dataclasses.fields(target)}
-        for key in values:
+        hints = typing.get_type_hints(target)
+        for key, value in values.items():
             _check(key in names, key, f"is not an {target.__name__} field")
+            error = _type_error(value, hints[key])
+            _check(error is None, key, f"{error}; got {value!r}")
         return target(**values)
 
     RENAMED: ClassVar[dict[str, str]] = {}

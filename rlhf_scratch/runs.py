@@ -365,7 +365,8 @@ class LoadedRun:
 
 
 def load_args(run_dir: str | Path) -> CommonArgs:
-    """The args saved in a run folder (of the class its `algo` names; PPO for older runs)."""
+    """The args saved in a run folder (of the class its `algo` names; PPO for older runs), typed
+    and validated as the command line would have them: one line naming the file and the field."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise RunFolderError(f"{path}: not found (is {run_dir} a run folder?)")
@@ -375,10 +376,16 @@ def load_args(run_dir: str | Path) -> CommonArgs:
                              f"python -m rlhf_scratch.export {run_dir} OUT")
     try:
         values = json.loads(path.read_text())
+        if not isinstance(values, dict):
+            raise ValueError("not a JSON object")
         values.pop(REWARDED_BY, None)
-        return CommonArgs.from_dict(values)
+        args = CommonArgs.from_dict(values)
     except (json.JSONDecodeError, ValueError, TypeError) as e:
         raise RunFolderError(f"{path}: unreadable config ({e})") from None
+    try:  # the command line's rules: a value edited into the file is refused as the flag would be
+        return args.validate()
+    except ConfigError as e:
+        raise RunFolderError(f"{path}: {e}") from None
 
 
 def load_run(run_dir: str | Path, device: str = "cpu") -> LoadedRun:

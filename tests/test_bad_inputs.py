@@ -27,9 +27,16 @@ def folders(tmp_path_factory):
     (root / "taken" / "metrics.jsonl").write_text('{"phase": 1}\n')
     (root / "no_ckpt").mkdir()
     (root / "no_ckpt" / "config.json").write_text(json.dumps({"algo": "ppo", "task": "sentiment"}))
+    for name, saved in {"wrong_type": {"batch_size": "sixty-four"}, "bad_value": {"batch_size": 30},
+                        "not_object": [1, 2]}.items():  # config.json edited by hand
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(json.dumps({"algo": "ppo", "task": "sentiment", **saved}
+                                                            if isinstance(saved, dict) else saved))
     return root
 
 
+SECONDS = ["--total-phases", "1", "--batch-size", "4", "--num-minibatches", "2", "--gen-len", "2",
+           "--run-dir", "{root}/accepted"]
 CASES = [
     # (argv, the one line on stderr, after "error: ")
     (["poetry"], "task: must be one of sentiment, vader, periods, first_token; got 'poetry'"),
@@ -45,6 +52,11 @@ CASES = [
     (["sentiment", "--clip-coef", "1.5"], "clip_coef: must be in (0, 1); got 1.5"),
     (["sentiment", "--total-phases", "0"], "total_phases: must be >= 1; got 0"),
     (["sentiment", "--seed", "-1"], "seed: must be >= 0; got -1"),
+    # (cases the command once accepted carry SECONDS: were they accepted again, the run would take seconds)
+    (["sentiment", "--seed", "99999999999999999999", *SECONDS], "seed: must be at most 4294967295 (numpy's seed range)"),
+    (["sentiment", "--lora-targets", "W_Q", *SECONDS], "lora_targets: needs --lora-rank R > 0 (0, the default, is "
+     "full fine-tuning, which has no adapters); got lora_targets 'W_Q' with lora_rank 0"),
+    (["sentiment", "--lora-alpha", "8", *SECONDS], "lora_alpha: needs --lora-rank R > 0"),
     (["sentiment", "--threads", "-2"], "threads: must be >= 0 (0 = torch's default); got -2"),
     (["sentiment", "--save-every", "-1"], "save_every: must be >= 0 (0 = only at the end); got -1"),
     (["sentiment", "--batch-size", "30"], "batch_size: must be divisible by num_minibatches (30 % 4 != 0)"),
@@ -75,6 +87,11 @@ CASES = [
     (["sentiment", "--run-dir", "/proc/rlhf_scratch_run"], "run_dir: cannot write to /proc/rlhf_scratch_run ("),
     (["--resume", "{root}/nowhere"], "{root}/nowhere/config.json: not found (is {root}/nowhere a run folder?)"),
     (["--resume", "{root}/no_ckpt"], "resume: {root}/no_ckpt has no checkpoints (was it saved with --save-every?)"),
+    (["--resume", "{root}/wrong_type"],
+     "{root}/wrong_type/config.json: unreadable config (batch_size: must be an integer; got 'sixty-four')"),
+    (["--resume", "{root}/bad_value"],
+     "{root}/bad_value/config.json: batch_size: must be divisible by num_minibatches (30 % 4 != 0)"),
+    (["--resume", "{root}/not_object"], "{root}/not_object/config.json: unreadable config (not a JSON object)"),
 ]
 
 
@@ -140,3 +157,15 @@ def test_interp_report_bad_inputs(finished_run, tmp_path, capsys):
         assert report(argv) == 2, argv
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and message in err, (argv, err)
+
+
+@pytest.mark.parametrize("folder, message", [
+    ("wrong_type", "wrong_type/config.json: unreadable config (batch_size: must be an integer; got 'sixty-four')"),
+    ("bad_value", "bad_value/config.json: batch_size: must be divisible by num_minibatches (30 % 4 != 0)"),
+])
+def test_sample_refuses_a_run_config_the_command_line_would_refuse(folders, capsys, folder, message):
+    from rlhf_scratch.sample import main as sample
+
+    assert sample([str(folders / folder), "hello"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err == f"error: {folders}/{message}", err

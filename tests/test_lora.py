@@ -161,7 +161,7 @@ def test_bad_lora_settings_are_one_line_each():
         with pytest.raises(ConfigError) as err:
             make_args("tiny", **overrides)
         assert str(err.value).startswith(message) and "\n" not in str(err.value)
-    assert make_args("tiny", lora_targets="W_Q, W_V").lora_target_names() == ("W_Q", "W_V")
+    assert make_args("tiny", lora_rank=4, lora_targets="W_Q, W_V").lora_target_names() == ("W_Q", "W_V")
     with pytest.raises(ConfigError, match=r"^lora_rank: must be in 1\.\.128 \(the smallest adapted matrix's side"):
         add_lora(load_lm("tiny"), rank=129, alpha=32.0)
 
