@@ -7,6 +7,8 @@ from torch import Tensor, nn
 from transformer_lens import HookedTransformer
 from transformer_lens.hook_points import HookPoint
 
+from rlhf_scratch.fast_forward import final_hidden
+
 
 class TransformerWithValueHead(nn.Module):
     """A HookedTransformer plus a value head V(s_t), as in the blog.
@@ -51,10 +53,10 @@ class TransformerWithValueHead(nn.Module):
         """Return (logits, values) for every position of `input_ids` (left padding hidden by
         `attention_mask` when given). `return_hidden=True` stops before the unembedding and
         returns (ĥ, values), ĥ = ln_final's output, the vector both the unembedding and the value
-        head read (`token_terms` unembeds it a chunk of positions at a time)."""
+        head read (`token_terms` unembeds it a chunk of positions at a time), through the training
+        forward with few kernels (`fast_forward.final_hidden`; the hooked forward for interp)."""
         if return_hidden:
-            resid = self.base(input_ids, attention_mask=attention_mask, stop_at_layer=self.base.cfg.n_layers)
-            hidden = self.base.ln_final(resid)
+            hidden = final_hidden(self.base, input_ids, attention_mask)  # the fast forward where it applies
             return hidden, self.value_of(hidden)
         logits = self.base.run_with_hooks(
             input_ids,

@@ -35,6 +35,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
+from rlhf_scratch.fast_forward import HiddenForward
 from rlhf_scratch.generation import (
     attention_mask_or_none,
     decode_completions,
@@ -259,7 +260,7 @@ def make_rollout(
 
 
 def policy_token_log_probs(
-    policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, " rows"], *, chunk_logits: int
+    policy: torch.nn.Module, rollout: Rollout, rows: Int[Tensor, " rows"], *, chunk_logits: int
 ) -> Float[Tensor, "rows gen_len"]:
     """log π(o_t | q, o_<t) of every completion token of the rollout's `rows` under `policy` now, with
     gradient: one forward pass to ĥ, then the generated span's log-probs at the rollout's sampling
@@ -271,33 +272,45 @@ def policy_token_log_probs(
 
 
 def policy_token_terms(
-    policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, " rows"], *, chunk_logits: int,
+    policy: torch.nn.Module, rollout: Rollout, rows: Int[Tensor, " rows"], *, chunk_logits: int,
     with_entropy: bool = False,
 ) -> TokenTerms:
     """`policy_token_log_probs`, and with `with_entropy` also the entropy H[π] at each of those
     positions (at the same temperature, with gradient: GRPO's entropy bonus), from the same forward."""
     ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
     lm = unwrapped(policy)
-    resid = policy(ids, attention_mask=attention_mask_or_none(mask), stop_at_layer=lm.cfg.n_layers)
-    hidden = lm.ln_final(resid)[:, generated_span(rollout.prefix_len)]
+    hidden = learner_hidden(policy, ids, attention_mask_or_none(mask))[:, generated_span(rollout.prefix_len)]
     targets = ids[:, rollout.prefix_len :]
     terms = token_terms(hidden.flatten(0, 1), unembedding(lm), targets.flatten(), rollout.temperature,
                         with_entropy=with_entropy, chunk_logits=chunk_logits)
     return terms.reshape(*targets.shape)
 
 
+def learner_hidden(
+    policy: torch.nn.Module, ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"] | None
+) -> Float[Tensor, "batch seq d_model"]:
+    """ĥ of `ids` with gradient: a HookedTransformer through `final_hidden`, a trainer's learner (a
+    `fast_forward.HiddenForward`, maybe compiled and/or DDP-wrapped) through its own forward, so
+    that DDP sees the call and torch.compile compiles it."""
+    if isinstance(policy, HookedTransformer):
+        return final_hidden(policy, ids, attention_mask)
+    return policy(ids, attention_mask)
+
+
 def unwrapped(module: torch.nn.Module) -> HookedTransformer:
-    """The model inside a trainer's `learner`: through torch.compile (`_orig_mod`) and DDP (`module`)."""
+    """The model inside a trainer's `learner`: through torch.compile (`_orig_mod`), DDP (`module`)
+    and the training forward (`HiddenForward.lm`)."""
     while True:
         inner = getattr(module, "_orig_mod", None)
         inner = getattr(module, "module", None) if inner is None else inner
+        inner = getattr(module, "lm", None) if inner is None and isinstance(module, HiddenForward) else inner
         if not isinstance(inner, torch.nn.Module):
             return module
         module = inner
 
 
 def policy_sequence_log_probs(
-    policy: HookedTransformer, rollout: Rollout, rows: Int[Tensor, " rows"], *, chunk_logits: int
+    policy: torch.nn.Module, rollout: Rollout, rows: Int[Tensor, " rows"], *, chunk_logits: int
 ) -> Float[Tensor, " rows"]:
     """log π(o | q) of the rollout's completions in `rows` under `policy` now, with gradient: the
     per-token log-probs of `policy_token_log_probs` summed over kept tokens (RLOO's ratio and DPO's

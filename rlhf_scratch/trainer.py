@@ -45,6 +45,7 @@ from transformer_lens import HookedTransformer
 from rlhf_scratch import distributed as dist
 from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.config import CommonArgs
+from rlhf_scratch.fast_forward import HiddenForward, fast_path_note
 from rlhf_scratch.loop import PhaseHook, run_training
 from rlhf_scratch.model import Policy
 from rlhf_scratch.optim import clip_and_step, get_optimizer_and_scheduler
@@ -85,8 +86,11 @@ class Trainer:
         self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
         self.judge: Judge | None = None  # Online DPO may set one
         self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.policy)
-        self.learner = compiled(dist.wrap_for_training(self.policy), args)  # the learning forward (DDP, compile)
+        forward = HiddenForward(lm) if self.policy is lm else self.policy  # the LM's learning forward returns ĥ
+        self.learner = compiled(dist.wrap_for_training(forward), args)  # the learning forward (fast path, DDP, compile)
         self.skipped_in_a_row = 0
+        if not self.quiet and (note := fast_path_note(lm, self.device)):
+            tqdm.write(f"note: {note}", file=sys.stderr)
 
     # ------------------------------------------------------------------ what a subclass may change
     def build_policy(self, lm: HookedTransformer) -> Policy:

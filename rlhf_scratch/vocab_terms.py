@@ -42,6 +42,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
+from rlhf_scratch.fast_forward import final_hidden  # noqa: F401  (ĥ, the fast forward where it applies; imported from here by callers)
 from rlhf_scratch.objectives import temperature_scaled
 
 LOGITS_PER_CHUNK = 2**21
@@ -67,15 +68,6 @@ class TokenTerms:
 
     def reshape(self, *shape: int) -> TokenTerms:
         return TokenTerms(*(None if t is None else t.reshape(*shape) for t in vars(self).values()))
-
-
-def final_hidden(
-    model: HookedTransformer, ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"] | None = None
-) -> Float[Tensor, "batch seq d_model"]:
-    """ĥ = ln_final(resid_post of the last block): what the unembedding reads (`ln_final.hook_normalized`).
-    `model(...)` of a HookedTransformer is `unembed(final_hidden(...))`."""
-    resid = model(ids, attention_mask=attention_mask, stop_at_layer=model.cfg.n_layers)
-    return model.ln_final(resid)
 
 
 @dataclass

@@ -344,6 +344,7 @@ def test_a_rotary_model_falls_back_to_transformer_lens_with_the_reason(lm):
         generate(rotary, prompt_ids, prompt_mask, 5, kv_cache="static")
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the CUDA-graph decode step")
 def test_cuda_graph_decode_step_replays_the_uncaptured_step():
     """On CUDA the decode step is captured once and replayed: the replayed logits are those of the
