@@ -291,7 +291,8 @@ def test_each_row_gradient_is_summed_into_its_own_unit_and_prefix(sentiment):
 
 
 SMALL = ["--vocab", "4", "--max-len", "2", "--p-right", "0.3", "0.6", "--num-generations", "2", "--draws", "40",
-         "--draws-by-reward", "20", "--lesson-p-right", "0.2", "0.8"]
+         "--draws-by-reward", "20", "--lesson-p-right", "0.2", "0.8", "--off-policy-draws", "20", "--staleness", "1", "3",
+         "--is-clips", "2", "--top-k", "2"]
 
 
 def test_the_command_end_to_end(tmp_path, capsys):
@@ -304,7 +305,7 @@ def test_the_command_end_to_end(tmp_path, capsys):
 
     out = tmp_path / "exact"
     assert main(["--out", str(out), *SMALL]) == 0
-    assert {p.name for p in out.iterdir()} == {"exact.json", "exact.md", "exact.png", "exact.html"}
+    assert {p.name for p in out.iterdir()} == {"exact.json", "exact.md", "exact.png", "exact_offpolicy.png", "exact.html"}
     data = json.loads((out / "exact.json").read_text())
     entries = data["estimators"]
     required = ["reinforce", "rloo", "ppo_clip_ratio1", "k1_loss", "k2_loss", "k3_loss", "k1_reward",
@@ -319,6 +320,13 @@ def test_the_command_end_to_end(tmp_path, capsys):
     assert entries["k1_loss"]["zero_mean"] and entries["k1_loss"]["cos_to_true"] is None
     assert entries["topk_sampled"]["true"] == "J_topk" and entries["k3_loss"]["true"] == "kl_forward"
     assert set(data["by_reward"]) == {"length", "sentiment"} and set(data["length_lesson"]) == {"p_right=0.2", "p_right=0.8"}
+    off = data["off_policy"]
+    samplers = {"stale_0", "stale_1", "stale_3", "bf16", "top_k_2", "top_p_0.9"}
+    assert set(off["samplers"]) == set(off["estimators"]) == set(off["kl"]) == set(off["curves"]) == samplers
+    assert off["estimators"]["stale_3"]["sequence_truncate_Cinf"]["rel_error"] < 1e-5  # full IS: exact
+    assert off["estimators"]["stale_3"]["rloo_group"]["n"] == 20 and "rloo_group" not in off["estimators"]["bf16"]
+    assert [p["C"] for p in off["curves"]["stale_3"]["sequence_mask"]] == [2.0, None]
+    assert off["advice"] and all(isinstance(line, str) for line in off["advice"])
     assert "exact.json" in capsys.readouterr().out
 
 
@@ -330,6 +338,11 @@ def test_the_command_end_to_end(tmp_path, capsys):
     (["--top-k", "9"], "error: top_k: must be <= vocab (5); got 9"),
     (["--vocab", "9", "--max-len", "6"], "error: max_len: 2 prompts x vocab 9 x max_len 6 make 599,186 completions"),
     (["--temperature", "0"], "error: temperature: must be > 0; got 0.0"),
+    (["--staleness", "0", "2"], "error: staleness: each must be >= 1; got 0 2"),
+    (["--is-clips", "2", "-1"], "error: is_clips: each must be > 0; got 2.0 -1.0"),
+    (["--top-p", "1.5"], "error: top_p: must be in (0, 1]; got 1.5"),
+    (["--stale-step", "0"], "error: stale_step: must be > 0; got 0.0"),
+    (["--off-policy-reward", "x"], "error: off_policy_reward: must be one of correct, length, sentiment; got 'x'"),
     (["--bogus"], "error: unrecognized arguments: --bogus"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):

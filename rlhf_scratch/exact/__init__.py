@@ -8,6 +8,9 @@ GRPO with every loss type and scaling, GSPO, PPO's clipped surrogate, the k1/k2/
 top-k and temperature sampling, Online DPO) is the package's own code; its expected gradient is
 exact where one draw is one completion and Monte-Carlo with a standard error where it is a batch
 (`measure`); `run` measures them all and `report` writes the table, the figure and the page.
+Off-policy (`offpolicy`, measured by `offpolicy_run`, reported by `offpolicy_report`): the same
+estimators and TRL's importance-sampling corrections when the completions come from a stale policy
+or a sampler whose numbers differ from the learner's (bf16 logits, another top-k / top-p).
 
     python -m rlhf_scratch.exact --out exact/        # ~1–2 min on one core; docs/exact.md
 

@@ -1,7 +1,8 @@
 """`python -m rlhf_scratch.exact --out DIR [--flag value …]`: the exact-gradient microscope.
 
-Writes DIR/exact.json (one entry per estimator), DIR/exact.md (the table), DIR/exact.png and
-DIR/exact.html. A bad flag is one line on stderr and exit code 2, before torch is imported.
+Writes DIR/exact.json (one entry per estimator; the off-policy section under "off_policy"),
+DIR/exact.md (the tables), DIR/exact.png, DIR/exact_offpolicy.png and DIR/exact.html. A bad flag is
+one line on stderr and exit code 2, before torch is imported.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rlhf_scratch.config import ConfigError
 PROG = "python -m rlhf_scratch.exact"
 REWARD_NAMES = ("correct", "length", "sentiment")  # env.REWARDS, without importing torch
 MAX_COMPLETIONS = 20_000
-OUTPUTS = ("exact.json", "exact.md", "exact.png", "exact.html")
+OUTPUTS = ("exact.json", "exact.md", "exact.png", "exact_offpolicy.png", "exact.html")
 
 
 @dataclass
@@ -28,7 +29,7 @@ class ExactArgs:
     small enough that every completion can be listed."""
 
     out: Annotated[str, tyro.conf.arg(help_behavior_hint="(required)")] = ""
-    """The folder to write exact.json, exact.md, exact.png and exact.html into."""
+    """The folder to write exact.json, exact.md, exact.png, exact_offpolicy.png and exact.html into."""
     vocab: int = 5
     """Tokens, EOS included (the words are a, b, c, …; 'a' first is the right answer)."""
     max_len: int = 5
@@ -59,6 +60,18 @@ class ExactArgs:
     """How far π is from π_ref: θ = θ_ref + N(0, drift²) per logit."""
     lesson_p_right: tuple[float, ...] = (0.2, 0.8)
     """The length lesson's policies: π(first = 'a') of every prompt (most wrong, most right)."""
+    off_policy_reward: str = "sentiment"
+    """The off-policy section's reward (sentiment: every token matters, so a step along ∇J moves every row)."""
+    stale_step: float = 0.5
+    """The off-policy history: each update is a step of this length along the normalised true gradient."""
+    staleness: tuple[int, ...] = (1, 2, 4, 8)
+    """How many updates ago the stale samplers are (the learner is the end of a history of max(staleness) steps)."""
+    is_clips: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+    """The C_max of each importance-sampling mode's bias–variance curve (∞ is always added)."""
+    top_p: float = 0.9
+    """The top-p of the mismatched sampler (the learner scores with the full softmax)."""
+    off_policy_draws: int = 4_000
+    """Monte-Carlo batches per group estimator and stale sampler in the off-policy section."""
     threads: int = 1
     """torch threads (1: the measured run time is one core's)."""
 
@@ -67,7 +80,7 @@ class ExactArgs:
         if not self.out:
             raise ConfigError("out: required (the folder to write exact.json and the rest into)")
         for name, low in (("vocab", 3), ("max_len", 1), ("num_generations", 2), ("draws", 2),
-                          ("draws_by_reward", 2), ("top_k", 1),
+                          ("draws_by_reward", 2), ("top_k", 1), ("off_policy_draws", 2),
                           ("threads", 0)):
             if getattr(self, name) < low:
                 raise ConfigError(f"{name}: must be >= {low}; got {getattr(self, name)}")
@@ -77,13 +90,20 @@ class ExactArgs:
         if n > MAX_COMPLETIONS:
             raise ConfigError(f"max_len: {len(self.p_right)} prompts x vocab {self.vocab} x max_len {self.max_len} "
                               f"make {n:,} completions; at most {MAX_COMPLETIONS:,} are listed")
-        if self.reward not in REWARD_NAMES:
-            raise ConfigError(f"reward: must be one of {', '.join(REWARD_NAMES)}; got {self.reward!r}")
+        for name in ("reward", "off_policy_reward"):
+            if getattr(self, name) not in REWARD_NAMES:
+                raise ConfigError(f"{name}: must be one of {', '.join(REWARD_NAMES)}; got {getattr(self, name)!r}")
+        if not self.staleness or any(k < 1 for k in self.staleness):
+            raise ConfigError(f"staleness: each must be >= 1; got {' '.join(map(str, self.staleness)) or 'nothing'}")
+        if any(not c > 0 for c in self.is_clips):
+            raise ConfigError(f"is_clips: each must be > 0; got {' '.join(map(str, self.is_clips))}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p: must be in (0, 1]; got {self.top_p}")
         for name in ("p_right", "lesson_p_right"):
             values = getattr(self, name)
             if not values or any(not 0 < p < 1 for p in values):
                 raise ConfigError(f"{name}: each must be in (0, 1); got {' '.join(map(str, values)) or 'nothing'}")
-        for name in ("temperature", "clip", "dpo_beta"):
+        for name in ("temperature", "clip", "dpo_beta", "stale_step"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}: must be > 0; got {getattr(self, name)}")
         if not 0 <= self.gae_lambda <= 1:

@@ -227,12 +227,14 @@ def log_probs(
 
 
 def prefix_values(
-    env: Environment, theta: Float[Tensor, "prefixes vocab"], rewards: Float[Tensor, " n"]
+    env: Environment, theta: Float[Tensor, "prefixes vocab"], rewards: Float[Tensor, " n"],
+    pi: Float[Tensor, " n"] | None = None,
 ) -> Float[Tensor, " rows"]:
     """The exact value of every prefix, V(p) = E_π[r | the completion starts with p] = Σ_{y ⊇ p} π(y|x) r(y) / π(p|x),
-    and 0 for the pad row (a state after the end has no future)."""
+    and 0 for the pad row (a state after the end has no future). `pi`: π(y|x) of every completion where
+    the distribution is not θ's softmax (a sampler's: `offpolicy`)."""
     with torch.no_grad():
-        pi = log_probs(theta, env.completions).exp().double()
+        pi = (log_probs(theta, env.completions).exp() if pi is None else pi).double()
     comps = env.completions
     rows = comps.idx[:, :-1][comps.mask]  # every (completion, prefix it passes through)
     owner = torch.arange(len(comps))[:, None].expand_as(comps.mask)[comps.mask]

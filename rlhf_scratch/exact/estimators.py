@@ -69,6 +69,10 @@ class Rows:
     values: Float[Tensor, "n seq"]
     """The exact V(s_t) of the state at each position (0 after the end)."""
     knobs: Knobs
+    sampler_logprobs: Float[Tensor, "n gen"] | None = None
+    """log q(y_t | y_<t) of the distribution the completions were drawn from, no gradient: π_old of
+    every ratio. On-policy (q = π) it is log π detached (`make_rows`); off-policy (`offpolicy`) the
+    stale or mismatched sampler's."""
 
     def __len__(self) -> int:
         return len(self.comps)
@@ -76,18 +80,26 @@ class Rows:
     def __getitem__(self, rows: slice) -> Rows:
         return replace(self, comps=self.comps[rows], logits=self.logits[rows], ref_logits=self.ref_logits[rows],
                        logprobs=self.logprobs[rows], ref_logprobs=self.ref_logprobs[rows], rewards=self.rewards[rows],
-                       values=self.values[rows])
+                       values=self.values[rows], sampler_logprobs=self.sampler_logprobs[rows])
 
     def seq_logprobs(self) -> Float[Tensor, " n"]:
         """log π(y) = `sequence_log_probs` of the kept tokens."""
         return sequence_log_probs(self.logprobs, self.comps.mask)
 
+    def sampler_seq_logprobs(self) -> Float[Tensor, " n"]:
+        """log q(y), the sampler's (π_old of the sequence ratio): log π(y) detached on-policy."""
+        return sequence_log_probs(self.sampler_logprobs, self.comps.mask)
 
-def make_rows(comps: Completions, logits: Tensor, ref_logits: Tensor, rewards: Tensor, values: Tensor, knobs: Knobs) -> Rows:
-    """Rows with log π and log π_ref of every token computed once (`get_log_probs`, T = 1)."""
+
+def make_rows(comps: Completions, logits: Tensor, ref_logits: Tensor, rewards: Tensor, values: Tensor, knobs: Knobs,
+              sampler_logprobs: Tensor | None = None) -> Rows:
+    """Rows with log π and log π_ref of every token computed once (`get_log_probs`, T = 1); the
+    sampler's log-probs default to log π detached (on-policy)."""
     with torch.no_grad():
         ref_logprobs = token_log_probs(ref_logits, comps)
-    return Rows(comps, logits, ref_logits, token_log_probs(logits, comps), ref_logprobs, rewards, values, knobs)
+    logprobs = token_log_probs(logits, comps)
+    sampler = logprobs.detach() if sampler_logprobs is None else sampler_logprobs
+    return Rows(comps, logits, ref_logits, logprobs, ref_logprobs, rewards, values, knobs, sampler)
 
 
 @dataclass(frozen=True)
@@ -160,10 +172,10 @@ def k3_loss(rows: Rows) -> Float[Tensor, ""]:
 
 def k3_loss_rho(rows: Rows) -> Float[Tensor, ""]:
     """GRPO's KL term as TRL weighs it (`use_bias_correction_kl`): β ρ k3 in `calc_grpo_objective`, at
-    A = 0 and β = 1 under dr_grpo (Σ ℓ / (B·L), so × −B·L gives Σ_t ρ k3). At ρ = 1,
-    ∇(ρ k3) = (log π − log π_ref) ∇log π: k2's gradient."""
+    A = 0 and β = 1 under dr_grpo (Σ ℓ / (B·L), so × −B·L gives Σ_t ρ k3), ρ = π / π_old with π_old the
+    sampler (`rows.sampler_logprobs`). ∇(ρ k3) = ρ (log π − log π_ref) ∇log π: at ρ = 1 k2's gradient."""
     n, L = rows.logprobs.shape
-    J = calc_grpo_objective(rows.logprobs, rows.logprobs.detach(), rows.rewards.new_zeros(n), rows.comps.mask,
+    J = calc_grpo_objective(rows.logprobs, rows.sampler_logprobs, rows.rewards.new_zeros(n), rows.comps.mask,
                             epsilon_low=rows.knobs.clip, epsilon_high=rows.knobs.clip, loss_type="dr_grpo",
                             max_completion_length=L, ref_logprobs=rows.ref_logprobs, beta=1.0, use_bias_correction_kl=True)
     return -J * n * L
@@ -213,10 +225,11 @@ def token_advantages(rows: Rows, advantage: str, value: str) -> Float[Tensor, "n
 
 
 def rloo(rows: Rows) -> Float[Tensor, ""]:
-    """RLOO: A_i = r_i − mean of the other G − 1 (`compute_rloo_advantages`), sequence surrogate (mean over rows)."""
+    """RLOO: A_i = r_i − mean of the other G − 1 (`compute_rloo_advantages`), sequence surrogate (mean over rows),
+    its ratio against the sampler (1 on-policy)."""
     seq = rows.seq_logprobs()
     A = compute_rloo_advantages(rows.rewards, rows.knobs.num_generations)
-    return calc_rloo_objective(seq, seq.detach(), A, rows.knobs.clip, rows.knobs.clip)
+    return calc_rloo_objective(seq, rows.sampler_seq_logprobs(), A, rows.knobs.clip, rows.knobs.clip)
 
 
 def grpo_advantage(scale_rewards: str) -> Callable[[Rows], Tensor]:
@@ -230,12 +243,12 @@ def grpo_advantage(scale_rewards: str) -> Callable[[Rows], Tensor]:
 
 
 def grpo_loss(loss_type: str, level: str = "token", scale_rewards: str = "group") -> Callable[[Rows], Tensor]:
-    """GRPO as the trainer computes it: `compute_grpo_advantages` then `calc_grpo_objective` at ratio 1,
-    β = 0, one minibatch (dapo's N = the batch's kept tokens)."""
+    """GRPO as the trainer computes it: `compute_grpo_advantages` then `calc_grpo_objective`, its ratio
+    against the sampler (1 on-policy), β = 0, one minibatch (dapo's N = the batch's kept tokens)."""
     def fn(rows: Rows) -> Float[Tensor, ""]:
         A = compute_grpo_advantages(rows.rewards, rows.knobs.num_generations, scale_rewards)
         mask = rows.comps.mask
-        return calc_grpo_objective(rows.logprobs, rows.logprobs.detach(), A, mask, epsilon_low=rows.knobs.clip,
+        return calc_grpo_objective(rows.logprobs, rows.sampler_logprobs, A, mask, epsilon_low=rows.knobs.clip,
                                    epsilon_high=rows.knobs.clip, loss_type=loss_type,
                                    max_completion_length=rows.knobs.max_len, importance_sampling_level=level,
                                    num_items_in_batch=mask.sum())
@@ -243,12 +256,12 @@ def grpo_loss(loss_type: str, level: str = "token", scale_rewards: str = "group"
 
 
 def ppo(advantage: str, value: str) -> Callable[[Rows], Tensor]:
-    """PPO's clipped surrogate at ratio 1 (`calc_clipped_sur_obj`: advantages whitened over the batch's
-    kept tokens, mean over them) with the one-step advantage (`compute_advantages`) or GAE
-    (`compute_gae_advantages`, γ = 1), from the exact value V or from V ≡ 0."""
+    """PPO's clipped surrogate (`calc_clipped_sur_obj`: advantages whitened over the batch's kept tokens,
+    mean over them; its ratio against the sampler, 1 on-policy) with the one-step advantage
+    (`compute_advantages`) or GAE (`compute_gae_advantages`, γ = 1), from the exact value V or from V ≡ 0."""
     def fn(rows: Rows) -> Float[Tensor, ""]:
         A = token_advantages(rows, advantage, value)
-        return calc_clipped_sur_obj(rows.logprobs, rows.logprobs.detach(), A, rows.knobs.clip, mask=rows.comps.mask)
+        return calc_clipped_sur_obj(rows.logprobs, rows.sampler_logprobs, A, rows.knobs.clip, mask=rows.comps.mask)
     return fn
 
 

@@ -65,35 +65,56 @@ class Moments:
 
 def exact_moments(
     env: Environment, estimator: Estimator, theta: Tensor, theta_ref: Tensor, rewards: Tensor, values: Tensor,
-    knobs: Knobs, weights: Float[Tensor, " n"],
+    knobs: Knobs, weights: Float[Tensor, " n"], sampler_logprobs: Float[Tensor, "n gen"] | None = None,
 ) -> Moments:
     """E[g] and Var[g] of a one-completion estimator by enumeration: every completion is a row, weighted
-    by its probability q(y) under the sampling distribution (rows with q = 0 are left out)."""
+    by its probability q(y) under the sampling distribution (rows with q = 0 are left out);
+    `sampler_logprobs` (log q per token of every completion) where q is not the policy θ scores with."""
     keep = weights > 0
     comps = env.completions[keep]
-    rows = rows_for(comps, theta, theta_ref, rewards[keep], values, knobs)
+    rows = rows_for(comps, theta, theta_ref, rewards[keep], values, knobs,
+                    None if sampler_logprobs is None else sampler_logprobs[keep])
     (grads,) = torch.autograd.grad(estimator.fn(rows), rows.logits)
-    G, leak = per_unit(env, comps, grads, torch.arange(len(comps)), len(comps))
-    w = weights[keep].double()
-    mean = w @ G
-    variance = (w @ G.pow(2).sum(1) - mean.pow(2).sum()).item()
+    mean, second, leak = weighted_moments(env, comps, grads, weights[keep].double())
+    variance = (second - mean.pow(2).sum()).item()
     return Moments(mean, max(variance, 0.0), len(comps), True, None, leak, 1)
 
 
-def rows_for(comps: Completions, theta: Tensor, theta_ref: Tensor, rewards: Tensor, values: Tensor, knobs: Knobs) -> Rows:
-    """`Rows` of these completions: the policy's gathered logits as a fresh leaf, the reference's, log-probs."""
+def weighted_moments(
+    env: Environment, comps: Completions, row_grads: Float[Tensor, "n seq vocab"], w: Float[Tensor, " n"]
+) -> tuple[Float[Tensor, " params"], float, float]:
+    """Σ_y w(y) g(y), Σ_y w(y) ‖g(y)‖² and the largest |gradient| on the pad row, where g(y) is completion
+    y's θ-gradient (`per_unit` with one unit per completion) — without making g(y) dense: the positions
+    of one completion read distinct prefixes (each one token longer), so g(y) is its position-rows
+    placed in distinct rows of θ and ‖g(y)‖² = Σ_t ‖∂/∂logits_t‖² over the positions before the pad row."""
+    R, V = env.num_prefixes + 1, env.vocab
+    grads = row_grads.double()
+    flat = (comps.idx[:, :, None] * V + torch.arange(V)).flatten()
+    total = torch.zeros(R * V, dtype=torch.float64).index_add_(0, flat, (w[:, None, None] * grads).flatten()).view(R, V)
+    real = comps.idx < env.pad_row
+    second = (w[:, None] * torch.where(real, grads.pow(2).sum(-1), 0.0)).sum().item()
+    leak = grads[~real].abs().max().item() if (~real).any() else 0.0
+    return total[:-1].flatten(), second, leak
+
+
+def rows_for(comps: Completions, theta: Tensor, theta_ref: Tensor, rewards: Tensor, values: Tensor, knobs: Knobs,
+             sampler_logprobs: Tensor | None = None) -> Rows:
+    """`Rows` of these completions: the policy's gathered logits as a fresh leaf, the reference's, log-probs
+    (and the sampler's, where given: off-policy)."""
     logits = gathered_logits(theta.detach(), comps).requires_grad_()
     with torch.no_grad():
         ref_logits = gathered_logits(theta_ref, comps, reference=True)
-    return make_rows(comps, logits, ref_logits, rewards, values[comps.idx], knobs)
+    return make_rows(comps, logits, ref_logits, rewards, values[comps.idx], knobs, sampler_logprobs)
 
 
 def draw_batches(
-    env: Environment, theta: Tensor, num_generations: int, n: int, generator: torch.Generator
+    env: Environment, theta: Tensor, num_generations: int, n: int, generator: torch.Generator,
+    q: Float[Tensor, " n"] | None = None,
 ) -> Int[Tensor, "batches batch"]:
     """n batches as GRPO's rollout makes them: G completions of each prompt, consecutive, prompt after
-    prompt (batch = X · G rows), each drawn from π(· | x). Entries index the list of completions."""
-    q = probabilities(env, theta)
+    prompt (batch = X · G rows), each drawn from π(· | x) (or from the given q(x, y), off-policy).
+    Entries index the list of completions."""
+    q = probabilities(env, theta) if q is None else q
     groups = []
     for x in range(env.num_prompts):
         rows = (env.completions.prompt == x).nonzero().squeeze(-1)
@@ -132,11 +153,13 @@ def separable(env: Environment, est: Estimator, rows: Rows, batch: int) -> bool:
 def monte_carlo_moments(
     env: Environment, estimator: Estimator, theta: Tensor, theta_ref: Tensor, rewards: Tensor, values: Tensor,
     knobs: Knobs, draws: Int[Tensor, "batches batch"], directions: Float[Tensor, "params k"], chunk: int = 1000,
-    progress: tqdm | None = None,
+    progress: tqdm | None = None, sampler_logprobs: Float[Tensor, "n gen"] | None = None,
 ) -> Moments:
     """E[g] and Var[g] of a one-batch estimator from the given draws (each row of `draws` is one
     batch: indices into the list of completions). A chunk of batches shares one backward pass, and
-    one call of the estimator where that gives each batch's own gradient (`separable`)."""
+    one call of the estimator where that gives each batch's own gradient (`separable`).
+    `sampler_logprobs`: log q per token of every completion, where the draws came from q ≠ π."""
+    sampler = (lambda rows: None) if sampler_logprobs is None else (lambda rows: sampler_logprobs[rows])
     n, B = draws.shape
     total = torch.zeros(env.num_params, dtype=torch.float64)
     square = 0.0
@@ -145,8 +168,9 @@ def monte_carlo_moments(
         picked = draws[start : start + chunk].flatten()
         if batched is None:  # probe on the first 8 batches
             probe = picked[: min(8, n) * B]
-            batched = separable(env, estimator, rows_for(env.completions[probe], theta, theta_ref, rewards[probe], values, knobs), B)
-        rows = rows_for(env.completions[picked], theta, theta_ref, rewards[picked], values, knobs)
+            batched = separable(env, estimator, rows_for(env.completions[probe], theta, theta_ref, rewards[probe], values,
+                                                         knobs, sampler(probe)), B)
+        rows = rows_for(env.completions[picked], theta, theta_ref, rewards[picked], values, knobs, sampler(picked))
         G, chunk_leak = batch_gradients(env, estimator, rows, B, batched)
         total += G.sum(0)
         square += G.pow(2).sum().item()

@@ -1,4 +1,5 @@
-"""exact.json, exact.md (the tables), exact.png (the figure) and exact.html (the page) from `run.measure`'s dict.
+"""exact.json, exact.md (the tables), exact.png and exact_offpolicy.png (the figures) and exact.html (the
+page) from `run.measure`'s dict (the off-policy section's tables and figure: `offpolicy_report`).
 
 The figure is a `matplotlib.figure.Figure` made without pyplot (`interp.pages.new_figure`), the page
 is built from `interp.pages` (`page`, `table`, `figure`), like every page of the package.
@@ -180,7 +181,7 @@ def intro(result: dict) -> list[str]:
 
 
 def write_outputs(result: dict, out: Path) -> Path:
-    """exact.json, exact.md, exact.png, exact.html in `out`; returns the page's path."""
+    """exact.json, exact.md, exact.png, exact_offpolicy.png, exact.html in `out`; returns the page's path."""
     (out / "exact.json").write_text(json.dumps(finite(result), indent=1, ensure_ascii=False))
     one = result["one_token"]
     md = "\n\n".join([
@@ -191,15 +192,26 @@ def write_outputs(result: dict, out: Path) -> Path:
         "## … where a completion is one token (max_len = 1)", markdown(KL_HEADER, kl_rows(one)),
         "## The length lesson", markdown(LESSON_HEADER, lesson_rows(result["length_lesson"])),
     ])
+    from rlhf_scratch.exact import offpolicy_report as off  # imports `fmt` from here: a cycle at module level
+
+    offp = result["off_policy"]
+    md += "\n\n" + "\n\n".join(["## Off-policy: the sampler is not the learner", *off.intro(offp),
+                                  *(f"### {title}\n\n{markdown(header, rows)}" for title, header, rows in off.sections(offp)),
+                                  "### Off-policy: one line per knob", "\n".join(f"- {line}" for line in offp["advice"])])
     (out / "exact.md").write_text(md + "\n")
     png = plot(result, out / "exact.png")
+    off_png = off.plot(offp, out / "exact_offpolicy.png")
     body = [f"<h1>{esc('The exact-gradient microscope')}</h1>", *(f"<p>{esc(p)}</p>" for p in intro(result)),
             figure(png, "Every estimator against the truth"),
             "<h2>Every estimator against its true gradient</h2>", table(main_rows(result["estimators"]), MAIN_HEADER),
             "<h2>Under each reward</h2>", table(by_reward_rows(result), by_reward_header(result)),
             "<h2>The KL estimators against both KLs</h2>", table(kl_rows(result["estimators"]), KL_HEADER),
             "<h2>… where a completion is one token</h2>", table(kl_rows(one), KL_HEADER),
-            "<h2>The length lesson</h2>", table(lesson_rows(result["length_lesson"]), LESSON_HEADER)]
+            "<h2>The length lesson</h2>", table(lesson_rows(result["length_lesson"]), LESSON_HEADER),
+            "<h2>Off-policy: the sampler is not the learner</h2>", *(f"<p>{esc(p)}</p>" for p in off.intro(offp)),
+            figure(off_png, "Off-policy: staleness, the IS modes over C, the KL under staleness"),
+            *(f"<h3>{esc(title)}</h3>" + table(rows, header) for title, header, rows in off.sections(offp)),
+            "<h3>One line per knob</h3>", "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in offp["advice"]) + "</ul>"]
     path = out / "exact.html"
     path.write_text(page("The exact-gradient microscope", body))
     return path

@@ -2,7 +2,9 @@
 length lesson, the one-token KL check, Online DPO at the start. `measure(args)` returns the dict
 that `exact.json` holds:
 
-    {"settings", "environment", "truths", "estimators", "by_reward", "length_lesson", "one_token", "seconds"}
+    {"settings", "environment", "truths", "estimators", "by_reward", "length_lesson", "one_token", "off_policy", "seconds"}
+
+("off_policy": `offpolicy_run.measure_off_policy`, the sampler is not the learner.)
 
 A `Scene` is one policy under one reward, ready to measure any estimator (the tests and notebook 07
 use it directly). Monte-Carlo draws are made once per policy and shared by every batch estimator
@@ -42,6 +44,7 @@ from rlhf_scratch.exact.measure import (
     monte_carlo_moments,
     summary,
 )
+from rlhf_scratch.exact.offpolicy_run import measure_off_policy
 from rlhf_scratch.exact.truth import Truth, truths
 
 LESSON = ("rloo", "grpo_grpo", "grpo_dr_grpo", "grpo_dapo")
@@ -258,5 +261,6 @@ def measure(args, progress: bool = True) -> dict:
         "by_reward": by_reward,
         "length_lesson": lesson,
         "one_token": measure_one_token(args, knobs),
+        "off_policy": measure_off_policy(args, progress),
         "seconds": time.perf_counter() - start,
     }
