@@ -252,8 +252,9 @@ def test_under_staleness_only_the_importance_weighted_k1_reward_is_the_reverse_k
     """E_q[w k1_π(y) ∇log π(y)] = Σ_y π k1_π ∇log π = ∇KL(π‖π_ref) with w = π(y)/q(y), exactly. The
     learner's k1 without w, and the k1 the rollout recorded (the sampler's), are not. TRL's ρ k3 with
     ρ = π/q per token has ∇(ρ k3) = ρ k1 ∇log π (k1 = log π − log π_ref at that token): checked to the
-    tensor against Σ_t sg(ρ_t) k1_t log π(y_t). Red if ρ is detached in k3_loss_rho (then it is k3's
-    gradient × ρ) or the ratio is taken against the learner (ρ = 1)."""
+    tensor against Σ_t sg(ρ_t) k1_t log π(y_t); at each prefix its mean over y_t ~ q is the gradient of
+    the full-vocabulary KL there, so it equals PPO's term under any sampler. Red if ρ is detached in
+    k3_loss_rho (then it is k3's gradient × ρ) or the ratio is taken against the learner (ρ = 1)."""
     stale = sc.stale(K)
     ests = kl_estimators()
     assert_exactly(sc.measure(by_name(ests, "k1_reward_is"), stale), "w · k1 in the reward")
@@ -268,6 +269,9 @@ def test_under_staleness_only_the_importance_weighted_k1_reward_is_the_reverse_k
     ours = exact_mean(sc, by_name(ests, "k3_loss_rho"), stale)
     hand = exact_mean(sc, Estimator("rho_k1", rho_k1, "completion", "kl_reverse", ""), stale)
     assert ((ours - hand).norm() / hand.norm()).item() < EXACT
+    # and per prefix E_{y_t ~ q}[ρ_t k1_t ∇log π_t] = Σ_a π(a) k1(a) ∇log π(a): PPO's full-vocabulary term's gradient
+    full = exact_mean(sc, by_name(ests, "kl_full_vocab_loss"), stale)
+    assert ((ours - full).norm() / full.norm()).item() < EXACT
 
 
 def test_rloo_off_policy_unclipped_is_unbiased_and_its_clip_is_not(sc):
