@@ -201,6 +201,78 @@ for reward in ("correct", "sentiment"):
     e = s.measure_dpo(beta=0.1, loss_type="sigmoid")
     print(f"{reward:10s} online DPO (sigmoid, β = 0.1) at π = π_ref: cos to ∇J {e['cos_to_true']:.5f}, "
           f"‖E g‖/‖∇J‖ {e['norm_ratio']:.5f}")"""),
+    ("md", "offpolicy", """\
+## Off-policy: when the sampler is not the learner
+
+Everything so far had ratio 1: the completions came from the policy that scores them. An
+asynchronous trainer learns from completions drawn **k updates ago**. TRL 1.16 corrects the gap
+with an importance weight, `vllm_importance_sampling_correction` (default mode `sequence_mask`,
+C_max 3). `rlhf_scratch.exact.offpolicy` builds a history: the learner is θ_8 after 8 steps of
+fixed length along ∇J of the sentiment reward, and staleness k samples from θ_{8−k}. With
+q = π_{θ_{8−k}} known for every completion, every expectation below is exact.
+
+With A = r − V_q(x) and w = π(y)/q(y), **predict**, before running the next cell:
+
+* with no correction, does the error ‖E g − ∇J‖/‖∇J‖ grow with k, or level off?
+* full sequence IS (E_q[w A ∇log π]): how far from ∇J at k = 8?
+* per-token weights w_t = π(y_t)/q(y_t) instead of the sequence's: better or worse than no correction,
+  and exact or not?
+* TRL's default drops every completion with w > 3. At k = 8 some weights pass 3: is it still exact?
+* PPO's and RLOO's clipped ratios (ε = 0.2) against the stale sampler: are they corrections?"""),
+    ("code", "offpolicy-code", """\
+import math
+
+from rlhf_scratch.exact.cli import ExactArgs
+from rlhf_scratch.exact.offpolicy import clipped_estimators, correction
+from rlhf_scratch.exact.offpolicy_run import TRL_DEFAULT, kl_estimators, off_policy_scene, sampler_facts
+
+args = ExactArgs(out="unused", vocab=4, max_len=4, p_right=(0.2, 0.6), off_policy_reward="sentiment",
+                 stale_step=0.6, staleness=(1, 2, 4, 8), top_k=2)
+off = off_policy_scene(args)  # the learner at the end of an 8-step history
+rows = {"no correction": correction(None, None), "full IS": correction("sequence_truncate", math.inf),
+        "per-token IS": correction("token_truncate", math.inf), "TRL default": correction(*TRL_DEFAULT),
+        **{e.name: e for e in clipped_estimators() if e.name in ("ppo_clip", "rloo_clip")}}
+print("error ‖E g − ∇J‖/‖∇J‖ of the learner, exact")
+print(f"{'k':>2} {'KL(q‖π)':>8} {'max w':>6} {'P(w>3)':>7}  " + "  ".join(f"{n:>13s}" for n in rows))
+for k in (0, 1, 2, 4, 8):
+    s = off.stale(k)
+    f = sampler_facts(off, s)
+    errors = [off.measure(e, s)["rel_error"] for e in rows.values()]
+    print(f"{k:>2} {f['kl_sampler_learner']:8.4f} {f['w_max']:6.2f} {f['p_w_above_3']:7.3f}  "
+          + "  ".join(f"{x:13.4f}" for x in errors))"""),
+    ("md", "offpolicy-answer", """\
+The error of no correction grows with every step of staleness. **Full sequence IS is ∇J exactly**
+at every k: E_q[(π/q) A ∇log π] = Σ_y π A ∇log π, and a constant baseline has mean 0 under π. Its
+cost is variance (`off.measure(...)["variance"]`). Per-token weights roughly halve the bias and stop
+there: a token's weight corrects that token, not the probability of the prefix that led to it.
+TRL's default is exact as long as no weight exceeds 3. At k = 8 it drops the completions with
+w > 3, the ones the learner moved toward, and is no longer exact. The clipped ratios are a trust
+region, not a correction: they zero the terms whose ratio has left 1 ± ε, which are the terms the
+learner's own updates moved, and what remains is not ∇J even at k = 1.
+
+A different mismatch: the sampler uses **top-k 2** (or top-p) while the learner scores with the
+full softmax. **Predict**: can any importance weight fix that? And for the KL penalty at k = 8,
+which is closest to ∇KL(π‖π_ref): the learner's k1 in the reward, the sampler's k1 (as the rollout
+recorded it), or the learner's k1 × π(y)/q(y)?"""),
+    ("code", "offpolicy-topk-kl", """\
+top_k = off.mismatches(args.top_k, args.top_p)[1]
+f = sampler_facts(off, top_k)
+print(f"{top_k.about}: π's mass the sampler can draw {f['support_mass']:.3f}")
+for name, est in (("no correction", rows["no correction"]), ("full IS", rows["full IS"])):
+    print(f"  {name:14s} error {off.measure(est, top_k)['rel_error']:.4f}")
+kl = {e.name: e for e in kl_estimators()}
+print("KL in the reward at staleness 8, error against ∇KL(π‖π_ref):")
+for name in ("k1_reward", "k1_reward_sampler", "k1_reward_is"):
+    e = off.measure(kl[name], off.stale(8))
+    print(f"  {name:18s} error {e['rel_error']:.2e}, variance per completion {e['variance']:.2f}")"""),
+    ("md", "offpolicy-answer-2", """\
+No weight fixes top-k. The completions the sampler cuts are never drawn, so full IS follows the
+gradient of J restricted to the sampler's support, not ∇J (`tests/test_exact_offpolicy.py` checks
+this identity exactly). The fix is to score with the distribution sampled. For the KL, only
+the weighted one is exact: E_q[w k1 ∇log π] = Σ_y π k1 ∇log π = ∇KL(π‖π_ref). This is an unbiased
+off-policy, sequence-level reverse-KL gradient, and it costs variance. The full off-policy tables,
+with every IS mode over C, the Monte-Carlo group rows and one line of advice per knob, are in
+[docs/exact.md](../docs/exact.md#off-policy-the-sampler-is-not-the-learner)."""),
     ("md", "takeaways", """\
 ## What to take away
 
@@ -214,6 +286,10 @@ for reward in ("correct", "sentiment"):
   shorter; top-k or temperature scored with the full softmax; the per-token k2/k3 loss terms for
   sequences; PPO's one-step advantage with a value of 0 (only the last token learns).
 * **Zero**: k1 as a loss term.
+* **Off-policy**: full sequence importance weights are exact at any staleness, at a cost in
+  variance. Per-token weights, caps and masks below the largest weight, and PPO-style clipping are
+  not. No weight corrects a top-k/top-p sampler. The learner's k1 × π/q is the exact KL gradient
+  off-policy.
 
 The full table at the default settings — every GRPO loss type, PPO's clipped surrogate, the three
 rewards, with n and standard errors — is [docs/exact.md](../docs/exact.md)."""),
