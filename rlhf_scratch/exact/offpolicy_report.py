@@ -11,10 +11,12 @@ from rlhf_scratch.exact.report import fmt
 
 
 def _cell(e: dict) -> str:
-    """'error (cos)': ‖E g − ∇‖/‖∇‖ and cos(E g, ∇), with the size's s.e. where Monte-Carlo."""
+    """'error (cos)': ‖E g − ∇‖/‖∇‖ and cos(E g, ∇); where Monte-Carlo also the size along ∇ ± s.e. and
+    how many s.e. it is from 1 (the bias in s.e.)."""
     cos = "—" if e.get("cos_to_true") is None else fmt(e["cos_to_true"])
     se = e.get("norm_ratio_along_true_se")
-    return f"{fmt(e['rel_error'])} ({cos})" + (f", size {fmt(e['norm_ratio_along_true'])} ± {fmt(se)}" if se else "")
+    mc = f", size {fmt(e['norm_ratio_along_true'])} ± {fmt(se)} ({e['bias_in_se']:+.1f} s.e.)" if se else ""
+    return f"{fmt(e['rel_error'])} ({cos})" + mc
 
 
 SAMPLER_HEADER = ("sampler", "what it is", "KL(q‖π)", "KL(π‖q)", "π's mass on q's support", "E_q[w²]", "max w",
