@@ -213,6 +213,22 @@ def check_model_folder(folder: Path, field: str, classifier: bool) -> None:
                                    "conversion assumes the MLP is 4 × d_model wide")
 
 
+@contextlib.contextmanager
+def unreadable_weights(folder: Path, field: str):
+    """A safetensors file of `folder` that cannot be read (cut short by a copy or a kill, or not
+    safetensors at all) as one ModelFolderError line naming the file and `field`, instead of
+    safetensors' traceback. (A broken .bin is transformers' OSError, already one line.)"""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except SafetensorError as e:
+        files = sorted(folder.glob("*.safetensors"))
+        where = files[0] if len(files) == 1 else f"{folder}'s .safetensors files"
+        raise ModelFolderError(f"{field}: {where}: unreadable weights ({str(e).splitlines()[0]}); the file is truncated "
+                               "or not a safetensors file") from None
+
+
 # model_type of a local --model folder -> its family, as docs/models.md names it. Each is tested
 # offline (tests/test_model_families.py): loaded, equal to the HF model's log-probs, trained.
 LOCAL_FAMILIES = {"gpt2": "GPT-2", "gpt_neox": "GPT-NeoX (Pythia)", "llama": "Llama", "qwen2": "Qwen2",
@@ -335,7 +351,8 @@ def load_lm(name: str = TINY, device: str | torch.device = "cpu") -> HookedTrans
     folder = _local_folder(name, TINY_LM_DIR)
     if folder is not None:
         check_model_folder(folder, "model", classifier=False)
-        model = hooked_from_hf_folder(folder, device)
+        with unreadable_weights(folder, "model"):
+            model = hooked_from_hf_folder(folder, device)
     else:
         from transformer_lens import loading_from_pretrained as tl_loading
 
@@ -368,7 +385,7 @@ def load_classifier(
     if folder is not None:
         check_model_folder(folder, "reward_model", classifier=True)
     source = str(folder) if folder else name
-    with hub_errors(name), no_weight_loading_bars():
+    with hub_errors(name), no_weight_loading_bars(), unreadable_weights(Path(source), "reward_model"):
         model = AutoModelForSequenceClassification.from_pretrained(source, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(source)
     return as_classifier(model, tokenizer, name, device)

@@ -1,6 +1,8 @@
 """Run setup, before the first phase: validate the config, seed every RNG, pick the device and the
 CPU threads, join the process group under torchrun, load the policy (with LoRA adapters when asked)
-and the reference, and load the prompts (in the model's prompt format, checked against its context)."""
+and the reference, and load the prompts (in the model's prompt format, checked against its context).
+`check_against_model` makes setup's checks against the model without a run (a study, before it
+writes its folder)."""
 
 from __future__ import annotations
 
@@ -91,3 +93,17 @@ def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIt
         model.cfg.n_ctx, args.gen_len, "prefix" if args.prompts == PROMPT_PREFIX else args.prompts,
     )
     return PromptIterator(prompts, args.seed)
+
+
+MODEL_CHECKED = ("model", "lora_rank", "lora_alpha", "lora_targets", "gen_len", "prompts", "prefix", "prepend_bos",
+                 "chat_template")
+"""The fields `check_against_model` reads: runs equal in these need the check once."""
+
+
+def check_against_model(args: CommonArgs) -> None:
+    """Setup's checks against the model, without a run: the model loads (on the CPU), the LoRA rank
+    fits its matrices (`add_adapters`), and every prompt with gen_len tokens fits its context
+    (`make_prompt_iterator`). The caller's RNG is left as it was. Raises what setup would raise."""
+    args = args.with_local_paths_resolved()
+    with torch.random.fork_rng(devices=[]):  # add_adapters draws A from torch's RNG
+        make_prompt_iterator(args, add_adapters(load_policy(args.model, "cpu"), args))

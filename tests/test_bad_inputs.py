@@ -20,6 +20,10 @@ def folders(tmp_path_factory):
     (root / "bert" / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertForMaskedLM"]}))
     shutil.copytree(asset_path("tiny_lm"), root / "causal_lm")
     shutil.copytree(asset_path("tiny_reward"), root / "classifier")
+    for name, asset in (("truncated_lm", "tiny_lm"), ("truncated_rm", "tiny_reward")):  # a copy cut short
+        shutil.copytree(asset_path(asset), root / name)
+        weights = root / name / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     (root / "a_file.txt").write_text("x")
     (root / "empty_prompts.txt").write_text("\n")
     (root / "long_prompts.txt").write_text("ok\n" + "great " * 200 + "\n")
@@ -78,6 +82,11 @@ CASES = [
     (["sentiment", "--model", "{root}/a_file.txt"], "model: {root}/a_file.txt is a file, not a model folder"),
     (["sentiment", "--reward-model", "{root}/causal_lm"], "reward_model: {root}/causal_lm is not a sequence classifier"),
     (["sentiment", "--reward-model", "{root}/missing"], "reward_model: {root}/missing: no such folder"),
+    (["sentiment", "--model", "{root}/truncated_lm", *SECONDS], "model: {root}/truncated_lm/model.safetensors: "
+     "unreadable weights (Error while deserializing header: incomplete metadata, file not fully covered); the file is "
+     "truncated or not a safetensors file"),
+    (["sentiment", "--reward-model", "{root}/truncated_rm", *SECONDS],
+     "reward_model: {root}/truncated_rm/model.safetensors: unreadable weights ("),
     (["sentiment", "--model", "gpt2"], "cannot download 'gpt2' from the Hugging Face Hub"),
     (["sentiment", "--prompts", "{root}/none.txt"], "prompts: {root}/none.txt: not found"),
     (["sentiment", "--prompts", "{root}/empty_prompts.txt"], "prompts: {root}/empty_prompts.txt: no prompts (file is empty)"),
@@ -169,3 +178,34 @@ def test_sample_refuses_a_run_config_the_command_line_would_refuse(folders, caps
     assert sample([str(folders / folder), "hello"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err == f"error: {folders}/{message}", err
+
+
+STUDY_CASES = [
+    # (study, argv, the one line): values only a study's run would have refused, before the fix after the
+    # folder was written with the bad plan in it (a rerun failed the same way; the corrected one was refused)
+    ("compare", ["sentiment", "--quick", "--seeds", "-1"], "seeds: must be >= 0; got -1"),
+    ("compare", ["sentiment", "--quick", "--seeds", "99999999999999999999"], "seeds: must be at most 4294967295"),
+    ("compare", ["sentiment", "--quick", "--algos", "rloo", "--", "--lora-rank", "999"],
+     "run rloo-s1: lora_rank: must be in 1..128 (the smallest adapted matrix's side"),
+    ("compare", ["sentiment", "--quick", "--algos", "rloo", "--", "--num-generations", "3"],
+     "run rloo-s1: batch_size: must be divisible by num_generations (8 % 3 != 0)"),
+    ("length", ["--quick", "--seeds", "-3"], "seeds: must be >= 0; got -3"),
+    ("length", ["--quick", "--methods", "rloo", "--gen-len", "500"],
+     "run rloo-s1: gen_len: 500 leaves no room for a prompt in the model's context n_ctx=128"),
+    ("overoptimization", ["--quick", "--seeds", "-2"], "seeds: must be >= 0; got -2"),
+    ("overoptimization", ["--quick", "--algos", "grpo,bon", "--batch-size", "12"],
+     "run grpo-s1-rm10: batch_size: must be divisible by num_generations (12 % 8 != 0)"),
+]
+
+
+@pytest.mark.parametrize("study, argv, message", STUDY_CASES, ids=[f"{c[0]} {' '.join(c[1])}"[:60] for c in STUDY_CASES])
+def test_a_study_refuses_what_its_runs_would_refuse_before_writing_its_folder(tmp_path, capsys, study, argv, message):
+    import importlib
+
+    main = importlib.import_module({"compare": "rlhf_scratch.studies.compare", "length": "rlhf_scratch.studies.length",
+                                    "overoptimization": "rlhf_scratch.studies.overoptimization"}[study]).main
+    cut = argv.index("--") if "--" in argv else len(argv)
+    assert main([*argv[:cut], "--out", str(tmp_path / "study"), *argv[cut:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
+    assert not (tmp_path / "study").exists(), "a plan that cannot run was saved: the corrected command would be refused"

@@ -64,6 +64,7 @@ from rlhf_scratch.studies.runner import (
     by_group,
     check_at_least,
     check_choices,
+    check_runs,
     csv_list,
     draw_band,
     interval_cell,
@@ -230,13 +231,18 @@ def label(unit: Unit) -> str:
 # --- running -------------------------------------------------------------------------------------
 
 
-def train_command(unit: Unit, task: str, run_dir: Path, flags: Sequence[str]) -> list[str]:
-    """The process of one run (`runner.train_argv`): `python -m rlhf_scratch.train` with its algorithm,
-    seed and setting (β or top-k), the algorithm's study flags and `flags` — or `--resume` of its
-    interrupted run that has a checkpoint."""
+def train_flags(unit: Unit, task: str, run_dir: Path, flags: Sequence[str]) -> list[str]:
+    """A new run's `python -m rlhf_scratch.train` flags: its algorithm, seed and setting (β or top-k),
+    the algorithm's study flags and `flags`."""
     setting = [] if unit.setting is None else [SETTING_FLAGS[unit.setting[0]], str(unit.value)]
-    return train_argv(unit.name, run_dir, [task, "--algo", unit.method, "--seed", str(unit.seed), "--run-dir", str(run_dir),
-                                           *flags, *registry.get(unit.method).study_flags, *setting])
+    return [task, "--algo", unit.method, "--seed", str(unit.seed), "--run-dir", str(run_dir),
+            *flags, *registry.get(unit.method).study_flags, *setting]
+
+
+def train_command(unit: Unit, task: str, run_dir: Path, flags: Sequence[str]) -> list[str]:
+    """The process of one run (`runner.train_argv`): `python -m rlhf_scratch.train` with `train_flags`
+    — or `--resume` of its interrupted run that has a checkpoint."""
+    return train_argv(unit.name, run_dir, train_flags(unit, task, run_dir, flags))
 
 
 def summarize(run_dir: Path, measured: dict) -> dict:
@@ -447,9 +453,11 @@ def page_body(results: dict[str, dict], figures: list[Path], inside: dict | None
 def run_comparison(args: CompareArgs) -> None:
     """Train the runs not done yet, then write the figures, the table and the page, and print the table."""
     out = Path(args.out or f"comparisons/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
-    open_study(out, args.plan(), PLAN_FILE, "comparison")
-    units, flags, ledger = args.units(), args.run_flags(), Ledger(out / RESULTS_FILE)
+    units, flags = args.units(), args.run_flags()
     run_dirs = {unit.name: out / "runs" / unit.name for unit in units}
+    check_runs((u.name, train_flags(u, args.task, run_dirs[u.name], flags)) for u in units)  # before the folder
+    open_study(out, args.plan(), PLAN_FILE, "comparison")
+    ledger = Ledger(out / RESULTS_FILE)
     run_jobs([Job(u.name, partial(train_command, u, args.task, run_dirs[u.name], flags), run_dirs[u.name],
                   args.total_phases, asdict(u)) for u in units],
              ledger, parallel=args.jobs, desc="phases, all runs", unit="phase")

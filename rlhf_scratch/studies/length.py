@@ -61,6 +61,7 @@ from rlhf_scratch.studies.runner import (
     by_group,
     check_at_least,
     check_choices,
+    check_runs,
     csv_list,
     draw_band,
     interval_cell,
@@ -186,13 +187,17 @@ QUICK = {"total_phases": 3, "batch_size": 8, "num_generations": 4, "gen_len": 8,
 """`--quick`: LengthArgs' fields for a study of seconds."""
 
 
-def train_command(unit: Unit, args: LengthArgs, run_dir: Path) -> list[str]:
-    """The process of one run: GRPO with `--loss-type <method>`, or RLOO, at the study's flags
-    (`runner.train_argv`: or `--resume` of its interrupted run)."""
+def train_flags(unit: Unit, args: LengthArgs, run_dir: Path) -> list[str]:
+    """A new run's `python -m rlhf_scratch.train` flags: GRPO with `--loss-type <method>`, or RLOO, at
+    the study's flags."""
     algo = ["--algo", RLOO] if unit.method == RLOO else ["--algo", "grpo", "--loss-type", unit.method]
     flags = args.run_flags()
-    return train_argv(unit.name, run_dir, [flags[0], *algo, "--seed", str(unit.seed), "--run-dir", str(run_dir),
-                                           *flags[1:]])
+    return [flags[0], *algo, "--seed", str(unit.seed), "--run-dir", str(run_dir), *flags[1:]]
+
+
+def train_command(unit: Unit, args: LengthArgs, run_dir: Path) -> list[str]:
+    """The process of one run, `train_flags` (`runner.train_argv`: or `--resume` of its interrupted run)."""
+    return train_argv(unit.name, run_dir, train_flags(unit, args, run_dir))
 
 
 # --- the numbers ---------------------------------------------------------------------------------
@@ -453,9 +458,11 @@ def run_study(args: LengthArgs) -> None:
     """Train the runs not done yet, compute the microscope's lesson once, then write the tables,
     the figure and the page, and print the verdicts and the table."""
     out = Path(args.out)
-    open_study(out, args.plan(), PLAN_FILE, "length study")
-    units, ledger = args.units(), Ledger(out / TIMES_FILE)
+    units = args.units()
     run_dirs = {u.name: out / "runs" / u.name for u in units}
+    check_runs((u.name, train_flags(u, args, run_dirs[u.name])) for u in units)  # before the folder
+    open_study(out, args.plan(), PLAN_FILE, "length study")
+    ledger = Ledger(out / TIMES_FILE)
     run_jobs([Job(u.name, partial(train_command, u, args, run_dirs[u.name]), run_dirs[u.name], args.total_phases,
                   asdict(u)) for u in units], ledger, parallel=args.jobs, desc="phases, all runs", unit="phase")
 

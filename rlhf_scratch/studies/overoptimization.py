@@ -250,6 +250,13 @@ class StudyArgs:
                               f"got {self.kl_sweep}")
         if self.bon_max < 2 or self.bon_max & (self.bon_max - 1):
             raise ConfigError(f"bon_max: must be a power of 2 >= 2; got {self.bon_max}")
+        from rlhf_scratch.config import make_args  # no torch: each RL run's own rules, before a folder is made
+
+        for unit in self.rl_units():
+            try:
+                make_args("tiny", algo=unit.method, task="sentiment", **self.rl_fields(unit))
+            except ConfigError as e:
+                raise ConfigError(f"run {unit.name}: {e}") from None
         return self
 
     def plan(self) -> dict:
@@ -263,6 +270,13 @@ class StudyArgs:
         the KL-penalty sweep, a PPO run per (β, seed) against the smallest proxy, tagged `b` (`ppo-s1-b0.3`)."""
         grid = plan_units([m for m in self.methods() if m != BON], self.seed_list(), [("rm", n) for n in self.sizes()])
         return grid + plan_units([SWEEP_ALGO], self.seed_list(), [("b", b) for b in self.sweep_betas()])
+
+    def rl_fields(self, unit: Unit) -> dict:
+        """The train fields of an RL unit's run (`rl_spec`; a sweep run's β is its setting)."""
+        beta = {"beta": unit.value} if unit.setting[0] == "b" else {}
+        return {"total_phases": self.total_phases, "batch_size": self.batch_size, "gen_len": self.gen_len, "top_k": 0,
+                "base_lr": self.base_lr, "warmup_steps": 2, "threads": self.threads, "seed": unit.seed, "save_every": 5,
+                "table_every": 10**6, "plot_every": 10**6, **beta}
 
 
 SWEEP_ALGO = "ppo"  # the KL-penalty sweep's algorithm: the blog's, whose β is a penalty in the reward
@@ -338,13 +352,10 @@ def rl_spec(unit: Unit, args: StudyArgs, out: Path, proxies: dict[int, Path], tr
     preset against the proxy (a sweep run: the smallest, at its β), whole-vocabulary sampling (so its
     KL is the KL of what is sampled)."""
     tag, value = unit.setting
-    proxy, beta = (proxies[value], {}) if tag == "rm" else (proxies[min(proxies)], {"beta": value})
+    proxy = proxies[value] if tag == "rm" else proxies[min(proxies)]
     return {"algo": unit.method, "proxy": str(proxy), "run_dir": str(out / "runs" / unit.name),
             "train_prompts": str(train_file), "eval_prompts": str(eval_file), "per_prompt": args.eval_per_prompt,
-            "eval_every": args.eval_every,
-            "train_fields": {"total_phases": args.total_phases, "batch_size": args.batch_size, "gen_len": args.gen_len,
-                             "top_k": 0, "base_lr": args.base_lr, "warmup_steps": 2, "threads": args.threads,
-                             "seed": unit.seed, "save_every": 5, "table_every": 10**6, "plot_every": 10**6, **beta}}
+            "eval_every": args.eval_every, "train_fields": args.rl_fields(unit)}
 
 
 def write_study_report(args: StudyArgs, out: Path, accuracy: dict[str, float], times: dict[str, float]) -> Path:

@@ -4,6 +4,7 @@
         return study_main(lambda: parse_study(MyArgs, argv, default=MyArgs(), prog=..., description=...), run)
 
     def run(args):
+        check_runs([(u.name, train_flags_of(u)) for u in plan_units(...)])      # each run's settings, before the folder
         out = open_study(Path(args.out), args.plan(), "study.json", "study")   # new, or the same plan again
         ledger = Ledger(out / "times.json")                                   # what each finished unit measured
         run_jobs([Job(u.name, command_of(u), folder_of(u), steps=phases) for u in plan_units(...)], ledger,
@@ -30,6 +31,9 @@ carry bands (`draw_band`), and the page opens with `verdict_html(stats.verdict(.
 - **Processes.** Every unit runs in a process of its own, `parallel` at a time, so each has its own
   wall time and peak memory (`os.wait4`) and a crash stays in one unit. One progress bar counts the
   steps of every unit (a training run's phases, read from its status.json while it runs).
+- **Checks first.** Every unit's run is checked as its own process will check it before the
+  study's folder is written (`check_runs`): a plan that cannot run is never saved, so it never
+  stands in the way of the corrected command.
 - **Errors.** Bad input is one line, `error: <field>: <rule>`, exit code 2, nothing written. A unit
   that fails is a RuntimeError carrying its process's last `error:` line: no further unit starts,
   and the command says to run it again to continue (exit code 1; Ctrl-C: 130).
@@ -55,7 +59,7 @@ from typing import Any, TypeVar
 
 from interp.pages import esc, page
 from rlhf_scratch.cli import parse_dataclass
-from rlhf_scratch.config import ConfigError
+from rlhf_scratch.config import CommonArgs, ConfigError, check_seed
 from rlhf_scratch.studies.stats import Number, mean_interval
 
 A = TypeVar("A")
@@ -117,9 +121,11 @@ def csv_list(text: str, kind: type, field: str) -> list:
 
 
 def seed_list(text: str, field: str = "seeds") -> list[int]:
-    """`--seeds 1,2,3` -> [1, 2, 3]: a list flag of ints, each seed once (a seed given twice would
-    count one run twice in every mean and interval)."""
+    """`--seeds 1,2,3` -> [1, 2, 3]: a list flag of ints, each a seed a run takes (`config.check_seed`)
+    and each once (a seed given twice would count one run twice in every mean and interval)."""
     seeds = csv_list(text, int, field)
+    for seed in seeds:
+        check_seed(seed, field)  # a run's own rule (0..2**32 - 1), said before any run starts
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"{field}: each seed once; got {text}")
     return seeds
@@ -136,6 +142,40 @@ def check_at_least(args: object, names: Iterable[str], low: int = 1) -> None:
     for name in names:
         if getattr(args, name) < low:
             raise ConfigError(f"{name}: must be >= {low}; got {getattr(args, name)}")
+
+
+def check_runs(runs: Iterable[tuple[str, list[str]]]) -> None:
+    """Each (unit name, its `python -m rlhf_scratch.train` flags) checked as that process will check
+    them, before the study writes its folder: parsed and validated by train's own parser, then each
+    distinct setting against its model (`check_run_args`). A ConfigError of one line naming the
+    first run that would fail, and its field."""
+    from rlhf_scratch.train import parse_args
+
+    parsed = []
+    for name, argv in runs:
+        try:
+            parsed.append((name, parse_args(argv)[0]))
+        except ConfigError as e:
+            raise ConfigError(f"run {name}: {first_line(e)}") from None
+    check_run_args(parsed)
+
+
+def check_run_args(runs: Iterable[tuple[str, CommonArgs]]) -> None:
+    """Each distinct setting of the (unit name, validated args) checked against its model as run
+    setup checks it (`run_setup.check_against_model`: the context, the LoRA rank, the prompts'
+    lengths), once per setting; one ConfigError line naming the first run that would fail."""
+    from rlhf_scratch.loading import HubUnreachableError
+    from rlhf_scratch.run_setup import MODEL_CHECKED, check_against_model
+
+    checked = set()
+    for name, args in runs:
+        setting = tuple(getattr(args, f) for f in MODEL_CHECKED)
+        if setting not in checked:
+            checked.add(setting)
+            try:
+                check_against_model(args)
+            except (ValueError, OSError, HubUnreachableError) as e:  # ConfigError, ModelFolderError, PromptError, ...
+                raise ConfigError(f"run {name}: {first_line(e)}") from None
 
 
 # --- the plan --------------------------------------------------------------------------------------
