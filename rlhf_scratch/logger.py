@@ -6,7 +6,6 @@ Trainers never touch files or W&B: they return metrics and a `Rollout`, the loop
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from tqdm.auto import tqdm
 from rlhf_scratch.config import CommonArgs
 from rlhf_scratch.plots import plot_training_curves
 from rlhf_scratch.rollout import Rollout
-from rlhf_scratch.runs import METRICS_FILE, SAMPLES_FILE, append_metrics, read_metrics
+from rlhf_scratch.runs import SAMPLES_FILE, append_metrics, cut_metrics
 
 Metrics = dict[str, float | int]
 
@@ -46,10 +45,7 @@ class RunLogger:
     def resume_at(self, phase: int) -> None:
         """Continue a run after `phase`: drop anything logged for later phases (written after the
         checkpoint, before the interruption) so no phase is duplicated or missing."""
-        metrics_path = self.run_dir / METRICS_FILE
-        kept = [m for m in read_metrics(self.run_dir) if m["phase"] <= phase] if metrics_path.is_file() else []
-        metrics_path.write_text("".join(json.dumps(m) + "\n" for m in kept))
-        self.history = kept
+        self.history = cut_metrics(self.run_dir, phase)
         samples_path = self.run_dir / SAMPLES_FILE
         if samples_path.is_file():
             sections = samples_path.read_text().split("## phase ")

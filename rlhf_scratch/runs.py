@@ -328,6 +328,32 @@ def append_metrics(run_dir: Path, metrics: dict[str, float | int]) -> None:
         raise RunFolderError(f"run_dir: cannot write {run_dir / METRICS_FILE} ({e.strerror})") from None
 
 
+def cut_metrics(run_dir: str | Path, last: int, key: str = "phase") -> list[dict[str, float | int]]:
+    """Cut metrics.jsonl back to the lines whose `key` (a run's phase, a reward model's step) is at
+    most `last`, the checkpoint a run resumes from: what was logged after it, before the interruption,
+    is logged again by the resumed run, so no line is duplicated or missing. A last line a kill cut
+    short is dropped too. The file is replaced whole (write, then rename): a kill while cutting leaves
+    it as it was. Returns the lines kept."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = []
+    for i, line in enumerate(lines):
+        try:
+            metrics = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # the write a kill interrupted
+                break
+            raise RunFolderError(f"{path} line {i + 1}: not JSON; the file is damaged") from None
+        if metrics[key] <= last:
+            kept.append(metrics)
+    tmp = path.with_name(f".{METRICS_FILE}.tmp")
+    tmp.write_text("".join(json.dumps(m) + "\n" for m in kept))
+    os.replace(tmp, path)
+    return kept
+
+
 def read_metrics(run_dir: str | Path) -> list[dict[str, float | int]]:
     """All phases' metrics of a run, in order."""
     path = Path(run_dir) / METRICS_FILE

@@ -216,6 +216,8 @@ def test_reward_model_resume_continues_from_the_checkpoint(marker_run, tmp_path)
     shutil.copytree(marker_run, run)
     shutil.rmtree(list_checkpoints(run)[-1])  # the final checkpoint lost: resume from step 10
     (run / "checkpoints" / "latest").write_text("phase-0010\n")
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 16, "epo')  # and the last line cut short by a kill
     saved = json.loads((run / "config.json").read_text())
     saved.pop("algo")
     args = RewardModelArgs(**{**saved, "run_dir": str(run)})
@@ -224,6 +226,11 @@ def test_reward_model_resume_continues_from_the_checkpoint(marker_run, tmp_path)
     b = torch.load(marker_run / "reward_model.pt", weights_only=True)
     for k in a:
         torch.testing.assert_close(a[k], b[k], msg=f"resumed weights differ at {k}")
+    resumed, whole = ([json.loads(line) for line in (r / "metrics.jsonl").read_text().splitlines()] for r in (run, marker_run))
+    assert [m["step"] for m in resumed] == [m["step"] for m in whole] == [5, 10, 15], \
+        "the lines logged after the checkpoint (step 15) must be cut on resume, not logged twice"
+    for x, y in zip(resumed, whole):
+        assert x == pytest.approx(y, rel=1e-5, abs=1e-6), "a resumed step logged other numbers than the whole run's"
 
 
 def test_reward_model_command_refuses_bad_input_in_one_line(tmp_path, capsys):

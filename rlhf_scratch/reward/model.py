@@ -356,7 +356,7 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
     from rlhf_scratch.lifecycle import RunLife
     from rlhf_scratch.loading import load_lm
     from rlhf_scratch.run_setup import resolve_device, set_seed
-    from rlhf_scratch.runs import CONFIG_FILE, append_metrics, check_new_run_dir
+    from rlhf_scratch.runs import CONFIG_FILE, append_metrics, check_new_run_dir, cut_metrics
 
     args.validate()
     say = (lambda text: None) if args.quiet else tqdm.write
@@ -394,6 +394,7 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
             optimizer.load_state_dict(restored["optimizer"])
             set_rng_state(restored["rng"])
             step = int(restored["phase"])
+            cut_metrics(run_dir, step, key="step")  # lines logged after the checkpoint are logged again
         life.start(step, state(step))
         say(f"reward model: {len(train_idx)} training pairs, {len(eval_idx)} held out, {total_steps} steps -> {run_dir}")
         window: list[dict[str, float]] = []
