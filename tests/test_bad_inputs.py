@@ -209,3 +209,30 @@ def test_a_study_refuses_what_its_runs_would_refuse_before_writing_its_folder(tm
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
     assert not (tmp_path / "study").exists(), "a plan that cannot run was saved: the corrected command would be refused"
+
+
+@pytest.mark.parametrize("content, argv, why", [
+    (b"garbage", ["--check"], "NotJSONError: Notebook does not appear to be JSON: 'garbage'"),
+    (b"", ["--check"], "NotJSONError"),
+    (b"[1]", ["--check"], "AttributeError"),
+    (b"\xff\xfe", [], "UnicodeDecodeError"),
+    (b"garbage", [], "NotJSONError"),  # executing: refused before a kernel starts, the file left as it was
+])
+def test_execute_notebooks_refuses_a_file_that_is_not_a_notebook(tmp_path, capsys, content, argv, why):
+    from rlhf_scratch.course.execute_notebooks import main as execute_notebooks
+
+    path = tmp_path / "not.ipynb"
+    path.write_bytes(content)
+    assert execute_notebooks([*argv, str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"error: {path}: not a Jupyter notebook ({why}"), err
+    assert path.read_bytes() == content
+
+
+def test_execute_notebooks_refuses_a_timeout_below_one_second(tmp_path, capsys):
+    from rlhf_scratch.course.execute_notebooks import main as execute_notebooks
+
+    path = tmp_path / "empty.ipynb"
+    path.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    assert execute_notebooks(["--timeout", "-5", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == "error: --timeout -5: at least 1 (seconds a cell may run)"

@@ -194,10 +194,20 @@ class NotebookFailed(Exception):
     """A notebook that did not run through; its message is the one line naming notebook and cell."""
 
 
+class NotANotebook(ValueError):
+    """A file that cannot be read as a notebook; its message is one line naming the file."""
+
+
 def _read(path: Path):
+    """The notebook at `path` (nbformat 4), or NotANotebook: empty, not JSON, not UTF-8, or JSON that
+    is not a notebook each raise something else inside nbformat, and none of them names the file."""
     import nbformat
 
-    return nbformat.read(path, as_version=4)
+    try:
+        return nbformat.read(path, as_version=4)
+    except Exception as e:
+        why = str(e).splitlines()[0][:80] if str(e) else ""
+        raise NotANotebook(f"{_shown(path)}: not a Jupyter notebook ({type(e).__name__}{': ' if why else ''}{why})") from None
 
 
 def _shown(path: Path) -> str:
@@ -298,6 +308,24 @@ def execute_all(paths: list[Path], jobs: int = 1, timeout: int = CELL_TIMEOUT) -
 
 # --- the command -----------------------------------------------------------------------------------
 
+def refusal(paths: list[Path], jobs: int, timeout: int) -> str | None:
+    """The one line a bad command line gets (None: none): a missing file, a file that is not a
+    notebook (every one read before any runs), --jobs or --timeout below 1."""
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        return f"no such notebook: {missing[0]}"
+    if jobs < 1:
+        return f"--jobs {jobs}: at least 1"
+    if timeout < 1:
+        return f"--timeout {timeout}: at least 1 (seconds a cell may run)"
+    try:
+        for path in paths:
+            _read(path)
+    except NotANotebook as e:
+        return str(e)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlhf_scratch.course.execute_notebooks",
                                      description=__doc__.split("\n\n")[0])
@@ -309,10 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=CELL_TIMEOUT, help="seconds one cell may run (default %(default)s)")
     opts = parser.parse_args(argv)
     paths = opts.notebooks or notebook_paths()
-    missing = [p for p in paths if not p.is_file()]
-    if missing or opts.jobs < 1:
-        print(f"error: no such notebook: {missing[0]}" if missing else f"error: --jobs {opts.jobs}: at least 1",
-              file=sys.stderr)
+    if (refused := refusal(paths, opts.jobs, opts.timeout)) is not None:
+        print(f"error: {refused}", file=sys.stderr)
         return 2
     if opts.check:
         lines = [line for path in paths for line in problems(path)]
