@@ -13,7 +13,7 @@
 #   3. the tiny preset beside TRL 1.16 (benchmarks/bench_trl.py, one process per system: each
 #      costs ~25 s of imports there, so one repeat)
 #   4. the default PPO run (100 phases, CUDA graph on by default): its last-10 mean reward
-#   5. with what time is left: torch.compile of the learning forward at GPT-2 small's shape
+#   5. with what time is left: torch.compile of the learning forward at GPT-2 small's shape, batch 512
 #
 # The GPU machines have torch, transformers, accelerate, pandas, pyarrow, jaxtyping, einops, pytest,
 # pytest-xdist, pytest-timeout, matplotlib, tabulate and tqdm, but not the rest: they travel as
@@ -30,12 +30,14 @@ set -u
 OUT=${OUT:?set OUT to the folder for the results}
 DEVICE=${DEVICE:-cuda}
 BUDGET=${BUDGET:-540}
+STEPS=${STEPS:-1,2,3,4,5}   # which of the steps below to run (a shorter check: STEPS=1,2,3 BUDGET=300)
 mkdir -p "$OUT"
 L=$OUT/log.txt; T0=$(date +%s)
 say(){ echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$L"; }
 left(){ echo $(( BUDGET - ($(date +%s) - T0) )); }
 # run NAME TIMEOUT CMD...: the step if at least TIMEOUT/2 seconds are left, under min(TIMEOUT, what is left)
 run(){ local name=$1 t=$2; shift 2; local l; l=$(left)
+  case ",$STEPS," in *",${name%%.*},"*) ;; *) return ;; esac
   if [ "$l" -lt $(( t / 2 )) ]; then say "SKIP $name: ${l}s left of the budget"; return; fi
   [ "$l" -lt "$t" ] && t=$l
   say "$name (timeout ${t}s)"; timeout "$t" "$@" >>"$L" 2>&1; say "$name rc=$?"; }
@@ -53,15 +55,15 @@ git log -1 --format='checkout %h %s' >>"$L" 2>/dev/null
 if [ "$DEVICE" = cpu ]; then SHAPE=tiny; QUICK=--quick; SYSTEMS=ours-ppo; ROUNDS=1; PHASES=3
 else SHAPE=gpt2-small; QUICK=; SYSTEMS=ours-ppo,ours-rloo,ours-grpo,trl-rloo,trl-grpo; ROUNDS=4; PHASES=100; fi
 
-run "1. cuda tests" 100 python3 -m pytest -p no:cacheprovider -o addopts="" -q -m cuda -rA \
+run "1. cuda tests" 80 python3 -m pytest -p no:cacheprovider -o addopts="" -q -m cuda -rA \
   tests/test_generation.py tests/test_fast_forward.py
-run "2. gpu_speed ($SHAPE)" 130 python3 benchmarks/gpu_speed.py --device "$DEVICE" --shape "$SHAPE" $QUICK \
+run "2. gpu_speed ($SHAPE)" 100 python3 benchmarks/gpu_speed.py --device "$DEVICE" --shape "$SHAPE" $QUICK \
   --sections peak,learn,decode,round --json "$OUT/gpu_speed.json"
-run "3. beside TRL, tiny preset" 200 python3 benchmarks/bench_trl.py --device "$DEVICE" --threads 0 --repeats 1 \
+run "3. beside TRL, tiny preset" 150 python3 benchmarks/bench_trl.py --device "$DEVICE" --threads 0 --repeats 1 \
   --rounds $ROUNDS --systems $SYSTEMS --json "$OUT/bench_tiny.json"
 run "4. default run" 110 python3 -m rlhf_scratch.train sentiment --device "$DEVICE" --total-phases $PHASES \
-  --run-dir /tmp/gpu_check_default
-cp /tmp/gpu_check_default/metrics.jsonl "$OUT/ppo_default.jsonl" 2>/dev/null
+  --run-dir /tmp/gpu_check_default_$T0
+cp /tmp/gpu_check_default_$T0/metrics.jsonl "$OUT/ppo_default.jsonl" 2>/dev/null &&
 python3 - "$OUT/ppo_default.jsonl" >>"$L" 2>&1 <<'EOF'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
@@ -69,7 +71,7 @@ last = rows[-10:]
 print(f"default run: {len(rows)} phases, mean reward of the last {len(last)}: {sum(r['rewards/mean'] for r in last) / len(last):.3f}, "
       f"phase time median {sorted(r['charts/phase_time'] for r in rows)[len(rows) // 2]:.3f} s")
 EOF
-[ "$DEVICE" != cpu ] && run "5. torch.compile, learning step" 150 python3 benchmarks/gpu_speed.py --device "$DEVICE" \
+[ "$DEVICE" != cpu ] && run "5. torch.compile, learning step" 120 python3 benchmarks/gpu_speed.py --device "$DEVICE" \
   --shape "$SHAPE" --sections learn-compile --json "$OUT/gpu_speed_compile.json"
 say "done"
 grep -E "default run:|TFLOP|tokens_per_s|rc=|SKIP|passed|failed|×|ratio" "$L" | tail -60

@@ -13,9 +13,11 @@ One process on purpose: on the GPU machines each Python process costs ~25 s of i
   tokens. Its FLOPs are the model FLOPs of the step counted by torch's FlopCounterMode with every
   logit kept (no recomputation), so a chunked step that recomputes is not credited for the extra
   work. Variants: fp32 and bf16 autocast, chunked and not (`learn`); bf16 + torch.compile of the
-  forward, chunked (`learn-compile`, a section of its own: compiling takes a while).
+  forward at the largest batch (`learn-compile`, run last: compiling takes a while). Chunks: 2**21
+  (the CPU default), 2**27 (the GPU default), 0 (every logit at once).
 - **decode**: `generation.generate` at batch 64 (8-token prompts, 30 new tokens, top-k 10), the
-  static cache's step CUDA-graphed and not: generated tokens per second.
+  static cache's step CUDA-graphed and not, and graphed with the decoder kept between calls (a
+  trainer's `DecoderCache`: captured once): generated tokens per second.
 - **round**: PPO's whole round (rollout + learning phase, the trainer's own timing) at batch 64,
   fp32 and bf16, median of the timed phases after warm-up.
 Each section is guarded: one that fails records its error and the rest still run.
@@ -108,8 +110,8 @@ def section_learn(out: dict, model, device: str, batches: list[int], quick: bool
         flops = float(counter.get_total_flops())
         for name, bf16, compile_ in variants:
             learner = torch.compile(eager) if compile_ else eager
-            for chunk in (2**21,) if compiled else (2**21, 0):
-                key = f"learn/batch{batch}/{name}/chunk{'default' if chunk else '0'}"
+            for chunk in (2**27,) if compiled else (2**21, 2**27, 0):
+                key = f"learn/batch{batch}/{name}/chunk{chunk}"
                 try:
                     step = learning_step(model, learner, rows, chunk, bf16, device)
                     seconds = median_seconds(step, device, 1 if quick else 3, 2 if quick else 10)
@@ -127,12 +129,15 @@ def section_decode(out: dict, model, device: str, quick: bool) -> None:
     g = torch.Generator(device="cpu").manual_seed(1)
     prompt_ids = torch.randint(1, model.cfg.d_vocab, (batch, PROMPT), generator=g).to(device)
     prompt_mask = torch.ones_like(prompt_ids, dtype=torch.bool)
-    for graph in (True, False):
-        key = f"decode/batch{batch}/cuda_graph_{'on' if graph else 'off'}"
+    from rlhf_scratch.static_cache import DecoderCache
+
+    for graph, reuse in ((True, True), (True, False), (False, False)):
+        key = f"decode/batch{batch}/cuda_graph_{'on' if graph else 'off'}{'/reused' if reuse else ''}"
+        decoders = DecoderCache() if reuse else None  # reused: a trainer's rollouts, the graph captured once
         try:
             seconds = median_seconds(
-                lambda graph=graph: generate(model, prompt_ids, prompt_mask, GEN, 1.0, 10, False, kv_cache="static",
-                                             cuda_graph=graph),
+                lambda graph=graph, decoders=decoders: generate(model, prompt_ids, prompt_mask, GEN, 1.0, 10, False,
+                                                                kv_cache="static", cuda_graph=graph, decoders=decoders),
                 device, 1 if quick else 2, 2 if quick else 5)
             out[key] = {"seconds": seconds, "tokens_per_s": batch * GEN / seconds}
         except Exception as e:  # noqa: BLE001
@@ -193,17 +198,18 @@ def main(argv: list[str] | None = None) -> int:
         print("peak", {k: f"{v / 1e12:.1f} TFLOP/s" for k, v in out.items() if k.startswith("peak/")}, flush=True)
         save()
     model = make_model(opts.shape, opts.device)
-    for section in ("learn", "learn-compile"):
-        if section in sections:
-            section_learn(out, model, opts.device, [int(b) for b in opts.batches.split(",")], opts.quick,
-                          compiled=section == "learn-compile")
-            save()
+    batches = [int(b) for b in opts.batches.split(",")]
+    if "learn" in sections:
+        section_learn(out, model, opts.device, batches, opts.quick)
+        save()
     if "decode" in sections:
         section_decode(out, model.eval(), opts.device, opts.quick)
         save()
-    del model
     if "round" in sections:
         section_round(out, opts.shape, opts.device, opts.quick)
+        save()
+    if "learn-compile" in sections:  # last: compiling takes a while; the largest batch only
+        section_learn(out, model.train(), opts.device, batches[-1:], opts.quick, compiled=True)
         save()
     peak = out.get("peak/bfloat16")
     if peak:

@@ -130,11 +130,12 @@ class CommonArgs:
     token). On by default: it ran on an H100 on 2026-11-27 and sampled the same tokens as the
     uncaptured step, generation 3.1× faster (docs/speed.md). Nothing to do on a CPU, or where the
     static cache cannot run the model (then the run says so once); --no-cuda-graph turns it off."""
-    chunk_logits: int = 2**21
-    """Most logits (positions × d_vocab) made at once when scoring and learning (`token_terms`;
-    default vocab_terms.LOGITS_PER_CHUNK, 8 MiB of float32): in the learning phase each chunk is
-    recomputed in backward instead of kept, so memory grows with the chunk, not with minibatch ×
-    vocabulary. 0: every position at once, kept for backward (no recomputation)."""
+    chunk_logits: int = -1
+    """Most logits (positions × d_vocab) made at once when scoring and learning (`token_terms`): in
+    the learning phase each chunk is recomputed in backward instead of kept, so memory grows with
+    the chunk, not with minibatch × vocabulary. 0: every position at once, kept for backward (no
+    recomputation). -1 (auto): 2**21 on a CPU (8 MiB of float32), 2**27 on a GPU (512 MiB), where
+    small chunks leave the chip idle (docs/speed.md, "On a GPU")."""
 
     # --- phases and batches ----------------------------------------------------------------
     total_phases: int = 100
@@ -250,7 +251,7 @@ class CommonArgs:
         _check(self.task in TASKS, "task", f"must be one of {', '.join(TASKS)}; got {self.task!r}")
         _check(self.preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}; got {self.preset!r}")
         _check(self.direction in DIRECTIONS, "direction", f"must be 'pos' or 'neg'; got {self.direction!r}")
-        _check(self.chunk_logits >= 0, "chunk_logits", f"must be >= 0 (0 = no chunking); got {self.chunk_logits}")
+        _check(self.chunk_logits >= -1, "chunk_logits", f"must be >= 0 (0 = no chunking) or -1 (auto); got {self.chunk_logits}")
         _check(self.kv_cache in KV_CACHES, "kv_cache", f"must be one of {', '.join(KV_CACHES)}; got {self.kv_cache!r}")
         _check(self.chat_template in CHAT_TEMPLATES, "chat_template",
                f"must be one of {', '.join(CHAT_TEMPLATES)}; got {self.chat_template!r}")
@@ -324,6 +325,13 @@ class CommonArgs:
 
     def minibatch_size(self) -> int:
         return self.batch_size // self.num_minibatches
+
+    def logits_per_chunk(self, device: str) -> int:
+        """--chunk-logits as the run uses it on `device`: the number given, or for -1 (auto)
+        2**21 on a CPU (`vocab_terms.LOGITS_PER_CHUNK`) and 2**27 on a GPU."""
+        if self.chunk_logits >= 0:
+            return self.chunk_logits
+        return 2**27 if str(device).startswith("cuda") else 2**21
 
     def samples_per_group(self) -> int:
         """Completions of one prompt that must stay on one rank (RLOO's G, DPO's pair)."""

@@ -110,7 +110,7 @@ def attention(
     b_QKV = torch.stack([attn.b_Q, attn.b_K, attn.b_V]).flatten()
     qkv = torch.addmm(b_QKV, h.reshape(-1, d_model), W_QKV)
     q, k, v = qkv.view(batch, pos, 3, n_heads, d_head).permute(2, 0, 3, 1, 4)  # 3 × [batch, n_heads, pos, d_head]
-    z = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=bias is None, scale=1.0 / attn.attn_scale)
+    z = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=bias is None, scale=1.0 / float(attn.attn_scale))  # TL's is a NumPy float: compile wants a Python one
     if sees_a_key is not None:
         z = z * sees_a_key  # a left-pad query sees no key: TL's pattern is NaN there, set to 0
     z = z.transpose(1, 2).reshape(batch * pos, n_heads * d_head)

@@ -66,7 +66,7 @@ from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from rlhf_scratch.objectives import temperature_scaled
-from rlhf_scratch.static_cache import StaticCacheDecoder, has_hooks, unsupported_reason
+from rlhf_scratch.static_cache import DecoderCache, StaticCacheDecoder, has_hooks, unsupported_reason
 
 ChatTemplate = Literal["auto", "none"]
 
@@ -257,6 +257,7 @@ def make_decoder(
     gen_len: int,
     kv_cache: KVCache = "auto",
     cuda_graph: bool = True,
+    decoders: DecoderCache | None = None,
 ) -> Decoder:
     """The static-cache decoder when `kv_cache` is "static", or "auto" and the model is one it runs
     exactly with no hooks attached; else TransformerLens' own. Asking for "static" where it cannot
@@ -268,6 +269,8 @@ def make_decoder(
         raise ValueError(f"kv_cache='static' cannot run this model: {reason}; use kv_cache='auto'")
     if kv_cache == "transformer_lens" or reason:
         return TransformerLensCacheDecoder(model, prompt_ids, prompt_mask)
+    if decoders is not None:  # a trainer's: the last call's buffers and CUDA graph, reused where the shape allows
+        return decoders.get(model, prompt_ids, prompt_mask, gen_len, cuda_graph)
     return StaticCacheDecoder(model, prompt_ids, prompt_mask, gen_len, cuda_graph)
 
 
@@ -283,6 +286,7 @@ def generate(
     kv_cache: KVCache = "auto",
     cuda_graph: bool = True,
     top_p: float = 1.0,
+    decoders: DecoderCache | None = None,
 ) -> tuple[Int[Tensor, "batch gen_len"], Bool[Tensor, "batch gen_len"]]:
     """Sample `gen_len` tokens after each (left-padded) prompt, with a KV cache.
 
@@ -296,6 +300,8 @@ def generate(
     "static" or "transformer_lens". Both draw the same random numbers in the same order and their
     logits agree to < 1e-5, so on the CPU one seed gives the same tokens either way (tested).
     `cuda_graph=False` runs the static decoder's step uncaptured on CUDA (as it runs on the CPU).
+    `decoders` (a trainer's `static_cache.DecoderCache`) keeps the static decoder between calls of
+    one shape: its cache and captured graph are reused, its weights laid out again each call.
     `top_k` and `top_p` restrict each draw (`sample_next_token`); the log-probs of the tokens are
     computed afterwards over the whole softmax, as TRL computes them (docs/fidelity.md, "Top-k").
     """
@@ -306,7 +312,7 @@ def generate(
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     check_every = 1 if device.type == "cpu" else EOS_CHECK_EVERY
 
-    decoder = make_decoder(model, prompt_ids, prompt_mask, gen_len, kv_cache, cuda_graph)
+    decoder = make_decoder(model, prompt_ids, prompt_mask, gen_len, kv_cache, cuda_graph, decoders)
     logits = decoder.prefill()
     for t in range(gen_len):
         token = sample_next_token(logits, temperature, top_k, top_p)
@@ -333,7 +339,8 @@ def decode_completions(
     without, EOS tokens stay in the text as `<|endoftext|>`, as in the blog's samples. Only the
     generated tokens are decoded: a chat template's tokens, in the prompt, are never in the text."""
     keep = completion_mask & ~is_eos(completion_ids, eos_token_ids(model)) if stop_at_eos else completion_mask
-    return [model.tokenizer.decode(ids[k].tolist()) for ids, k in zip(completion_ids, keep)]
+    ids, keep = completion_ids.cpu(), keep.cpu()  # one copy each: a GPU index and sync per row cost more than decoding
+    return [model.tokenizer.decode(row[k].tolist()) for row, k in zip(ids, keep)]
 
 
 def get_samples(

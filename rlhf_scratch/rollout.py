@@ -48,6 +48,7 @@ from rlhf_scratch.lora import adapters_off
 from rlhf_scratch.model import TransformerWithValueHead, language_model
 from rlhf_scratch.objectives import generated_span, sequence_log_probs
 from rlhf_scratch.reward.tasks import score_completions
+from rlhf_scratch.static_cache import DecoderCache
 from rlhf_scratch.timing import timed
 from rlhf_scratch.vocab_terms import LOGITS_PER_CHUNK, TokenTerms, final_hidden, token_terms, unembedding
 
@@ -209,6 +210,7 @@ def make_rollout(
     chunk_logits: int = LOGITS_PER_CHUNK,
     kv_cache: str = "auto",
     cuda_graph: bool = True,
+    decoders: DecoderCache | None = None,
 ) -> Rollout:
     """Sample `num_generations` completions of each prompt and score them: the one function that
     builds a `Rollout`, for every algorithm.
@@ -220,7 +222,7 @@ def make_rollout(
     `top_p` restricted the draw to (as TRL); `policy_precision` is the learning phase's
     autocast (`accel.learning_autocast`), so old and new log-probs are computed in one precision.
     `kv_cache` and `cuda_graph` choose how `generation.generate` samples (the static cache, CUDA-graphed
-    on a GPU, where the model allows).
+    on a GPU, where the model allows; `decoders` keeps the static decoder between rollouts).
 
     An instruct model is prompted as its users prompt it (`generation.tokenize_prompts`: through
     its chat template, unless the run removed it with --chat-template none) and stops at its
@@ -233,7 +235,7 @@ def make_rollout(
     with timed("generation"):
         completion_ids, completion_mask = generate(
             lm, prompt_ids, prompt_mask, gen_len, temperature, top_k, stop_at_eos, kv_cache=kv_cache, cuda_graph=cuda_graph,
-            top_p=top_p,
+            top_p=top_p, decoders=decoders,
         )
     sample_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1)
@@ -241,10 +243,11 @@ def make_rollout(
                           keep_ref_hidden, temperature, policy_precision, chunk_logits)
 
     with timed("reward"):
-        completions = decode_completions(lm, completion_ids, completion_mask, stop_at_eos)
+        ids_cpu, mask_cpu = completion_ids.cpu(), completion_mask.cpu()  # per-row work on the host, one copy each
+        completions = decode_completions(lm, ids_cpu, mask_cpu, stop_at_eos)
         scores = score_completions(
             reward_fn, group_prompts, completions,
-            [ids[keep].tolist() for ids, keep in zip(completion_ids, completion_mask)],
+            [ids[keep].tolist() for ids, keep in zip(ids_cpu, mask_cpu)],
         ).to(sample_ids.device)
     rollout = Rollout(
         prompt_ids=prompt_ids, completion_ids=completion_ids, attention_mask=attention_mask,

@@ -126,6 +126,17 @@ class DecodeWeights:
         )
 
 
+    def refresh(self, model: HookedTransformer) -> None:
+        """Lay the model's current weights out again into these same tensors (a captured CUDA graph
+        reads their memory, so a reused decoder must see the policy's latest step here)."""
+        new = DecodeWeights.of(model)
+        with torch.no_grad():
+            for mine, theirs in ((self.W_QKV, new.W_QKV), (self.b_QKV, new.b_QKV), (self.W_O, new.W_O)):
+                for a, b in zip(mine, theirs):
+                    a.copy_(b)
+            self.W_U_T.copy_(new.W_U_T)  # b_O and b_U are the parameters themselves, updated in place
+
+
 @dataclass
 class StaticKVCache:
     """K/V of every layer for the whole sample, preallocated; `key_valid` marks the columns that
@@ -265,6 +276,17 @@ class StaticCacheDecoder:
         self.use_graph = cuda_graph and device.type == "cuda"
         self.graph: CUDAGraphStep | None = None
 
+    def reset(self, prompt_ids: Int[Tensor, "batch prompt_len"], prompt_mask: Bool[Tensor, "batch prompt_len"]) -> None:
+        """Ready for a new batch of the same shape, every buffer rewritten in place (the captured
+        graph keeps reading the same memory): the weights laid out again, the prompt's key columns,
+        the step's column and positions. The cache's K/V need no clearing: a column is read only
+        after this sample wrote it."""
+        self.weights.refresh(self.model)
+        self.prompt_ids, self.prompt_mask = prompt_ids, prompt_mask
+        self.cache.key_valid[:, : prompt_ids.shape[1]].copy_(prompt_mask)
+        self.column.fill_(prompt_ids.shape[1])
+        self.position.copy_(prompt_mask.sum(dim=1))
+
     def prefill(self) -> Float[Tensor, "batch d_vocab"]:
         positions = (self.prompt_mask.long().cumsum(dim=1) - 1).clamp(min=0)
         columns = self.cache.slots[: self.prompt_ids.shape[1]]
@@ -286,3 +308,24 @@ class StaticCacheDecoder:
         self.column += 1
         self.position += 1
         return logits
+
+
+class DecoderCache:
+    """One `StaticCacheDecoder` kept between `generate` calls of the same shape (a trainer holds one):
+    its buffers and, on CUDA, its captured graph are reused, so a rollout pays for laying out the
+    weights (a copy) but not for allocating the cache or capturing the graph again. A different
+    model, shape, dtype or device, or parameters that moved (`.to(...)`), builds a new one."""
+
+    def __init__(self):
+        self.key: tuple | None = None
+        self.decoder: StaticCacheDecoder | None = None
+
+    def get(self, model: HookedTransformer, prompt_ids: Int[Tensor, "batch prompt_len"],
+            prompt_mask: Bool[Tensor, "batch prompt_len"], gen_len: int, cuda_graph: bool) -> StaticCacheDecoder:
+        key = (id(model), tuple(prompt_ids.shape), gen_len, cuda_graph, prompt_ids.device,
+               tuple(p.data_ptr() for p in model.parameters()))
+        if self.decoder is not None and key == self.key:
+            self.decoder.reset(prompt_ids, prompt_mask)
+            return self.decoder
+        self.key, self.decoder = key, StaticCacheDecoder(model, prompt_ids, prompt_mask, gen_len, cuda_graph)
+        return self.decoder

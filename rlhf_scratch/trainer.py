@@ -59,6 +59,7 @@ from rlhf_scratch.rollout import (
     policy_token_terms,
 )
 from rlhf_scratch.run_setup import add_adapters, load_policy, make_prompt_iterator, reference_model, setup_torch
+from rlhf_scratch.static_cache import DecoderCache
 from rlhf_scratch.timing import timed
 
 Minibatch = TypeVar("Minibatch")
@@ -89,6 +90,9 @@ class Trainer:
         forward = HiddenForward(lm) if self.policy is lm else self.policy  # the LM's learning forward returns ĥ
         self.learner = compiled(dist.wrap_for_training(forward), args)  # the learning forward (fast path, DDP, compile)
         self.skipped_in_a_row = 0
+        self.decoders = DecoderCache()  # sampling's static cache (and CUDA graph), kept between rollouts
+        self.chunk_logits = args.logits_per_chunk(self.device)
+        """--chunk-logits on this run's device (-1, auto: 2**21 on a CPU, 2**27 on a GPU)."""
         if not self.quiet and (note := fast_path_note(lm, self.device)):
             tqdm.write(f"note: {note}", file=sys.stderr)
 
@@ -127,8 +131,8 @@ class Trainer:
             gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
             prepend_bos=args.prepend_bos,
             stop_at_eos=args.eos_stops(), missing_eos_penalty=args.missing_eos_penalty,
-            chunk_size=args.minibatch_size(), keep_ref_hidden=keep_ref_hidden, chunk_logits=args.chunk_logits,
-            kv_cache=args.kv_cache, cuda_graph=args.cuda_graph,
+            chunk_size=args.minibatch_size(), keep_ref_hidden=keep_ref_hidden, chunk_logits=self.chunk_logits,
+            kv_cache=args.kv_cache, cuda_graph=args.cuda_graph, decoders=self.decoders,
             policy_precision=self.learning_precision,
         )
 
@@ -141,19 +145,19 @@ class Trainer:
         """log π(o_t | q, o_<t) of the rollout's `rows` under the policy now, with gradient: through
         the learner (compiled / DDP), at the temperature the rollout was sampled at, `--chunk-logits`
         logits at a time (`rollout.policy_token_log_probs`)."""
-        return policy_token_log_probs(self.learner, rollout, rows, chunk_logits=self.args.chunk_logits)
+        return policy_token_log_probs(self.learner, rollout, rows, chunk_logits=self.chunk_logits)
 
     def token_log_probs_and_entropy(
         self, rollout: Rollout, rows: Int[Tensor, " rows"]
     ) -> tuple[Float[Tensor, "rows gen_len"], Float[Tensor, "rows gen_len"]]:
         """`token_log_probs` and the entropy H[π] at the same positions, both with gradient, from one
         forward (`rollout.policy_token_terms`): for an entropy bonus in the objective."""
-        terms = policy_token_terms(self.learner, rollout, rows, chunk_logits=self.args.chunk_logits, with_entropy=True)
+        terms = policy_token_terms(self.learner, rollout, rows, chunk_logits=self.chunk_logits, with_entropy=True)
         return terms.logprobs, terms.entropy
 
     def sequence_log_probs(self, rollout: Rollout, rows: Int[Tensor, " rows"]) -> Float[Tensor, " rows"]:
         """log π(o | q) of the rollout's `rows` now, with gradient: `token_log_probs` summed over kept tokens."""
-        return policy_sequence_log_probs(self.learner, rollout, rows, chunk_logits=self.args.chunk_logits)
+        return policy_sequence_log_probs(self.learner, rollout, rows, chunk_logits=self.chunk_logits)
 
     def ascend(self, minibatches: Iterable[Minibatch], objective: Objective, total: int | None = None) -> dict[str, float]:
         """The minibatch loop of every algorithm's learning phase:

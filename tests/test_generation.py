@@ -362,3 +362,39 @@ def test_cuda_graph_decode_step_replays_the_uncaptured_step():
         torch.manual_seed(3)
         out.append(generate(lm, prompt_ids, prompt_mask, 12, top_k=10, stop_at_eos=True, cuda_graph=cuda_graph))
     assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
+
+
+CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                         reason="needs CUDA: the reused CUDA graph")])
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_a_reused_static_decoder_samples_as_a_fresh_one_after_the_weights_change(device):
+    """`DecoderCache` keeps one decoder between calls of a shape (a trainer's rollouts): after the
+    weights move and with a new batch of prompts, its tokens are a fresh decoder's, draw for draw —
+    a stale weight layout, a stale prompt mask or a column not reset would change them. On CUDA the
+    reused decoder replays the graph captured on the first call; the fresh one runs uncaptured."""
+    from rlhf_scratch.static_cache import DecoderCache
+
+    model = load_lm("tiny").to(device).eval()
+    decoders = DecoderCache()
+    batches = [[t.to(device) for t in tokenize_prompts(model, prompts, prepend_bos=True)]
+               for prompts in (PROMPTS, [PROMPTS[2], PROMPTS[0], "B"])]
+    assert batches[0][0].shape == batches[1][0].shape and not torch.equal(batches[0][1], batches[1][1])
+    first = None
+    for step, (prompt_ids, prompt_mask) in enumerate(batches * 2):
+        with torch.no_grad():
+            model.blocks[1].attn.W_Q.mul_(1.5 if step else 1.0)  # the policy moved between rollouts
+            model.unembed.W_U.add_(0.01 * step)
+        out = []
+        for cache in (decoders, None):
+            torch.manual_seed(10 + step)
+            out.append(generate(model, prompt_ids, prompt_mask, 9, top_k=10, decoders=cache, cuda_graph=cache is not None))
+        assert torch.equal(out[0][0], out[1][0]), f"call {step}: the reused decoder sampled other tokens"
+        first = decoders.decoder if first is None else first
+        assert decoders.decoder is first, "the same shape must reuse the decoder"
+    if device == "cuda":
+        assert first.graph is not None, "the reused decoder's step was not captured"
+    longer = [t.to(device) for t in tokenize_prompts(model, ["a much longer prompt than any of the others in this test"] * 3, prepend_bos=True)]
+    generate(model, *longer, 9, decoders=decoders)
+    assert decoders.decoder is not first, "a new shape needs a new decoder"
