@@ -236,3 +236,28 @@ def test_execute_notebooks_refuses_a_timeout_below_one_second(tmp_path, capsys):
     path.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
     assert execute_notebooks(["--timeout", "-5", str(path)]) == 2
     assert capsys.readouterr().err.strip() == "error: --timeout -5: at least 1 (seconds a cell may run)"
+
+
+SMALL_EXACT = ["--draws", "20", "--draws-by-reward", "20", "--off-policy-draws", "20"]
+
+
+@pytest.mark.parametrize("argv", [["--p-right", "0.1"], ["--top-k", "1"]])
+def test_the_microscope_refuses_settings_with_no_true_gradient_in_one_line(tmp_path, capsys, argv):
+    from rlhf_scratch.exact.cli import main as exact
+
+    assert exact(["--out", str(tmp_path / "out"), *argv, *SMALL_EXACT]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("error: top_k: ∇J_topk is exactly 0 here (p_right "), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_microscope_computes_the_one_token_setting_its_docs_use(tmp_path, capsys):
+    """max_len 1 (docs/exact.md's one-token table): no length to gain, so the length-per-gain ratios
+    are undefined (null in exact.json), not a ZeroDivisionError."""
+    import json
+
+    from rlhf_scratch.exact.cli import main as exact
+
+    assert exact(["--out", str(tmp_path / "out"), "--vocab", "3", "--max-len", "1", *SMALL_EXACT]) == 0
+    result = json.loads((tmp_path / "out" / "exact.json").read_text())
+    assert result["environment"]["max_len"] == 1 and result["estimators"]

@@ -137,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    result = measure(args)
+    try:
+        result = measure(args)
+    except ConfigError as e:  # settings whose true gradient is 0: found once the exact values are known
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     page = write_outputs(result, out)

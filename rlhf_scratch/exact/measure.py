@@ -207,7 +207,10 @@ def _se(p: Tensor) -> float:
 
 
 def _ratio_se(num: Tensor, den: Tensor) -> float:
-    """The delta-method s.e. of R = mean(num) / mean(den): √(Var[num − R·den] / n) / |mean(den)|."""
+    """The delta-method s.e. of R = mean(num) / mean(den): √(Var[num − R·den] / n) / |mean(den)|;
+    NaN where mean(den) = 0 (R is then NaN too: one-token completions gain no length)."""
+    if den.mean() == 0:
+        return math.nan
     R = (num.mean() / den.mean()).item()
     return _se(num - R * den) / abs(den.mean().item())
 

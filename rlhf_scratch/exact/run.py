@@ -22,6 +22,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from rlhf_scratch.config import ConfigError
 from rlhf_scratch.exact.env import (
     EOS,
     RIGHT,
@@ -65,6 +66,22 @@ def compared_with(est: Estimator) -> tuple[str, ...]:
     if est.true.startswith("kl_"):
         return KL_TRUTHS
     return {"policy": ("J",), "top_k": ("J", "J_topk"), "temperature": ("J", "J_T")}[est.sampling]
+
+
+TRUTH_FIELDS = {"J_topk": "top_k", "J_T": "temperature"}
+"""The setting that makes each true gradient what it is beyond the policy (`check_truths` names it)."""
+
+
+def check_truths(sc: Scene, estimators: list[Estimator], where: str) -> None:
+    """Every true gradient `estimators` are measured against is non-zero in `sc`; else one ConfigError
+    line naming the setting. ∇F = 0 leaves every ratio to ‖∇F‖ undefined: an objective that θ does
+    not move, as top_k 1 (one completion, whatever θ) or a top-k that never samples the rewarded token."""
+    for name in dict.fromkeys(n for e in estimators for n in (e.true, *compared_with(e))):
+        if sc.truths[name].grad.norm() == 0:
+            field = TRUTH_FIELDS.get(name, "p_right")
+            raise ConfigError(f"{field}: ∇{name} is exactly 0 here ({where}, top_k {sc.knobs.top_k}, temperature "
+                              f"{sc.knobs.temperature}): no sampled completion's reward moves with θ, so there is no "
+                              f"true gradient to measure the estimators against; choose another --{field.replace('_', '-')}")
 
 
 def length_parts(env: Environment) -> dict[str, Tensor]:
@@ -184,6 +201,7 @@ def length_lesson(sc: Scene, p_right: float, draws: int, seed: int, bar=None) ->
     """The lesson at one policy: every prompt's π(first = a) set to p_right, the right/wrong reward;
     the true gradient's effect on length and each `LESSON` estimator's."""
     at = make_scene(sc.env, set_p_right(sc.theta, (p_right,) * sc.env.num_prompts), sc.theta_ref, "correct", sc.knobs)
+    check_truths(at, [e for e in all_estimators() if e.name in LESSON], f"the length lesson at p_right {p_right}")
     batches = at.draws(draws, seed)
     rows = {"true": true_length_effect(at)}
     for name in LESSON:
@@ -228,6 +246,8 @@ def measure(args, progress: bool = True) -> dict:
     main = main_scene(args)
     env, theta, theta_ref, knobs = main.env, main.theta, main.theta_ref, main.knobs
     others = [r for r in REWARD_ABOUT if r != args.reward]
+    for sc in [main, *(make_scene(env, theta, theta_ref, r, knobs) for r in others)]:  # before any Monte-Carlo
+        check_truths(sc, all_estimators(), f"p_right {' '.join(map(str, args.p_right))}, reward {sc.reward}")
     num_batch = sum(e.unit == "batch" for e in all_estimators())
     total = (args.draws * (num_batch + len(LESSON) * len(args.lesson_p_right))
              + args.draws_by_reward * num_batch * len(others))
