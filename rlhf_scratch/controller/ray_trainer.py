@@ -1,0 +1,148 @@
+"""`RayPPOTrainer`: one driver process drives the dataflow by calling worker groups (verl's
+trainer/ppo/ray_trainer.py, written from scratch over the package's own pieces).
+
+    for phase in 1..total_phases:
+        prompts   = self.prompts.next_batch(...)                           # the driver's data
+        batch     = actor_rollout_ref.generate_sequences(prompts)         # timing/gen
+        batch    |= actor_rollout_ref.compute_log_prob(batch)             # timing/ref: log π_old, log π_ref, KL, V
+        batch    |= rm.compute_rm_score(batch)                            # timing/reward
+        rewards   = scores − missing-EOS penalty                          # on the driver
+        batch    |= advantages (PPO: the trainer's own rollout_advantages) # timing/adv, on the driver
+        metrics   = actor_rollout_ref.update_actor(batch)                  # timing/update_actor
+
+Each line is one call on the driver; the worker group splits the batch over its ranks, runs the
+method on each and collects in order (`decorator.register`). The metrics are the in-process
+loop's (`loop.rollout_metrics`, `heldout.heldout_metrics`, the trainer's learning phase), so a run
+here and an in-process run at the same seed log the same numbers (tests/test_controller.py).
+
+Placement: `colocated` — every role in one process per rank (`create_colocated_worker_cls`), the
+default; `split` — the reward model in a pool of its own processes, the actor (with its rollout,
+reference and the value head on its trunk) in another.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+
+import ray
+import torch
+
+from rlhf_scratch.algorithms.ppo import RLHFTrainer
+from rlhf_scratch.config import CommonArgs, ConfigError
+from rlhf_scratch.controller.protocol import DataProto
+from rlhf_scratch.controller.worker_group import (
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    create_colocated_worker_cls,
+)
+from rlhf_scratch.controller.workers import ActorRolloutRefWorker, RewardModelWorker, to_rollout
+from rlhf_scratch.heldout import heldout_metrics
+from rlhf_scratch.logger import Metrics
+from rlhf_scratch.loop import rollout_metrics
+from rlhf_scratch.prompts import PromptIterator, load_prompts
+from rlhf_scratch.rollout import Rollout
+
+ALGOS = {"ppo": 1, "online_dpo": 2}
+"""The algorithms the controller runs, with the completions each samples per prompt (their rollout_phase's G)."""
+PLACEMENTS = ("colocated", "split")
+TIMING = ("gen", "ref", "reward", "adv", "update_actor")
+"""The dataflow's steps, each logged as timing/<step> (seconds on the driver's clock, the call's wait included)."""
+
+
+@contextmanager
+def _timer(name: str, times: dict[str, float]) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    times[f"timing/{name}"] = time.perf_counter() - start
+
+
+def ppo_advantages(args: CommonArgs, rollout: Rollout) -> torch.Tensor:
+    """PPO's advantages, on the driver: `RLHFTrainer.rollout_advantages` itself (it reads only the
+    args), over the whole batch — the global batch a torchrun run gathers first."""
+    return RLHFTrainer.rollout_advantages(SimpleNamespace(args=args), rollout)
+
+
+class RayPPOTrainer:
+    """The single controller: builds the resource pools and worker groups, then `fit` drives them."""
+
+    def __init__(self, args: CommonArgs, workers: int = 1, placement: str = "colocated") -> None:
+        if args.algo not in ALGOS:
+            raise ConfigError(f"controller: --algo {args.algo} is not run by the Ray controller yet "
+                              f"(it runs {', '.join(ALGOS)})")
+        if placement not in PLACEMENTS:
+            raise ConfigError(f"placement: must be one of {', '.join(PLACEMENTS)}; got {placement!r}")
+        if workers < 1:
+            raise ConfigError(f"workers: must be at least 1; got {workers}")
+        self.args = args.with_local_paths_resolved()
+        self.num_generations = ALGOS[args.algo]
+        self.prompts = PromptIterator(load_prompts(args.prompts, prefix=args.prefix, seed=args.seed), args.seed)
+        actor = RayClassWithInitArgs(ActorRolloutRefWorker, self.args)
+        rm = RayClassWithInitArgs(RewardModelWorker, self.args)
+        if placement == "colocated":
+            self.pools = [RayResourcePool(process_on_nodes=[workers])]
+            colocated = RayWorkerGroup(self.pools[0], create_colocated_worker_cls({"actor_rollout_ref": actor, "rm": rm}))
+            self.groups = [colocated]
+            roles = colocated.spawn(["actor_rollout_ref", "rm"])
+            self.actor_rollout_wg, self.rm_wg = roles["actor_rollout_ref"], roles["rm"]
+        else:
+            self.pools = [RayResourcePool(process_on_nodes=[workers]), RayResourcePool(process_on_nodes=[workers])]
+            self.actor_rollout_wg = RayWorkerGroup(self.pools[0], actor, role="actor_rollout_ref")
+            self.rm_wg = RayWorkerGroup(self.pools[1], rm, role="rm")
+            self.groups = [self.actor_rollout_wg, self.rm_wg]
+
+    def step(self, phase: int) -> tuple[Metrics, Rollout]:
+        """One phase of the dataflow; its metrics (the in-process loop's names, and timing/*) and rollout."""
+        args, times = self.args, {}
+        start = time.perf_counter()
+        prompts = DataProto(non_tensor_batch={"prompts": self.prompts.next_batch(args.batch_size // self.num_generations)},
+                            meta_info={"num_generations": self.num_generations,
+                                       "keep_ref_hidden": args.algo == "ppo" and args.cache_ref_logprobs
+                                       and args.kl_estimator == "full"})  # as RLHFTrainer.rollout_phase asks
+        with _timer("gen", times):
+            batch = self.actor_rollout_wg.generate_sequences(prompts)
+        batch.meta_info["keep_ref_hidden"] = prompts.meta_info["keep_ref_hidden"]
+        with _timer("ref", times):
+            batch.union(self.actor_rollout_wg.compute_log_prob(batch))
+        with _timer("reward", times):
+            batch.union(self.rm_wg.compute_rm_score(batch))
+        rollout = to_rollout(batch)
+        if args.missing_eos_penalty:  # make_rollout's rewards: the score less the penalty where no EOS came
+            rollout.rewards = rollout.scores - args.missing_eos_penalty * (~rollout.is_terminated).float()
+        batch.batch["rewards"] = rollout.rewards
+        rollout_time = time.perf_counter() - start
+        with _timer("adv", times):
+            if args.algo == "ppo":
+                batch.batch["advantages"] = ppo_advantages(args, rollout)
+        with _timer("update_actor", times):
+            learned = self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]
+        seconds = time.perf_counter() - start
+        metrics = {"phase": phase, **rollout_metrics(rollout), **heldout_metrics(rollout, args.direction), **learned,
+                   "charts/rollout_time": rollout_time, "charts/phase_time": seconds, **times}
+        metrics["charts/tokens_per_s"] = metrics["completions/total_tokens"] / seconds
+        return metrics, rollout
+
+    def fit(self) -> list[Metrics]:
+        """Every phase of the run; each phase's metrics."""
+        return [self.step(phase)[0] for phase in range(1, self.args.total_phases + 1)]
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The trained policy's weights (rank 0's: every rank holds the same)."""
+        return self.actor_rollout_wg.state_dict()[0]
+
+    def shutdown(self) -> None:
+        """End every worker process and free the pools (Ray itself stays up: its owner shuts it down)."""
+        for group in self.groups:
+            group.kill()
+        for pool in self.pools:
+            pool.release()
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Join the Ray cluster at `address`, or start a local instance (the embedded default)."""
+    if not ray.is_initialized():
+        ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
