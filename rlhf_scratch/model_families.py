@@ -119,9 +119,9 @@ def build_folder(name: str, out: str | Path, shape: Literal["tiny", "real"] = "t
         eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     if vocab_size is not None and shape != "tiny":
         raise ValueError(f"{name}: a published shape has its own vocabulary; vocab_size is for the tiny shape")
-    config = family_config(name, vocab_size or len(tokenizer), tokenizer.bos_token_id, eos, shape)
-    if config.vocab_size < len(tokenizer):
-        raise ValueError(f"{name}: vocabulary {config.vocab_size} < the tokenizer's {len(tokenizer)}")
+    config = family_config(name, len(tokenizer) if vocab_size is None else vocab_size, tokenizer.bos_token_id, eos, shape)
+    if config.vocab_size < len(tokenizer):  # (0 too: not "the default")
+        raise ValueError(f"vocab_size: {config.vocab_size} is below the tokenizer's {len(tokenizer)} ids ({name})")
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=eos)
@@ -132,6 +132,8 @@ def build_folder(name: str, out: str | Path, shape: Literal["tiny", "real"] = "t
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+
+    from rlhf_scratch.config import check_seed
 
     names = [*FAMILIES, *REAL_SHAPES]
     parser = argparse.ArgumentParser(
@@ -145,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     shape = "real" if args.name in REAL_SHAPES else "tiny"
     try:
+        check_seed(args.seed)
         out = build_folder(args.name, args.out, shape, args.seed, args.chat_template, args.vocab_size)
     except (FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

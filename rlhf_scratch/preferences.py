@@ -13,7 +13,7 @@ import math
 import sys
 from pathlib import Path
 
-from rlhf_scratch.config import PROMPT_PREFIX, ConfigError
+from rlhf_scratch.config import PROMPT_PREFIX, ConfigError, check_seed
 from rlhf_scratch.reward.preferences import GOLDS, LABELS, make_preference_pairs, write_pairs
 
 
@@ -49,6 +49,7 @@ def check_options(opts: argparse.Namespace) -> None:
         raise ConfigError(f"label: must be one of {', '.join(LABELS)}; got {opts.label!r}")
     if opts.gold not in GOLDS and not Path(opts.gold).expanduser().is_dir():
         raise ConfigError(f"gold: must be one of {', '.join(GOLDS)} or a classifier folder; got {opts.gold!r}")
+    check_seed(opts.seed)
     for name in ("gen_len", "batch_size"):
         if getattr(opts, name) < 1:
             raise ConfigError(f"{name}: must be >= 1; got {getattr(opts, name)}")

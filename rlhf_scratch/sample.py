@@ -79,12 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     opts = parser.parse_args(argv)
 
-    from rlhf_scratch.config import ConfigError
+    from rlhf_scratch.config import ConfigError, check_seed
     from rlhf_scratch.runs import load_run, reward_shown
 
     try:
         if opts.n < 1:
             raise ConfigError(f"-n: must be >= 1; got {opts.n}")
+        check_seed(opts.seed)
         prompts = opts.prompts or ([line.rstrip("\n") for line in sys.stdin if line.strip()] if not sys.stdin.isatty() else [])
         run = load_run(opts.run_dir)
         args = run.args

@@ -261,3 +261,30 @@ def test_the_microscope_computes_the_one_token_setting_its_docs_use(tmp_path, ca
     assert exact(["--out", str(tmp_path / "out"), "--vocab", "3", "--max-len", "1", *SMALL_EXACT]) == 0
     result = json.loads((tmp_path / "out" / "exact.json").read_text())
     assert result["environment"]["max_len"] == 1 and result["estimators"]
+
+
+OTHER_COMMANDS = [
+    # (module, argv, the one line): a seed every command takes by train's rule (numpy's range); a
+    # --vocab-size 0 that was "the default"; pairs that are not text
+    ("rlhf_scratch.reward_model", ["--pairs", "{root}/x.jsonl", "--seed", "-1"], "seed: must be >= 0; got -1"),
+    ("rlhf_scratch.preferences", ["--out", "{root}/p.jsonl", "--num-pairs", "2", "--gen-len", "2", "--seed", "-1"],
+     "seed: must be >= 0; got -1"),
+    ("rlhf_scratch.sample", ["{root}/no_ckpt", "--seed", "99999999999999999999"], "seed: must be at most 4294967295"),
+    ("rlhf_scratch.model_families", ["gpt2", "{root}/fam", "--seed", "-1"], "seed: must be >= 0; got -1"),
+    ("rlhf_scratch.model_families", ["gpt2", "{root}/fam", "--vocab-size", "0"],
+     "vocab_size: 0 is below the tokenizer's 8192 ids (gpt2)"),
+    ("rlhf_scratch.reward_model", ["--pairs", "{root}/binary.jsonl", "--run-dir", "{root}/rm"],
+     "pairs: {root}/binary.jsonl: not UTF-8 text (byte 0)"),
+]
+
+
+@pytest.mark.parametrize("module, argv, message", OTHER_COMMANDS, ids=[f"{c[0]} {' '.join(c[1])}"[13:70] for c in OTHER_COMMANDS])
+def test_other_commands_refuse_in_one_line(folders, capsys, module, argv, message):
+    import importlib
+
+    (folders / "binary.jsonl").write_bytes(b"\xff\xfe\x00")
+    main = importlib.import_module(module).main
+    assert main([a.replace("{root}", str(folders)) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("error: " + message.replace("{root}", str(folders))), err
+    assert not any((folders / name).exists() for name in ("p.jsonl", "fam", "rm")), "a refused command wrote something"

@@ -42,6 +42,8 @@ def test_units_are_named_and_grouped_over_their_seeds():
 @pytest.mark.parametrize("text, kind, message", [
     ("1,x", int, "seeds: expected a comma-separated list of ints; got '1,x'"),
     (",", int, "seeds: empty list"),
+    ("1,,2", int, "seeds: an empty entry in '1,,2'"),
+    (",1", int, "seeds: an empty entry in ',1'"),
 ])
 def test_list_flags_are_parsed_or_refused_in_one_line(text, kind, message):
     assert csv_list(" ppo, rloo ,", str, "algos") == ["ppo", "rloo"]

@@ -164,7 +164,11 @@ def load_pairs(source: str) -> list[dict]:
     if path.suffix == ".jsonl" or path.is_file():
         if not path.is_file():
             raise PairsError(f"pairs: {source}: not found")
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise PairsError(f"pairs: {source}: not UTF-8 text (byte {e.start}); a .jsonl file of pairs is JSON lines") from None
+        for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
@@ -287,7 +291,7 @@ class RewardModelArgs:
     """No progress bar or messages."""
 
     def validate(self) -> "RewardModelArgs":
-        from rlhf_scratch.config import ConfigError
+        from rlhf_scratch.config import ConfigError, check_seed
 
         def check(ok: bool, field: str, rule: str) -> None:
             if not ok:
@@ -302,6 +306,7 @@ class RewardModelArgs:
         check(self.center_rewards_coefficient is None or self.center_rewards_coefficient >= 0,
               "center_rewards_coefficient", f"must be >= 0; got {self.center_rewards_coefficient}")
         check(self.threads >= 0, "threads", f"must be >= 0; got {self.threads}")
+        check_seed(self.seed)  # as train's: numpy's range
         return self
 
     def to_dict(self) -> dict:

@@ -110,14 +110,19 @@ def first_line(err: BaseException) -> str:
 
 
 def csv_list(text: str, kind: type, field: str) -> list:
-    """A list flag, `"0.1,0.5"` -> [0.1, 0.5]; a ConfigError of one line naming `field` otherwise."""
+    """A list flag, `"0.1,0.5"` -> [0.1, 0.5] (a trailing comma is fine); a ConfigError of one line
+    naming `field` otherwise, an empty entry too (`1,,2` is a typo, not [1, 2])."""
+    entries = [v.strip() for v in text.split(",")]
+    if entries[-1] == "":  # a trailing comma
+        entries.pop()
+    if not any(entries):
+        raise ConfigError(f"{field}: empty list")
+    if "" in entries:
+        raise ConfigError(f"{field}: an empty entry in {text!r}")
     try:
-        values = [kind(v.strip()) for v in text.split(",") if v.strip()]
+        return [kind(v) for v in entries]
     except ValueError:
         raise ConfigError(f"{field}: expected a comma-separated list of {kind.__name__}s; got {text!r}") from None
-    if not values:
-        raise ConfigError(f"{field}: empty list")
-    return values
 
 
 def seed_list(text: str, field: str = "seeds") -> list[int]:
