@@ -2,8 +2,13 @@
 and the central check — a run driven through Ray worker groups equals the in-process trainer's run
 at the same seed, metric for metric and weight for weight."""
 
+import functools
 import json
+import os
+import sys
+import time
 
+import psutil
 import pytest
 import ray
 import torch
@@ -11,6 +16,14 @@ import torch
 from rlhf_scratch.config import make_args
 from rlhf_scratch.controller.decorator import Dispatch, collect_dp_compute_proto, dispatch_dp_compute_proto, register
 from rlhf_scratch.controller.protocol import DataProto
+from rlhf_scratch.controller.worker_group import (
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    Worker,
+    WorkerError,
+    create_colocated_worker_cls,
+)
 
 
 # ---------------------------------------------------------------------------------------- DataProto
@@ -76,8 +89,76 @@ def local_ray():
     from rlhf_scratch.controller.ray_trainer import init_ray
 
     init_ray(num_cpus=2)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
     yield
     ray.shutdown()
+    deadline = time.monotonic() + 10
+    while (left := [p for p in psutil.Process().children(recursive=True) if p.is_running()]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"ray.shutdown() left processes behind: {[p.name() for p in left]}"
+
+
+class Echo(Worker):
+    """A worker without a model: what the dispatch does is all there is to see."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__()
+        if offset < 0:
+            raise ValueError(f"offset {offset} < 0\nsecond line")
+        self.offset = offset
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def add_rank(self, batch: DataProto) -> DataProto:
+        return DataProto({"x": batch.batch["x"] + self.offset + 100 * self.rank}, {"who": [self.rank] * len(batch)})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def fail_on(self, rank: int) -> int:
+        if self.rank == rank:
+            raise ValueError(f"bad row on rank {rank}\nsecond line")
+        return self.rank
+
+
+def test_a_group_of_two_splits_runs_and_collects_in_order(local_ray):
+    group = RayWorkerGroup(RayResourcePool(process_on_nodes=[2]), RayClassWithInitArgs(Echo, 1), role="echo")
+    try:
+        out = group.add_rank(rows(4))
+        assert out.batch["x"].flatten().tolist() == [1, 11, 121, 131] and out.non_tensor_batch["who"] == [0, 0, 1, 1]
+        with pytest.raises(ValueError, match="5 rows do not split into 2 equal chunks"):
+            group.add_rank(rows(5))
+        with pytest.raises(WorkerError, match="^echo rank 1: fail_on failed: ValueError: bad row on rank 1$"):
+            group.fail_on(1)
+        pids = group.pid()
+        assert len(set(pids)) == 2 and os.getpid() not in pids
+        ray.kill(group.workers[0])
+        with pytest.raises(WorkerError, match="^echo rank 0: the worker process died \\(fail_on\\)$"):
+            group.fail_on(1)
+    finally:
+        group.kill()
+        group.resource_pool.release()
+
+
+def test_a_worker_that_cannot_start_is_one_line_naming_role_and_rank(local_ray):
+    pool = RayResourcePool(process_on_nodes=[1])
+    try:
+        with pytest.raises(WorkerError, match="^echo rank 0: failed to start: ValueError: offset -1 < 0$"):
+            RayWorkerGroup(pool, RayClassWithInitArgs(Echo, -1), role="echo")
+    finally:
+        pool.release()
+
+
+def test_colocated_roles_share_one_process_and_each_has_its_own_methods(local_ray):
+    cls = create_colocated_worker_cls({"a": RayClassWithInitArgs(Echo, 1), "b": RayClassWithInitArgs(Echo, 1000)})
+    group = RayWorkerGroup(RayResourcePool(process_on_nodes=[1]), cls)
+    try:
+        roles = group.spawn(["a", "b"])
+        assert roles["a"].add_rank(rows(2)).batch["x"].flatten().tolist() == [1, 11]
+        assert roles["b"].add_rank(rows(2)).batch["x"].flatten().tolist() == [1000, 1010]
+        assert roles["a"].pid() == roles["b"].pid()  # one process holds both roles
+        with pytest.raises(WorkerError, match="^b rank 0: fail_on failed: ValueError: bad row on rank 0$"):
+            roles["b"].fail_on(0)
+    finally:
+        group.kill()
+        group.resource_pool.release()
 
 
 def args_for(algo, **overrides):
@@ -85,9 +166,12 @@ def args_for(algo, **overrides):
                                                     warmup_steps=1, table_every=100, plot_every=100), **overrides})
 
 
-def in_process_run(args, tmp_path):
-    """The in-process trainer's run (loop.run_training): metrics.jsonl and the final weights."""
+@functools.cache
+def in_process_run(algo, tmp_path):
+    """The in-process trainer's run (loop.run_training): metrics.jsonl and the final weights (once per algorithm)."""
     from rlhf_scratch import registry
+
+    args = args_for(algo)
 
     trainer = registry.get(args.algo).trainer_class()(args, quiet=True)
     run_dir = trainer.train(tmp_path / "in_process")
@@ -99,13 +183,14 @@ def not_timing(key):
     return not key.startswith(("time/", "timing/", "charts/phase_time", "charts/rollout_time", "charts/tokens_per_s"))
 
 
-@pytest.mark.parametrize("algo", ["ppo"])
-def test_ray_run_equals_the_in_process_run(algo, local_ray, tmp_path):
+@pytest.mark.parametrize("algo, placement", [("ppo", "colocated"), ("online_dpo", "colocated"),
+                                             pytest.param("ppo", "split", marks=pytest.mark.slow)])
+def test_ray_run_equals_the_in_process_run(algo, placement, local_ray, tmp_path):
     from rlhf_scratch.controller.ray_trainer import RayPPOTrainer
 
     args = args_for(algo)
-    expected, expected_weights = in_process_run(args, tmp_path)
-    controller = RayPPOTrainer(args, workers=1, placement="colocated")
+    expected, expected_weights = in_process_run(algo, tmp_path.parent / algo)
+    controller = RayPPOTrainer(args, workers=1, placement=placement)
     try:
         got = controller.fit()
         weights = controller.state_dict()

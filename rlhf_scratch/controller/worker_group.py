@@ -98,6 +98,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _raised(traceback: str) -> str:
+    """The `Type: message` line of a remote traceback (the first line after its last frame)."""
+    lines = traceback.splitlines()
+    frames = [i for i, line in enumerate(lines) if line.lstrip().startswith("File ")]
+    after = lines[frames[-1] + 1:] if frames else lines
+    return next((line for line in after if line and not line[0].isspace()), lines[-1] if lines else "")
+
+
 def registered_methods(cls: type) -> dict[str, Dispatch]:
     """Every method of `cls` (and its bases) marked by `register`, with its dispatch mode."""
     return {name: getattr(getattr(cls, name), MAGIC_ATTR) for name in dir(cls)
@@ -160,11 +168,11 @@ class RayWorkerGroup:
                 out.append(ray.get(ref))
             except ray.exceptions.RayTaskError as e:
                 cause = e.cause if isinstance(e.cause, BaseException) else e
-                if isinstance(cause, ray.exceptions.RayActorError):
-                    raise WorkerError(f"{self.role} rank {rank}: the worker process died ({name})") from None
-                raise WorkerError(f"{self.role} rank {rank}: {name} failed: {type(cause).__name__}: "
-                                  f"{str(cause).strip().splitlines()[0] if str(cause).strip() else ''}") from None
-            except ray.exceptions.RayActorError:
+                first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+                raise WorkerError(f"{self.role} rank {rank}: {name} failed: {type(cause).__name__}: {first}") from None
+            except ray.exceptions.RayActorError as e:
+                if e.actor_init_failed:
+                    raise WorkerError(f"{self.role} rank {rank}: failed to start: {_raised(e.error_msg)}") from None
                 raise WorkerError(f"{self.role} rank {rank}: the worker process died ({name})") from None
         return out
 
