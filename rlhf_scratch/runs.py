@@ -63,13 +63,16 @@ class RunFolderError(ConfigError):
 
 
 def check_new_run_dir(path: str | Path | None) -> None:
-    """Refuse a run folder that is a file or a non-empty folder (None: an automatic name, fine)."""
+    """Refuse a run folder that is a file or a non-empty folder (None: an automatic name, fine); a
+    run that stopped before its first checkpoint is refused with the way to start it over."""
     if path is None:
         return
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise RunFolderError(f"run_dir: {path} is a file, not a folder; choose another --run-dir")
     if path.exists() and any(path.iterdir()):
+        if (path / CONFIG_FILE).is_file() and not list_checkpoints(path) and read_status(path)["status"] != "running":
+            raise RunFolderError(f"run_dir: {path} holds a run that {start_over_hint(path).removeprefix('it ')}")
         raise RunFolderError(f"run_dir: {path} exists and is not empty; choose another --run-dir")
 
 
@@ -231,13 +234,21 @@ def next_step(run_dir: str | Path, status: dict | None = None) -> str:
     return f"{what}; {resume_hint(run_dir)}"
 
 
+def start_over_hint(run_dir: str | Path) -> str:
+    """The way out for a run that stopped before its first checkpoint: nothing to resume, and the
+    folder is not empty, so the command that began it is refused there until the folder goes."""
+    quoted = shlex.quote(str(run_dir))
+    return (f"it stopped before its first checkpoint, so there is nothing to resume: to start it over in {quoted}, "
+            f"remove the folder (rm -r {quoted}) and run the command that began it again, or give it another --run-dir")
+
+
 def resume_hint(run_dir: str | Path) -> str:
     """How to continue `run_dir` from its latest checkpoint: the shell command, or — when a Python
     function rewarded it, which the command line cannot rebuild — the Python call."""
     run_dir = Path(run_dir)
     checkpoints = list_checkpoints(run_dir)
     if not checkpoints:
-        return "it has no checkpoint to resume from: start it again"
+        return start_over_hint(run_dir)
     at = int(checkpoints[-1].name.split("-")[1])
     rewarded = load_rewarded_by(run_dir)
     if saved_kind(run_dir) != REWARD_MODEL_KIND and not cli_can_rebuild(rewarded, load_args(run_dir)):
@@ -267,9 +278,12 @@ def reward_shown(run_dir: str | Path, args: CommonArgs) -> str:
             "which the command line cannot load")
 
 
-def _mb(path: Path) -> float:
+def size_text(path: Path) -> str:
+    """The bytes of `path` (a folder: of its files) as a person reads them: `312 MB`, `4.2 MB`,
+    `0.31 MB` (two significant figures below 10 MB: a LoRA run's adapters are not "0 MB")."""
     files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
-    return sum(f.stat().st_size for f in files) / 1e6
+    mb = sum(f.stat().st_size for f in files) / 1e6
+    return f"{mb:.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
 
 
 def finished_summary(run_dir: str | Path) -> str:
@@ -278,12 +292,12 @@ def finished_summary(run_dir: str | Path) -> str:
     metrics, quoted = read_metrics(run_dir), shlex.quote(str(run_dir))
     reward = (f", reward {metrics[0]['rewards/mean']:.3f} → {metrics[-1]['rewards/mean']:.3f}"
               if metrics else "")
-    kept = [f"{name} {_mb(run_dir / name):.0f} MB" for name in (POLICY_FILE, "checkpoints") if (run_dir / name).exists()]
+    kept = [f"{name} {size_text(run_dir / name)}" for name in (POLICY_FILE, "checkpoints") if (run_dir / name).exists()]
     checkpoints = list_checkpoints(run_dir)
     why = (f" ({checkpoints[-1].name}: weights + optimizer, to continue it with --resume and a larger "
            f"--total-phases; delete checkpoints/ if you will not)") if checkpoints else ""
     return "\n".join([
-        f"done: {run_dir}  ({len(metrics)} phases{reward}; {_mb(run_dir):.0f} MB: {', '.join(kept)}{why})",
+        f"done: {run_dir}  ({len(metrics)} phases{reward}; {size_text(run_dir)}: {', '.join(kept)}{why})",
         f"  look inside:  python -m interp.report {quoted}",
         f"  sample it:    python -m rlhf_scratch.sample {quoted}",
     ])

@@ -175,13 +175,25 @@ def main(argv: list[str] | None = None) -> int:
 
 def refuse_unresumable(run_dir: str, args: CommonArgs) -> None:
     """One line, before any model loads, if `--resume run_dir` cannot work: a live process is
-    training it, or a Python reward function (or judge) rewarded it, which the command line
-    cannot rebuild."""
-    from rlhf_scratch.runs import cli_can_rebuild, describe_rewarded_by, load_rewarded_by, next_step, read_status
+    training it, it stopped before its first checkpoint (the line says how to start it over), or a
+    Python reward function (or judge) rewarded it, which the command line cannot rebuild."""
+    from pathlib import Path
+
+    from rlhf_scratch.runs import (
+        cli_can_rebuild,
+        describe_rewarded_by,
+        list_checkpoints,
+        load_rewarded_by,
+        next_step,
+        read_status,
+        start_over_hint,
+    )
 
     status = read_status(run_dir)
     if status["status"] == "running":
         raise ConfigError(f"resume: {run_dir}: {next_step(run_dir, status)}")
+    if not list_checkpoints(Path(run_dir)):
+        raise ConfigError(f"resume: {run_dir} has no checkpoint: {start_over_hint(run_dir)}")
     rewarded = load_rewarded_by(run_dir)
     if not cli_can_rebuild(rewarded, args):
         raise ConfigError(f"resume: {run_dir} was rewarded by {describe_rewarded_by(rewarded)}, which the command "

@@ -95,7 +95,12 @@ CASES = [
     (["sentiment", "--run-dir", "{root}/a_file.txt"], "run_dir: {root}/a_file.txt is a file, not a folder; choose another --run-dir"),
     (["sentiment", "--run-dir", "/proc/rlhf_scratch_run"], "run_dir: cannot write to /proc/rlhf_scratch_run ("),
     (["--resume", "{root}/nowhere"], "{root}/nowhere/config.json: not found (is {root}/nowhere a run folder?)"),
-    (["--resume", "{root}/no_ckpt"], "resume: {root}/no_ckpt has no checkpoints (was it saved with --save-every?)"),
+    # a run killed before its first checkpoint: neither resumed nor rerun, and the line says the way out
+    (["--resume", "{root}/no_ckpt"], "resume: {root}/no_ckpt has no checkpoint: it stopped before its first "
+     "checkpoint, so there is nothing to resume: to start it over in {root}/no_ckpt, remove the folder "
+     "(rm -r {root}/no_ckpt) and run the command that began it again, or give it another --run-dir"),
+    (["sentiment", "--run-dir", "{root}/no_ckpt"], "run_dir: {root}/no_ckpt holds a run that stopped before its "
+     "first checkpoint, so there is nothing to resume: to start it over"),
     (["--resume", "{root}/wrong_type"],
      "{root}/wrong_type/config.json: unreadable config (batch_size: must be an integer; got 'sixty-four')"),
     (["--resume", "{root}/bad_value"],

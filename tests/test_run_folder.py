@@ -252,3 +252,15 @@ def test_rewarded_by_names_the_task_a_python_function_and_a_judge():
         "the task's reward built for other args (direction neg) is not this run's"
     assert rewarded_by(args, count_the, make_judge("vader", "neg")) == {
         "reward": f"python {count_the.__module__}.count_the", "judge": "python rlhf_scratch.reward.judges.VaderJudge"}
+
+
+def test_sizes_under_ten_megabytes_keep_two_figures(tmp_path):
+    """A LoRA run's adapters (a few hundred kB) read `0.31 MB`, not `0 MB`."""
+    from rlhf_scratch.runs import size_text
+
+    (tmp_path / "small.pt").write_bytes(b"\0" * 310_000)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "big.pt").write_bytes(b"\0" * 4_200_000)
+    assert size_text(tmp_path / "small.pt") == "0.31 MB"
+    assert size_text(tmp_path / "sub") == "4.2 MB"
+    assert size_text(tmp_path) == "4.5 MB", "a folder counts every file below it"
