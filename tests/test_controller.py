@@ -207,3 +207,34 @@ def test_ray_run_equals_the_in_process_run(algo, placement, local_ray, tmp_path)
     moved = [k for k in weights if not torch.equal(weights[k], expected_weights[k])]
     assert not moved, f"weights differ from the in-process run's: {moved[:5]}"
     assert got[-1]["charts/learning_rate"] > 0  # the run trained: the equality is not of untouched weights
+
+
+@pytest.mark.slow
+def test_two_ranks_on_ray_equal_the_torchrun_run(local_ray, tmp_path):
+    """2 ranks in one colocated group (gloo, the package's DDP inside the group) against
+    `torchrun --nproc-per-node 2`: every number bit-equal but the held-out eval/* means, which
+    torchrun averages per rank first and the driver takes over the whole batch (1e-6)."""
+    from test_distributed import torchrun
+
+    from rlhf_scratch.controller.ray_trainer import RayPPOTrainer
+
+    out = torchrun("-m", "rlhf_scratch.train", "sentiment", "--total-phases", "3", "--batch-size", "8", "--gen-len", "6",
+                   "--num-minibatches", "2", "--warmup-steps", "1", "--device", "cpu", "--run-dir", str(tmp_path / "run"),
+                   cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    expected = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    controller = RayPPOTrainer(args_for("ppo", device="cpu"), workers=2)
+    try:
+        got = controller.fit()
+        per_rank = controller.actor_rollout_wg.state_dict()
+    finally:
+        controller.shutdown()
+    for phase, (g, e) in enumerate(zip(got, expected, strict=True), start=1):
+        keys = {k for k in e if not_timing(k)}
+        exact = {k: (g[k], e[k]) for k in keys if not k.startswith("eval/") and g[k] != e[k]}
+        assert not exact, f"phase {phase}: 2 Ray ranks differ from torchrun's 2 processes: {exact}"
+        assert all(g[k] == pytest.approx(e[k], rel=1e-6) for k in keys if k.startswith("eval/"))
+    saved = torch.load(tmp_path / "run" / "policy.pt")
+    for rank, weights in enumerate(per_rank):
+        moved = [k for k in saved if not torch.equal(weights[k], saved[k])]
+        assert not moved, f"rank {rank}'s weights differ from the torchrun run's: {moved[:5]}"
