@@ -142,6 +142,22 @@ def test_the_verdicts_name_the_largest_gap_and_each_method_against_rloo_only_whe
         "RLOO 20.00 ± 2.48 against GRPO dr_grpo 21.00 ± 2.48" in shortest, "the lowest, when asked for it"
 
 
+def test_each_verdict_is_said_once_without_rloo_too():
+    """Of two methods the pair against the reference is the verdict over both, and without RLOO the
+    reference is dr_grpo, whose grpo pair on the mean length is the aggregation verdict: each said once
+    (they were printed twice, the aggregation's with other rounding)."""
+    from rlhf_scratch.studies.length import study_findings
+
+    lengths = {"grpo": (30.0, 32.0, 31.0), "dr_grpo": (25.0, 26.0, 24.5)}
+    results = {f"{m}-s{i + 1}": {**_row(4 - i), "length_late": v} for m, vs in lengths.items() for i, v in enumerate(vs)}
+    units = LengthArgs(out="x", methods="grpo,dr_grpo", seeds="1,2,3").units()
+    findings, pairs = study_findings(results, units, 6)
+    said = findings + pairs
+    assert len(said) == len(set(said)), said
+    assert sum("mean completion length" in s for s in said) == 1 and len(said) == 3, said
+    assert findings[0].startswith("GRPO dr_grpo reaches the lowest mean completion length (tokens, phases 4–6), 25.2 ± ")
+
+
 def test_the_microscope_rows_by_hand():
     e = {"length_per_gain": 2.0, "length_per_gain_after_right": -0.06, "length_per_gain_after_wrong": 0.02,
          "length_per_gain_se": 0.01, "length_per_gain_after_right_se": 0.001, "length_per_gain_after_wrong_se": 0.0005}

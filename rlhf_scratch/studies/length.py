@@ -404,6 +404,23 @@ def aggregation_verdict(results: dict[str, dict], units: list[Unit], what: str) 
     return [verdict(pair, what, fmt="{:.1f}", higher_is_better=False).sentence]
 
 
+def study_findings(results: dict[str, dict], units: list[Unit], total_phases: int) -> tuple[list[str], list[str]]:
+    """(the page's findings, the pairs against the reference): the aggregation verdict first when both
+    grpo and dr_grpo ran, then the largest late gap, the shortest A > 0 and the shortest completions;
+    each sentence once (of two methods the pair against the reference is the verdict over all, and
+    without RLOO the grpo pair on the mean length is the aggregation verdict: same rounding, said once)."""
+    first, last = late_phases(total_phases)
+    gap = verdicts(results, units, "late_gap", f"length gap, A < 0 minus A > 0 (tokens, phases {first}–{last})")
+    right = verdicts(results, units, "late_pos", f"length of the A > 0 completions (tokens, phases {first}–{last})",
+                     higher_is_better=False)
+    # every completion's length: defined in every late phase, where A<0 / A>0 are missing once a whole group is right
+    what = f"mean completion length (tokens, phases {first}–{last})"
+    length = verdicts(results, units, "length_late", what, higher_is_better=False, fmt="{:.1f}")
+    aggregation = aggregation_verdict(results, units, what)
+    findings = list(dict.fromkeys([*aggregation, gap[0], right[0], length[0]]))
+    return findings, [s for s in dict.fromkeys([*gap[1:], *right[1:], *length[1:]]) if s not in findings]
+
+
 def _finite(x: float | int | None) -> float | int | None:
     return x if x is not None and math.isfinite(x) else None
 
@@ -478,15 +495,7 @@ def run_study(args: LengthArgs) -> None:
     blocks = blocks_of(args.total_phases, args.block)
     metrics = {u.name: read_metrics(run_dirs[u.name]) for u in units}
     results = {u.name: summarize(metrics[u.name], blocks, ledger[u.name]) for u in units}
-    first, last = late_phases(args.total_phases)
-    gap = verdicts(results, units, "late_gap", f"length gap, A < 0 minus A > 0 (tokens, phases {first}–{last})")
-    right = verdicts(results, units, "late_pos", f"length of the A > 0 completions (tokens, phases {first}–{last})",
-                     higher_is_better=False)
-    # every completion's length: defined in every late phase, where A<0 / A>0 are missing once a whole group is right
-    length = verdicts(results, units, "length_late", f"mean completion length (tokens, phases {first}–{last})",
-                      higher_is_better=False)
-    findings, pairs = [gap[0], right[0], length[0]], [*gap[1:], *right[1:], *length[1:]]
-    findings[:0] = aggregation_verdict(results, units, f"mean completion length (tokens, phases {first}–{last})")
+    findings, pairs = study_findings(results, units, args.total_phases)
     curves = {label(g[0].method): [metrics[u.name] for u in g] for g in by_group(units).values()}
     fig = plot_lengths(results, curves, units, blocks, out)
     rows = results_table(results, units)
