@@ -237,6 +237,8 @@ def test_each_penalised_run_is_read_against_the_unpenalised_run_stopped_at_its_k
     assert one.startswith("PPO with β = 0.3 against the 250-pair proxy ends at d = 1.00, gold +0.325: "
                           "not distinguishable from the β = 0 run stopped at the same KL, gap +0.025 (95 % interval "
                           "-2.199 to +2.249, n = 2 seeds"), one
+    assert one.endswith(": not resolved, whether the penalty did better or worse than stopping early.") and \
+        "Gao" not in one, "an interval of ± 2.2 says nothing more: not that the penalty acts like early stopping"
     assert "gap +0.100 (n = 1 seed)" in two
 
 

@@ -616,8 +616,8 @@ def kl_sweep_verdicts(rows: list[dict], n: int) -> list[str]:
             out.append(f"{head}: {side} the β = 0 run's checkpoint at the same KL by {spread}; the penalty did "
                        f"{what} than stopping early.")
         else:
-            out.append(f"{head}: not distinguishable from the β = 0 run stopped at the same KL, gap {spread}; "
-                       "within that interval the penalty acts like early stopping, as Gao et al. found.")
+            out.append(f"{head}: not distinguishable from the β = 0 run stopped at the same KL, gap {spread}: "
+                       "not resolved, whether the penalty did better or worse than stopping early.")
     return out
 
 
