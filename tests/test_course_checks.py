@@ -95,6 +95,14 @@ def test_a_wrong_signature_is_named_before_anything_runs():
                                                "logits, tokens, prefix_len=None, temperature=1.0)")
 
 
+def test_something_not_callable_is_named_before_anything_runs():
+    """check_normalize_reward(42) in a notebook (the suite's beartype refuses the call itself, so the
+    signature check that every check starts with is called here)."""
+    with pytest.raises(AssertionError, match=r"^check_normalize_reward: pass your function itself, "
+                                             r"normalize_reward\(reward, eps=1e-05\); got int '42'$"):
+        checks._check_signature("normalize_reward", 42)
+
+
 def test_an_unknown_mistake_still_shows_the_case_and_both_numbers():
     def value_loss_cubed(values, mb_returns, vf_coef, mask=None):
         return 0.5 * vf_coef * (values - mb_returns).abs().pow(3).mean()

@@ -139,8 +139,11 @@ def _judge(case: Case, out: Any) -> str | None:
     return got + "\n  (not a mistake this check knows: go through the formula step by step on these inputs)"
 
 
-def _check_signature(name: str, fn: Callable) -> None:
+def _check_signature(name: str, fn: object) -> None:
     ref = REFERENCES[name]
+    if not callable(fn):  # check_normalize_reward(42): say what to pass, not "'int' object is not callable"
+        raise AssertionError(f"check_{name}: pass your function itself, {name}{ref.signature}; "
+                             f"got {type(fn).__name__} {str(fn)[:40]!r}")
     try:
         params = tuple(inspect.signature(fn).parameters)
     except (TypeError, ValueError):  # a builtin or C function: nothing to compare
