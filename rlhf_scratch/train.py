@@ -21,6 +21,7 @@ import sys
 from rlhf_scratch import registry
 from rlhf_scratch.cli import flag_of, given_fields, parse_dataclass
 from rlhf_scratch.config import PRESETS, TASKS, CommonArgs, ConfigError, args_class, preset_values
+from rlhf_scratch.controller.command import main_controller, split_controller_flags
 
 PROG = "python -m rlhf_scratch.train"
 
@@ -131,6 +132,7 @@ def other_algorithm_hint(message: str, algo: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
+        controller, argv = split_controller_flags(argv)  # --controller ray: the single controller (controller/)
         args, resume = parse_args(argv)
         algo = args.algo
     except ConfigError as e:  # RunFolderError is one too
@@ -138,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as e:  # --help (0)
         return int(e.code or 0)
+    if controller.controller == "ray":
+        return main_controller(args, resume, controller)
 
     from pathlib import Path
 

@@ -183,7 +183,7 @@ def not_timing(key):
     return not key.startswith(("time/", "timing/", "charts/phase_time", "charts/rollout_time", "charts/tokens_per_s"))
 
 
-@pytest.mark.parametrize("algo, placement", [("ppo", "colocated"), ("online_dpo", "colocated"),
+@pytest.mark.parametrize("algo, placement", [("online_dpo", "colocated"),  # PPO colocated: the command's test below
                                              pytest.param("ppo", "split", marks=pytest.mark.slow)])
 def test_ray_run_equals_the_in_process_run(algo, placement, local_ray, tmp_path):
     from rlhf_scratch.controller.ray_trainer import RayPPOTrainer
@@ -238,3 +238,33 @@ def test_two_ranks_on_ray_equal_the_torchrun_run(local_ray, tmp_path):
     for rank, weights in enumerate(per_rank):
         moved = [k for k in saved if not torch.equal(weights[k], saved[k])]
         assert not moved, f"rank {rank}'s weights differ from the torchrun run's: {moved[:5]}"
+
+
+def test_train_controller_ray_writes_the_in_process_runs_metrics(local_ray, tmp_path, capsys):
+    """`python -m rlhf_scratch.train sentiment --controller ray` (PPO, one colocated rank): its
+    metrics.jsonl equals the in-process run's, every non-timing number bit for bit, and its policy.pt
+    the in-process weights exactly (the Ray this process already joined is used, and left up)."""
+    from rlhf_scratch.train import main
+
+    expected, expected_weights = in_process_run("ppo", tmp_path.parent / "ppo")
+    flags = ["--total-phases", "3", "--batch-size", "8", "--num-minibatches", "2", "--gen-len", "6", "--warmup-steps", "1"]
+    assert main(["sentiment", "--controller", "ray", *flags, "--run-dir", str(tmp_path / "run")]) == 0
+    assert "done: " in capsys.readouterr().out
+    got = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [{k: m[k] for k in m if not_timing(k)} for m in got] == [{k: m[k] for k in m if not_timing(k)} for m in expected]
+    assert all(f"timing/{step}" in m for m in got for step in ("gen", "ref", "reward", "adv", "update_actor"))
+    saved = torch.load(tmp_path / "run" / "policy.pt")
+    assert all(torch.equal(saved[k], expected_weights[k]) for k in expected_weights)
+    assert ray.is_initialized()
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["sentiment", "--workers", "2"], "error: controller: --workers, --placement and --ray-address need --controller ray"),
+    (["sentiment", "--controller", "slurm"], "error: controller: must be one of local, ray; got 'slurm'"),
+    (["sentiment", "--controller", "ray", "--workers", "0"], "error: workers: must be at least 1; got 0"),
+])
+def test_controller_flags_refused_in_one_line(argv, line, capsys):
+    from rlhf_scratch.train import main
+
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]

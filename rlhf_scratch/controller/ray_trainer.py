@@ -32,6 +32,7 @@ import torch
 
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
 from rlhf_scratch.config import CommonArgs, ConfigError
+from rlhf_scratch.controller.command import PLACEMENTS
 from rlhf_scratch.controller.protocol import DataProto
 from rlhf_scratch.controller.worker_group import (
     RayClassWithInitArgs,
@@ -48,7 +49,6 @@ from rlhf_scratch.rollout import Rollout
 
 ALGOS = {"ppo": 1, "online_dpo": 2}
 """The algorithms the controller runs, with the completions each samples per prompt (their rollout_phase's G)."""
-PLACEMENTS = ("colocated", "split")
 TIMING = ("gen", "ref", "reward", "adv", "update_actor")
 """The dataflow's steps, each logged as timing/<step> (seconds on the driver's clock, the call's wait included)."""
 
@@ -141,8 +141,11 @@ class RayPPOTrainer:
             pool.release()
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Join the Ray cluster at `address`, or start a local instance (the embedded default)."""
-    if not ray.is_initialized():
-        ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Join the Ray cluster at `address`, or start a local instance (the embedded default); nothing
+    if this process is connected already. Returns whether it connected now (then the caller shuts it down)."""
+    if ray.is_initialized():
+        return False
+    ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    return True

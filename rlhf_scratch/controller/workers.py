@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import fields
+from pathlib import Path
 
 import torch
 
@@ -30,6 +31,7 @@ from rlhf_scratch.generation import decode_completions, eos_token_ids, generate,
 from rlhf_scratch.reward.tasks import make_reward_fn, score_completions
 from rlhf_scratch.rollout import Rollout, score_tokens
 from rlhf_scratch.run_setup import resolve_device
+from rlhf_scratch.runs import save_run_policy
 from rlhf_scratch.timing import take_times
 
 META_FIELDS = ("num_generations", "eos_token_id", "temperature")
@@ -112,6 +114,12 @@ class ActorRolloutRefWorker(Worker):
             stats = self.trainer.learning_phase(rollout)
         take_times()  # the worker's timing sections are reported by the driver's clock, not summed here
         return DataProto(meta_info={"metrics": {**stats, "charts/learning_rate": lr}})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_policy(self, run_dir: str) -> None:
+        """Rank 0 writes the tuned policy into the run folder, as the in-process loop does (`runs.save_run_policy`)."""
+        if self.rank == 0:
+            save_run_policy(Path(run_dir), self.trainer.policy)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def state_dict(self) -> dict[str, torch.Tensor]:

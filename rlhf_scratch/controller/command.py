@@ -1,0 +1,109 @@
+"""`python -m rlhf_scratch.train TASK --controller ray [--workers N] [--placement colocated|split]
+[--ray-address ADDR]`: the same run through the single controller.
+
+`split_controller_flags` takes the four flags out of the command line before the algorithm's
+dataclass parses the rest (it imports no Ray: `--controller local`, the default, never loads it);
+`run_controller` starts a local Ray instance (or joins `--ray-address`), drives the phases with
+`RayPPOTrainer` and writes a run folder as the in-process loop does (config.json, metrics.jsonl,
+samples.md, curves.png, the tuned policy), then ends its workers and shuts down the Ray it started —
+on Ctrl-C or a failure too.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlhf_scratch.config import CommonArgs, ConfigError
+
+CONTROLLERS = ("local", "ray")
+PLACEMENTS = ("colocated", "split")
+
+
+@dataclass
+class ControllerArgs:
+    controller: str = "local"
+    """`local`: the in-process loop (the default); `ray`: the single controller over Ray worker groups."""
+    workers: int = 1
+    """Ranks per worker group (data parallel inside the group, gloo on CPU / NCCL on GPU)."""
+    placement: str = "colocated"
+    """`colocated`: every role in one process per rank; `split`: the reward model in processes of its own."""
+    ray_address: str | None = None
+    """Join this Ray cluster instead of starting a local instance."""
+
+
+class _Refuse(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise ConfigError(message)
+
+
+def split_controller_flags(argv: list[str]) -> tuple[ControllerArgs, list[str]]:
+    """The controller's flags, checked (one ConfigError line each), and the rest of argv."""
+    pre = _Refuse(add_help=False)
+    pre.add_argument("--controller", default="local")
+    pre.add_argument("--workers", type=int, default=1)
+    pre.add_argument("--placement", default="colocated")
+    pre.add_argument("--ray-address", default=None)
+    known, rest = pre.parse_known_args(argv)
+    given = ControllerArgs(known.controller, known.workers, known.placement, known.ray_address)
+    for name, allowed in (("controller", CONTROLLERS), ("placement", PLACEMENTS)):
+        if getattr(given, name) not in allowed:
+            raise ConfigError(f"{name}: must be one of {', '.join(allowed)}; got {getattr(given, name)!r}")
+    if given.controller == "local" and given != ControllerArgs():
+        raise ConfigError("controller: --workers, --placement and --ray-address need --controller ray")
+    if given.workers < 1:
+        raise ConfigError(f"workers: must be at least 1; got {given.workers}")
+    return given, rest
+
+
+def main_controller(args: CommonArgs, resume: str | None, controller: ControllerArgs) -> int:
+    """`train --controller ray`'s exit code: 0 and the finished run's summary, or one error line and 2."""
+    import sys
+
+    from rlhf_scratch.controller.worker_group import WorkerError
+    from rlhf_scratch.runs import finished_summary
+
+    try:
+        if resume is not None:
+            raise ConfigError("resume: --controller ray does not resume runs yet; resume with the in-process loop")
+        run_dir = run_controller(args, controller)
+    except (ValueError, OSError, WorkerError) as e:
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
+    print(finished_summary(run_dir))
+    return 0
+
+
+def run_controller(args: CommonArgs, controller: ControllerArgs, quiet: bool = False) -> Path:
+    """The run through `RayPPOTrainer`, in a new run folder; returns it."""
+    import ray
+    from tqdm.auto import tqdm
+
+    from rlhf_scratch.controller.ray_trainer import RayPPOTrainer, init_ray
+    from rlhf_scratch.logger import RunLogger
+    from rlhf_scratch.runs import check_new_run_dir, new_run_dir
+
+    check_new_run_dir(args.run_dir)
+    started = init_ray(controller.ray_address, num_cpus=controller.workers * (1 + (controller.placement == "split")))
+    trainer = None
+    try:
+        trainer = RayPPOTrainer(args, workers=controller.workers, placement=controller.placement)
+        run_dir = new_run_dir(trainer.args)
+        logger = RunLogger(run_dir, trainer.args, quiet)
+        bar = tqdm(range(1, args.total_phases + 1), desc="phases", disable=quiet)
+        for phase in bar:
+            metrics, rollout = trainer.step(phase)
+            logger.log_phase(metrics)
+            logger.log_samples(phase, rollout, force=phase == args.total_phases)
+            bar.set_postfix(reward=f"{metrics['rewards/mean']:.3f}", kl=f"{metrics['rollout/kl_full_vocab']:.4f}")
+        logger.finish()
+        if args.save_model:
+            trainer.actor_rollout_wg.save_policy(str(run_dir))
+        return run_dir
+    finally:
+        if trainer is not None:
+            trainer.shutdown()
+        if started:
+            ray.shutdown()
+
