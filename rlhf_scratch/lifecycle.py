@@ -176,7 +176,8 @@ class RunLife:
 
     def _record_failure(self, err: BaseException) -> None:
         """After an exception in a unit: checkpoint the last completed unit if the weights are still
-        its own, write status `failed` (Ctrl-C twice: `interrupted`) with the error's one line, and
+        its own, write status `failed` (Ctrl-C twice, or its output closed because the study that
+        started it was killed: `interrupted`) with the error's one line, and
         add the next step to the exception as a note (shown under its traceback)."""
         state = self.last.state()
         if state is not None and not isinstance(err, CheckpointError):  # a failed write would fail again
@@ -184,7 +185,8 @@ class RunLife:
                 save_checkpoint(self.run_dir, self.last.unit, state, self.keep_checkpoints)
             except Exception as save_err:  # keep the first error; the older checkpoint stays
                 tqdm.write(f"could not write a checkpoint of {self.unit_name} {self.last.unit} ({one_line(save_err)})")
-        status = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
+        # a closed output (BrokenPipeError) means the process that started this one, a study, ended
+        status = "interrupted" if isinstance(err, (KeyboardInterrupt, BrokenPipeError)) else "failed"
         record = write_status(self.run_dir, status, self.last.unit if state is not None else self.done,
                               self.total, error=one_line(err))
         if hasattr(err, "add_note"):  # Python 3.11+

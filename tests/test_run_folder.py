@@ -264,3 +264,22 @@ def test_sizes_under_ten_megabytes_keep_two_figures(tmp_path):
     assert size_text(tmp_path / "small.pt") == "0.31 MB"
     assert size_text(tmp_path / "sub") == "4.2 MB"
     assert size_text(tmp_path) == "4.5 MB", "a folder counts every file below it"
+
+
+@pytest.mark.parametrize("err, status", [(BrokenPipeError(32, "Broken pipe"), "interrupted"),
+                                         (KeyboardInterrupt(), "interrupted"), (ValueError("a bug"), "failed")])
+def test_a_run_whose_output_closed_is_interrupted_not_failed(tmp_path, err, status):
+    """A study killed mid-run closes its runs' stderr: their next write raises BrokenPipeError. That
+    run was interrupted (the same study command continues it), not failed; a bug is still a failure."""
+    from rlhf_scratch.lifecycle import RunLife
+    from rlhf_scratch.runs import read_status
+
+    (tmp_path / "config.json").write_text('{"algo": "ppo", "task": "sentiment"}')
+    life = RunLife(tmp_path, 3, 1, state_now=lambda: {"w": 1}, moved=lambda: 0)
+    with pytest.raises(type(err)):
+        with life:
+            life.start(0, {"phase": 0})
+            life.completed(1, {"phase": 1}, save=False)
+            raise err
+    saved = read_status(tmp_path)
+    assert saved["status"] == status and saved["phase"] == 1, saved
