@@ -46,6 +46,7 @@ from rlhf_scratch.logger import Metrics
 from rlhf_scratch.loop import rollout_metrics
 from rlhf_scratch.prompts import PromptIterator, load_prompts
 from rlhf_scratch.rollout import Rollout
+from rlhf_scratch.run_setup import resolve_device
 
 ALGOS = {"ppo": 1, "online_dpo": 2}
 """The algorithms the controller runs, with the completions each samples per prompt (their rollout_phase's G)."""
@@ -82,14 +83,16 @@ class RayPPOTrainer:
         self.prompts = PromptIterator(load_prompts(args.prompts, prefix=args.prefix, seed=args.seed), args.seed)
         actor = RayClassWithInitArgs(ActorRolloutRefWorker, self.args)
         rm = RayClassWithInitArgs(RewardModelWorker, self.args)
+        gpus = int(resolve_device(args.device).startswith("cuda"))  # a GPU per process: Ray hides the GPUs from workers without one
         if placement == "colocated":
-            self.pools = [RayResourcePool(process_on_nodes=[workers])]
+            self.pools = [RayResourcePool(process_on_nodes=[workers], num_gpus=gpus)]
             colocated = RayWorkerGroup(self.pools[0], create_colocated_worker_cls({"actor_rollout_ref": actor, "rm": rm}))
             self.groups = [colocated]
             roles = colocated.spawn(["actor_rollout_ref", "rm"])
             self.actor_rollout_wg, self.rm_wg = roles["actor_rollout_ref"], roles["rm"]
         else:
-            self.pools = [RayResourcePool(process_on_nodes=[workers]), RayResourcePool(process_on_nodes=[workers])]
+            self.pools = [RayResourcePool(process_on_nodes=[workers], num_gpus=gpus),
+                          RayResourcePool(process_on_nodes=[workers], num_gpus=gpus)]
             self.actor_rollout_wg = RayWorkerGroup(self.pools[0], actor, role="actor_rollout_ref")
             self.rm_wg = RayWorkerGroup(self.pools[1], rm, role="rm")
             self.groups = [self.actor_rollout_wg, self.rm_wg]
