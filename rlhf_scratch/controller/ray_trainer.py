@@ -48,8 +48,11 @@ from rlhf_scratch.prompts import PromptIterator, load_prompts
 from rlhf_scratch.rollout import Rollout
 from rlhf_scratch.run_setup import resolve_device
 
-ALGOS = {"ppo": 1, "online_dpo": 2}
-"""The algorithms the controller runs, with the completions each samples per prompt (their rollout_phase's G)."""
+
+def num_generations(args: CommonArgs) -> int:
+    """G, the completions per prompt each algorithm's rollout_phase samples: PPO 1, Online DPO a pair,
+    RLOO and GRPO `--num-generations`."""
+    return {"ppo": 1, "online_dpo": 2}.get(args.algo) or args.num_generations
 TIMING = ("gen", "ref", "reward", "adv", "update_actor")
 """The dataflow's steps, each logged as timing/<step> (seconds on the driver's clock, the call's wait included)."""
 
@@ -71,15 +74,12 @@ class RayPPOTrainer:
     """The single controller: builds the resource pools and worker groups, then `fit` drives them."""
 
     def __init__(self, args: CommonArgs, workers: int = 1, placement: str = "colocated") -> None:
-        if args.algo not in ALGOS:
-            raise ConfigError(f"controller: --algo {args.algo} is not run by the Ray controller yet "
-                              f"(it runs {', '.join(ALGOS)})")
         if placement not in PLACEMENTS:
             raise ConfigError(f"placement: must be one of {', '.join(PLACEMENTS)}; got {placement!r}")
         if workers < 1:
             raise ConfigError(f"workers: must be at least 1; got {workers}")
         self.args = args.with_local_paths_resolved()
-        self.num_generations = ALGOS[args.algo]
+        self.num_generations = num_generations(args)
         self.prompts = PromptIterator(load_prompts(args.prompts, prefix=args.prefix, seed=args.seed), args.seed)
         actor = RayClassWithInitArgs(ActorRolloutRefWorker, self.args)
         rm = RayClassWithInitArgs(RewardModelWorker, self.args)

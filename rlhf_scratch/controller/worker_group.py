@@ -71,8 +71,8 @@ class RayResourcePool:
     each holding `num_cpus` CPUs and `num_gpus` GPUs, reserved together as one Ray placement group."""
 
     process_on_nodes: list[int]
-    num_cpus: float = 1
-    num_gpus: float = 0
+    num_cpus: float | int = 1
+    num_gpus: float | int = 0
     _pg: Any = None
 
     @property
