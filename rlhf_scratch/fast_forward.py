@@ -120,7 +120,7 @@ def attention(
 def mlp(block_mlp: nn.Module, h: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
     """act(h W_in + b_in) W_out + b_out with the activation in one kernel (TL's own module otherwise)."""
     act = ACTIVATIONS.get(block_mlp.cfg.act_fn)
-    if type(block_mlp) is not MLP or act is None:
+    if not isinstance(block_mlp, MLP) or act is None:  # isinstance: LoRA's parametrized class derives from MLP
         return block_mlp(h)
     batch, pos, d_model = h.shape
     pre = torch.addmm(block_mlp.b_in, h.reshape(-1, d_model), block_mlp.W_in)
