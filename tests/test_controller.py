@@ -5,6 +5,8 @@ at the same seed, metric for metric and weight for weight."""
 import functools
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -270,3 +272,34 @@ def test_controller_flags_refused_in_one_line(argv, line, capsys):
 
     assert main(argv) == 2
     assert capsys.readouterr().err.strip().splitlines() == [line]
+
+
+@pytest.mark.slow
+def test_ctrl_c_shuts_ray_down_and_leaves_no_process(tmp_path):
+    """SIGINT to `train --controller ray` mid-run: one line, exit 130, and every process the command
+    started (Ray's GCS, raylet, the workers) gone."""
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rlhf_scratch.train", "sentiment", "--controller", "ray", "--total-phases", "200",
+           "--batch-size", "8", "--num-minibatches", "2", "--gen-len", "6", "--run-dir", str(run_dir)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not ((run_dir / "metrics.jsonl").is_file() and (run_dir / "metrics.jsonl").read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:] if proc.poll() else "no phase in 120 s"
+            time.sleep(0.5)
+        started = psutil.Process(proc.pid).children(recursive=True)
+        assert len(started) >= 3, f"expected Ray's processes and a worker, found {[p.name() for p in started]}"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            for p in [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]:
+                p.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == (
+        "stopped: Ctrl-C; the workers and Ray are shut down (the controller writes no checkpoint yet)")
+    deadline = time.monotonic() + 15
+    while (left := [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"left running after Ctrl-C: {[p.name() for p in left]}"

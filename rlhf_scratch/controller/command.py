@@ -71,6 +71,10 @@ def main_controller(args: CommonArgs, resume: str | None, controller: Controller
     except (ValueError, OSError, WorkerError) as e:
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the workers ended and Ray shut down on the way out (run_controller's finally)
+        print("stopped: Ctrl-C; the workers and Ray are shut down (the controller writes no checkpoint yet)",
+              file=sys.stderr)
+        return 130
     print(finished_summary(run_dir))
     return 0
 
