@@ -9,6 +9,7 @@ so a check that stopped recognising a mistake, or stopped catching it at all, tu
 import importlib
 import importlib.util
 import inspect
+import math
 import re
 import subprocess
 import sys
@@ -408,6 +409,24 @@ def test_dpo_recognises_chosen_and_rejected_swapped():
 
 def test_dpo_recognises_a_missing_beta():
     fails_with("calc_dpo_loss", dpo_without_beta, "β is missing")
+
+
+def test_dpo_recognises_beta_outside_the_sigmoid():
+    """-β log σ(h) and -log(β σ(h)): the exercise warns of it, so the check names both."""
+    def dpo_beta_times_the_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps,
+                                beta, loss_type="sigmoid", weights=None):
+        h = right_margin(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps)
+        return (-beta * F.logsigmoid(h).mean(), beta * (policy_chosen_logps - ref_chosen_logps).detach(),
+                beta * (policy_rejected_logps - ref_rejected_logps).detach())
+
+    def dpo_log_of_beta_sigma(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps,
+                              beta, loss_type="sigmoid", weights=None):
+        h = right_margin(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps)
+        return (-(math.log(beta) + F.logsigmoid(h)).mean(), beta * (policy_chosen_logps - ref_chosen_logps).detach(),
+                beta * (policy_rejected_logps - ref_rejected_logps).detach())
+
+    fails_with("calc_dpo_loss", dpo_beta_times_the_loss, "not -β log σ(h)")
+    fails_with("calc_dpo_loss", dpo_log_of_beta_sigma, "not -log(β σ(h))")
 
 
 def test_dpo_asks_for_the_implicit_rewards_too():

@@ -644,6 +644,11 @@ def _dpo_loss_cases() -> list[Case]:
              lambda fn: _dpo_part(call(fn, 0.5, grad=True), 0),
              sigmoid,
              (Mistake(loss(h, 1.0), "β is missing: the loss is -log σ(β h), not -log σ(h)"),
+              Mistake(0.5 * loss(h, 1.0), "β is outside the sigmoid: the loss is -log σ(β h), not -β log σ(h); "
+                                          "β scales the margin, so it sets how far π may move from π_ref, not the "
+                                          "size of the loss"),
+              Mistake(-math.log(0.5) + loss(h, 1.0), "β is outside the sigmoid: the loss is -log σ(β h), "
+                                                     "not -log(β σ(h))"),
               Mistake(loss([-m for m in h], 0.5), "the margin's sign is flipped (chosen and rejected, or policy and "
                                                   "reference, swapped): h = (pi_c - pi_r) - (ref_c - ref_r)"),
               Mistake(loss([1.0, -6.5], 0.5), "the reference's margin is subtracted, not added: "
@@ -686,9 +691,9 @@ def check_calc_dpo_loss(fn: Callable) -> None:
     ref_rejected_logps, beta, loss_type='sigmoid', weights=None) -> (loss, chosen_rewards,
     rejected_rewards)`, the signature of `rlhf_scratch.algorithms.online_dpo.calc_dpo_loss`.
 
-    Recognises: β missing, the margin's sign flipped, the reference added or missing, the sign of
-    the loss, a sum; the implicit rewards without β, negated or swapped; log(sigmoid) at a margin
-    of -10000; IPO's target 1/β, IPO on β h, loss_type ignored; the weights ignored or ÷ n; NaN when
+    Recognises: β missing or outside the sigmoid (-β log σ(h), -log(β σ(h))), the margin's sign
+    flipped, the reference added or missing, the sign of the loss, a sum; the implicit rewards
+    without β, negated or swapped; log(sigmoid) at a margin of -10000; IPO's target 1/β, IPO on β h, loss_type ignored; the weights ignored or ÷ n; NaN when
     no pair is decided.
     """
     _run("calc_dpo_loss", fn, _dpo_loss_cases())
