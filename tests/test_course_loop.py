@@ -51,15 +51,24 @@ def objective(policy, ref_model, mb: ReplayMinibatch, args, temperature: float, 
     """J on one minibatch from the blog's functions on full logits (a reference forward per minibatch)."""
     prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
     gen, mask, attn = generated_span(prefix_len), mb.completion_mask, attention_mask_or_none(mb.attention_mask)
+    if bug == "off-by-one span":  # one slice for everything, each position paired with the token AT it
+        gen = slice(prefix_len, None)
     logits, values = policy_logits_and_values(policy, mb.sample_ids, attn, detach=bug != "value head not detached")
     with torch.no_grad():
         ref_logits = ref_model(mb.sample_ids, attention_mask=attn)
     logits_T, ref_T = temperature_scaled(logits[:, gen], temperature), temperature_scaled(ref_logits[:, gen], temperature)
-    logprobs = get_log_probs(logits, mb.sample_ids, prefix_len, temperature)
+    if bug == "off-by-one span":
+        logprobs = logits_T.log_softmax(-1).gather(-1, mb.sample_ids[:, prefix_len:, None]).squeeze(-1)
+    else:
+        logprobs = get_log_probs(logits, mb.sample_ids, prefix_len, temperature)
     clipped = calc_clipped_sur_obj(logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask)
     value_loss = calc_value_fn_loss(values[:, gen], mb.returns, args.vf_coef, mask=mask)
     entropy = calc_entropy_bonus(logits_T, args.ent_coef, mask=mask)
-    kl = calc_kl_penalty(logits_T, ref_T, args.beta, mask=mask)
+    if bug == "reversed KL":  # KL(π_ref ‖ π), written out: weighted by the reference's probabilities
+        ref_lp, lp = ref_T.log_softmax(-1), logits_T.log_softmax(-1)
+        kl = args.beta * (ref_lp.exp() * (ref_lp - lp)).sum(-1)[mask].mean()
+    else:
+        kl = calc_kl_penalty(logits_T, ref_T, args.beta, mask=mask)
     J = clipped - value_loss + entropy + (kl if bug == "KL penalty added" else -kl)
     return J, {"objective/total": J.item(), "losses/kl_penalty": kl.item(), "losses/value_loss": value_loss.item()}
 
@@ -79,7 +88,8 @@ def hand_written_phase(bug: str | None = None):
             J, mb_stats = objective(policy, ref_model, mb, args, rollout.temperature, bug)
             optimizer.zero_grad()
             (-J if bug == "minimised" else J).backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
+            max_norm = float("inf") if bug == "no grad clip" else args.max_grad_norm
+            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_norm)
             if torch.isfinite(J) and torch.isfinite(grad_norm):
                 optimizer.step()
             stats.append(mb_stats)
@@ -114,6 +124,12 @@ def test_a_correct_phase_on_full_logits_passes_within_the_tolerance_but_not_bit_
     ("KL penalty added", r"matches the package's when the KL penalty is ADDED to J"),
     ("value head not detached", r"the trunk \(base\.\*\) moved differently(.|\n)*value loss's gradients flow into the trunk"),
     ("own generator", r"minibatches were drawn differently(.|\n)*likely cause: the minibatch order"),
+    # named from the first minibatch's gradient: only the trunk's differs (the KL), then the planted match
+    ("reversed KL", r"before any step, the gradient of J already differs: the trunk's by [0-9.e-]+ \(relative"
+                    r"(.|\n)*matches the package's when the KL is the wrong way round"),
+    ("off-by-one span", r"the gradient of J already differs: the trunk's by [0-9.e-]+, the value head's"
+                        r"(.|\n)*matches the package's when the generated span is off by one"),
+    ("no grad clip", r"the gradient of J is the package's: J is right(.|\n)*when the gradient norm is not clipped"),
 ])
 def test_a_planted_bug_fails_with_its_targeted_message(bug, message):
     """Each bug is recognised by the planted mistake it reproduces (or, for the scheduler and the
@@ -122,3 +138,5 @@ def test_a_planted_bug_fails_with_its_targeted_message(bug, message):
         check_learning_phase(hand_written_phase(bug))
     if bug == "no scheduler step":  # the steps themselves are right: nothing else is reported
         assert str(failure.value).count("\n- ") == 1, failure.value
+    if bug == "reversed KL":  # the value head's first gradient is right: the KL is the trunk's alone
+        assert "value head's by" not in str(failure.value), failure.value

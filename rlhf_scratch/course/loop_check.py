@@ -30,9 +30,12 @@ How the check works:
    updates of each group, trunk and value head, as the relative error
    ‖Δθ_yours − Δθ_package‖ / ‖Δθ_package‖ ≤ `UPDATE_RTOL`; every statistic both return, to
    `STAT_RTOL` / `STAT_ATOL`; and torch's RNG state (the same draws, so the same minibatches).
-4. On a mismatch, the package's phase is run again with each known mistake planted (`MISTAKES`: the
-   objective minimised, the KL penalty added, value-loss gradients into the trunk, …) and the
-   message names the one your update matches.
+4. On a mismatch, the first diagnosis is made on the FIRST minibatch, before any optimizer step has
+   mixed the errors: the gradient each phase hands its first `optimizer.step()` (`first_gradients`)
+   says whether J itself differs, and in which group. Then the package's phase is run again with
+   each known mistake planted (`MISTAKES`: the objective minimised, the KL penalty added or the
+   wrong way round, the generated span off by one, value-loss gradients into the trunk, …) and the
+   message names the one whose whole update, or whose first gradient, yours matches.
 
 The tolerance. Where your phase does the same operations in the same order (a wrapper around the
 trainer's method) everything is equal bit for bit. A phase written from the blog's functions on
@@ -64,7 +67,17 @@ from transformer_lens import HookedTransformer
 
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
 from rlhf_scratch.config import RLHFArgs, make_args
+from rlhf_scratch.generation import attention_mask_or_none
+from rlhf_scratch.memory import ReplayMinibatch
 from rlhf_scratch.model import TransformerWithValueHead
+from rlhf_scratch.objectives import (
+    calc_clipped_sur_obj,
+    calc_entropy_bonus,
+    calc_kl_penalty,
+    calc_value_fn_loss,
+    generated_span,
+    temperature_scaled,
+)
 from rlhf_scratch.optim import get_optimizer_and_scheduler
 from rlhf_scratch.rollout import Rollout
 
@@ -85,6 +98,9 @@ CHECK_SETTINGS: dict[str, Any] = dict(
 
 UPDATE_RTOL = 1e-3
 """Most relative difference ‖Δθ_yours − Δθ_package‖ / ‖Δθ_package‖ of a parameter group's update (see the module docstring)."""
+GRAD_RTOL = 1e-4
+"""Most relative difference ‖g_yours − g_package‖ / ‖g_package‖ of a group's gradient at the FIRST
+minibatch, before any step (measured: about 1e-6 for a correct full-logits phase; see `first_gradients`)."""
 STAT_RTOL, STAT_ATOL = 1e-4, 1e-6
 """A statistic agrees when |yours − package's| ≤ STAT_ATOL + STAT_RTOL·|package's| (measured: about 1e-8)."""
 
@@ -117,6 +133,7 @@ class PhaseResult:
     scheduler_steps: int
     lrs: list[float]
     rng: Tensor
+    first_grads: dict[str, Tensor]  # each parameter's gradient as the first optimizer step saw it ({} if none)
 
 
 @dataclass
@@ -186,12 +203,56 @@ def _fresh_adam(trainer: RLHFTrainer) -> Iterator[None]:
     yield
 
 
+def blog_objective(trainer: RLHFTrainer, mb: ReplayMinibatch, temperature: float, reversed_kl: bool = False,
+                   shift: int = 0) -> tuple[Tensor, dict[str, float]]:
+    """J on one minibatch from the blog's functions on full logits, with a learner's mistake planted
+    (the package's own `minibatch_objective` never makes the logits, so it has nowhere to plant these):
+
+    reversed_kl  the penalty is β·KL(π_ref ‖ π): calc_kl_penalty with the two logits swapped
+    shift = 1    the generated span is logits[:, prefix_len:] and values[:, prefix_len:], each position
+                 paired with the token AT it instead of the one after it
+    """
+    prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
+    span = generated_span(prefix_len) if shift == 0 else slice(prefix_len - 1 + shift, mb.sample_ids.shape[1] - 1 + shift)
+    mask, attn, args = mb.completion_mask, attention_mask_or_none(mb.attention_mask), trainer.args
+    logits, values = trainer.policy(mb.sample_ids, attention_mask=attn)
+    with torch.no_grad():
+        ref_logits = trainer.ref_model(mb.sample_ids, attention_mask=attn)
+    logits_T, ref_T = temperature_scaled(logits[:, span], temperature), temperature_scaled(ref_logits[:, span], temperature)
+    logprobs = logits_T.log_softmax(-1).gather(-1, mb.sample_ids[:, prefix_len:, None]).squeeze(-1)
+    kl = calc_kl_penalty(ref_T, logits_T, trainer.beta, mask=mask) if reversed_kl else \
+        calc_kl_penalty(logits_T, ref_T, trainer.beta, mask=mask)
+    J = (calc_clipped_sur_obj(logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask)
+         - calc_value_fn_loss(values[:, span], mb.returns, args.vf_coef, mask=mask)
+         + calc_entropy_bonus(logits_T, args.ent_coef, mask=mask) - kl)
+    return J, {"objective/total": J.item()}
+
+
+@contextmanager
+def _blog_objective(trainer: RLHFTrainer, **mistake: Any) -> Iterator[None]:
+    """The phase's minibatch objective replaced by `blog_objective` with `mistake` planted."""
+    trainer.minibatch_objective = lambda mb, temperature: blog_objective(trainer, mb, temperature, **mistake)
+    try:
+        yield
+    finally:
+        del trainer.minibatch_objective
+
+
 MISTAKES: tuple[Mistake, ...] = (
     Mistake("the objective is MINIMISED instead of maximised",
             "ascend J: AdamW(maximize=True) and J.backward() (not (-J).backward(), not maximize=False)", _minimised),
     Mistake("the KL penalty is ADDED to J",
             "J = clipped_surrogate − value_loss + entropy_bonus − kl_penalty: subtract calc_kl_penalty",
             lambda t: _setting(t, "beta", -t.beta)),
+    Mistake("the KL is the wrong way round: you penalise KL(π_ref ‖ π)",
+            "KL(π ‖ π_ref) = Σ_v π(v) (log π(v) − log π_ref(v)), weighted by the POLICY's probabilities: "
+            "calc_kl_penalty(logits, ref_logits, beta), the policy's logits first",
+            lambda t: _blog_objective(t, reversed_kl=True)),
+    Mistake("the generated span is off by one: logits[:, prefix_len:] (and values[:, prefix_len:]) paired "
+            "with tokens[:, prefix_len:]",
+            "the logits at position t predict token t+1: the span is logits[:, prefix_len-1:-1] and "
+            "values[:, prefix_len-1:-1] (objectives.generated_span(prefix_len)), paired with tokens[:, prefix_len:]",
+            lambda t: _blog_objective(t, shift=1)),
     Mistake("the value loss is ADDED to J",
             "subtract calc_value_fn_loss: the value head descends its squared error", lambda t: _setting(t.args, "vf_coef", -t.args.vf_coef)),
     Mistake("the entropy bonus is SUBTRACTED from J",
@@ -242,21 +303,55 @@ def reset(start: Start) -> None:
     torch.set_rng_state(start.rng)
 
 
+@contextmanager
+def first_gradients(optimizer: torch.optim.Optimizer, policy: torch.nn.Module) -> Iterator[dict[str, Tensor]]:
+    """Every parameter's gradient as the phase's first backward leaves it (before the norm clip and
+    the first optimizer step): the gradient of J on the first minibatch at the starting parameters.
+
+    This is where a mistake in J shows by itself, in the parameter group it touches. After the first
+    step the parameters differ, so every later gradient carries the earlier differences too, Adam's
+    √v reshapes each update, and the norm clip scales every group by the same factor: at the end of a
+    phase a wrong KL and a wrong span both look like "everything moved differently"."""
+    grads: dict[str, Tensor] = {}
+    recording = [True]
+
+    def keep(name: str) -> Callable[[Tensor], None]:
+        def hook(p: Tensor) -> None:
+            if recording[0] and name not in grads:
+                grads[name] = p.grad.detach().clone()
+        return hook
+
+    def stop(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if recording[0]:
+            recording[0] = False
+            grads.update({n: torch.zeros_like(p) for n, p in policy.named_parameters() if n not in grads})
+
+    handles = [p.register_post_accumulate_grad_hook(keep(n)) for n, p in policy.named_parameters() if p.requires_grad]
+    handles.append(optimizer.register_step_pre_hook(stop))
+    try:
+        yield grads
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def outcome(policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
-            scheduler: torch.optim.lr_scheduler.LRScheduler, stats: dict[str, float]) -> PhaseResult:
+            scheduler: torch.optim.lr_scheduler.LRScheduler, stats: dict[str, float],
+            first_grads: dict[str, Tensor]) -> PhaseResult:
     """The parameters (copied: the trainer's are restored and trained again), the stats, the scheduler's
-    step count and learning rates, and torch's RNG state, right after a phase."""
+    step count and learning rates, torch's RNG state right after a phase, and the first step's gradients."""
     return PhaseResult({n: p.detach().clone() for n, p in policy.named_parameters()}, stats,
-                       scheduler.last_epoch, [g["lr"] for g in optimizer.param_groups], torch.get_rng_state())
+                       scheduler.last_epoch, [g["lr"] for g in optimizer.param_groups], torch.get_rng_state(),
+                       first_grads)
 
 
 def run_package(start: Start, mistake: Mistake | None = None) -> PhaseResult:
     """`trainer.learning_phase` from the starting state (with `mistake` planted, if any)."""
     reset(start)
     trainer = start.trainer
-    with mistake.plant(trainer) if mistake else nullcontext():
+    with mistake.plant(trainer) if mistake else nullcontext(), first_gradients(trainer.optimizer, trainer.policy) as grads:
         stats = trainer.learning_phase(copy.deepcopy(start.rollout))
-    return outcome(trainer.policy, trainer.optimizer, trainer.scheduler, stats)
+    return outcome(trainer.policy, trainer.optimizer, trainer.scheduler, stats, grads)
 
 
 def run_learner(start: Start, fn: LearningPhase) -> PhaseResult:
@@ -268,11 +363,12 @@ def run_learner(start: Start, fn: LearningPhase) -> PhaseResult:
     optimizer.load_state_dict(copy.deepcopy(start.optimizer_state))
     scheduler.load_state_dict(copy.deepcopy(start.scheduler_state))
     torch.set_rng_state(start.rng)
-    stats = fn(policy, ref_model, copy.deepcopy(start.rollout), copy.deepcopy(trainer.args), optimizer, scheduler)
+    with first_gradients(optimizer, policy) as grads:
+        stats = fn(policy, ref_model, copy.deepcopy(start.rollout), copy.deepcopy(trainer.args), optimizer, scheduler)
     if not isinstance(stats, dict):
         raise LearningPhaseMismatch(f"your learning phase returned {type(stats).__name__}; return a dict of its "
                                     "statistics, e.g. {'objective/total': mean J over the minibatches, ...}")
-    return outcome(policy, optimizer, scheduler, {k: float(v) for k, v in stats.items()})
+    return outcome(policy, optimizer, scheduler, {k: float(v) for k, v in stats.items()}, grads)
 
 
 # ------------------------------------------------------------------ comparing
@@ -320,8 +416,14 @@ def rng_problems(mine: PhaseResult, theirs: PhaseResult) -> list[str]:
             "per epoch, from the global RNG, cut into args.num_minibatches) and draw nothing else"]
 
 
+def gradient_errors(mine: dict[str, Tensor], theirs: dict[str, Tensor]) -> dict[str, float]:
+    """Per parameter group: ‖g_mine − g_theirs‖ / ‖g_theirs‖ of the first step's gradients."""
+    return update_errors({n: torch.zeros_like(g) for n, g in theirs.items()}, mine, theirs)
+
+
 def parameter_problems(start: Start, fn_result: PhaseResult, theirs: PhaseResult, errors: dict[str, float]) -> list[str]:
-    """Which groups moved differently, and the planted mistake that reproduces your update, if one does."""
+    """Which groups moved differently; whether J already differs at the first minibatch (its gradient,
+    before any step); and the planted mistake that reproduces yours, if one does."""
     before = {n: start.policy_state[n] for n in theirs.params}
     if not moved(before, fn_result.params):
         return ["no parameter moved: call optimizer.step() after each minibatch's backward (and check the "
@@ -332,39 +434,57 @@ def parameter_problems(start: Start, fn_result: PhaseResult, theirs: PhaseResult
             name = most_different(fn_result.params, theirs.params, prefix)
             lines.append(f"the {group} ({prefix}*) moved differently: relative update error {errors[group]:.2g} "
                          f"(tolerance {UPDATE_RTOL:.0e}), the most in {name}")
-    match = matching_mistake(start, fn_result, before)
+    first = gradient_errors(fn_result.first_grads, theirs.first_grads) if fn_result.first_grads else None
+    j_differs = first is not None and max(first.values()) > GRAD_RTOL
+    if j_differs:
+        differ = ", ".join(f"the {g}'s by {e:.2g}" for g, e in first.items() if e > GRAD_RTOL)
+        lines.append(f"at the first minibatch, before any step, the gradient of J already differs: {differ} "
+                     f"(relative; tolerance {GRAD_RTOL:.0e}), so J itself is computed differently")
+    elif first is not None:
+        lines.append("at the first minibatch, before any step, the gradient of J is the package's: J is right, "
+                     "what differs comes with the steps")
+    match = matching_mistake(start, fn_result, before, theirs.first_grads)
     if match is not None:
-        lines.append(f"likely cause: your update matches the package's when {match.what}. Fix: {match.fix}")
+        lines.append(f"likely cause: your phase matches the package's when {match.what}. Fix: {match.fix}")
     elif not torch.equal(fn_result.rng, theirs.rng):
         lines.append("likely cause: the minibatch order (above): other minibatches make every step differ; "
                      "fix it first, then run the check again")
+    elif j_differs:
+        lines.append(f"likely causes: {likely_causes(first)}")
     else:
-        lines.append(f"likely causes: {likely_causes(errors)}")
+        lines.append("likely causes: the step itself: optimizer.zero_grad() / J.backward() / "
+                     "clip_grad_norm_(policy.parameters(), args.max_grad_norm) / optimizer.step() once per "
+                     "minibatch, the optimizer you were given, args.batches_per_learning_phase epochs")
     return lines
 
 
-def matching_mistake(start: Start, fn_result: PhaseResult, before: dict[str, Tensor]) -> Mistake | None:
-    """The first planted mistake (the likeliest first) whose update is yours within the tolerance;
-    the planted updates lie at least 1e-2 apart, so at most one can be."""
+def matching_mistake(start: Start, fn_result: PhaseResult, before: dict[str, Tensor],
+                     package_grads: dict[str, Tensor]) -> Mistake | None:
+    """The first planted mistake (the likeliest first) that reproduces yours: its whole update is yours
+    within `UPDATE_RTOL`, or — for a mistake in J itself — its first step's gradient is yours within
+    `GRAD_RTOL` (one minibatch at the starting parameters, where nothing else mixes in). The planted
+    updates lie at least 1e-2 apart, so at most one can match."""
     for mistake in MISTAKES:
         planted = run_package(start, mistake)
         if max(update_errors(before, fn_result.params, planted.params).values()) <= UPDATE_RTOL:
+            return mistake
+        if (fn_result.first_grads and max(gradient_errors(planted.first_grads, package_grads).values()) > GRAD_RTOL
+                and max(gradient_errors(fn_result.first_grads, planted.first_grads).values()) <= GRAD_RTOL):
             return mistake
     return None
 
 
 def likely_causes(errors: dict[str, float]) -> str:
-    """What to look at, from which group moved differently."""
-    trunk, head = (errors[g] > UPDATE_RTOL for g in GROUPS)
+    """What to look at, from which group's first gradient differs."""
+    trunk, head = (errors[g] > GRAD_RTOL for g in GROUPS)
     if trunk and not head:
         return ("the terms only the trunk feels: the log-probs (the generated span logits[:, prefix_len-1:-1], "
                 "the rollout's temperature), the KL to the reference, the entropy, value gradients into the trunk")
     if head and not trunk:
         return ("the value loss: its coefficient, V(s_t) on the generated span values[:, prefix_len-1:-1], the "
                 "returns (advantages + the rollout's values: memory.returns)")
-    return ("more than one thing: the advantages (compute_advantages on normalised rewards), the combination "
-            "J = L_clip − value_loss + entropy_bonus − kl_penalty, the minibatch order, zero_grad / backward / "
-            "clip_grad_norm_ / step per minibatch")
+    return ("more than one term of J: the advantages (compute_advantages on normalised rewards), the combination "
+            "J = L_clip − value_loss + entropy_bonus − kl_penalty, the span shared by the logits and the values")
 
 
 def stat_errors(mine: dict[str, float], theirs: dict[str, float]) -> dict[str, float]:
