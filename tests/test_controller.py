@@ -5,6 +5,7 @@ at the same seed, metric for metric and weight for weight."""
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -244,21 +245,35 @@ def test_two_ranks_on_ray_equal_the_torchrun_run(local_ray, tmp_path):
         assert not moved, f"rank {rank}'s weights differ from the torchrun run's: {moved[:5]}"
 
 
-def test_train_controller_ray_writes_the_in_process_runs_metrics(local_ray, tmp_path, capsys):
-    """`python -m rlhf_scratch.train sentiment --controller ray` (PPO, one colocated rank): its
-    metrics.jsonl equals the in-process run's, every non-timing number bit for bit, and its policy.pt
-    the in-process weights exactly (the Ray this process already joined is used, and left up)."""
+def test_train_controller_ray_and_its_resume_write_the_in_process_runs_metrics(local_ray, tmp_path, capsys):
+    """`python -m rlhf_scratch.train sentiment --controller ray` (PPO, one colocated rank) writes
+    the in-process run's metrics.jsonl, every non-timing number bit for bit, and policy.pt its
+    weights exactly; then, its last checkpoint removed as if the run had died in phase 3, `--resume`
+    from phase 2's rewrites phase 3 bit for bit (the Ray this process already joined is used, and left up)."""
     from rlhf_scratch.train import main
 
     expected, expected_weights = in_process_run("ppo", tmp_path.parent / "ppo")
-    flags = ["--total-phases", "3", "--batch-size", "8", "--num-minibatches", "2", "--gen-len", "6", "--warmup-steps", "1"]
-    assert main(["sentiment", "--controller", "ray", *flags, "--run-dir", str(tmp_path / "run")]) == 0
-    assert "done: " in capsys.readouterr().out
-    got = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [{k: m[k] for k in m if not_timing(k)} for m in got] == [{k: m[k] for k in m if not_timing(k)} for m in expected]
-    assert all(f"timing/{step}" in m for m in got for step in ("gen", "ref", "reward", "adv", "update_actor"))
-    saved = torch.load(tmp_path / "run" / "policy.pt")
-    assert all(torch.equal(saved[k], expected_weights[k]) for k in expected_weights)
+    run_dir = tmp_path / "run"
+
+    def check_run(when):
+        got = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert [{k: m[k] for k in m if not_timing(k)} for m in got] == [{k: m[k] for k in m if not_timing(k)} for m in expected], when
+        assert all(f"timing/{step}" in m for m in got for step in ("gen", "ref", "reward", "adv", "update_actor"))
+        saved = torch.load(run_dir / "policy.pt")
+        assert all(torch.equal(saved[k], expected_weights[k]) for k in expected_weights), when
+
+    assert main(["sentiment", "--controller", "ray", "--total-phases", "3", "--batch-size", "8", "--num-minibatches", "2",
+                 "--gen-len", "6", "--warmup-steps", "1", "--save-every", "1", "--keep-checkpoints", "3",
+                 "--run-dir", str(run_dir)]) == 0
+    check_run("the controller's run")
+    checkpoints = run_dir / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir() if p.is_dir()) == ["phase-0001", "phase-0002", "phase-0003"]
+    shutil.rmtree(checkpoints / "phase-0003")
+    (checkpoints / "latest").write_text("phase-0002\n")
+    (run_dir / "policy.pt").unlink()
+    assert main(["--resume", str(run_dir), "--controller", "ray"]) == 0
+    check_run("resumed from phase 2")
+    assert capsys.readouterr().out.count("done: ") == 2
     assert ray.is_initialized()
 
 
@@ -298,7 +313,7 @@ def test_ctrl_c_shuts_ray_down_and_leaves_no_process(tmp_path):
                 p.kill()
     assert proc.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == (
-        "stopped: Ctrl-C; the workers and Ray are shut down (the controller writes no checkpoint yet)")
+        "stopped: Ctrl-C; the workers and Ray are shut down (continue from the last checkpoint with --resume)")
     deadline = time.monotonic() + 15
     while (left := [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) and time.monotonic() < deadline:
         time.sleep(0.2)

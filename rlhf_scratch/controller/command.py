@@ -5,7 +5,7 @@
 dataclass parses the rest (it imports no Ray: `--controller local`, the default, never loads it);
 `run_controller` starts a local Ray instance (or joins `--ray-address`), drives the phases with
 `RayPPOTrainer` and writes a run folder as the in-process loop does (config.json, metrics.jsonl,
-samples.md, curves.png, the tuned policy), then ends its workers and shuts down the Ray it started —
+samples.md, curves.png, checkpoints that `--resume` continues bit for bit, the tuned policy), then ends its workers and shuts down the Ray it started —
 on Ctrl-C or a failure too.
 """
 
@@ -65,22 +65,22 @@ def main_controller(args: CommonArgs, resume: str | None, controller: Controller
     from rlhf_scratch.runs import finished_summary
 
     try:
-        if resume is not None:
-            raise ConfigError("resume: --controller ray does not resume runs yet; resume with the in-process loop")
-        run_dir = run_controller(args, controller)
+        run_dir = run_controller(args, controller, resume=resume)
     except (ValueError, OSError, WorkerError) as e:
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the workers ended and Ray shut down on the way out (run_controller's finally)
-        print("stopped: Ctrl-C; the workers and Ray are shut down (the controller writes no checkpoint yet)",
+        print("stopped: Ctrl-C; the workers and Ray are shut down (continue from the last checkpoint with --resume)",
               file=sys.stderr)
         return 130
     print(finished_summary(run_dir))
     return 0
 
 
-def run_controller(args: CommonArgs, controller: ControllerArgs, quiet: bool = False) -> Path:
-    """The run through `RayPPOTrainer`, in a new run folder; returns it."""
+def run_controller(args: CommonArgs, controller: ControllerArgs, quiet: bool = False, resume: str | None = None) -> Path:
+    """The run through `RayPPOTrainer`, in a new run folder (or continuing `resume`'s from its latest
+    checkpoint); a checkpoint every `save_every` phases and at the end, as the in-process loop
+    writes it. Returns the folder."""
     import ray
     from tqdm.auto import tqdm
 
@@ -88,18 +88,29 @@ def run_controller(args: CommonArgs, controller: ControllerArgs, quiet: bool = F
     from rlhf_scratch.logger import RunLogger
     from rlhf_scratch.runs import check_new_run_dir, new_run_dir
 
-    check_new_run_dir(args.run_dir)
+    if args.early_stopping:
+        raise ConfigError("early_stopping: not run by --controller ray yet; use the in-process loop")
+    if resume is None:
+        check_new_run_dir(args.run_dir)
     started = init_ray(controller.ray_address, num_cpus=controller.workers * (1 + (controller.placement == "split")))
     trainer = None
     try:
         trainer = RayPPOTrainer(args, workers=controller.workers, placement=controller.placement)
-        run_dir = new_run_dir(trainer.args)
-        logger = RunLogger(run_dir, trainer.args, quiet)
-        bar = tqdm(range(1, args.total_phases + 1), desc="phases", disable=quiet)
+        run_dir = Path(resume) if resume is not None else new_run_dir(trainer.args)
+        logger, done = RunLogger(run_dir, trainer.args, quiet), 0
+        if resume is not None:
+            done = trainer.load_checkpoint(run_dir)
+            if done >= args.total_phases:
+                raise ConfigError(f"total_phases: {run_dir} has completed {done} phases; give a larger --total-phases")
+            logger.resume_at(done)
+        bar = tqdm(range(done + 1, args.total_phases + 1), desc="phases", disable=quiet)
         for phase in bar:
             metrics, rollout = trainer.step(phase)
             logger.log_phase(metrics)
-            logger.log_samples(phase, rollout, force=phase == args.total_phases)
+            last = phase == args.total_phases
+            logger.log_samples(phase, rollout, force=last)
+            if last or (args.save_every and phase % args.save_every == 0):
+                trainer.save_checkpoint(run_dir, phase)
             bar.set_postfix(reward=f"{metrics['rewards/mean']:.3f}", kl=f"{metrics['rollout/kl_full_vocab']:.4f}")
         logger.finish()
         if args.save_model:
@@ -110,4 +121,3 @@ def run_controller(args: CommonArgs, controller: ControllerArgs, quiet: bool = F
             trainer.shutdown()
         if started:
             ray.shutdown()
-

@@ -132,6 +132,16 @@ class RayPPOTrainer:
         """Every phase of the run; each phase's metrics."""
         return [self.step(phase)[0] for phase in range(1, self.args.total_phases + 1)]
 
+    def save_checkpoint(self, run_dir, phase: int) -> None:
+        """The in-process loop's checkpoint after `phase`, written by the actor's rank 0, with the driver's prompt position."""
+        self.actor_rollout_wg.save_checkpoint(str(run_dir), phase, self.prompts.state_dict())
+
+    def load_checkpoint(self, run_dir) -> int:
+        """The run's latest checkpoint put back into every actor rank and the driver's prompts; the phases it completed."""
+        done, prompts_state = self.actor_rollout_wg.load_checkpoint(str(run_dir))[0]
+        self.prompts.load_state_dict(prompts_state)
+        return done
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The trained policy's weights (rank 0's: every rank holds the same)."""
         return self.actor_rollout_wg.state_dict()[0]

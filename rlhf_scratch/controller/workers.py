@@ -6,6 +6,7 @@
         compute_log_prob      rollout.score_tokens: log π_old, entropy, log π_ref, the per-token KL
                               and V(s_t) in one pass, as the in-process rollout scores them
         update_actor          the trainer's own learning phase, on the advantages the driver computed
+        save_checkpoint / load_checkpoint   the in-process loop's checkpoint (loop.capture_state / restore_state)
     RewardModelWorker       compute_rm_score: the task's reward (the classifier or a Bradley–Terry
                             run) through reward.tasks.score_completions
 
@@ -23,11 +24,13 @@ from pathlib import Path
 import torch
 
 from rlhf_scratch import registry
+from rlhf_scratch.checkpoint import load_latest_checkpoint, save_checkpoint
 from rlhf_scratch.config import CommonArgs
 from rlhf_scratch.controller.decorator import Dispatch, register
 from rlhf_scratch.controller.protocol import DataProto
 from rlhf_scratch.controller.worker_group import Worker
 from rlhf_scratch.generation import decode_completions, eos_token_ids, generate, tokenize_prompts
+from rlhf_scratch.loop import capture_state, restore_state
 from rlhf_scratch.reward.tasks import make_reward_fn, score_completions
 from rlhf_scratch.rollout import Rollout, score_tokens
 from rlhf_scratch.run_setup import resolve_device
@@ -114,6 +117,23 @@ class ActorRolloutRefWorker(Worker):
             stats = self.trainer.learning_phase(rollout)
         take_times()  # the worker's timing sections are reported by the driver's clock, not summed here
         return DataProto(meta_info={"metrics": {**stats, "charts/learning_rate": lr}})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, run_dir: str, phase: int, prompts_state: dict) -> None:
+        """The in-process loop's checkpoint after `phase` (`loop.capture_state`: weights, optimizer,
+        scheduler, the algorithm's state, every rank's RNG), with the driver's position in the prompts;
+        rank 0 writes it (`checkpoint.save_checkpoint`)."""
+        self.trainer.prompts.load_state_dict(prompts_state)  # the driver draws the prompts: its position is the run's
+        state = capture_state(self.trainer, phase, None)  # (every rank takes part: the RNG states are gathered)
+        if self.rank == 0:
+            save_checkpoint(Path(run_dir), phase, state, self.args.keep_checkpoints)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, run_dir: str) -> tuple[int, dict]:
+        """The run's latest checkpoint put back (`loop.restore_state`, this rank's RNG); the phases it
+        completed and the prompts' position, for the driver."""
+        done = restore_state(self.trainer, load_latest_checkpoint(Path(run_dir), lambda text: None), None)
+        return done, self.trainer.prompts.state_dict()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_policy(self, run_dir: str) -> None:
