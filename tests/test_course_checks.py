@@ -472,6 +472,151 @@ def test_reward_model_loss_recognises_a_missing_coefficient():
                "forgot to multiply by center_rewards_coefficient")
 
 
+# --- exercises 03: compute_gae_advantages, explained_variance, direct_logit_attribution -------
+
+
+def test_the_reading_solutions_agree_with_the_package_on_random_inputs():
+    """course/solutions.py is plain torch with loops; the package's functions are vectorised: the same numbers."""
+    from rlhf_scratch.advantages import compute_gae_advantages
+    from rlhf_scratch.course import solutions
+    from rlhf_scratch.objectives import explained_variance
+
+    g = torch.Generator().manual_seed(0)
+    values, rewards = torch.randn(5, 9, generator=g), torch.randn(5, generator=g)
+    mask = torch.arange(6)[None, :] < torch.tensor([6, 3, 1, 0, 5])[:, None]  # EOS at different steps, one empty
+    for m in (None, mask):
+        ours = solutions.compute_gae_advantages(values, rewards, 3, 0.9, 0.7, mask=m)
+        assert torch.allclose(ours, compute_gae_advantages(values, rewards, 3, 0.9, 0.7, mask=m), atol=1e-6)
+        returns = ours + values[:, 2:-1]
+        assert math.isclose(solutions.explained_variance(values[:, 2:-1], returns, m),
+                            explained_variance(values[:, 2:-1], returns, m), rel_tol=1e-5)
+
+
+def test_the_dla_solution_is_the_packages_component_logit_diff(tiny_random_lm):
+    """On a model's own cache: the components of its final residual at the last position, ln_final's
+    cached scale, its weight and W_U[:, pos] − W_U[:, neg] give interp's attributions (bias row aside),
+    and with the bias they sum to the logit difference."""
+    from interp.logits import SentimentTokens, logit_diff, sentiment_direction
+    from interp.residual import component_logit_diff, decompose_final_resid
+    from rlhf_scratch.course.solutions import direct_logit_attribution
+
+    model, g = tiny_random_lm, torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        model.ln_final.w.copy_(1 + 0.3 * torch.randn(model.cfg.d_model, generator=g))
+        model.ln_final.b.copy_(0.3 * torch.randn(model.cfg.d_model, generator=g))
+        tokens = torch.randint(0, 50, (3, 7), generator=g)
+        logits, cache = model.run_with_cache(tokens)
+        st = SentimentTokens((4, 9), (17,), ("a", "b"), ("c",))
+        theirs, _ = component_logit_diff(cache, st)
+        parts, _ = decompose_final_resid(cache)
+        ours = direct_logit_attribution(parts[:, :, -1], cache["ln_final.hook_scale"][:, -1], model.ln_final.w,
+                                        sentiment_direction(model, st))
+    assert torch.allclose(ours, theirs[:-1], atol=1e-5)
+    assert torch.allclose(ours.sum(0) + theirs[-1], logit_diff(logits, st), atol=1e-5)
+
+
+@torch.no_grad()
+def _gae(values, rewards, prefix_len, gamma, gae_lambda, mask=None, *, lam_in_recursion=True, bootstrap=False,
+         use_mask=True):
+    """GAE written as a learner would, with the mistakes to plant."""
+    v, next_v = values[:, prefix_len - 1 : -1], values[:, prefix_len:]
+    gen_len = v.shape[1]
+    if mask is None or not use_mask:
+        mask = torch.ones_like(v, dtype=torch.bool)
+    last = mask.sum(1) - 1
+    out = torch.zeros_like(v)
+    for b in range(v.shape[0]):
+        running = 0.0
+        for t in reversed(range(gen_len)):
+            if t > last[b]:
+                continue
+            end = t == last[b]
+            nv = next_v[b, t] if (not end or bootstrap) else 0.0
+            delta = (rewards[b] if end else 0.0) + gamma * nv - v[b, t]
+            running = delta + gamma * (gae_lambda if lam_in_recursion else 1.0) * running
+            out[b, t] = running
+    return out
+
+
+def gae_without_lambda(values, rewards, prefix_len, gamma, gae_lambda, mask=None):
+    return _gae(values, rewards, prefix_len, gamma, gae_lambda, mask, lam_in_recursion=False)
+
+
+def gae_bootstrapping_past_the_end(values, rewards, prefix_len, gamma, gae_lambda, mask=None):
+    return _gae(values, rewards, prefix_len, gamma, gae_lambda, mask, bootstrap=True)
+
+
+def gae_ignoring_the_mask(values, rewards, prefix_len, gamma, gae_lambda, mask=None):
+    return _gae(values, rewards, prefix_len, gamma, gae_lambda, mask, use_mask=False)
+
+
+def test_gae_recognises_lambda_missing_from_the_recursion():
+    fails_with("compute_gae_advantages", gae_without_lambda, "λ is missing from the recursion")
+
+
+def test_gae_recognises_a_bootstrap_past_the_last_token():
+    fails_with("compute_gae_advantages", gae_bootstrapping_past_the_end, "you bootstrapped past the end")
+
+
+def test_gae_recognises_the_mask_ignored_at_eos():
+    message = fails_with("compute_gae_advantages", gae_ignoring_the_mask, "the mask was ignored")
+    assert "case 2/3 (row 1 ends at EOS" in message, "the first case has no mask"
+
+
+def ev_with_squared_error(values, returns, mask=None):
+    if mask is not None:
+        values, returns = values[mask], returns[mask]
+    return 1 - ((returns - values) ** 2).mean() / returns.var(unbiased=False)
+
+
+def ev_ignoring_the_mask(values, returns, mask=None):
+    return 1 - (returns - values).var() / returns.var()  # unbiased on both: the ratio is the same
+
+
+def ev_zero_when_nothing_to_explain(values, returns, mask=None):
+    if mask is not None:
+        values, returns = values[mask], returns[mask]
+    var = returns.var()
+    return torch.tensor(0.0) if var == 0 else 1 - (returns - values).var() / var
+
+
+def test_explained_variance_recognises_the_squared_error_for_the_variance():
+    fails_with("explained_variance", ev_with_squared_error, "Var[R − V] is centred")
+
+
+def test_explained_variance_recognises_the_mask_ignored():
+    fails_with("explained_variance", ev_ignoring_the_mask, "the mask was ignored")
+
+
+def test_explained_variance_wants_nan_when_the_returns_are_constant():
+    fails_with("explained_variance", ev_zero_when_nothing_to_explain, "return NaN (CleanRL's), not 0")
+
+
+def dla_with_each_components_own_scale(components, scale, ln_weight, direction):
+    """ln_final applied to each component as if it were the whole residual (its own mean and std)."""
+    return torch.nn.functional.layer_norm(components, (components.shape[-1],)) @ (ln_weight * direction)
+
+
+def dla_without_centring(components, scale, ln_weight, direction):
+    return (components / scale) @ (ln_weight * direction)
+
+
+def dla_without_the_ln_weight(components, scale, ln_weight, direction):
+    return ((components - components.mean(-1, keepdim=True)) / scale) @ direction
+
+
+def test_dla_recognises_each_components_own_scale():
+    fails_with("direct_logit_attribution", dla_with_each_components_own_scale, "FROZEN scale")
+
+
+def test_dla_recognises_the_missing_centring():
+    fails_with("direct_logit_attribution", dla_without_centring, "centre each component first")
+
+
+def test_dla_recognises_the_missing_ln_weight():
+    fails_with("direct_logit_attribution", dla_without_the_ln_weight, "ln_final's weight is missing")
+
+
 def test_every_check_has_a_planted_bug_here():
     """Each check is shown failing on at least one planted bug in this file."""
     source = Path(__file__).read_text()

@@ -61,9 +61,9 @@ def exercise_cells(ex: Exercise) -> list:
     ]
 
 
-def notebook(intro: str, exercises: list[Exercise], outro: str) -> nbformat.NotebookNode:
+def notebook(intro: str, exercises: list[Exercise], outro: str, how: str = HOW) -> nbformat.NotebookNode:
     checks = "\n".join(f"    check_{ex.name}," for ex in exercises)
-    cells = [new_markdown_cell(intro + "\n\n" + HOW, id="intro"), new_code_cell(SETUP.format(checks=checks), id="setup")]
+    cells = [new_markdown_cell(intro + "\n\n" + how, id="intro"), new_code_cell(SETUP.format(checks=checks), id="setup")]
     for ex in exercises:
         cells += exercise_cells(ex)
     cells.append(new_markdown_cell(outro, id="outro"))
@@ -366,7 +366,141 @@ Compare with `rlhf_scratch/algorithms/rloo.py`, `grpo.py`, `online_dpo.py` and
 `docs/human-feedback.md` from preference pairs through a reward model to over-optimisation.""",
 )
 
-NOTEBOOKS = {"01_ppo_objective_exercises.ipynb": PPO, "02_beyond_ppo_exercises.ipynb": BEYOND}
+# --- 03: from formulas to components ----------------------------------------------------------
+
+GAE = Exercise("compute_gae_advantages", r"""## 1 · `compute_gae_advantages`: Generalised Advantage Estimation
+
+Exercises 1 wrote the blog's one-step advantage, $A_t = V(s_{t+1}) - V(s_t)$ with the reward in place
+of the last value. GAE (Schulman et al. 2016) blends every $n$-step estimate with weights $\lambda^{n-1}$:
+
+$$\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t), \qquad A_t = \sum_{k \ge 0} (\gamma\lambda)^k\, \delta_{t+k}
+= \delta_t + \gamma\lambda\, A_{t+1}$$
+
+In RLHF the reward is **sparse**: $r_t = 0$ for every generated token but the last, where the whole
+reward arrives. After the last token there is no state: $V(s_	ext{last+1}) = 0$, so
+$\delta_	ext{last} = r - V(s_	ext{last})$ and `values[:, -1]` is never read. $\lambda = 0$ gives the
+one-step estimate; $\gamma = \lambda = 1$ makes the deltas telescope to the Monte-Carlo
+$A_t = r - V(s_t)$. Compute it as the second form says: a loop from the last step **down** to 0.
+
+With a `mask` (True up to and including each row's first EOS) the episode ends at the row's **last
+kept** token: the reward arrives there, nothing after it is bootstrapped, padding gets 0.
+
+**Predict before you write:** on the first case ($\gamma = \lambda = 	frac12$, $\delta = [-1.5, 1, -1]$),
+what is $A_0$? And if you forgot $\lambda$ in the recursion?
+
+<details><summary>Answers</summary>
+
+$A_2 = -1$, $A_1 = 1 + 	frac14(-1) = 0.75$, $A_0 = -1.5 + 	frac14(0.75) = -1.3125$. Without $\lambda$
+each later advantage is discounted by $\gamma = 	frac12$ only: $A_1 = 0.5$, $A_0 = -1.25$ — and the
+check names that number.
+</details>
+
+Solution, written to be read: `rlhf_scratch.course.solutions.compute_gae_advantages`; the package's
+vectorised one: `rlhf_scratch.advantages.compute_gae_advantages` (its docstring says why GAE "blows
+up" with one terminal reward).""", '''\
+@torch.no_grad()
+def compute_gae_advantages(
+    values: Float[Tensor, "batch seq_len"],
+    rewards: Float[Tensor, " batch"],
+    prefix_len: int,
+    gamma: float,
+    gae_lambda: float,
+    mask: Bool[Tensor, "batch gen_len"] | None = None,
+) -> Float[Tensor, "batch gen_len"]:
+    """A_t = delta_t + gamma * lambda * A_{t+1}, delta_t = r_t + gamma V(s_{t+1}) - V(s_t); r = reward at
+    each row's last kept token (0 before it), V after it 0; masked positions 0."""
+    raise NotImplementedError''')
+
+EXPLAINED_VARIANCE = Exercise("explained_variance", r"""## 2 · `explained_variance`: is the value head any good?
+
+The value head (notebook 06: an MLP on `ln_final.hook_normalized`, trained by the value loss you
+wrote in exercises 1) is PPO's baseline. Its loss goes down whatever the scale of the returns, so
+CleanRL logs a number you can read on its own:
+
+$$\mathrm{EV} = 1 - rac{\mathrm{Var}[R - V]}{\mathrm{Var}[R]}$$
+
+over the kept positions: 1 = the head predicts every return, 0 = no better than predicting their
+mean, below 0 = worse than that. Population variances ($\div n$; the $\div (n-1)$ cancels in the
+ratio anyway). When $\mathrm{Var}[R] = 0$ there is nothing to explain and the ratio is $0/0$: return NaN,
+as CleanRL does. Return a Python float (a 0-d tensor passes the check too).
+
+Watch for: the variance of the **errors** $R - V$ (centred), not their mean square (that also counts a
+constant offset of $V$); positions after EOS hold $R = V$ (advantage 0), and counting them makes the
+head look better than it is.
+
+Solution: `rlhf_scratch.course.solutions.explained_variance`; the package's:
+`rlhf_scratch.objectives.explained_variance` (PPO logs it as `losses/explained_variance`).""", '''\
+def explained_variance(
+    values: Float[Tensor, "*shape"],
+    returns: Float[Tensor, "*shape"],
+    mask: Bool[Tensor, "*shape"] | None = None,
+) -> float:
+    """1 - Var[returns - values] / Var[returns] over the kept positions (population variances); NaN if Var[R] = 0."""
+    raise NotImplementedError''')
+
+DLA = Exercise("direct_logit_attribution", r"""## 3 · `direct_logit_attribution`: which component wrote the sentiment?
+
+The final residual at the last position is a sum of parts, $x = \sum_c x_c$ (the embeddings, then each
+layer's attention and MLP output: TransformerLens' `cache.decompose_resid`). The model reads it through
+`ln_final` and the unembedding; the logit difference between a positive and a negative token is
+
+$$	ext{logit diff} = rac{x - ar x}{s} \cdot (w \odot d) + 	ext{bias}, \qquad d = W_U[:, 	ext{pos}] - W_U[:, 	ext{neg}]$$
+
+with $w$ the LayerNorm's weight and $s$ its scale $\sqrt{\mathrm{Var}[x] + \epsilon}$ (the cache keeps it:
+`ln_final.hook_scale`). Only $s$ makes this non-linear in $x$. **Freeze it** at the value the forward
+computed and the map is linear, so each component gets its own share and the shares add up:
+
+$$\mathrm{DLA}_c = rac{x_c - ar x_c}{s} \cdot (w \odot d)$$
+
+(centring is linear too, so each part is centred by its own mean). Return `[component, batch]`.
+
+Watch for: divide by the **whole** residual's frozen scale, not each component's own std (that is
+the logit lens's question, "what if the residual stopped here?", not DLA's); centre each part;
+$w \odot d$, not $d$.
+
+**Predict:** in the check's first prompt the two components' shares are 2.25 and 5.25 — what is the
+model's logit difference, given the bias term $b$?
+
+<details><summary>Answer</summary>
+
+$2.25 + 5.25 + b = 7.5 + b$: with the scale frozen, the attributions of all the parts plus the bias
+add up to the logit difference exactly (the package's test checks it on a model's own cache).
+</details>
+
+Solution: `rlhf_scratch.course.solutions.direct_logit_attribution`; the package's, on a whole cache
+with the bias as a last row: `interp.residual.component_logit_diff` (notebook 04 plots it).""", '''\
+def direct_logit_attribution(
+    components: Float[Tensor, "component batch d_model"],
+    scale: Float[Tensor, "batch 1"],
+    ln_weight: Float[Tensor, " d_model"],
+    direction: Float[Tensor, " d_model"],
+) -> Float[Tensor, "component batch"]:
+    """((x_c - mean_d x_c) / scale) . (ln_weight * direction) for each component c and prompt."""
+    raise NotImplementedError''')
+
+HOW_03 = HOW.replace("""The solutions are the package's own functions (named under each exercise); read them once your
+check passes.""", """The solutions are written to be read, in plain torch, in `rlhf_scratch/course/solutions.py`;
+each exercise also names the package's own version. Read them once your check passes.""")
+
+COMPONENTS = notebook(
+    """# Exercises 3 · From formulas to components: GAE, the value head's read-out, DLA
+
+Exercises 1 and 2 wrote one formula each. These are the pieces one step up: the advantage estimator
+PPO can use instead of the blog's one-step one (`--advantage gae`), the number that says whether the
+value head has learned anything, and the first tool of interpretability that attributes the model's
+output to its parts. Notebook `../06_build_the_ppo_loop.ipynb` puts the first two into the loop;
+`../04_interp_walkthrough.ipynb` applies the third to a tuned model.""",
+    [GAE, EXPLAINED_VARIANCE, DLA],
+    """## All three pass?
+
+Read `rlhf_scratch/course/solutions.py`, then the package's versions it names. Try PPO with GAE:
+`python -m rlhf_scratch.train sentiment --advantage gae --gae-lambda 0.95` and watch
+`losses/explained_variance` in its `metrics.jsonl`.""",
+    how=HOW_03,
+)
+
+NOTEBOOKS = {"01_ppo_objective_exercises.ipynb": PPO, "02_beyond_ppo_exercises.ipynb": BEYOND,
+             "03_components_exercises.ipynb": COMPONENTS}
 """Every exercise notebook of this folder, by file name."""
 
 

@@ -25,7 +25,10 @@ _CHECKS = (
     "check_calc_value_fn_loss",
     "check_compute_advantages",
     "check_compute_grpo_advantages",
+    "check_compute_gae_advantages",
     "check_compute_rloo_advantages",
+    "check_direct_logit_attribution",
+    "check_explained_variance",
     "check_get_log_probs",
     "check_normalize_reward",
 )

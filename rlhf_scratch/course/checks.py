@@ -61,6 +61,13 @@ REFERENCES: dict[str, Reference] = {
         "(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta, loss_type='sigmoid', weights=None)"),
     "calc_reward_model_loss": Reference(
         "rlhf_scratch.reward.model", "(chosen_rewards, rejected_rewards, margin=None, center_rewards_coefficient=None)"),
+    # exercises 03: the solutions are written for reading in course/solutions.py (plain torch, a loop where
+    # the formula is a loop); tests/test_course_checks.py checks each against the package's function
+    "compute_gae_advantages": Reference(
+        "rlhf_scratch.course.solutions", "(values, rewards, prefix_len, gamma, gae_lambda, mask=None)"),
+    "explained_variance": Reference("rlhf_scratch.course.solutions", "(values, returns, mask=None)"),
+    "direct_logit_attribution": Reference(
+        "rlhf_scratch.course.solutions", "(components, scale, ln_weight, direction)"),
 }
 """The solution of each exercise: `from <module> import <name>`, with this signature."""
 
@@ -118,7 +125,8 @@ def _fmt(t: Tensor) -> str:
 
 
 def _close(out: Tensor, value: Tensor, case: Case) -> bool:
-    return out.shape == value.shape and torch.allclose(_tensor(out), value, rtol=case.rtol, atol=case.atol)
+    return out.shape == value.shape and torch.allclose(_tensor(out), value, rtol=case.rtol, atol=case.atol,
+                                                       equal_nan=True)  # NaN is an answer only where it is expected
 
 
 def _judge(case: Case, out: Any) -> str | None:
@@ -751,6 +759,184 @@ def check_calc_reward_model_loss(fn: Callable) -> None:
     _run("calc_reward_model_loss", fn, _reward_model_loss_cases())
 
 
+# --- compute_gae_advantages -------------------------------------------------------------------
+
+
+def _gae_cases() -> list[Case]:
+    # γ = λ = 1/2 (γλ = 1/4); prefix_len 2, so the generated steps are chosen in s_1, s_2, s_3:
+    # V(s_t) = values[1:4] = [2, 1, 4], V(s_{t+1}) = values[2:5] = [1, 4, (8: after the last token, not used)]
+    # δ_t = r_t + γ V(s_{t+1}) − V(s_t), r_t = 0 but r_last = 3:  δ = [0.5 − 2, 2 − 1, 3 − 4] = [−1.5, 1, −1]
+    # A_2 = −1;  A_1 = 1 + ¼(−1) = 0.75;  A_0 = −1.5 + ¼(0.75) = −1.3125
+    one = [[9.0, 2.0, 1.0, 4.0, 8.0]]
+    # γ = 1, λ = 1/2; row 1's episode ends at t = 1 (its EOS): the reward arrives there, V after it is 0
+    # row 0: V = [1, 2, 4], δ = [2 − 1, 4 − 2, 10 − 4] = [1, 2, 6]:   A = [1 + ½·5, 2 + ½·6, 6] = [3.5, 5, 6]
+    # row 1: V = [2, 4], δ = [4 − 2, 6 − 4] = [2, 2], padding 0:      A = [2 + ½·2, 2, 0]        = [3, 2, 0]
+    two = [[0.0, 1.0, 2.0, 4.0, 8.0], [0.0, 2.0, 4.0, 16.0, 32.0]]
+    mask = [[True, True, True], [True, True, False]]
+    return [
+        Case("one row, γ = λ = 0.5",
+             lambda fn: fn(_t(one), _t([3.0]), 2, 0.5, 0.5),
+             [[-1.3125, 0.75, -1.0]],
+             (Mistake([[-1.25, 0.5, -1.0]], "λ is missing from the recursion: A_t = δ_t + γλ A_{t+1}, not "
+                                            "δ_t + γ A_{t+1} (λ trades the value head's bias for the reward's variance)"),
+              Mistake([[-0.3125, 2.75, -1.0]], "γ is missing from δ: δ_t = r_t + γ V(s_{t+1}) − V(s_t); γ discounts "
+                                               "the next state's value as well as the later deltas"),
+              Mistake([[-1.0625, 1.75, 3.0]], "you bootstrapped past the end: after the last token there is no "
+                                              "state, so V(s_{last+1}) = 0 and δ_last = reward − V(s_last) "
+                                              "(values[:, -1] is never used)"),
+              Mistake([[-1.5, 0.625, -0.84375]], "the recursion runs the wrong way: A_t sums the deltas from t ON "
+                                                 "(the future), so loop t from the last step down to 0"),
+              Mistake([[0.6875, -1.25, -5.0]], "states shifted by one: the first generated token is chosen in "
+                                               "s_{prefix_len-1}, so V(s_t) is values[:, prefix_len-1:-1]"),
+              Mistake([[0.6875, 1.75, 3.0]], "those are the returns A + V(s_t), not the advantages"),
+              Mistake([[1.3125, -0.75, 1.0]], "sign: δ_t = r_t + γ V(s_{t+1}) − V(s_t), how much better the step "
+                                              "went than V expected"))),
+        Case("row 1 ends at EOS (mask), γ = 1, λ = 0.5",
+             lambda fn: fn(_t(two), _t([10.0, 6.0]), 2, 1.0, 0.5, mask=torch.tensor(mask)),
+             [[3.5, 5.0, 6.0], [3.0, 2.0, 0.0]],
+             # mask ignored: row 1 as a full row, V = [2, 4, 16], δ = [2, 12, 6 − 16]: A = [5.5, 7, −10]
+             (Mistake([[3.5, 5.0, 6.0], [5.5, 7.0, -10.0]], "the mask was ignored: each episode ends at its "
+                                                            "last KEPT token (its EOS); the reward arrives there"),
+              Mistake([[3.5, 5.0, 6.0], [5.5, 7.0, 0.0]], "you zeroed the padding, but the reward must arrive "
+                                                          "at the last kept token (t = 1 in row 1), not at the last "
+                                                          "position"),
+              # the reward at t = 1 but γ V(s_2) = 16 added to it: δ_1 = 6 + 16 − 4 = 18, A_0 = 2 + ½·18
+              Mistake([[3.5, 5.0, 6.0], [11.0, 18.0, 0.0]], "the reward is at the EOS, but you bootstrapped "
+                                                            "from the padding after it: V after the last kept "
+                                                            "token is 0 (the episode is over)"))),
+        Case("γ = λ = 1: the Monte-Carlo advantage",
+             lambda fn: fn(_t(two[:1]), _t([10.0]), 2, 1.0, 1.0),
+             [[9.0, 8.0, 6.0]],  # reward − V(s_t) = 10 − [1, 2, 4]
+             (Mistake([[1.0, 2.0, 6.0]], "those are the deltas alone (λ = 0): add the discounted later "
+                                         "advantages, A_t = δ_t + γλ A_{t+1}; at γ = λ = 1 they telescope to "
+                                         "reward − V(s_t)"),)),
+    ]
+
+
+def check_compute_gae_advantages(fn: Callable) -> None:
+    """Check `compute_gae_advantages(values, rewards, prefix_len, gamma, gae_lambda, mask=None)
+    -> [batch, gen_len]`, the signature of `rlhf_scratch.advantages.compute_gae_advantages`.
+
+    Recognises: λ or γ missing, a bootstrap past the last token, the recursion run forwards, the
+    states shifted by one, returns for advantages, the sign; the mask ignored, the reward not moved
+    to the EOS, a bootstrap from the padding.
+    """
+    _run("compute_gae_advantages", fn, _gae_cases())
+
+
+# --- explained_variance -----------------------------------------------------------------------
+
+
+def _number(out: Any) -> Tensor:
+    """The learner's explained variance as a 0-d tensor (a float, as the package returns, or a tensor)."""
+    if isinstance(out, Tensor):
+        return out
+    if isinstance(out, int | float) and not isinstance(out, bool):
+        return torch.tensor(float(out), dtype=torch.float64)
+    return out  # _judge names what it got
+
+
+def _explained_variance_cases() -> list[Case]:
+    # R = [1, 2, 3, 6]: mean 3, Var[R] = (4 + 1 + 0 + 9) / 4 = 3.5
+    # V = [1, 1, 4, 5]: R − V = [0, 1, −1, 1], mean 1/4, Var[R − V] = (1 + 9 + 25 + 9) / 64 = 11/16
+    # EV = 1 − (11/16) / 3.5 = 45/56
+    returns, values = [1.0, 2.0, 3.0, 6.0], [1.0, 1.0, 4.0, 5.0]
+    # padding after EOS: R = V = 9 there (advantage 0), so counting it makes the head look better
+    m_values, m_returns = [[1.0, 1.0, 9.0], [4.0, 5.0, 9.0]], [[1.0, 2.0, 9.0], [3.0, 6.0, 9.0]]
+    # all six: R = [1, 2, 9, 3, 6, 9] mean 5, Var = 62/6;  R − V = [0, 1, 0, −1, 1, 0] mean 1/6, Var = 17/36
+    return [
+        Case("four returns",
+             lambda fn: _number(fn(_t(values), _t(returns))),
+             45 / 56,
+             (Mistake(11 / 14, "Var[R − V] is centred: you took mean((R − V)²), the squared error, which also counts "
+                               "a constant offset of V (EV forgives an offset; the value loss does not)"),
+              Mistake(1 - 3.5 / (11 / 16), "the ratio is upside down: EV = 1 − Var[R − V] / Var[R]"),
+              Mistake(11 / 56, "that is Var[R − V] / Var[R], the part NOT explained: EV = 1 minus it"),
+              Mistake(1 - (51 / 16) / 3.5, "Var[R − V], the variance of the errors, not Var[V]: a head that "
+                                           "predicts the mean of R perfectly has Var[V] = 0"))),
+        Case("padding after EOS (mask)",
+             lambda fn: _number(fn(_t(m_values), _t(m_returns), mask=torch.tensor([[True, True, False]] * 2))),
+             45 / 56,
+             (Mistake(1 - (17 / 36) / (62 / 6), MASK_IGNORED + " (the padding's R = V makes the head look better)"),)),
+        Case("nothing to explain: Var[R] = 0",
+             lambda fn: _number(fn(_t([1.0, 2.0, 3.0]), _t([2.0, 2.0, 2.0]))),
+             math.nan,
+             (Mistake(0.0, "Var[R] = 0: the ratio is 0/0, undefined; return NaN (CleanRL's), not 0"),
+              Mistake(1.0, "Var[R] = 0: the ratio is 0/0, undefined; return NaN (CleanRL's), not 1"),
+              Mistake(-math.inf, "Var[R] = 0: the ratio is 0/0, undefined; return NaN (CleanRL's), not -inf"))),
+    ]
+
+
+def check_explained_variance(fn: Callable) -> None:
+    """Check `explained_variance(values, returns, mask=None) -> float` (a 0-d tensor passes too),
+    the signature of `rlhf_scratch.objectives.explained_variance`.
+
+    Recognises: the squared error for the variance of the errors, the ratio upside down, 1 − EV,
+    Var[V] for Var[R − V], the mask ignored, 0, 1 or -inf where Var[R] = 0 (NaN).
+    """
+    _run("explained_variance", fn, _explained_variance_cases())
+
+
+# --- direct_logit_attribution -----------------------------------------------------------------
+
+
+def _dla(components: Tensor, scale: Tensor, w: Tensor, d: Tensor, centre: bool = True, own_scale: bool = False,
+         divide: bool = True) -> Tensor:
+    """What a DLA (or a mistake) gives, for the cases below."""
+    x = components - components.mean(-1, keepdim=True) if centre else components
+    if own_scale:
+        scale = components.var(-1, unbiased=False, keepdim=True).sqrt()
+    return (x / scale if divide else x) @ (w * d)
+
+
+def _dla_cases() -> list[Case]:
+    # 2 components x 2 prompts x d_model 3, each at the prompt's last position; their sum is the final residual
+    comps = torch.tensor([[[1.0, 2.0, 6.0], [3.0, 0.0, 0.0]],
+                          [[0.0, -3.0, 3.0], [0.0, 0.0, 6.0]]], dtype=torch.float64)
+    scale = torch.tensor([[2.0], [4.0]], dtype=torch.float64)  # ln_final's cached scale per prompt
+    w, d = torch.tensor([1.0, 2.0, 0.5], dtype=torch.float64), torch.tensor([1.0, -1.0, 3.0], dtype=torch.float64)
+    # w ⊙ d = [1, −2, 1.5].  (1, 2, 6) − 3 = (−2, −1, 3), / 2 = (−1, −½, 3/2): −1 + 1 + 9/4 = 2.25
+    # (3, 0, 0) − 1 = (2, −1, −1), / 4: ½ + ½ − 3/8 = 0.625;  (0, −3, 3) / 2: 3 + 9/4 = 5.25;
+    # (0, 0, 6) − 2 = (−2, −2, 4), / 4: −½ + 1 + 3/2 = 2
+    expected = [[2.25, 0.625], [5.25, 2.0]]
+
+    def call(fn: Callable) -> Any:
+        return fn(_t(comps.tolist()), _t(scale.tolist()), _t(w.tolist()), _t(d.tolist()))
+
+    return [
+        Case("two components, two prompts",
+             call,
+             expected,
+             (Mistake(_dla(comps, scale, w, d, centre=False), "centre each component first: LayerNorm subtracts "
+                                                              "the mean over d_model, and that step is linear, so "
+                                                              "it applies to each part of the residual alone"),
+              Mistake(_dla(comps, scale, w, d, own_scale=True), "divide by the FROZEN scale of the whole final "
+                                                                "residual (the cached ln_final scale), not each "
+                                                                "component's own std: frozen, the map is linear and "
+                                                                "the attributions add up to the logit difference"),
+              Mistake(_dla(comps, scale, torch.ones(3, dtype=torch.float64), d), "ln_final's weight is missing: "
+                                                                                 "the direction in the normalised "
+                                                                                 "residual is w ⊙ (W_U[:, pos] − W_U[:, neg])"),
+              Mistake(_dla(comps, scale, w, d, divide=False), "divide by ln_final's scale: the unembedding reads "
+                                                              "the NORMALISED residual"),
+              Mistake(_dla(comps, 1 / scale, w, d), "divide by the scale, don't multiply"),
+              Mistake(_dla(comps, scale, w, d).T, "return [component, batch]: one row per component"))),
+    ]
+
+
+def check_direct_logit_attribution(fn: Callable) -> None:
+    """Check `direct_logit_attribution(components, scale, ln_weight, direction) -> [component, batch]`:
+    each residual component's direct contribution to the logit difference through a frozen final
+    LayerNorm, ((x_c − mean x_c) / scale) · (ln_weight ⊙ direction) (the solution:
+    `rlhf_scratch.course.solutions.direct_logit_attribution`; the package's is
+    `interp.residual.component_logit_diff`, on a whole cache).
+
+    Recognises: the components not centred, each component's own scale for the frozen one, ln_final's
+    weight missing, the scale not divided or multiplied, [batch, component] for [component, batch].
+    """
+    _run("direct_logit_attribution", fn, _dla_cases())
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     "get_log_probs": _get_log_probs_cases,
     "compute_advantages": _compute_advantages_cases,
@@ -763,5 +949,8 @@ CASES: dict[str, Callable[[], list[Case]]] = {
     "compute_grpo_advantages": _grpo_advantages_cases,
     "calc_dpo_loss": _dpo_loss_cases,
     "calc_reward_model_loss": _reward_model_loss_cases,
+    "compute_gae_advantages": _gae_cases,
+    "explained_variance": _explained_variance_cases,
+    "direct_logit_attribution": _dla_cases,
 }
 """Each exercise's cases, by function name (the tests check that no mistake gives the answer)."""

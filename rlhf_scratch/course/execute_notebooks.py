@@ -44,6 +44,8 @@ EXCLUDED: dict[str, str] = {
         "stubs raise NotImplementedError; tests/test_course_checks.py executes it with the solutions",
     "exercises/02_beyond_ppo_exercises.ipynb":
         "stubs raise NotImplementedError; tests/test_course_checks.py executes it with the solutions",
+    "exercises/03_components_exercises.ipynb":
+        "stubs raise NotImplementedError; tests/test_course_checks.py executes it with the solutions",
 }
 """Notebooks (path relative to `notebooks/`) the suite does not execute as they are, each with why."""
 
