@@ -161,7 +161,8 @@ Watch for: `min`, not `max`; the ratio is $\pi / \pi_\text{old}$; this is an obj
 kept tokens only (`x[mask]`), so padding neither counts in the mean nor shifts $\hat A$; set the
 ratio to 1 and $\hat A$ to 0 at masked positions (`torch.where`) so nothing there reaches a gradient.
 
-Solution: `rlhf_scratch.objectives.calc_clipped_sur_obj`.""", '''\
+Why the clip makes a trust region: `docs/derivations.md` §3. Solution:
+`rlhf_scratch.objectives.calc_clipped_sur_obj`.""", '''\
 def calc_clipped_sur_obj(
     logprobs: Float[Tensor, "minibatch gen_len"],
     mb_logprobs: Float[Tensor, "minibatch gen_len"],
@@ -313,8 +314,10 @@ Watch for: $\beta$ inside the sigmoid; the sign of each difference; this loss is
 `torch.log(torch.sigmoid(x))` is $-\infty$ once $\sigma(x)$ underflows (the check uses a margin of
 $-10^4$): use `F.logsigmoid`.
 
-Solution: `rlhf_scratch.algorithms.online_dpo.calc_dpo_loss` (it returns a NamedTuple, `DPOLoss`;
-a plain tuple does here).""", '''\
+Where this loss comes from (the KL-regularised objective, its optimum $\pi^* \propto \pi_\text{ref}
+e^{r/\beta}$, the implicit reward, Bradley–Terry): `docs/derivations.md` §1. Solution:
+`rlhf_scratch.algorithms.online_dpo.calc_dpo_loss` (it returns a NamedTuple, `DPOLoss`; a plain tuple
+does here).""", '''\
 def calc_dpo_loss(
     policy_chosen_logps: Float[Tensor, " pairs"],
     policy_rejected_logps: Float[Tensor, " pairs"],
@@ -341,7 +344,8 @@ differences. `None` means no such term.
 Watch for: chosen minus rejected; the minus sign (minimised); the mean of the squares, not the
 square of the mean; `F.logsigmoid` rather than `log(sigmoid)` (the check uses differences of ±2000).
 
-Solution: `rlhf_scratch.reward.model.calc_reward_model_loss`.""", '''\
+The model and its likelihood, derived: `docs/derivations.md` §2. Solution:
+`rlhf_scratch.reward.model.calc_reward_model_loss`.""", '''\
 def calc_reward_model_loss(
     chosen_rewards: Float[Tensor, " batch"],
     rejected_rewards: Float[Tensor, " batch"],
@@ -495,7 +499,9 @@ output to its parts. Notebook `../06_build_the_ppo_loop.ipynb` puts the first tw
 
 Read `rlhf_scratch/course/solutions.py`, then the package's versions it names. Try PPO with GAE:
 `python -m rlhf_scratch.train sentiment --advantage gae --gae-lambda 0.95` and watch
-`losses/explained_variance` in its `metrics.jsonl`.""",
+`losses/explained_variance` in its `metrics.jsonl`. Where the losses of exercises 1 and 2 come from
+(DPO from the KL-regularised objective, Bradley–Terry as maximum likelihood, the clip as a trust
+region), each ending in a check you run: `docs/derivations.md`.""",
     how=HOW_03,
 )
 
