@@ -15,7 +15,7 @@ NOTEBOOK = Path(__file__).with_name("06_build_the_ppo_loop.ipynb")
 
 TITLE = r"""# 6 · Build the PPO loop yourself
 
-Notebooks 01 and 03 computed every term of PPO's objective by hand; notebook 02 ran `RLHFTrainer`. Here the two meet: you assemble the blog's functions into the whole PPO-RLHF training loop, in about 80 lines you can read top to bottom — the value head, the reference forward, phases, PPO epochs and minibatches, AdamW with two learning rates and `maximize=True`, the warmup-and-decay schedule, the four terms of the objective. Then `check_learning_phase` runs your learning phase beside the package's from the same state and says, to float precision, whether they did the same thing — and if not, which mistake yours looks like. Last, the loop trains the tiny model for a dozen phases (about 20 seconds on one CPU thread).
+Notebook 01 computed every term of PPO's objective by hand, and exercises 01 had you write each one. Here they meet the trainer that notebook 02 (next) runs end to end: you assemble the blog's functions into the whole PPO-RLHF training loop, in about 80 lines you can read top to bottom — the value head, the reference forward, phases, PPO epochs and minibatches, AdamW with two learning rates and `maximize=True`, the warmup-and-decay schedule, the four terms of the objective. Then `check_learning_phase` runs your learning phase beside the package's from the same state and says, to float precision, whether they did the same thing — and if not, which mistake yours looks like. Last, the loop trains the tiny model for a dozen phases (about 20 seconds on one CPU thread).
 
 You need: PyTorch, the policy gradient, and notebook 01's terms."""
 
@@ -167,7 +167,7 @@ PHASE = r"""def learning_phase(policy, ref_model, rollout, args, optimizer, sche
 
 CHECK_MD = r"""## 4 · Check it against the package
 
-`check_learning_phase(learning_phase)` builds an `RLHFTrainer` on the tiny preset (seed 0, batch 16, 2 minibatches, 8 tokens, 2 epochs), trains it one phase so that the policy has left the reference, takes one rollout, and then runs *your* `learning_phase` on deep copies of that state and `trainer.learning_phase` on the original, torch's RNG in the same state before each (it shuffles the minibatches). It compares the scheduler exactly, each parameter group's update to a relative 1e-3, and the statistics both return. Your phase works on full logits with autograd, the package's a chunk of positions at a time with a hand-written backward, so the numbers differ in the last float32 digits — about 5e-5 of the update — while each classic mistake moves it by 1e-2 or more. On a mismatch it names the mistake your update reproduces.
+`check_learning_phase(learning_phase)` builds an `RLHFTrainer` on the tiny preset (seed 0, batch 16, 2 minibatches, 8 tokens, 2 epochs), trains it one phase so that the policy has left the reference, takes one rollout, and then runs *your* `learning_phase` on deep copies of that state and `trainer.learning_phase` on the original, torch's RNG in the same state before each (it shuffles the minibatches). It compares the scheduler exactly, each parameter group's update to a relative 1e-3, and the statistics both return. Your phase works on full logits with autograd, the package's a chunk of positions at a time with a hand-written backward, so the numbers differ in the last float32 digits — about 5e-5 of the update — while each classic mistake moves it by 1e-2 or more. On a mismatch it first looks at the first minibatch, before any optimizer step has mixed the errors: the gradient of your J there says whether the objective itself differs, and in which parameter group (trunk or value head). Then it names the planted mistake yours reproduces — the objective minimised, the KL penalty added or the wrong way round, the generated span off by one, value gradients into the trunk, and ten more.
 
 Try it: break one line above (`+ terms["kl_penalty"]`, `(-J).backward()`, no `scheduler.step()`, `policy.value_head(hidden)` on an undetached residual), rerun the cell, read the message, and put it back."""
 
@@ -216,7 +216,7 @@ SEE = r"""> **What you should see** (this notebook's settings, seed 1: one run, 
 > - **Reward** (the classifier's probability of *positive*, mean of 32 samples): 0.50 and 0.41 in phases 1 and 2 — both sampled by the reference itself (see below), so the 0.09 between them is the noise of a 32-sample mean — then 0.57–0.67 in phases 3–9 and 0.73–0.75 in phases 10–12.
 > - **KL** (nats per token): **exactly 0 in phases 1 and 2**, 0.10 in phase 3, then growing, with dips, to 0.26 in phase 12.
 > - **clipfrac**: 0 in phase 1; 0.54 in phase 2 and 0.45 in phase 3, the first phases whose steps move the weights (Adam moves every weight by about the learning rate per step, whatever the size of its gradient); then falling with the learning rate to 0.02 in phase 12. `approx_kl`, how far a phase's four steps move the policy from the one that sampled: 0.11 in phase 2, 0.002 in phase 12.
-> - The check above: relative update errors of 4.6e-5 (trunk) and 1.3e-6 (value head), tolerance 1e-3.
+> - The check above: relative update errors of 5.3e-5 (trunk) and 1.7e-6 (value head), tolerance 1e-3.
 >
 > **Why is the KL 0 twice?** The schedule warms up over `warmup_steps` = 2 phases: the multiplier of phase $k$ (counting from 0) is $k/2$, so **phase 1 trains at learning rate 0**. AdamW still runs — its moments fill up — but no weight moves, and clipfrac is 0 because every ratio $\pi_\theta / \pi_{\text{old}}$ stays exactly 1. Phase 2's rollout is therefore sampled by the reference itself: KL exactly 0. Phase 2 trains at half the learning rate, and phase 3 is the first to sample a changed policy. The package's 100-phase run (`python -m rlhf_scratch.train sentiment`, README) shows the same two zeros with its 10-phase warmup."""
 
@@ -247,7 +247,7 @@ NEXT = r"""## Where next
 
 - Your loop is the package's `RLHFTrainer.learning_phase` (`rlhf_scratch/algorithms/ppo.py`) and `Trainer.ascend` (`rlhf_scratch/trainer.py`) with the bookkeeping taken out; `loop.run_training` adds the run folder, checkpoints, logging and samples around the same two calls.
 - The package computes the vocabulary-wide terms a chunk of positions at a time (`vocab_terms.token_terms`) instead of materialising `[minibatch, seq, vocab]` logits as you did: the same numbers, less memory (GPT-2's vocabulary is 50,257).
-- Swap `compute_advantages` for `compute_gae_advantages` (`--advantage gae`) and see what the blog meant by GAE blowing up; or drop the value head altogether: that is RLOO and GRPO (notebook 03)."""
+- Swap `compute_advantages` for `compute_gae_advantages` (`--advantage gae`) and see what the blog meant by GAE blowing up (exercises 03 has you write it, and the value head's explained variance); or drop the value head altogether: that is RLOO and GRPO (notebook 03)."""
 
 
 def cells() -> list:
