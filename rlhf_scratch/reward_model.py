@@ -32,6 +32,7 @@ EXTRA = "Also: --resume RUN_DIR (continue an interrupted run), --export-to OUT (
 def main(argv: list[str] | None = None) -> int:
     from rlhf_scratch.cli import given_fields, parse_dataclass
     from rlhf_scratch.reward.model import KIND, RewardModelArgs
+    from rlhf_scratch.runs import start_over_hint, stopped_before_config
 
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         if resume is not None:
             config = Path(resume) / "config.json"
             if not config.is_file():
+                if stopped_before_config(resume):
+                    raise ConfigError(f"resume: {resume}: {start_over_hint(resume, 'it wrote config.json')}")
                 raise ConfigError(f"resume: {resume} is not a reward-model run folder (no config.json)")
             saved = json.loads(config.read_text())
             if saved.pop("algo", None) != KIND:

@@ -71,6 +71,8 @@ def check_new_run_dir(path: str | Path | None) -> None:
     if path.exists() and not path.is_dir():
         raise RunFolderError(f"run_dir: {path} is a file, not a folder; choose another --run-dir")
     if path.exists() and any(path.iterdir()):
+        if stopped_before_config(path):
+            raise RunFolderError(f"run_dir: {path} holds a run that {start_over_hint(path, 'it wrote config.json').removeprefix('it ')}")
         if (path / CONFIG_FILE).is_file() and not list_checkpoints(path) and read_status(path)["status"] != "running":
             raise RunFolderError(f"run_dir: {path} holds a run that {start_over_hint(path).removeprefix('it ')}")
         raise RunFolderError(f"run_dir: {path} exists and is not empty; choose another --run-dir")
@@ -234,12 +236,23 @@ def next_step(run_dir: str | Path, status: dict | None = None) -> str:
     return f"{what}; {resume_hint(run_dir)}"
 
 
-def start_over_hint(run_dir: str | Path) -> str:
-    """The way out for a run that stopped before its first checkpoint: nothing to resume, and the
-    folder is not empty, so the command that began it is refused there until the folder goes."""
+def start_over_hint(run_dir: str | Path, before: str = "its first checkpoint") -> str:
+    """The way out for a run that stopped before its first checkpoint (or before it wrote its
+    config): nothing to resume, and the folder is not empty, so the command that began it is
+    refused there until the folder goes."""
     quoted = shlex.quote(str(run_dir))
-    return (f"it stopped before its first checkpoint, so there is nothing to resume: to start it over in {quoted}, "
+    return (f"it stopped before {before}, so there is nothing to resume: to start it over in {quoted}, "
             f"remove the folder (rm -r {quoted}) and run the command that began it again, or give it another --run-dir")
+
+
+def stopped_before_config(run_dir: str | Path) -> bool:
+    """A folder a run was killed in before it wrote config.json: only the lock and the status it
+    takes first, and no live owner. Neither --resume nor the command that began it can use it as it is."""
+    path = Path(run_dir)
+    if not path.is_dir() or (path / CONFIG_FILE).exists():
+        return False
+    names = {p.name for p in path.iterdir()}
+    return bool(names) and names <= {LOCK_FILE, STATUS_FILE} and lock_holder(path) is None
 
 
 def resume_hint(run_dir: str | Path) -> str:
@@ -409,6 +422,8 @@ def load_args(run_dir: str | Path) -> CommonArgs:
     and validated as the command line would have them: one line naming the file and the field."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
+        if stopped_before_config(run_dir):
+            raise RunFolderError(f"resume: {run_dir}: {start_over_hint(run_dir, 'it wrote config.json')}")
         raise RunFolderError(f"{path}: not found (is {run_dir} a run folder?)")
     if saved_kind(run_dir) == REWARD_MODEL_KIND:
         raise RunFolderError(f"{run_dir} is a reward-model run, not a policy's: resume it with "

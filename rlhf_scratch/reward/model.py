@@ -361,7 +361,7 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
     from rlhf_scratch.lifecycle import RunLife
     from rlhf_scratch.loading import load_lm
     from rlhf_scratch.run_setup import resolve_device, set_seed
-    from rlhf_scratch.runs import CONFIG_FILE, append_metrics, check_new_run_dir, cut_metrics
+    from rlhf_scratch.runs import CONFIG_FILE, append_metrics, check_new_run_dir, cut_metrics, read_metrics
 
     args.validate()
     say = (lambda text: None) if args.quiet else tqdm.write
@@ -385,13 +385,28 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / CONFIG_FILE).write_text(json.dumps(args.to_dict(), indent=2) + "\n")
 
-    def state(at: int) -> dict:
+    def state(at: int, window: list[dict[str, float]], due: list[dict[str, float]] | None) -> dict:
+        """A checkpoint: besides the weights, the metrics window still to be averaged into the next
+        log line, and `due`, the window of a line due at this very step (written after the
+        checkpoint: a kill in between must not lose it)."""
         return {"phase": at, "algo": KIND, "policy": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "rng": rng_state()}
+                "rng": rng_state(), "window": window, "due": due}
+
+    def log_line(at: int, window: list[dict[str, float]]) -> dict:
+        """The metrics line of step `at`: the window's means, and on an epoch's last step the held-out pairs."""
+        metrics = {"step": at, "epoch": at / steps_per_epoch,
+                   **{k: sum(w[k] for w in window) / len(window) for k in window[0]}}
+        if at % steps_per_epoch == 0:
+            metrics.update(evaluate_pairs(model, eval_rows, center_rewards_coefficient=args.center_rewards_coefficient))
+            say(f"epoch {at // steps_per_epoch}: eval/accuracy {metrics['eval/accuracy']:.3f}"
+                + (f", eval/gold_accuracy {metrics['eval/gold_accuracy']:.3f}" if "eval/gold_accuracy" in metrics else ""))
+        append_metrics(run_dir, metrics)
+        return metrics
 
     life = RunLife(run_dir, total_steps, args.keep_checkpoints, unit_name="step",
                    state_now=lambda: {"policy": model.state_dict(), "optimizer": optimizer.state_dict()},
                    moved=lambda: step)
+    window: list[dict[str, float]] = []
     with life:  # one process trains a folder at a time; Ctrl-C / SIGTERM finish the step and checkpoint
         if resume:
             restored = load_latest_checkpoint(run_dir, say)
@@ -400,9 +415,11 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
             set_rng_state(restored["rng"])
             step = int(restored["phase"])
             cut_metrics(run_dir, step, key="step")  # lines logged after the checkpoint are logged again
-        life.start(step, state(step))
+            window = restored.get("window", [])  # the steps since the last line, as the uninterrupted run has them
+            if restored.get("due") and step not in {m.get("step") for m in read_metrics(run_dir)}:
+                log_line(step, restored["due"])  # killed between this step's checkpoint and its line
+        life.start(step, state(step, window, None))
         say(f"reward model: {len(train_idx)} training pairs, {len(eval_idx)} held out, {total_steps} steps -> {run_dir}")
-        window: list[dict[str, float]] = []
         with tqdm(total=total_steps, initial=step, desc="reward model", disable=args.quiet) as bar:
             while step < total_steps:
                 epoch, within = divmod(step, steps_per_epoch)
@@ -422,21 +439,16 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
                 optimizer.step()
                 step += 1
                 bar.update(1)
+                window.append({"loss": loss.item(), **reward_model_metrics(r_c, r_r)})
+                logs_now = step % args.log_every == 0 or step % steps_per_epoch == 0
                 # the step is done and kept before anything is evaluated: an evaluation that fails
                 # leaves a checkpoint of this step (and at the last step, a finished training to resume)
                 due = args.save_every and step % args.save_every == 0
-                life.completed(step, state(step), save=bool(due or life.signal or step == total_steps))
-                window.append({"loss": loss.item(), **reward_model_metrics(r_c, r_r)})
-                end_of_epoch = step % steps_per_epoch == 0
-                if step % args.log_every == 0 or end_of_epoch:
-                    metrics = {"step": step, "epoch": step / steps_per_epoch,
-                               **{k: sum(w[k] for w in window) / len(window) for k in window[0]}}
+                life.completed(step, state(step, [] if logs_now else list(window), list(window) if logs_now else None),
+                               save=bool(due or life.signal or step == total_steps))
+                if logs_now:
+                    metrics = log_line(step, window)
                     window = []
-                    if end_of_epoch:
-                        metrics.update(evaluate_pairs(model, eval_rows, center_rewards_coefficient=args.center_rewards_coefficient))
-                        say(f"epoch {step // steps_per_epoch}: eval/accuracy {metrics['eval/accuracy']:.3f}"
-                            + (f", eval/gold_accuracy {metrics['eval/gold_accuracy']:.3f}" if "eval/gold_accuracy" in metrics else ""))
-                    append_metrics(run_dir, metrics)
                     bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['accuracy']:.2f}")
                 if life.signal:
                     raise life.interrupted_by_signal(step)

@@ -1,0 +1,277 @@
+"""A kill -9 sweep of the long commands: each is killed at seeded random instants, continued exactly
+as its docs and its error line say, and its output is checked against an uninterrupted run.
+
+    python tests/kill_sweep.py --instants 3 --json benchmarks/kill_sweep_<date>.json   # every case
+    python tests/kill_sweep.py --cases train-ppo --instants 1                          # one
+
+tests/test_kill_sweep.py runs a quick version (one case, one instant) in the default tier and the
+whole sweep at fewer instants in the slow tier. For each case:
+
+1. the command runs uninterrupted once (the reference, and its wall time W);
+2. for each instant t ~ U(0.15 W, 0.9 W) (seeded), the command is started in a new folder, SIGKILLed
+   at t (the main process only, as the OOM killer would), then continued with the case's command
+   (`--resume RUN`, or the same command again) until it exits 0 (at most 3 tries); where the error
+   line says the run stopped before its first checkpoint (or its config), the folder is removed
+   and the command that began it run again, as that line says; a kill before the folder existed
+   is followed by the same command again;
+3. the folder is checked: status.json parses and says finished; every metrics.jsonl line is JSON,
+   its step numbers strictly increasing with none missing; no temporary folder or file is left
+   (`*.tmp`); the run's lock is free; no process of the killed command is left after 5 s; and where
+   the docs promise bit-exactness, the metrics (without wall-clock timings) and the weights equal
+   the reference's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+PY = sys.executable
+START_OVER = "remove the folder"  # the error line of a run killed before its first checkpoint
+TIMING_KEYS = ("time/", "charts/rollout_time", "charts/phase_time", "charts/tokens_per_s", "elapsed", "seconds")
+
+
+@dataclass
+class Case:
+    """One long command: how to start it into `out`, how to continue it, what to compare."""
+
+    name: str
+    start: Callable[[Path, Path], list[str]]  # (out, shared) -> argv
+    cont: Callable[[Path, Path], list[str]]  # the documented way to continue after a kill
+    folder: Callable[[Path], Path] = lambda out: out  # the run folder inside `out`
+    metrics: str | None = "metrics.jsonl"
+    step_key: str = "phase"
+    weights: tuple[str, ...] = ()  # files whose tensors must equal the reference's
+    bit_exact: bool = True
+    status: bool = True  # writes status.json
+    extra_checks: list[Callable[[Path, Path], str | None]] = field(default_factory=list)
+
+
+def train(*flags: str) -> Callable[[Path, Path], list[str]]:
+    return lambda out, shared: [PY, "-m", "rlhf_scratch.train", "periods", "--total-phases", "5", "--batch-size", "8",
+                                "--num-minibatches", "2", "--gen-len", "6", "--save-every", "1", "--threads", "1",
+                                "--prompts", str(shared / "prompts.txt"), "--run-dir", str(out), *flags]
+
+
+def resume_train(out: Path, shared: Path) -> list[str]:
+    return [PY, "-m", "rlhf_scratch.train", "--resume", str(out)]
+
+
+def reward_model(out: Path, shared: Path) -> list[str]:
+    return [PY, "-m", "rlhf_scratch.reward_model", "--pairs", str(shared / "pairs.jsonl"), "--epochs", "3",
+            "--batch-size", "8", "--save-every", "2", "--run-dir", str(out)]
+
+
+CASES = {
+    "train-ppo": Case("train-ppo", train(), resume_train, weights=("policy.pt",)),
+    "train-grpo": Case("train-grpo", train("--algo", "grpo", "--num-generations", "2"), resume_train, weights=("policy.pt",)),
+    "train-ppo-lora": Case("train-ppo-lora", train("--lora-rank", "4"), resume_train, weights=("policy.pt",)),
+    "reward-model": Case("reward-model", reward_model,
+                         lambda out, shared: [PY, "-m", "rlhf_scratch.reward_model", "--resume", str(out)],
+                         step_key="step", weights=("reward_model.pt",)),
+}
+
+
+def prepare_shared(shared: Path) -> None:
+    """What the cases read: a prompts file and a small set of preference pairs (made once)."""
+    shared.mkdir(parents=True, exist_ok=True)
+    (shared / "prompts.txt").write_text("The movie was\nI think that\nIn the end\nThe actors\n")
+    if not (shared / "pairs.jsonl").exists():
+        subprocess.run([PY, "-m", "rlhf_scratch.preferences", "--out", str(shared / "pairs.jsonl"), "--num-pairs", "96",
+                        "--gen-len", "8", "--threads", "1"], check=True, capture_output=True, timeout=300)
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+
+
+def run_to_end(argv: list[str], timeout: float = 600) -> tuple[int, float, str]:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, env=env(), capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, time.perf_counter() - start, (proc.stdout + proc.stderr)[-3000:]
+
+
+def run_and_kill(argv: list[str], at: float) -> tuple[int, list[int]]:
+    """Start `argv` in a session of its own, SIGKILL its main process after `at` s; return its exit
+    code and the pids of its session still alive 5 s later (children it left behind)."""
+    proc = subprocess.Popen(argv, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc.wait(timeout=at)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+    code = proc.wait()
+    time.sleep(5)
+    left = session_pids(proc.pid)
+    for pid in left:  # never leave them running, whatever the verdict
+        os.kill(pid, signal.SIGKILL)
+    return code, left
+
+
+def session_pids(sid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":  # fields[3]: the session id
+                pids.append(int(entry.name))
+    return pids
+
+
+def read_lines(path: Path) -> tuple[list[dict], str | None]:
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            return rows, f"{path.name} line {n} is not JSON: {line[:80]!r}"
+    return rows, None
+
+
+def without_timings(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not any(k.startswith(t) or k == t for t in TIMING_KEYS)}
+
+
+def tensors(path: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    flat: dict[str, torch.Tensor] = {}
+
+    def walk(prefix: str, obj) -> None:
+        if isinstance(obj, torch.Tensor):
+            flat[prefix] = obj
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+
+    walk("", state)
+    return flat
+
+
+def check_folder(case: Case, run: Path, reference: Path) -> list[str]:
+    """Every way the continued run's folder can be wrong, as one line each (empty: it is right)."""
+    problems = []
+    if case.status:
+        try:
+            status = json.loads((run / "status.json").read_text())
+            if status.get("status") != "finished":
+                problems.append(f"status.json says {status.get('status')!r}, not 'finished'")
+        except (OSError, json.JSONDecodeError) as e:
+            problems.append(f"status.json unreadable: {e}")
+    if case.metrics:
+        rows, bad = read_lines(run / case.metrics)
+        if bad:
+            problems.append(bad)
+        steps = [r.get(case.step_key) for r in rows]
+        ref_rows, _ = read_lines(reference / case.metrics)
+        if steps != [r.get(case.step_key) for r in ref_rows]:
+            problems.append(f"{case.metrics} steps {steps}, uninterrupted {[r.get(case.step_key) for r in ref_rows]}")
+        elif case.bit_exact:
+            for mine, ref in zip(rows, ref_rows):
+                if without_timings(mine) != without_timings(ref):
+                    diff = sorted(k for k in without_timings(ref) if without_timings(mine).get(k) != ref[k])
+                    problems.append(f"{case.step_key} {ref.get(case.step_key)} differs from the uninterrupted run in {diff[:5]}")
+                    break
+    if case.bit_exact:
+        for name in case.weights:
+            mine, ref = tensors(run / name), tensors(reference / name)
+            if mine.keys() != ref.keys() or any(not torch.equal(mine[k], ref[k]) for k in ref):
+                problems.append(f"{name} differs from the uninterrupted run's")
+    leftovers = [str(p.relative_to(run)) for p in run.rglob("*") if p.name.endswith(".tmp") or ".tmp." in p.name]
+    if leftovers:
+        problems.append(f"temporary files left: {leftovers[:5]}")
+    for lock in run.rglob("*.lock"):
+        with open(lock) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_UN)
+            except OSError:
+                problems.append(f"{lock.name} still held")
+    for check in case.extra_checks:
+        if problem := check(run, reference):
+            problems.append(problem)
+    return problems
+
+
+def sweep(names: list[str], instants: int, seed: int, root: Path, say=print) -> list[dict]:
+    shared = root / "shared"
+    prepare_shared(shared)
+    rng = random.Random(seed)
+    results = []
+    for name in names:
+        case = CASES[name]
+        reference = root / f"{name}-reference"
+        code, wall, out = run_to_end(case.start(reference, shared))
+        if code != 0:
+            raise RuntimeError(f"{name}: the uninterrupted run failed (exit {code}):\n{out}")
+        say(f"{name}: uninterrupted run {wall:.1f} s")
+        for k in range(instants):
+            at = rng.uniform(0.15, 0.9) * wall
+            run = root / f"{name}-kill{k}"
+            code, left = run_and_kill(case.start(run, shared), at)
+            done_before = len(read_lines(run / case.metrics)[0]) if case.metrics and (run / case.metrics).exists() else 0
+            tries, last = 0, ""
+            while tries < 3:
+                tries += 1
+                if not run.exists():  # killed before it made its folder: nothing happened, so the same command again
+                    cont_code, _, last = run_to_end(case.start(run, shared))
+                    if cont_code == 0:
+                        break
+                    continue
+                cont_code, _, last = run_to_end(case.cont(run, shared))
+                if cont_code == 0:
+                    break
+                if START_OVER in last:  # killed before its first checkpoint: the error line says to start over
+                    shutil.rmtree(run)
+                    cont_code, _, last = run_to_end(case.start(run, shared))
+                    if cont_code == 0:
+                        break
+            problems = ([] if cont_code == 0 else [f"continuing failed {tries} times: {last.strip().splitlines()[-1:]}"])
+            if cont_code == 0:
+                problems += check_folder(case, case.folder(run), case.folder(reference))
+            if left:
+                problems.append(f"{len(left)} process(es) of the killed command still running 5 s after the kill")
+            results.append({"case": name, "instant_s": round(at, 2), "of_wall": round(at / wall, 2),
+                            "killed": code == -signal.SIGKILL, "steps_logged_at_kill": done_before,
+                            "continue_tries": tries, "problems": problems})
+            say(f"{name}: kill at {at:.1f} s ({done_before} logged) -> {'ok' if not problems else problems}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
+    parser.add_argument("--instants", type=int, default=3, help="kills per case")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path)
+    opts = parser.parse_args(argv)
+    names = opts.cases.split(",")
+    if unknown := [n for n in names if n not in CASES]:
+        print(f"error: --cases: unknown {', '.join(unknown)}; choose from {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        results = sweep(names, opts.instants, opts.seed, Path(tmp))
+    passed = sum(not r["problems"] for r in results)
+    print(f"{passed} of {len(results)} kills continued to a correct folder ({len(names)} commands × {opts.instants} instants)")
+    if opts.json:
+        opts.json.write_text(json.dumps({"seed": opts.seed, "instants": opts.instants, "results": results}, indent=1) + "\n")
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,59 @@
+"""The kill -9 sweep (tests/kill_sweep.py): long commands killed at seeded random instants and
+continued as their docs and error lines say end in the folder an uninterrupted run leaves.
+
+Which bug turns each red: a resume that logs a phase or step twice or skips one, a metrics window
+or a due log line not kept in the checkpoint (the reward model's line after a resume averaged other
+steps than the uninterrupted run's), a checkpoint or metrics line half-written, a lock left held,
+a temporary folder left behind, a folder that neither --resume nor the starting command accepts."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+def kill_sweep():
+    spec = importlib.util.spec_from_file_location("kill_sweep", HERE / "kill_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_ppo_run_killed_once_continues_to_the_uninterrupted_runs_folder(tmp_path):
+    results = kill_sweep().sweep(["train-ppo"], instants=1, seed=3, root=tmp_path, say=lambda line: None)
+    assert [r["problems"] for r in results] == [[]], results
+
+
+@pytest.mark.slow
+def test_every_long_command_killed_continues_to_the_uninterrupted_runs_folder(tmp_path):
+    ks = kill_sweep()
+    results = ks.sweep(list(ks.CASES), instants=1, seed=5, root=tmp_path, say=lambda line: None)
+    assert {r["case"]: r["problems"] for r in results} == {name: [] for name in ks.CASES}, results
+
+
+def test_a_folder_killed_before_its_config_is_refused_with_the_way_to_start_over(tmp_path, capsys):
+    """Killed between taking the lock and writing config.json: the folder holds only train.lock. Both
+    `--resume` and the command that began it say to remove it and start again (before: "not found"
+    from one and "not empty" from the other, with no way out)."""
+    from rlhf_scratch.reward_model import main as reward_model_main
+    from rlhf_scratch.train import main as train_main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.lock").write_text(f"{os.getpid() + 10**6}\n")  # no live holder: the lock is not taken
+    assert train_main(["--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "stopped before it wrote config.json" in err and f"rm -r {run}" in err
+    assert train_main(["periods", "--total-phases", "1", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "stopped before it wrote config.json" in err and f"rm -r {run}" in err
+    assert reward_model_main(["--resume", str(run)]) == 2
+    assert "stopped before it wrote config.json" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == ["train.lock"], "a refused command touches nothing"
