@@ -19,6 +19,7 @@ import torch
 from rlhf_scratch.config import make_args
 from rlhf_scratch.controller.decorator import Dispatch, collect_dp_compute_proto, dispatch_dp_compute_proto, register
 from rlhf_scratch.controller.protocol import DataProto
+from rlhf_scratch.controller.ray_trainer import TIMING
 from rlhf_scratch.controller.worker_group import (
     RayClassWithInitArgs,
     RayResourcePool,
@@ -162,6 +163,13 @@ def test_colocated_roles_share_one_process_and_each_has_its_own_methods(local_ra
     finally:
         group.kill()
         group.resource_pool.release()
+    pool = RayResourcePool(process_on_nodes=[1])
+    try:
+        cls = create_colocated_worker_cls({"a": RayClassWithInitArgs(Echo, 1), "b": RayClassWithInitArgs(Echo, -2)})
+        with pytest.raises(WorkerError, match="^b rank 0: failed to start: ValueError: offset -2 < 0$"):
+            RayWorkerGroup(pool, cls)
+    finally:
+        pool.release()
 
 
 def args_for(algo, **overrides):
@@ -207,7 +215,7 @@ def test_ray_run_equals_the_in_process_run(algo, placement, local_ray, tmp_path)
         assert keys <= set(g), f"phase {phase}: the controller did not log {sorted(keys - set(g))}"
         diff = {k: (g[k], e[k]) for k in keys if not (g[k] == e[k] or (g[k] != g[k] and e[k] != e[k]))}
         assert not diff, f"phase {phase}: the controller's numbers differ from the in-process run's: {diff}"
-        assert all(f"timing/{step}" in g for step in ("gen", "ref", "reward", "adv", "update_actor"))
+        assert all(f"timing/{step}" in g for step in TIMING)
     assert expected_weights.keys() == weights.keys()
     moved = [k for k in weights if not torch.equal(weights[k], expected_weights[k])]
     assert not moved, f"weights differ from the in-process run's: {moved[:5]}"
@@ -258,7 +266,7 @@ def test_train_controller_ray_and_its_resume_write_the_in_process_runs_metrics(l
     def check_run(when):
         got = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [{k: m[k] for k in m if not_timing(k)} for m in got] == [{k: m[k] for k in m if not_timing(k)} for m in expected], when
-        assert all(f"timing/{step}" in m for m in got for step in ("gen", "ref", "reward", "adv", "update_actor"))
+        assert all(f"timing/{step}" in m for m in got for step in TIMING)
         saved = torch.load(run_dir / "policy.pt")
         assert all(torch.equal(saved[k], expected_weights[k]) for k in expected_weights), when
 
@@ -318,3 +326,19 @@ def test_ctrl_c_shuts_ray_down_and_leaves_no_process(tmp_path):
     while (left := [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"left running after Ctrl-C: {[p.name() for p in left]}"
+
+
+def test_a_role_that_cannot_start_stops_the_command_in_one_line(local_ray, tmp_path, capsys):
+    from rlhf_scratch.train import main
+
+    missing = tmp_path / "no_such_model"
+    assert main(["sentiment", "--controller", "ray", "--reward-model", str(missing), "--total-phases", "1",
+                 "--run-dir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: rm rank 0: failed to start: ModelFolderError: reward_model: {missing}: no such folder")
+    assert not (tmp_path / "run").exists(), "no run folder for a run that never started"
+    assert ray.is_initialized()
+    deadline = time.monotonic() + 10  # (Ray frees a placement group asynchronously)
+    while ray.available_resources().get("CPU") != 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU") == 2, "the failed start left a reservation behind"

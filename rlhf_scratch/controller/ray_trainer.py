@@ -53,6 +53,8 @@ def num_generations(args: CommonArgs) -> int:
     """G, the completions per prompt each algorithm's rollout_phase samples: PPO 1, Online DPO a pair,
     RLOO and GRPO `--num-generations`."""
     return {"ppo": 1, "online_dpo": 2}.get(args.algo) or args.num_generations
+
+
 TIMING = ("gen", "ref", "reward", "adv", "update_actor")
 """The dataflow's steps, each logged as timing/<step> (seconds on the driver's clock, the call's wait included)."""
 
@@ -84,18 +86,21 @@ class RayPPOTrainer:
         actor = RayClassWithInitArgs(ActorRolloutRefWorker, self.args)
         rm = RayClassWithInitArgs(RewardModelWorker, self.args)
         gpus = int(resolve_device(args.device).startswith("cuda"))  # a GPU per process: Ray hides the GPUs from workers without one
-        if placement == "colocated":
-            self.pools = [RayResourcePool(process_on_nodes=[workers], num_gpus=gpus)]
-            colocated = RayWorkerGroup(self.pools[0], create_colocated_worker_cls({"actor_rollout_ref": actor, "rm": rm}))
-            self.groups = [colocated]
-            roles = colocated.spawn(["actor_rollout_ref", "rm"])
-            self.actor_rollout_wg, self.rm_wg = roles["actor_rollout_ref"], roles["rm"]
-        else:
-            self.pools = [RayResourcePool(process_on_nodes=[workers], num_gpus=gpus),
-                          RayResourcePool(process_on_nodes=[workers], num_gpus=gpus)]
-            self.actor_rollout_wg = RayWorkerGroup(self.pools[0], actor, role="actor_rollout_ref")
-            self.rm_wg = RayWorkerGroup(self.pools[1], rm, role="rm")
-            self.groups = [self.actor_rollout_wg, self.rm_wg]
+        self.pools = [RayResourcePool(process_on_nodes=[workers], num_gpus=gpus) for _ in range(1 + (placement == "split"))]
+        self.groups: list[RayWorkerGroup] = []
+        try:
+            if placement == "colocated":
+                colocated = RayWorkerGroup(self.pools[0], create_colocated_worker_cls({"actor_rollout_ref": actor, "rm": rm}))
+                self.groups = [colocated]
+                roles = colocated.spawn(["actor_rollout_ref", "rm"])
+                self.actor_rollout_wg, self.rm_wg = roles["actor_rollout_ref"], roles["rm"]
+            else:
+                self.groups.append(RayWorkerGroup(self.pools[0], actor, role="actor_rollout_ref"))
+                self.groups.append(RayWorkerGroup(self.pools[1], rm, role="rm"))
+                self.actor_rollout_wg, self.rm_wg = self.groups
+        except BaseException:  # a role that cannot start: end what did start, free every reservation
+            self.shutdown()
+            raise
 
     def step(self, phase: int) -> tuple[Metrics, Rollout]:
         """One phase of the dataflow; its metrics (the in-process loop's names, and timing/*) and rollout."""

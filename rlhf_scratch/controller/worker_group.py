@@ -22,6 +22,7 @@ group exactly as it runs under torchrun. With one rank none is set and nothing c
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -98,12 +99,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class RoleStartError(RuntimeError):
+    """A colocated role's constructor failed: `ROLE: Type: message`."""
+
+
 def _raised(traceback: str) -> str:
-    """The `Type: message` line of a remote traceback (the first line after its last frame)."""
+    """The `Type: message` line of a remote traceback (the first line after its last frame), the
+    type without its module (`ModelFolderError: …`, not `rlhf_scratch.loading.ModelFolderError: …`)."""
     lines = traceback.splitlines()
     frames = [i for i, line in enumerate(lines) if line.lstrip().startswith("File ")]
     after = lines[frames[-1] + 1:] if frames else lines
-    return next((line for line in after if line and not line[0].isspace()), lines[-1] if lines else "")
+    line = next((line for line in after if line and not line[0].isspace()), lines[-1] if lines else "")
+    return re.sub(r"^[\w.]*\.(\w+): ", r"\1: ", line)
 
 
 def registered_methods(cls: type) -> dict[str, Dispatch]:
@@ -134,7 +141,11 @@ class RayWorkerGroup:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank),
             ).remote(*ray_cls_with_init.args, **ray_cls_with_init.kwargs))
         self._bind(ray_cls_with_init.cls)
-        self.execute_all("pid")  # wait for every constructor: a failing one is reported here, with its rank
+        try:
+            self.execute_all("pid")  # wait for every constructor: a failing one is reported here, with its rank
+        except WorkerError:
+            self.kill()  # the ranks that did start
+            raise
 
     def _bind(self, cls: type, role: str | None = None) -> None:
         """Each registered method of `cls` as a method of this group (of colocated `role`'s, through
@@ -172,7 +183,10 @@ class RayWorkerGroup:
                 raise WorkerError(f"{self.role} rank {rank}: {name} failed: {type(cause).__name__}: {first}") from None
             except ray.exceptions.RayActorError as e:
                 if e.actor_init_failed:
-                    raise WorkerError(f"{self.role} rank {rank}: failed to start: {_raised(e.error_msg)}") from None
+                    role, cause = self.role, _raised(e.error_msg)
+                    if cause.startswith(f"{RoleStartError.__name__}: "):  # a colocated role: name it
+                        role, cause = cause.split(": ", 1)[1].split(": ", 1)
+                    raise WorkerError(f"{role} rank {rank}: failed to start: {cause}") from None
                 raise WorkerError(f"{self.role} rank {rank}: the worker process died ({name})") from None
         return out
 
@@ -203,7 +217,10 @@ class WorkerDict(Worker):
     def __init__(self, class_dict: dict[str, RayClassWithInitArgs]) -> None:
         super().__init__()
         for role, spec in class_dict.items():
-            worker = spec.cls(*spec.args, **spec.kwargs)
+            try:
+                worker = spec.cls(*spec.args, **spec.kwargs)
+            except Exception as e:  # the driver's one line names the role
+                raise RoleStartError(f"{role}: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}") from None
             worker.colocated = self.colocated  # one dict shared by every role of this process
             self.colocated[role] = worker
 
