@@ -195,8 +195,7 @@ def not_timing(key):
 
 
 @pytest.mark.parametrize("algo, placement", [("online_dpo", "colocated"),  # PPO colocated: the command's test below
-                                             pytest.param("ppo", "split", marks=pytest.mark.slow),
-                                             pytest.param("rloo", "colocated", marks=pytest.mark.slow),
+                                             pytest.param("rloo", "split", marks=pytest.mark.slow),
                                              pytest.param("grpo", "colocated", marks=pytest.mark.slow)])
 def test_ray_run_equals_the_in_process_run(algo, placement, local_ray, tmp_path):
     from rlhf_scratch.controller.ray_trainer import RayPPOTrainer
