@@ -34,7 +34,7 @@ from rlhf_scratch.logger import Metrics, RunLogger
 from rlhf_scratch.lora import load_policy_state_dict, policy_state_dict
 from rlhf_scratch.reward.tasks import rewarded_by
 from rlhf_scratch.rollout import Rollout
-from rlhf_scratch.runs import describe_rewarded_by, load_rewarded_by, new_run_dir, save_run_policy
+from rlhf_scratch.runs import describe_rewarded_by, load_rewarded_by, new_run_dir, read_status, save_run_policy
 from rlhf_scratch.timing import PARTS, take_times, timed
 
 # Logged every phase by every algorithm, computed from the rollout (TRL's names where TRL has one).
@@ -190,16 +190,19 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
                    state_now=lambda: {"policy": policy_state_dict(trainer.policy), "optimizer": trainer.optimizer.state_dict(),
                                       "scheduler": trainer.scheduler.state_dict()},
                    moved=lambda: (steps[0], trainer.scheduler.last_epoch))
+    finished_before = resume and read_status(run_dir)["status"] == "finished"
     with life, counter:  # (a RemovableHandle removes its hook when the block ends)
         logger = RunLogger(run_dir, args, quiet) if main else _SilentLogger()
         done = 0
         if resume:
             done = restore_state(trainer, load_latest_checkpoint(run_dir, logger.say), early_stopping)
-            if done >= args.total_phases:
+            if done >= args.total_phases and finished_before:
                 raise ConfigError(f"total_phases: {run_dir} has completed {done} phases, so total_phases="
                                   f"{args.total_phases} leaves none to run; give a larger --total-phases to continue it")
             logger.resume_at(done)
-            logger.say(f"resumed {run_dir} after phase {done}")
+            # every phase done but killed before it finished (the policy, the status): only the finish is left
+            logger.say(f"resumed {run_dir} after phase {done}" if done < args.total_phases else
+                       f"{run_dir}: all {done} phases were done before it stopped; finishing it")
         ranks = f", {dist.world_size()} processes" if dist.world_size() > 1 else ""
         logger.say(f"run folder: {run_dir}  ({args.algo}, device {trainer.device}{ranks})")
         life.start(done, capture_state(trainer, done, early_stopping))
@@ -207,6 +210,7 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
             hook.start(run_dir, done)
         take_times()  # start the per-part clocks from zero
         stop: TrainingStopped | None = None
+        phase = done
         with tqdm(desc="phases", disable=quiet or not main, initial=done, total=args.total_phases) as bar:
             for phase in range(done + 1, args.total_phases + 1):
                 metrics, rollout = _one_phase(trainer, phase, hooks, run_dir)

@@ -76,6 +76,31 @@ def reward_model(out: Path, shared: Path) -> list[str]:
             "--batch-size", "8", "--save-every", "2", "--run-dir", str(out)]
 
 
+def preferences(out: Path, shared: Path) -> list[str]:
+    return [PY, "-m", "rlhf_scratch.preferences", "--out", str(out / "pairs.jsonl"), "--num-pairs", "160", "--gen-len", "8",
+            "--threads", "1"]
+
+
+def same_file(name: str) -> Callable[[Path, Path], str | None]:
+    def check(run: Path, reference: Path) -> str | None:
+        if not (run / name).is_file():
+            return f"{name} missing"
+        return None if (run / name).read_bytes() == (reference / name).read_bytes() else f"{name} differs from the uninterrupted run's"
+    return check
+
+
+def unless_written(name: str, start: Callable[[Path, Path], list[str]]) -> Callable[[Path, Path], list[str]]:
+    return lambda out, shared: [PY, "-c", "pass"] if (out / name).exists() else start(out, shared)
+
+
+def prepare_out(start: Callable[[Path, Path], list[str]]) -> Callable[[Path, Path], list[str]]:
+    """A command that writes a file into `out` (made first, as a user's folder would be)."""
+    def argv(out: Path, shared: Path) -> list[str]:
+        out.mkdir(parents=True, exist_ok=True)
+        return start(out, shared)
+    return argv
+
+
 CASES = {
     "train-ppo": Case("train-ppo", train(), resume_train, weights=("policy.pt",)),
     "train-grpo": Case("train-grpo", train("--algo", "grpo", "--num-generations", "2"), resume_train, weights=("policy.pt",)),
@@ -83,6 +108,10 @@ CASES = {
     "reward-model": Case("reward-model", reward_model,
                          lambda out, shared: [PY, "-m", "rlhf_scratch.reward_model", "--resume", str(out)],
                          step_key="step", weights=("reward_model.pt",)),
+    # written whole or not at all (a temporary file renamed): after a kill, the same command again,
+    # unless the file is there (then it is whole, and the command would refuse to overwrite it)
+    "preferences": Case("preferences", prepare_out(preferences), prepare_out(unless_written("pairs.jsonl", preferences)),
+                        metrics=None, status=False, extra_checks=[same_file("pairs.jsonl")]),
 }
 
 

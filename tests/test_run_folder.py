@@ -283,3 +283,25 @@ def test_a_run_whose_output_closed_is_interrupted_not_failed(tmp_path, err, stat
             raise err
     saved = read_status(tmp_path)
     assert saved["status"] == status and saved["phase"] == 1, saved
+
+
+def test_a_run_killed_after_its_last_checkpoint_is_finished_by_resume(tmp_path, one_thread):
+    """kill -9 after the last phase's checkpoint but before the run finished (policy.pt, status):
+    `--resume` finishes it from that checkpoint — the same policy as the uninterrupted run's — instead
+    of refusing for lack of phases to run (the kill -9 sweep found it). A finished run still refuses."""
+    from rlhf_scratch.runs import STATUS_FILE
+
+    run = tmp_path / "run"
+    RLHFTrainer(small_args(run, total_phases=2), quiet=True).train()
+    finished_policy = torch.load(run / "policy.pt", weights_only=True)
+    metrics = (run / "metrics.jsonl").read_text()
+    (run / "policy.pt").unlink()
+    status = json.loads((run / STATUS_FILE).read_text())
+    (run / STATUS_FILE).write_text(json.dumps({**status, "status": "running", "pid": 2**22 + 7}))  # a dead owner: lost
+    assert read_status(run)["status"] == "lost"
+    RLHFTrainer(small_args(run, total_phases=2), quiet=True).train(run, resume=True)
+    assert read_status(run)["status"] == "finished" and (run / "metrics.jsonl").read_text() == metrics
+    for name, tensor in torch.load(run / "policy.pt", weights_only=True).items():
+        assert torch.equal(tensor, finished_policy[name]), name
+    with pytest.raises(ConfigError, match="leaves none to run; give a larger --total-phases"):
+        RLHFTrainer(small_args(run, total_phases=2), quiet=True).train(run, resume=True)
