@@ -122,3 +122,15 @@ def test_every_field_is_documented(algo, capsys):
         if len(after) == 1 or len(re.sub(r"\(default: [^)]*\)", "", words).strip()) < 10:
             missing.append(f.name)
     assert missing == [], f"fields without a docstring in --help: {missing}"
+
+
+def test_chunk_logits_auto_is_8_mib_on_a_cpu_and_512_mib_on_a_gpu_and_a_given_number_wins():
+    """--chunk-logits -1 (the default): 2**21 float32 logits a chunk on a CPU, 2**27 on a GPU (where
+    41-position chunks of GPT-2's vocabulary left the H200 idle: docs/speed.md); a number given is used
+    as given on either device, 0 included; below -1 is refused."""
+    args = make_args()
+    assert args.chunk_logits == -1
+    assert (args.logits_per_chunk("cpu"), args.logits_per_chunk("cuda"), args.logits_per_chunk("cuda:1")) == (2**21, 2**27, 2**27)
+    assert make_args(chunk_logits=0).logits_per_chunk("cuda") == 0 and make_args(chunk_logits=5).logits_per_chunk("cpu") == 5
+    with pytest.raises(ConfigError, match=r"chunk_logits: must be >= 0 \(0 = no chunking\) or -1 \(auto\); got -2"):
+        make_args(chunk_logits=-2).validate()

@@ -195,7 +195,7 @@ def test_terms_of_flattened_rows_reshaped_are_the_terms_at_each_batch_position()
 
 @pytest.mark.parametrize("d_vocab, rows, chunks", [(8192, 300, [256, 44]), (50257, 50, [41, 9])])
 def test_the_default_chunk_is_8_mib_of_float32_logits(monkeypatch, d_vocab, rows, chunks):
-    """Both defaults — `--chunk-logits` (config) and `token_terms`' own — are 8 MiB of float32 logits,
+    """Both defaults — `--chunk-logits` (config, -1: auto, on a CPU) and `token_terms`' own — are 8 MiB of float32 logits,
     8 · 2^20 B / 4 B = 2^21, so a chunk holds 2^21 // d_vocab positions: 256 at the tiny preset's
     V = 8,192 (300 rows: chunks of 256 and 44), 41 at GPT-2's 50,257 (50 rows: 41 and 9).
 
@@ -213,7 +213,7 @@ def test_the_default_chunk_is_8_mib_of_float32_logits(monkeypatch, d_vocab, rows
     monkeypatch.setattr(vocab_terms, "_chunk_forward", recording)
     hidden, targets = torch.randn(rows, 2), torch.arange(rows) % d_vocab
     unembed = Unembedding(torch.randn(2, d_vocab), torch.zeros(d_vocab))
-    for chunk_logits in (make_args().chunk_logits, LOGITS_PER_CHUNK, None):
+    for chunk_logits in (make_args().logits_per_chunk("cpu"), LOGITS_PER_CHUNK, None):
         seen.clear()
         kw = {} if chunk_logits is None else {"chunk_logits": chunk_logits}
         assert chunk_logits is None or chunk_logits * 4 == 8 * 2**20, f"{chunk_logits} float32 logits are not 8 MiB"

@@ -145,7 +145,7 @@ def test_a_ppo_learning_step_on_a_qwen2_vocabulary(qwen_vocab_folder, recorded_c
     args = make_args("tiny", "ppo", model=str(qwen_vocab_folder), task="sentiment", total_phases=1, batch_size=4,
                      num_minibatches=1, gen_len=5, warmup_steps=0, threads=1, save_every=0, save_model=False,
                      beta=0.5)
-    assert args.chunk_logits == LOGITS_PER_CHUNK
+    assert args.logits_per_chunk("cpu") == LOGITS_PER_CHUNK  # the default (-1, auto) on a CPU
     trainer = RLHFTrainer(args, quiet=True)
     assert trainer.lm.cfg.d_vocab == QWEN2_VOCAB
     with torch.no_grad():  # a policy that differs from the reference, so the KL has a gradient
