@@ -91,10 +91,13 @@ class Trainer:
         self.learner = compiled(dist.wrap_for_training(forward), args)  # the learning forward (fast path, DDP, compile)
         self.skipped_in_a_row = 0
         self.decoders = DecoderCache()  # sampling's static cache (and CUDA graph), kept between rollouts
-        self.chunk_logits = args.logits_per_chunk(self.device)
-        """--chunk-logits on this run's device (-1, auto: 2**21 on a CPU, 2**27 on a GPU)."""
         if not self.quiet and (note := fast_path_note(lm, self.device)):
             tqdm.write(f"note: {note}", file=sys.stderr)
+
+    @property
+    def chunk_logits(self) -> int:
+        """--chunk-logits on this run's device (-1, auto: 2**21 on a CPU, 2**27 on a GPU)."""
+        return self.args.logits_per_chunk(self.device)
 
     # ------------------------------------------------------------------ what a subclass may change
     def build_policy(self, lm: HookedTransformer) -> Policy:
