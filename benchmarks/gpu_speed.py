@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_trl import matmul_peak_flops  # noqa: E402  (a sibling script: the same roof as beside TRL)
 
 PROMPT, GEN = 8, 30
 
@@ -56,11 +57,6 @@ def median_seconds(fn, device: str, warmup: int, repeats: int) -> float:
         sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def matmul_peak(device: str, dtype: torch.dtype, n: int) -> float:
-    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-    return 2 * n**3 / min(median_seconds(lambda: a @ b, device, 3, 10) for _ in range(3))
 
 
 def make_model(shape: str, device: str):
@@ -193,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     sections = opts.sections.split(",")
     if "peak" in sections or "learn-compile" in sections:  # the roof the utilisation is read against
         n = 8192 if opts.device.startswith("cuda") else 1024
-        for dtype in (torch.bfloat16, torch.float32):
-            out[f"peak/{str(dtype).split('.')[-1]}"] = matmul_peak(opts.device, dtype, n)
+        for dtype in ("bfloat16", "float32"):
+            out[f"peak/{dtype}"] = matmul_peak_flops(opts.device, 0, dtype, n=n)  # bench_trl's roof, at n
         print("peak", {k: f"{v / 1e12:.1f} TFLOP/s" for k, v in out.items() if k.startswith("peak/")}, flush=True)
         save()
     model = make_model(opts.shape, opts.device)

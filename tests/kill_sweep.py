@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import torch
 
 PY = sys.executable
@@ -151,15 +152,14 @@ def run_and_kill(argv: list[str], at: float) -> tuple[int, list[int]]:
 
 
 def session_pids(sid: int) -> list[int]:
+    """The live (not zombie) processes of session `sid`."""
     pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid and fields[0] != "Z":  # fields[3]: the session id
-                pids.append(int(entry.name))
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getsid(proc.pid) == sid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                pids.append(proc.pid)
+        except (ProcessLookupError, PermissionError):
+            continue
     return pids
 
 
