@@ -102,9 +102,8 @@ def count_flops(fn) -> float:
 def worker_ours(system: str, opts) -> dict:
     import torch
 
-    from rlhf_scratch import registry
-    from rlhf_scratch.config import make_args
-    from rlhf_scratch.runs import read_metrics
+    from rlhf_scratch.config import make_args, registry
+    from rlhf_scratch.engine.runs import read_metrics
 
     algo = system.split("-")[1]  # ours-ppo-lowmem -> ppo
     Trainer = registry.get(algo).trainer_class()  # only the chosen algorithm's module, as train does
@@ -115,7 +114,7 @@ def worker_ours(system: str, opts) -> dict:
         sys.path.insert(0, str(Path(__file__).parent))
         from phase_memory import gpt2_small_factory
 
-        from rlhf_scratch import run_setup
+        from rlhf_scratch.engine import run_setup
 
         run_setup.load_lm = gpt2_small_factory()
         task = "periods"  # the tiny classifier's tokenizer does not cover GPT-2's vocabulary

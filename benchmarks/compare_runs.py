@@ -14,8 +14,8 @@ import argparse
 import statistics
 from pathlib import Path
 
-from interp.pages import new_figure, save_figure
-from rlhf_scratch.runs import load_args, read_metrics
+from rlhf_scratch.engine.runs import load_args, read_metrics
+from rlhf_scratch.pages.html import new_figure, save_figure
 
 
 def default_label(run: str) -> str:

@@ -38,8 +38,8 @@ def serialisation_cost(phases: int = 1) -> dict[str, float]:
     import torch
 
     from rlhf_scratch.config import make_args
+    from rlhf_scratch.config.registry import get
     from rlhf_scratch.controller.workers import from_rollout
-    from rlhf_scratch.registry import get
 
     args = make_args("tiny", total_phases=phases)
     trainer = get("ppo").trainer_class()(args, quiet=True)

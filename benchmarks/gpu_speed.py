@@ -64,15 +64,15 @@ def make_model(shape: str, device: str):
         from phase_memory import gpt2_small_factory
 
         return gpt2_small_factory()(device=device).train()
-    from rlhf_scratch.loading import load_lm
+    from rlhf_scratch.models.loading import load_lm
 
     return load_lm("tiny", device=device).train()
 
 
 def learning_step(model, learner, rows: int, chunk_logits: int, bf16: bool, device: str):
     """A closure running one minibatch's forward + backward, as the learning phase does."""
-    from rlhf_scratch.objectives import generated_span
-    from rlhf_scratch.vocab_terms import token_terms, unembedding
+    from rlhf_scratch.core.objectives import generated_span
+    from rlhf_scratch.core.vocab_terms import token_terms, unembedding
 
     g = torch.Generator(device="cpu").manual_seed(0)
     ids = torch.randint(1, model.cfg.d_vocab, (rows, PROMPT + GEN), generator=g).to(device)
@@ -95,7 +95,7 @@ def section_learn(out: dict, model, device: str, batches: list[int], quick: bool
     """The learning step's variants (`compiled`: bf16 with torch.compile of the forward, the default chunking)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from rlhf_scratch.fast_forward import HiddenForward
+    from rlhf_scratch.models.fast_forward import HiddenForward
 
     eager = HiddenForward(model)
     variants = [("bf16+compile", True, True)] if compiled else [("fp32", False, False), ("bf16", True, False)]
@@ -119,13 +119,13 @@ def section_learn(out: dict, model, device: str, batches: list[int], quick: bool
 
 
 def section_decode(out: dict, model, device: str, quick: bool) -> None:
-    from rlhf_scratch.generation import generate
+    from rlhf_scratch.rollout.generation import generate
 
     batch = 64
     g = torch.Generator(device="cpu").manual_seed(1)
     prompt_ids = torch.randint(1, model.cfg.d_vocab, (batch, PROMPT), generator=g).to(device)
     prompt_mask = torch.ones_like(prompt_ids, dtype=torch.bool)
-    from rlhf_scratch.static_cache import DecoderCache
+    from rlhf_scratch.models.static_cache import DecoderCache
 
     for graph, reuse in ((True, True), (True, False), (False, False)):
         key = f"decode/batch{batch}/cuda_graph_{'on' if graph else 'off'}{'/reused' if reuse else ''}"
@@ -144,9 +144,9 @@ def section_decode(out: dict, model, device: str, quick: bool) -> None:
 def section_round(out: dict, shape: str, device: str, quick: bool) -> None:
     import tempfile
 
-    from rlhf_scratch import registry, run_setup
-    from rlhf_scratch.config import make_args
-    from rlhf_scratch.runs import read_metrics
+    from rlhf_scratch.config import make_args, registry
+    from rlhf_scratch.engine import run_setup
+    from rlhf_scratch.engine.runs import read_metrics
 
     if shape == "gpt2-small":
         from phase_memory import gpt2_small_factory

@@ -54,7 +54,7 @@ def batch(vocab: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 def tiny_case():
     """The shipped tiny preset (4 layers, d_model 128, vocab 8,192) and a 16 × 35 batch."""
-    from rlhf_scratch.loading import load_lm
+    from rlhf_scratch.models.loading import load_lm
 
     model = load_lm("tiny").eval()
     return (model, *batch(model.cfg.d_vocab))
@@ -83,7 +83,7 @@ def hf_gpt2_like(model) -> torch.nn.Module:
 def forward_fn(model, system: str):
     """tokens, mask → logits, for one of the systems."""
     if system == "ours":
-        from rlhf_scratch.fast_forward import fast_final_hidden
+        from rlhf_scratch.models.fast_forward import fast_final_hidden
 
         return lambda ids, mask: model.unembed(fast_final_hidden(model, ids, mask))
     if system == "transformer_lens":

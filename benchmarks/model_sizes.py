@@ -2,7 +2,7 @@
 
     python benchmarks/model_sizes.py --work /tmp/shapes --json benchmarks/model_sizes_<date>.json
 
-Each shape (`rlhf_scratch.model_families.REAL_SHAPES`: GPT-2 small, Pythia-160M/410M, Qwen2.5-0.5B,
+Each shape (`rlhf_scratch.models.families.REAL_SHAPES`: GPT-2 small, Pythia-160M/410M, Qwen2.5-0.5B,
 Llama-3.2-1B) is built offline as a random-init HF folder (its real vocabulary, the tiny tokenizer),
 then trained by `python -m rlhf_scratch.train sentiment --model FOLDER` at the default batch (64
 completions of ≤ 30 tokens, PPO, tiny reward classifier) for `--phases` phases, each cell its own
@@ -46,7 +46,7 @@ def main() -> None:
     from tabulate import tabulate
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from rlhf_scratch.model_families import REAL_SHAPES, build_folder
+    from rlhf_scratch.models.families import REAL_SHAPES, build_folder
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", default="/tmp/shapes", help="where the shape folders are built (kept)")

@@ -29,7 +29,7 @@ def rss_peak_mib() -> float:
 def gpt2_small_factory():
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-    from rlhf_scratch.loading import load_tokenizer
+    from rlhf_scratch.models.loading import load_tokenizer
 
     tok = load_tokenizer("tiny")
     tok.add_tokens([f"<x{i}>" for i in range(50257 - len(tok))])
@@ -60,8 +60,8 @@ def main() -> None:
 
     if opts.threads:
         torch.set_num_threads(opts.threads)
-    from rlhf_scratch import run_setup
     from rlhf_scratch.algorithms.ppo import RLHFTrainer
+    from rlhf_scratch.engine import run_setup
 
     task = "sentiment"
     if opts.shape == "gpt2-small":  # every model the run loads becomes the random GPT-2-small shape

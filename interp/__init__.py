@@ -23,10 +23,10 @@ nothing from the training package:
 
 Pages: `interp.report` (`make_report`, and `python -m interp.report RUN_DIR`) and
 `interp.features_page` (`make_features_report`; `python -m interp.features RUN_DIR` is `interp.features`).
-The two commands are the only modules that read a run folder (`rlhf_scratch.runs`), its prompts,
+The two commands are the only modules that read a run folder (`rlhf_scratch.engine.runs`), its prompts,
 its reward and the review corpus.
 
-Shared pieces: `interp.probes` (the fixed review openings every page probes), `interp.pages`
+Shared pieces: `interp.probes` (the fixed review openings every page probes), `rlhf_scratch.pages.html`
 (the HTML page, table and figure helpers), `interp.figures` (the figure types), `interp.families`
 (what each analysis assumes of the architecture — LayerNorm or RMSNorm, parallel blocks, gated MLPs,
 grouped K/V heads — and the one-line refusals where an analysis would be wrong). Each analysis

@@ -33,7 +33,7 @@ from transformer_lens import HookedTransformer
 
 from interp import attention, logits, residual
 from interp.feature_diff import feature_diff
-from interp.pages import new_figure, save_figure
+from rlhf_scratch.pages.html import new_figure, save_figure
 
 
 @dataclass

@@ -30,8 +30,8 @@ from transformer_lens import ActivationCache, HookedTransformer
 
 from interp.families import require_additive_blocks
 from interp.logits import RewardFn, SentimentTokens, logit_diff, mean_reward, residual_sentiment_direction
-from interp.pages import new_figure, save_figure
 from interp.residual import real_position_mask, recovered_fraction, stack_at_last_pos
+from rlhf_scratch.pages.html import new_figure, save_figure
 
 Head = tuple[int, int]
 

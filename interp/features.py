@@ -6,7 +6,7 @@ writes RUN_DIR/interp/features.html (figures embedded), RUN_DIR/interp/features/
 RUN_DIR/interp/features/features.json. Needs SAE Lens: `pip install -e ".[sae]"`.
 
 This is the command: it loads what a run folder names (the reference and tuned models with
-`rlhf_scratch.runs.load_run`, the run's prompts, its task's reward, the preset's review corpus for
+`rlhf_scratch.engine.runs.load_run`, the run's prompts, its task's reward, the preset's review corpus for
 the SAE's training and eval texts and the snippets) and hands them to the analyses, which read only
 models, tokens, texts and a reward function:
 
@@ -50,12 +50,12 @@ from interp.sae import (
     site_hook,
 )
 from interp.sampling import SampleSettings
-from rlhf_scratch.corpus import CorpusUnavailableError, cache_dir, lm_texts
-from rlhf_scratch.model import TransformerWithValueHead
-from rlhf_scratch.prompts import load_prompts
+from rlhf_scratch.engine.runs import LoadedRun, load_run
+from rlhf_scratch.models.policy import TransformerWithValueHead
 from rlhf_scratch.reward.model import is_reward_model_run, load_reward_model_run
 from rlhf_scratch.reward.tasks import make_reward_fn
-from rlhf_scratch.runs import LoadedRun, load_run
+from rlhf_scratch.rollout.corpus import CorpusUnavailableError, cache_dir, lm_texts
+from rlhf_scratch.rollout.prompts import load_prompts
 
 
 def default_cache_root() -> Path:

@@ -40,8 +40,8 @@ from interp.feature_diff import (
 from interp.figures import bars
 from interp.levels import DiffLevels, levels_headline, levels_html, other_levels
 from interp.logits import RewardFn
-from interp.pages import Html, esc, figure, new_figure, page, rounded, save_figure, table
 from interp.sampling import SampleSettings
+from rlhf_scratch.pages.html import Html, esc, figure, new_figure, page, rounded, save_figure, table
 
 OUT_NAME = "features"  # out_dir/features.html and out_dir/features/
 STEPS = ("diff", "explained", "snippets", "levels", "causal", "write")

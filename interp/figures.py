@@ -1,7 +1,7 @@
 """The interp pages' figure types: layer x head heatmaps, lines and bars over labelled sites, and a
 (site, position) heatmap. Each draws one PNG into `out_dir / name` and returns its path.
 
-Every figure is a `matplotlib.figure.Figure` made without pyplot (`interp.pages.new_figure`): no
+Every figure is a `matplotlib.figure.Figure` made without pyplot (`rlhf_scratch.pages.html.new_figure`): no
 backend is chosen here, so a notebook's own figures keep showing after a report is drawn."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from interp.pages import new_figure, save_figure
+from rlhf_scratch.pages.html import new_figure, save_figure
 
 
 def heatmaps(

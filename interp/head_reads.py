@@ -3,7 +3,7 @@
 Both heads read ĥ = ln_final.hook_normalized, the vector the unembedding reads (before the final
 norm's weight, which TransformerLens folds into W_U):
 
-    value head (PPO, `rlhf_scratch.model`)   V(ĥ) = w₂ · ReLU(W₁ ĥ + b₁) + b₂        not linear
+    value head (PPO, `rlhf_scratch.models.policy`)   V(ĥ) = w₂ · ReLU(W₁ ĥ + b₁) + b₂        not linear
     Bradley–Terry reward model                r(ĥ) = w · ĥ_last + b                    linear
 
 A linear head reads one direction, its weight w, exactly. The MLP head reads a different direction at

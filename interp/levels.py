@@ -48,7 +48,7 @@ from interp.crosscoder import (
 from interp.feature_diff import final_ln_scale, promoted_tokens, real_positions, site_activations, top_activating
 from interp.head_reads import HEAD_SITE, HeadReads, head_reads
 from interp.model_diff import activation_difference_lens, weight_diffs, weight_summary
-from interp.pages import Html, esc, table
+from rlhf_scratch.pages.html import Html, esc, table
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """`python -m interp.report RUN_DIR`: what did RLHF change? An HTML report of interp's analyses.
 
-Loads the run's reference and tuned models (`rlhf_scratch.runs.load_run`), runs logits,
+Loads the run's reference and tuned models (`rlhf_scratch.engine.runs.load_run`), runs logits,
 residual and attention analyses on the run's prompt and a few fixed review prompts, and writes
 
     RUN_DIR/interp/report.html   self-contained (figures embedded), with the key numbers
@@ -37,8 +37,8 @@ from transformer_lens import ActivationCache, HookedTransformer
 
 from interp import attention, families, logits, neurons, residual
 from interp.figures import bars, heatmaps, lines, position_heatmap
-from interp.pages import esc, figure, page, rounded, table
 from interp.probes import REVIEW_PROMPTS
+from rlhf_scratch.pages.html import esc, figure, page, rounded, table
 
 # --- what the analyses share ----------------------------------------------------------------------
 
@@ -547,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:
-        from rlhf_scratch.runs import load_run, reward_shown
+        from rlhf_scratch.engine.runs import load_run, reward_shown
 
         run = load_run(run_dir, device=args.device)
         reward_fn = None

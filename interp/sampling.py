@@ -42,7 +42,7 @@ class SampleSettings:
     @classmethod
     def from_args(cls, args, n_samples: int, seed: int = 0) -> SampleSettings:
         """A run's sampling: `args` is any object with gen_len, temperature, top_k, prepend_bos and
-        eos_stops() (a run's config, `rlhf_scratch.runs.load_run(...).args`)."""
+        eos_stops() (a run's config, `rlhf_scratch.engine.runs.load_run(...).args`)."""
         return cls(n_samples, args.gen_len, args.temperature, args.top_k, args.prepend_bos, args.eos_stops(), seed)
 
     def for_diff(self, n_diff: int) -> SampleSettings:

@@ -53,7 +53,7 @@ PSEUDOCODE = r"""## The algorithm, and where each line lives
 | 2 | AdamW, `maximize=True`: trunk at `base_lr`, value head at `head_lr`; learning rate × $m(k)$: linear warmup, then linear decay | `optim.get_optimizer_and_scheduler` (`get_optimizer`, `get_lr_scheduler`) | `build`, `lr_multiplier` |
 | 3 | **for** phase $k = 1 \dots$ `total_phases` **do** | `loop.run_training` | `train` |
 | 4 | &nbsp;&nbsp; sample `batch_size` completions of the prompts from $\pi_\theta$ (top-k, `gen_len` tokens) | `RLHFTrainer.rollout_phase` → `Trainer.sample` → `rollout.make_rollout` → `generation.generate` | `make_rollout` |
-| 5 | &nbsp;&nbsp; score them, no gradients: $\log \pi_{\text{old}}(o_t)$, $V_{\text{old}}(s_t)$, $\mathrm{KL}(\pi_{\text{old}} \Vert \pi_{\text{ref}})$; the reward $R$ | `rollout.score_tokens`, `reward.tasks.score_completions` | `make_rollout` |
+| 5 | &nbsp;&nbsp; score them, no gradients: $\log \pi_{\text{old}}(o_t)$, $V_{\text{old}}(s_t)$, $\mathrm{KL}(\pi_{\text{old}} \Vert \pi_{\text{ref}})$; the reward $R$ | `rollout.score_tokens`, `rollout.reward_call.score_completions` | `make_rollout` |
 | 6 | &nbsp;&nbsp; $R \leftarrow (R - \bar R) / (\mathrm{std}\,R + \epsilon)$ | `RLHFTrainer.rollout_advantages` → `reward.functions.normalize_reward` | `learning_phase` |
 | 7 | &nbsp;&nbsp; $A_t \leftarrow V(s_{t+1}) - V(s_t)$; $A_{\text{last}} \leftarrow R - V(s_{\text{last}})$ | `RLHFTrainer.rollout_advantages` → `advantages.compute_advantages` | `learning_phase` |
 | 8 | &nbsp;&nbsp; returns $R_t \leftarrow A_t + V_{\text{old}}(s_t)$ | `memory.ReplayMemory` | `ReplayMemory` |
@@ -73,17 +73,17 @@ import numpy as np
 import torch
 
 import rlhf_scratch  # noqa: F401
-from rlhf_scratch.advantages import compute_advantages
+from rlhf_scratch.core.advantages import compute_advantages
 from rlhf_scratch.config import make_args
-from rlhf_scratch.generation import attention_mask_or_none
-from rlhf_scratch.loading import load_lm
-from rlhf_scratch.memory import ReplayMemory
-from rlhf_scratch.model import TransformerWithValueHead
-from rlhf_scratch.objectives import (calc_approx_kl, calc_clip_fraction, calc_clipped_sur_obj, calc_entropy_bonus,
+from rlhf_scratch.rollout.generation import attention_mask_or_none
+from rlhf_scratch.models.loading import load_lm
+from rlhf_scratch.core.memory import ReplayMemory
+from rlhf_scratch.models.policy import TransformerWithValueHead
+from rlhf_scratch.core.objectives import (calc_approx_kl, calc_clip_fraction, calc_clipped_sur_obj, calc_entropy_bonus,
                                      calc_kl_penalty, calc_value_fn_loss, generated_span, get_log_probs,
                                      temperature_scaled)
 from rlhf_scratch.reward.functions import normalize_reward, reward_fn_sentiment_imdb
-from rlhf_scratch.rollout import make_rollout
+from rlhf_scratch.rollout.phase import make_rollout
 from rlhf_scratch.course.loop_check import check_learning_phase
 
 torch.set_num_threads(1)"""
@@ -245,7 +245,7 @@ if BETA is not None:
 
 NEXT = r"""## Where next
 
-- Your loop is the package's `RLHFTrainer.learning_phase` (`rlhf_scratch/algorithms/ppo.py`) and `Trainer.ascend` (`rlhf_scratch/trainer.py`) with the bookkeeping taken out; `loop.run_training` adds the run folder, checkpoints, logging and samples around the same two calls.
+- Your loop is the package's `RLHFTrainer.learning_phase` (`rlhf_scratch/algorithms/ppo.py`) and `Trainer.ascend` (`rlhf_scratch/engine/trainer.py`) with the bookkeeping taken out; `loop.run_training` adds the run folder, checkpoints, logging and samples around the same two calls.
 - The package computes the vocabulary-wide terms a chunk of positions at a time (`vocab_terms.token_terms`) instead of materialising `[minibatch, seq, vocab]` logits as you did: the same numbers, less memory (GPT-2's vocabulary is 50,257).
 - Swap `compute_advantages` for `compute_gae_advantages` (`--advantage gae`) and see what the blog meant by GAE blowing up (exercises 03 has you write it, and the value head's explained variance); or drop the value head altogether: that is RLOO and GRPO (notebook 03)."""
 

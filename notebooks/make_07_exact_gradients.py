@@ -31,7 +31,7 @@ estimator and an unlucky seed look the same. An environment small enough to **li
 completion** can: each completion's exact probability, the exact objective J(θ) = Σ_y π(y) r(y),
 its exact gradient by autograd, and the exact expected value of an estimator.
 
-The environment (`rlhf_scratch.exact.env`): a vocabulary of EOS and three words `a b c`, completions
+The environment (`rlhf_scratch.microscope.env`): a vocabulary of EOS and three words `a b c`, completions
 of at most 4 tokens, two one-token prompts; the policy is a **table of logits, one row per prefix**
 (π(y|x) = Π_t softmax(θ[prefix])[y_t]), and a reference table π_ref near it. Every log-probability
 goes through the package's own `get_log_probs` and `sequence_log_probs`, and every estimator is the
@@ -51,8 +51,8 @@ its standard error. The full measurement is `python -m rlhf_scratch.exact --out 
 import matplotlib.pyplot as plt
 import torch
 
-from rlhf_scratch.exact.env import RIGHT, probabilities, set_p_right
-from rlhf_scratch.exact.run import LESSON, make_scene, scene
+from rlhf_scratch.microscope.env import RIGHT, probabilities, set_p_right
+from rlhf_scratch.microscope.run import LESSON, make_scene, scene
 
 torch.set_num_threads(1)
 sc = scene(vocab=4, max_len=4, p_right=(0.2, 0.6), reward="correct", num_generations=8)
@@ -207,7 +207,7 @@ for reward in ("correct", "sentiment"):
 Everything so far had ratio 1: the completions came from the policy that scores them. An
 asynchronous trainer learns from completions drawn **k updates ago**. TRL 1.16 corrects the gap
 with an importance weight, `vllm_importance_sampling_correction` (default mode `sequence_mask`,
-C_max 3). `rlhf_scratch.exact.offpolicy` builds a history: the learner is θ_8 after 8 steps of
+C_max 3). `rlhf_scratch.microscope.offpolicy` builds a history: the learner is θ_8 after 8 steps of
 fixed length along ∇J of the sentiment reward, and staleness k samples from θ_{8−k}. With
 q = π_{θ_{8−k}} known for every completion, every expectation below is exact.
 
@@ -222,9 +222,9 @@ With A = r − V_q(x) and w = π(y)/q(y), **predict**, before running the next c
     ("code", "offpolicy-code", """\
 import math
 
-from rlhf_scratch.exact.cli import ExactArgs
-from rlhf_scratch.exact.offpolicy import clipped_estimators, correction
-from rlhf_scratch.exact.offpolicy_run import TRL_DEFAULT, kl_estimators, off_policy_scene, sampler_facts
+from rlhf_scratch.microscope.cli import ExactArgs
+from rlhf_scratch.microscope.offpolicy import clipped_estimators, correction
+from rlhf_scratch.microscope.offpolicy_run import TRL_DEFAULT, kl_estimators, off_policy_scene, sampler_facts
 
 args = ExactArgs(out="unused", vocab=4, max_len=4, p_right=(0.2, 0.6), off_policy_reward="sentiment",
                  stale_step=0.6, staleness=(1, 2, 4, 8), top_k=2)

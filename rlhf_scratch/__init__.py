@@ -9,9 +9,11 @@ The public names below are imported on first use (PEP 562), so `import rlhf_scra
 
 import importlib
 
-from rlhf_scratch import registry
-from rlhf_scratch.quiet import silence_hooked_transformer_deprecation
+from rlhf_scratch import _aliases
+from rlhf_scratch.config import registry
+from rlhf_scratch.core.quiet import silence_hooked_transformer_deprecation
 
+_aliases.install()  # the module paths before the layers (rlhf_scratch.loop, python -m rlhf_scratch.train): _aliases.py
 silence_hooked_transformer_deprecation()  # we knowingly build on HookedTransformer (see quiet.py)
 
 # public name -> module that defines it
@@ -21,35 +23,35 @@ _EXPORTS = {
     "GRPOArgs": "config",
     "make_args": "config",
     # the rollout
-    "get_samples": "generation", "sample_next_token": "generation", "Rollout": "rollout", "make_rollout": "rollout",
-    "policy_token_log_probs": "rollout", "policy_sequence_log_probs": "rollout",
+    "get_samples": "rollout.generation", "sample_next_token": "rollout.generation", "Rollout": "rollout.phase", "make_rollout": "rollout.phase",
+    "policy_token_log_probs": "rollout.phase", "policy_sequence_log_probs": "rollout.phase",
     # per-token terms over the vocabulary, a chunk of positions at a time (log π, entropy, KL)
-    "token_terms": "vocab_terms", "TokenTerms": "vocab_terms", "Unembedding": "vocab_terms",
-    "final_hidden": "vocab_terms", "unembedding": "vocab_terms",
-    "PromptIterator": "prompts", "load_prompts": "prompts",
+    "token_terms": "core.vocab_terms", "TokenTerms": "core.vocab_terms", "Unembedding": "core.vocab_terms",
+    "final_hidden": "models.fast_forward", "unembedding": "core.vocab_terms",
+    "PromptIterator": "rollout.prompts", "load_prompts": "rollout.prompts",
     # PPO's pieces, with the blog's names
-    "get_log_probs": "objectives", "calc_kl_penalty": "objectives", "calc_entropy_bonus": "objectives",
-    "calc_value_fn_loss": "objectives", "calc_clipped_sur_obj": "objectives", "calc_k2_kl": "objectives",
-    "compute_advantages": "advantages", "compute_gae_advantages": "advantages",
-    "ReplayMemory": "memory", "ReplayMinibatch": "memory",
-    "TransformerWithValueHead": "model", "EarlyStopping": "kl_control", "AdaptiveKLController": "kl_control",
+    "get_log_probs": "core.objectives", "calc_kl_penalty": "core.objectives", "calc_entropy_bonus": "core.objectives",
+    "calc_value_fn_loss": "core.objectives", "calc_clipped_sur_obj": "core.objectives", "calc_k2_kl": "core.objectives",
+    "compute_advantages": "core.advantages", "compute_gae_advantages": "core.advantages",
+    "ReplayMemory": "core.memory", "ReplayMinibatch": "core.memory",
+    "TransformerWithValueHead": "models.policy", "EarlyStopping": "core.kl_control", "AdaptiveKLController": "core.kl_control",
     # rewards, models, runs
     "normalize_reward": "reward.functions", "reward_fn_sentiment_imdb": "reward.functions", "reward_fn_vader": "reward.functions",
-    "reward_fn_char_count": "reward.functions", "load_lm": "loading", "load_classifier": "loading",
-    "load_run": "runs", "load_args": "runs",
+    "reward_fn_char_count": "reward.functions", "load_lm": "models.loading", "load_classifier": "models.loading",
+    "load_run": "engine.runs", "load_args": "engine.runs",
     # using a tuned model; judging it with what it was never trained on
-    "to_hf_gpt2": "hf_format", "to_hf_causal_lm": "hf_format", "to_hf_gpt_neox": "hf_format",
-    "to_hf_llama": "hf_format", "to_hf_qwen2": "hf_format", "to_hf_gemma": "hf_format",
-    "build_folder": "model_families", "sample_both": "sample", "heldout_metrics": "heldout",
+    "to_hf_gpt2": "models.hf_format", "to_hf_causal_lm": "models.hf_format", "to_hf_gpt_neox": "models.hf_format",
+    "to_hf_llama": "models.hf_format", "to_hf_qwen2": "models.hf_format", "to_hf_gemma": "models.hf_format",
+    "build_folder": "models.families", "sample_both": "commands.sample", "heldout_metrics": "reward.heldout",
     # human feedback: preference pairs, a Bradley–Terry reward model, over-optimisation (docs/human-feedback.md)
     "make_preference_pairs": "reward.preferences", "bradley_terry_label": "reward.preferences", "gold_scores": "reward.preferences",
     "calc_reward_model_loss": "reward.model", "reward_model_metrics": "reward.model",
-    "RewardModel": "reward.model", "RewardModelArgs": "reward.model", "train_reward_model": "reward.model",
-    "load_reward_model_run": "reward.model", "reward_model_classifier": "reward.model", "to_hf_reward_model": "hf_format", "export_reward_model": "export",
+    "RewardModel": "reward.model", "RewardModelArgs": "reward.model", "train_reward_model": "engine.reward_model",
+    "load_reward_model_run": "reward.model", "reward_model_classifier": "reward.model", "to_hf_reward_model": "models.hf_format", "export_reward_model": "commands.export",
     "kl_bon": "studies.overoptimization", "best_of_n_expectation": "studies.overoptimization",
     "fit_gao": "studies.overoptimization",
 }
-# every algorithm's trainer and formulas, as its registry entry lists them (rlhf_scratch/registry.py)
+# every algorithm's trainer and formulas, as its registry entry lists them (rlhf_scratch/config/registry.py)
 _EXPORTS.update({name: entry.module.removeprefix("rlhf_scratch.") for entry in registry.ALGORITHMS.values()
                  for name in entry.exports})
 __all__ = sorted(_EXPORTS)

@@ -77,9 +77,9 @@ def tuned_ppo_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def family_folder(tmp_path_factory):
-    """family name -> a random-init HF folder of that family (rlhf_scratch.model_families, tiny
+    """family name -> a random-init HF folder of that family (rlhf_scratch.models.families, tiny
     shape), built once per session; `chat=True` gives its tokenizer a ChatML template."""
-    from rlhf_scratch.model_families import build_folder
+    from rlhf_scratch.models.families import build_folder
 
     built: dict[tuple[str, bool], object] = {}
 

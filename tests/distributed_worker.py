@@ -17,9 +17,9 @@ import sys
 
 import torch
 
-from rlhf_scratch import distributed as dist
 from rlhf_scratch.config import make_args
-from rlhf_scratch.rollout import Rollout
+from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.rollout.phase import Rollout
 
 BATCH = 8
 SETTINGS = dict(batch_size=BATCH, gen_len=6, num_minibatches=1, max_grad_norm=1e9, warmup_steps=1, seed=0,

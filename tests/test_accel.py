@@ -2,10 +2,10 @@
 
 import torch
 
-from rlhf_scratch.accel import compiled, learning_autocast
 from rlhf_scratch.algorithms.rloo import RLOOTrainer
 from rlhf_scratch.config import make_args
-from rlhf_scratch.objectives import get_log_probs
+from rlhf_scratch.core.objectives import get_log_probs
+from rlhf_scratch.engine.accel import compiled, learning_autocast
 
 
 def test_off_by_default_is_the_module_itself_and_no_autocast():
@@ -49,7 +49,7 @@ def test_bf16_first_pass_ratios_are_one_and_nothing_is_clipped(one_thread):
     """π_old is scored under the learning phase's autocast: before any step, the learning forward
     (bf16) must give back the rollout's log-probs. Scored in float32 (as before), RLOO's sequence
     ratio sums the rounding of ~gen_len tokens and clips sequences for rounding alone."""
-    from rlhf_scratch.objectives import sequence_log_probs
+    from rlhf_scratch.core.objectives import sequence_log_probs
 
     args = make_args("tiny", "rloo", bf16=True, batch_size=8, num_generations=2, gen_len=12, num_minibatches=1,
                      total_phases=1, device="cpu", seed=0, temperature=0.7, epsilon_low=0.001, epsilon_high=0.001)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rlhf_scratch.advantages import _check_mask, compute_advantages, compute_gae_advantages
+from rlhf_scratch.core.advantages import _check_mask, compute_advantages, compute_gae_advantages
 
 # batch 2, seq_len 4, prefix_len 2 -> gen_len 2. The generated tokens 2 and 3 are chosen in
 # states s_1 and s_2; values[:, 0] (prefix state) and values[:, 3] (after the last token) are unused.

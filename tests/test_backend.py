@@ -44,7 +44,7 @@ def test_training_and_the_interp_report_leave_a_notebooks_inline_figures_working
     from interp.report import make_report
     from rlhf_scratch import RLHFTrainer
     from rlhf_scratch.config import make_args
-    from rlhf_scratch.runs import load_run
+    from rlhf_scratch.engine.runs import load_run
 
     shown = shown_pngs(monkeypatch)
     run_dir = tmp_path / "run"

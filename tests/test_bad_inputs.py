@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from rlhf_scratch.loading import asset_path
-from rlhf_scratch.train import main
+from rlhf_scratch.commands.train import main
+from rlhf_scratch.models.loading import asset_path
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +178,7 @@ def test_interp_report_bad_inputs(finished_run, tmp_path, capsys):
     ("bad_value", "bad_value/config.json: batch_size: must be divisible by num_minibatches (30 % 4 != 0)"),
 ])
 def test_sample_refuses_a_run_config_the_command_line_would_refuse(folders, capsys, folder, message):
-    from rlhf_scratch.sample import main as sample
+    from rlhf_scratch.commands.sample import main as sample
 
     assert sample([str(folders / folder), "hello"]) == 2
     err = capsys.readouterr().err.strip()
@@ -248,7 +248,7 @@ SMALL_EXACT = ["--draws", "20", "--draws-by-reward", "20", "--off-policy-draws",
 
 @pytest.mark.parametrize("argv", [["--p-right", "0.1"], ["--top-k", "1"]])
 def test_the_microscope_refuses_settings_with_no_true_gradient_in_one_line(tmp_path, capsys, argv):
-    from rlhf_scratch.exact.cli import main as exact
+    from rlhf_scratch.microscope.cli import main as exact
 
     assert exact(["--out", str(tmp_path / "out"), *argv, *SMALL_EXACT]) == 2
     err = capsys.readouterr().err.strip()
@@ -261,7 +261,7 @@ def test_the_microscope_computes_the_one_token_setting_its_docs_use(tmp_path, ca
     are undefined (null in exact.json), not a ZeroDivisionError."""
     import json
 
-    from rlhf_scratch.exact.cli import main as exact
+    from rlhf_scratch.microscope.cli import main as exact
 
     assert exact(["--out", str(tmp_path / "out"), "--vocab", "3", "--max-len", "1", *SMALL_EXACT]) == 0
     result = json.loads((tmp_path / "out" / "exact.json").read_text())
@@ -275,8 +275,8 @@ OTHER_COMMANDS = [
     ("rlhf_scratch.preferences", ["--out", "{root}/p.jsonl", "--num-pairs", "2", "--gen-len", "2", "--seed", "-1"],
      "seed: must be >= 0; got -1"),
     ("rlhf_scratch.sample", ["{root}/no_ckpt", "--seed", "99999999999999999999"], "seed: must be at most 4294967295"),
-    ("rlhf_scratch.model_families", ["gpt2", "{root}/fam", "--seed", "-1"], "seed: must be >= 0; got -1"),
-    ("rlhf_scratch.model_families", ["gpt2", "{root}/fam", "--vocab-size", "0"],
+    ("rlhf_scratch.models.families", ["gpt2", "{root}/fam", "--seed", "-1"], "seed: must be >= 0; got -1"),
+    ("rlhf_scratch.models.families", ["gpt2", "{root}/fam", "--vocab-size", "0"],
      "vocab_size: 0 is below the tokenizer's 8192 ids (gpt2)"),
     ("rlhf_scratch.reward_model", ["--pairs", "{root}/binary.jsonl", "--run-dir", "{root}/rm"],
      "pairs: {root}/binary.jsonl: not UTF-8 text (byte 0)"),

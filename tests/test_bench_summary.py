@@ -96,7 +96,7 @@ def test_whole_runs_exactly_n_rounds_one_of_them_warm_up(bench):
 def test_trl_side_reward_is_our_sentiment_reward(bench):
     """The TRL worker builds the tiny classifier's reward from transformers alone (no TransformerLens
     import on TRL's side); it must score exactly as rewards.SentimentReward("tiny") does."""
-    from rlhf_scratch.loading import TINY_LM_DIR, TINY_REWARD_DIR, asset_path
+    from rlhf_scratch.models.loading import TINY_LM_DIR, TINY_REWARD_DIR, asset_path
     from rlhf_scratch.reward.functions import SentimentReward
 
     assert bench.asset_folder("tiny_reward") == asset_path(TINY_REWARD_DIR)

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from rlhf_scratch.config import ConfigError, make_args
-from rlhf_scratch.generation import (
+from rlhf_scratch.models.loading import load_lm
+from rlhf_scratch.rollout.generation import (
     decode_completions,
     eos_token_ids,
     generate,
@@ -22,8 +23,7 @@ from rlhf_scratch.generation import (
     tokenize_prompts,
     use_chat_template,
 )
-from rlhf_scratch.loading import load_lm
-from rlhf_scratch.rollout import make_rollout
+from rlhf_scratch.rollout.phase import make_rollout
 
 PROMPT = "This movie was really"
 RENDERED = "<|im_start|>user\nThis movie was really<|im_end|>\n<|im_start|>assistant\n"  # ChatML, by hand
@@ -204,7 +204,7 @@ def test_the_reward_receives_the_plain_prompt_and_the_completions_own_text(chat_
 def test_a_trainers_rollouts_follow_the_flag(chat_template, chat_folder, one_thread):
     """The run setup applies --chat-template to the policy: its rollouts' prompt ids are the ChatML
     rendering (auto) or the plain text with BOS (none)."""
-    from rlhf_scratch import registry
+    from rlhf_scratch.config import registry
 
     args = make_args("tiny", "grpo", model=str(chat_folder), chat_template=chat_template, batch_size=4,
                      num_generations=2, num_minibatches=1, gen_len=3, threads=1, seed=0)
@@ -226,7 +226,7 @@ def test_a_trainers_rollouts_follow_the_flag(chat_template, chat_folder, one_thr
 @pytest.mark.parametrize("algo", ["ppo", "grpo"])
 def test_two_phases_train_an_instruct_model(algo, chat_folder, tmp_path, one_thread):
     """`--model FOLDER` with a chat template trains end to end; its samples show the plain prompt."""
-    from rlhf_scratch.train import main
+    from rlhf_scratch.commands.train import main
 
     run_dir = tmp_path / "run"
     code = main(["sentiment", "--algo", algo, "--model", str(chat_folder), "--total-phases", "2",

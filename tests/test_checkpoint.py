@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlhf_scratch import checkpoint as ck
+from rlhf_scratch.engine import checkpoint as ck
 
 
 def test_save_keeps_the_newest_and_points_latest_at_it(tmp_path):

@@ -4,9 +4,8 @@ import dataclasses
 import subprocess
 import sys
 
-from rlhf_scratch import registry
-from rlhf_scratch.config import RLHFArgs
-from rlhf_scratch.train import main
+from rlhf_scratch.commands.train import main
+from rlhf_scratch.config import RLHFArgs, registry
 
 
 def help_text(capsys, *argv) -> str:
@@ -59,7 +58,7 @@ def test_algo_flag_builds_that_algorithms_parser(capsys):
 
 
 def test_task_is_the_first_bare_word_wherever_it_stands(capsys):
-    from rlhf_scratch.train import parse_args
+    from rlhf_scratch.commands.train import parse_args
 
     args, resume = parse_args(["--kl-coef", "0.3", "vader", "--no-prepend-bos", "--algo", "ppo"])
     assert (args.task, args.beta, args.prepend_bos, resume) == ("vader", 0.3, False, None)
@@ -71,7 +70,7 @@ def test_task_is_the_first_bare_word_wherever_it_stands(capsys):
 
 
 def test_preset_fills_fields_the_command_line_does_not_give():
-    from rlhf_scratch.train import parse_args
+    from rlhf_scratch.commands.train import parse_args
 
     args, _ = parse_args(["sentiment", "--preset", "gpt2", "--batch-size", "64"])
     assert (args.beta, args.base_lr, args.batch_size, args.model) == (2.5, 2e-5, 64, "gpt2")

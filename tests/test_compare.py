@@ -114,7 +114,7 @@ def test_plan_and_names():
 
 
 def test_the_default_algorithms_and_each_runs_command_come_from_the_registry(tmp_path):
-    from rlhf_scratch import registry
+    from rlhf_scratch.config import registry
     from rlhf_scratch.studies.compare import train_command
 
     assert CompareArgs(task="sentiment").algo_names() == [a for a in registry.names() if registry.get(a).compared_by_default]
@@ -344,7 +344,7 @@ def test_an_interrupted_comparison_continues_the_interrupted_run(tmp_path, monke
     import threading
     import time
 
-    from rlhf_scratch.runs import read_status
+    from rlhf_scratch.engine.runs import read_status
     from rlhf_scratch.studies import runner
 
     out = tmp_path / "cmp"

@@ -109,8 +109,8 @@ def test_every_field_is_documented(algo, capsys):
     """Each flag's help (tyro reads the docstring under each field) says more than its default."""
     import re
 
+    from rlhf_scratch.commands.train import main
     from rlhf_scratch.config import args_class
-    from rlhf_scratch.train import main
 
     assert main(["--algo", algo, "--help"]) == 0
     text = " ".join(capsys.readouterr().out.replace("│", " ").replace("╰", " ").split())

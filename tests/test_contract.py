@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from rlhf_scratch import GRPOTrainer, OnlineDPOTrainer, RLHFTrainer, RLOOTrainer, make_args
-from rlhf_scratch.contract import TrainerContract
-from rlhf_scratch.memory import minibatch_rows
+from rlhf_scratch.core.memory import minibatch_rows
+from rlhf_scratch.engine.contract import TrainerContract
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(batch_size=8, num_minibatches=2, gen_len=5, total_phases=1, save_every=0, save_model=False)
@@ -70,7 +70,7 @@ def test_the_loop_needs_nothing_beyond_the_contract(tmp_path, one_thread):
     """A whole run (two phases, a checkpoint, the policy saved, then a resume) through an object
     that has only the contract's members. Turns red when loop.py reads anything else of a trainer
     (the old grep for `hasattr(trainer` could not see a misspelt or unlisted attribute)."""
-    from rlhf_scratch.loop import run_training
+    from rlhf_scratch.engine.loop import run_training
 
     args = make_args("tiny", **{**SMALL, "total_phases": 2, "save_every": 1, "save_model": True})
     run_dir = run_training(ContractOnly(RLHFTrainer(args, quiet=True)), tmp_path / "run", quiet=True)
@@ -82,7 +82,7 @@ def test_the_loop_needs_nothing_beyond_the_contract(tmp_path, one_thread):
 
 def test_an_undeclared_metric_stops_the_run_naming_it(tmp_path, one_thread):
     """The loop holds learning_phase to its METRICS: a typo'd or forgotten name is an error, not a silent new column."""
-    from rlhf_scratch.loop import UndeclaredMetricError
+    from rlhf_scratch.engine.loop import UndeclaredMetricError
 
     class Sloppy(RLOOTrainer):
         def learning_phase(self, rollout):
@@ -99,8 +99,8 @@ def test_chunk_logits_reaches_every_algorithms_learning_phase(algo, monkeypatch,
     (the learning forward's log-probs) must get the run's value. Red when an algorithm scores its
     minibatch without it (RLOO, GRPO and Online DPO did: the flag silently did nothing there)."""
     import rlhf_scratch.algorithms.ppo as ppo
-    import rlhf_scratch.rollout as rollout_module
-    from rlhf_scratch.vocab_terms import token_terms
+    import rlhf_scratch.rollout.phase as rollout_module
+    from rlhf_scratch.core.vocab_terms import token_terms
 
     seen: list[int] = []
 
@@ -118,7 +118,7 @@ def test_chunk_logits_reaches_every_algorithms_learning_phase(algo, monkeypatch,
 
 
 def make_trainer(algo: str, **fields):
-    from rlhf_scratch import registry
+    from rlhf_scratch.config import registry
 
     return registry.get(algo).trainer_class()(make_args("tiny", algo=algo, **fields), quiet=True)
 
@@ -139,7 +139,7 @@ def reinforce_example(tmp_path, monkeypatch):
     import importlib
     import sys
 
-    from rlhf_scratch import registry
+    from rlhf_scratch.config import registry
 
     page = (ROOT / "docs" / "architecture.md").read_text()
     (tmp_path / "reinforce_example.py").write_text(re.search(r"```python\n(.*?)```", page, re.S).group(1))
@@ -155,8 +155,8 @@ def test_the_one_file_algorithm_trains_from_the_command_line_through_the_registr
         reinforce_example, tmp_path, one_thread, capsys):
     """Registering is all it takes: `--algo reinforce` parses, trains a phase, writes its run folder
     with its metrics and a checkpoint, and the folder resumes and is read back as a REINFORCE run."""
-    from rlhf_scratch.runs import load_args, read_metrics
-    from rlhf_scratch.train import main
+    from rlhf_scratch.commands.train import main
+    from rlhf_scratch.engine.runs import load_args, read_metrics
 
     run_dir = tmp_path / "run"
     flags = ["--batch-size", "8", "--num-minibatches", "2", "--gen-len", "5", "--warmup-steps", "0", "--threads", "1"]

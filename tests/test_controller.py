@@ -180,7 +180,7 @@ def args_for(algo, **overrides):
 @functools.cache
 def in_process_run(algo, tmp_path):
     """The in-process trainer's run (loop.run_training): metrics.jsonl and the final weights (once per algorithm)."""
-    from rlhf_scratch import registry
+    from rlhf_scratch.config import registry
 
     args = args_for(algo)
 
@@ -257,7 +257,7 @@ def test_train_controller_ray_and_its_resume_write_the_in_process_runs_metrics(l
     the in-process run's metrics.jsonl, every non-timing number bit for bit, and policy.pt its
     weights exactly; then, its last checkpoint removed as if the run had died in phase 3, `--resume`
     from phase 2's rewrites phase 3 bit for bit (the Ray this process already joined is used, and left up)."""
-    from rlhf_scratch.train import main
+    from rlhf_scratch.commands.train import main
 
     expected, expected_weights = in_process_run("ppo", tmp_path.parent / "ppo")
     run_dir = tmp_path / "run"
@@ -290,7 +290,7 @@ def test_train_controller_ray_and_its_resume_write_the_in_process_runs_metrics(l
     (["sentiment", "--controller", "ray", "--workers", "0"], "error: workers: must be at least 1; got 0"),
 ])
 def test_controller_flags_refused_in_one_line(argv, line, capsys):
-    from rlhf_scratch.train import main
+    from rlhf_scratch.commands.train import main
 
     assert main(argv) == 2
     assert capsys.readouterr().err.strip().splitlines() == [line]
@@ -328,7 +328,7 @@ def test_ctrl_c_shuts_ray_down_and_leaves_no_process(tmp_path):
 
 
 def test_a_role_that_cannot_start_stops_the_command_in_one_line(local_ray, tmp_path, capsys):
-    from rlhf_scratch.train import main
+    from rlhf_scratch.commands.train import main
 
     missing = tmp_path / "no_such_model"
     assert main(["sentiment", "--controller", "ray", "--reward-model", str(missing), "--total-phases", "1",

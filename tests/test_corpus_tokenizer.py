@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from rlhf_scratch import corpus
-from rlhf_scratch.loading import load_tokenizer
-from rlhf_scratch.tiny_preset.tokenizer import ENDOFTEXT, train_tokenizer
+from rlhf_scratch.commands.tiny_preset.tokenizer import ENDOFTEXT, train_tokenizer
+from rlhf_scratch.models.loading import load_tokenizer
+from rlhf_scratch.rollout import corpus
 
 REVIEWS = [
     "A small movie with a big impact.",

@@ -92,7 +92,7 @@ def test_a_wrong_signature_is_named_before_anything_runs():
     def get_log_probs(logits, tokens):
         raise AssertionError("never called")
 
-    fails_with("get_log_probs", get_log_probs, "must have the signature of rlhf_scratch.objectives.get_log_probs("
+    fails_with("get_log_probs", get_log_probs, "must have the signature of rlhf_scratch.core.objectives.get_log_probs("
                                                "logits, tokens, prefix_len=None, temperature=1.0)")
 
 
@@ -477,9 +477,9 @@ def test_reward_model_loss_recognises_a_missing_coefficient():
 
 def test_the_reading_solutions_agree_with_the_package_on_random_inputs():
     """course/solutions.py is plain torch with loops; the package's functions are vectorised: the same numbers."""
-    from rlhf_scratch.advantages import compute_gae_advantages
+    from rlhf_scratch.core.advantages import compute_gae_advantages
+    from rlhf_scratch.core.objectives import explained_variance
     from rlhf_scratch.course import solutions
-    from rlhf_scratch.objectives import explained_variance
 
     g = torch.Generator().manual_seed(0)
     values, rewards = torch.randn(5, 9, generator=g), torch.randn(5, generator=g)

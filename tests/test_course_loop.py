@@ -8,12 +8,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from rlhf_scratch.advantages import compute_advantages
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
-from rlhf_scratch.course.loop_check import UPDATE_RTOL, LearningPhaseMismatch, check_learning_phase
-from rlhf_scratch.generation import attention_mask_or_none
-from rlhf_scratch.memory import ReplayMemory, ReplayMinibatch
-from rlhf_scratch.objectives import (
+from rlhf_scratch.core.advantages import compute_advantages
+from rlhf_scratch.core.memory import ReplayMemory, ReplayMinibatch
+from rlhf_scratch.core.objectives import (
     calc_clipped_sur_obj,
     calc_entropy_bonus,
     calc_kl_penalty,
@@ -22,7 +20,9 @@ from rlhf_scratch.objectives import (
     get_log_probs,
     temperature_scaled,
 )
+from rlhf_scratch.course.loop_check import UPDATE_RTOL, LearningPhaseMismatch, check_learning_phase
 from rlhf_scratch.reward.functions import normalize_reward
+from rlhf_scratch.rollout.generation import attention_mask_or_none
 
 
 @pytest.fixture(autouse=True)

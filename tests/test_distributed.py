@@ -12,8 +12,8 @@ import psutil
 import pytest
 import torch
 
-from rlhf_scratch import distributed as dist
 from rlhf_scratch.config import ConfigError, make_args
+from rlhf_scratch.engine import distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parent))
 from distributed_worker import make_trainer  # noqa: E402

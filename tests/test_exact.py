@@ -1,4 +1,4 @@
-"""The exact-gradient microscope (`rlhf_scratch.exact`): the facts theory fixes, checked against exact numbers.
+"""The exact-gradient microscope (`rlhf_scratch.microscope`): the facts theory fixes, checked against exact numbers.
 
 The environment is small enough to list every completion (4 tokens with EOS, at most 3 tokens, 2
 prompts: 80 completions, 104 parameters), so J(θ), both KLs and their gradients are exact sums; an
@@ -12,16 +12,16 @@ import sys
 import pytest
 import torch
 
-from rlhf_scratch.advantages import compute_advantages
 from rlhf_scratch.algorithms.grpo import calc_grpo_objective
 from rlhf_scratch.algorithms.rloo import calc_rloo_objective
 from rlhf_scratch.config import GRPO_LOSS_TYPES
-from rlhf_scratch.exact.cli import main
-from rlhf_scratch.exact.env import probabilities
-from rlhf_scratch.exact.estimators import Estimator, k1_loss, k2_loss, token_advantages
-from rlhf_scratch.exact.measure import per_unit, rows_for
-from rlhf_scratch.exact.run import scene
-from rlhf_scratch.objectives import calc_clipped_sur_obj, kl_per_token, masked_whiten, sequence_log_probs
+from rlhf_scratch.core.advantages import compute_advantages
+from rlhf_scratch.core.objectives import calc_clipped_sur_obj, kl_per_token, masked_whiten, sequence_log_probs
+from rlhf_scratch.microscope.cli import main
+from rlhf_scratch.microscope.env import probabilities
+from rlhf_scratch.microscope.estimators import Estimator, k1_loss, k2_loss, token_advantages
+from rlhf_scratch.microscope.measure import per_unit, rows_for
+from rlhf_scratch.microscope.run import scene
 
 EXACT = 1e-5  # float32 sums over 80 completions
 DRAWS = 4000
@@ -369,7 +369,7 @@ def test_a_bad_flag_is_answered_before_torch_is_imported():
     """The command parses and validates with the config-only modules: a bad flag costs no torch import."""
     import subprocess
 
-    code = ("import sys; from rlhf_scratch.exact.cli import main; "
+    code = ("import sys; from rlhf_scratch.microscope.cli import main; "
             "rc = main(['--out', 'nowhere', '--vocab', '2']); print(rc, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["2", "False"], out

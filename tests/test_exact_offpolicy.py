@@ -1,4 +1,4 @@
-"""The microscope off-policy (`rlhf_scratch.exact.offpolicy`): the facts theory fixes when the sampler
+"""The microscope off-policy (`rlhf_scratch.microscope.offpolicy`): the facts theory fixes when the sampler
 is not the learner, checked against exact numbers, and TRL 1.16's importance-sampling correction run
 from TRL's own source on the same numbers.
 
@@ -19,11 +19,12 @@ import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from rlhf_scratch.exact.cli import ExactArgs
-from rlhf_scratch.exact.env import log_probs, prefix_values
-from rlhf_scratch.exact.estimators import Estimator, rloo
-from rlhf_scratch.exact.measure import exact_moments, per_unit, rows_for, weighted_moments
-from rlhf_scratch.exact.offpolicy import (
+from rlhf_scratch.core.objectives import sequence_log_probs
+from rlhf_scratch.microscope.cli import ExactArgs
+from rlhf_scratch.microscope.env import log_probs, prefix_values
+from rlhf_scratch.microscope.estimators import Estimator, rloo
+from rlhf_scratch.microscope.measure import exact_moments, per_unit, rows_for, weighted_moments
+from rlhf_scratch.microscope.offpolicy import (
     VLLM_IS_MODES,
     Sampler,
     bf16_logits,
@@ -33,7 +34,7 @@ from rlhf_scratch.exact.offpolicy import (
     sampler_token_log_probs,
     vllm_importance_sampling_ratio,
 )
-from rlhf_scratch.exact.offpolicy_run import (
+from rlhf_scratch.microscope.offpolicy_run import (
     TRL_DEFAULT,
     OffPolicyScene,
     kl_estimators,
@@ -41,8 +42,7 @@ from rlhf_scratch.exact.offpolicy_run import (
     off_policy_scene,
     sampler_facts,
 )
-from rlhf_scratch.exact.truth import expected_reward, gradient, truths
-from rlhf_scratch.objectives import sequence_log_probs
+from rlhf_scratch.microscope.truth import expected_reward, gradient, truths
 
 EXACT = 1e-5
 Z = 4.0

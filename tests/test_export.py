@@ -6,9 +6,9 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 from rlhf_scratch.algorithms.rloo import RLOOTrainer
+from rlhf_scratch.commands.export import VALUE_HEAD_FILE, final_norm_and_unembed, main, to_hf_gpt2
 from rlhf_scratch.config import make_args
-from rlhf_scratch.export import VALUE_HEAD_FILE, final_norm_and_unembed, main, to_hf_gpt2
-from rlhf_scratch.loading import load_lm, load_tokenizer
+from rlhf_scratch.models.loading import load_lm, load_tokenizer
 
 REVIEWS = ["This movie was really", "A tedious, overlong mess that never finds its footing.",
            "The best film of the year, and the funniest."]
@@ -75,7 +75,7 @@ def test_export_cli_reloads_in_transformers_with_matching_log_probs(ppo_run, tmp
     assert main([str(ppo_run), str(out), "--value-head"]) == 0
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", VALUE_HEAD_FILE} <= names
-    from rlhf_scratch.runs import load_run
+    from rlhf_scratch.engine.runs import load_run
 
     tuned = load_run(ppo_run).tuned
     reference = load_lm("tiny").eval()
@@ -113,8 +113,8 @@ def test_training_continues_from_an_export(ppo_run, tmp_path, capsys):
     """export → `train --model EXPORT`; the tokenizer says the model's real context (128), not GPT-2's 1024."""
     import json
 
-    from rlhf_scratch import train
-    from rlhf_scratch.runs import read_metrics
+    from rlhf_scratch.commands import train
+    from rlhf_scratch.engine.runs import read_metrics
 
     out = tmp_path / "hf"
     assert main([str(ppo_run), str(out)]) == 0

@@ -20,9 +20,9 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformers import AutoModelForCausalLM
 
-from rlhf_scratch.export import main
-from rlhf_scratch.hf_format import to_hf_causal_lm, value_bias_for_output_bias
-from rlhf_scratch.loading import load_lm
+from rlhf_scratch.commands.export import main
+from rlhf_scratch.models.hf_format import to_hf_causal_lm, value_bias_for_output_bias
+from rlhf_scratch.models.loading import load_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -143,7 +143,7 @@ def test_an_architecture_or_feature_without_an_export_is_refused_in_one_line(fam
 
 
 def train_run(folder, run_dir, *extra: str):
-    from rlhf_scratch import train
+    from rlhf_scratch.commands import train
 
     assert train.main(["sentiment", "--model", str(folder), "--total-phases", "1", "--batch-size", "8",
                        "--num-minibatches", "1", "--gen-len", "4", "--base-lr", "1e-2", "--warmup-steps", "1",
@@ -155,7 +155,7 @@ def train_run(folder, run_dir, *extra: str):
                                                                      "W_Q,W_O,W_in,W_out"))],
                          ids=["pythia-full", "llama-lora"])
 def test_export_cli_writes_the_familys_class_with_matching_log_probs(family, extra, family_folder, tmp_path, capsys):
-    from rlhf_scratch.runs import load_run
+    from rlhf_scratch.engine.runs import load_run
 
     run_dir = train_run(family_folder(family), tmp_path / "run", *extra)
     out = tmp_path / "hf"

@@ -1,4 +1,4 @@
-"""The training forward with few kernels (`rlhf_scratch.fast_forward`) computes TransformerLens'
+"""The training forward with few kernels (`rlhf_scratch.models.fast_forward`) computes TransformerLens'
 forward: the same ĥ at every position, the same gradients, the same PPO phase; hooks and LoRA are
 respected; the families it does not write out fall back with their reason; and its aten-op count
 stays at or under the number recorded in benchmarks/ (`benchmarks/kernel_count.py`).
@@ -23,14 +23,20 @@ from pathlib import Path
 import pytest
 import torch
 
-import rlhf_scratch.fast_forward as fast_forward
+import rlhf_scratch.models.fast_forward as fast_forward
 from rlhf_scratch.config import make_args
-from rlhf_scratch.fast_forward import HiddenForward, fast_final_hidden, fast_path_note, fast_path_reason, final_hidden
-from rlhf_scratch.loading import load_lm
-from rlhf_scratch.lora import adapters, add_lora
-from rlhf_scratch.model_families import FAMILIES
-from rlhf_scratch.registry import get as get_algorithm
-from rlhf_scratch.registry import names as algorithm_names
+from rlhf_scratch.config.registry import get as get_algorithm
+from rlhf_scratch.config.registry import names as algorithm_names
+from rlhf_scratch.models.families import FAMILIES
+from rlhf_scratch.models.fast_forward import (
+    HiddenForward,
+    fast_final_hidden,
+    fast_path_note,
+    fast_path_reason,
+    final_hidden,
+)
+from rlhf_scratch.models.loading import load_lm
+from rlhf_scratch.models.lora import adapters, add_lora
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -117,7 +123,7 @@ def test_each_family_takes_the_fast_path_exactly_or_falls_back_with_a_note(famil
 
 
 def test_the_learner_of_an_lm_is_the_fast_forward_and_unwraps_to_the_lm():
-    from rlhf_scratch.rollout import unwrapped
+    from rlhf_scratch.rollout.phase import unwrapped
 
     trainer = get_algorithm("rloo").trainer_class()(make_args("tiny", algo="rloo", batch_size=8, num_generations=2,
                                                              num_minibatches=2, gen_len=4), quiet=True)

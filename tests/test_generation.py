@@ -7,7 +7,11 @@ import math
 import pytest
 import torch
 
-from rlhf_scratch.generation import (
+from rlhf_scratch.core.objectives import generated_span
+from rlhf_scratch.models.loading import load_lm
+from rlhf_scratch.models.policy import TransformerWithValueHead
+from rlhf_scratch.models.static_cache import StaticCacheDecoder, unsupported_reason
+from rlhf_scratch.rollout.generation import (
     TransformerLensCacheDecoder,
     generate,
     get_samples,
@@ -16,11 +20,7 @@ from rlhf_scratch.generation import (
     sample_next_token,
     tokenize_prompts,
 )
-from rlhf_scratch.loading import load_lm
-from rlhf_scratch.model import TransformerWithValueHead
-from rlhf_scratch.objectives import generated_span
-from rlhf_scratch.rollout import score_tokens
-from rlhf_scratch.static_cache import StaticCacheDecoder, unsupported_reason
+from rlhf_scratch.rollout.phase import score_tokens
 
 PROMPTS = ["This movie was really", "A", "The acting in this film is not what I"]
 
@@ -191,7 +191,7 @@ def test_rollout_log_probs_kl_and_entropy_are_of_the_sampled_distribution_at_tem
     """Sampled from softmax(z / T): log π_old, log π_ref, the KL and the entropy must be of that
     distribution (at T = 0.5 the T = 1 numbers differ by nats), and the learning phase's
     `policy_sequence_log_probs` must score at the same T (ratio 1 before any step)."""
-    from rlhf_scratch.rollout import make_rollout, policy_sequence_log_probs
+    from rlhf_scratch.rollout.phase import make_rollout, policy_sequence_log_probs
 
     torch.manual_seed(0)
     ref = load_lm("tiny").eval()
@@ -220,7 +220,7 @@ def test_rollout_log_probs_kl_and_entropy_are_of_the_sampled_distribution_at_tem
         lm.load_state_dict(load_lm("tiny").state_dict())
 
 
-# --- the static KV cache (rlhf_scratch/static_cache.py) ----------------------------------------
+# --- the static KV cache (rlhf_scratch/models/static_cache.py) ----------------------------------------
 
 
 def static_logits_step_by_step(model, prompt_ids, prompt_mask, completion, cuda_graph=False):
@@ -374,7 +374,7 @@ def test_a_reused_static_decoder_samples_as_a_fresh_one_after_the_weights_change
     weights move and with a new batch of prompts, its tokens are a fresh decoder's, draw for draw —
     a stale weight layout, a stale prompt mask or a column not reset would change them. On CUDA the
     reused decoder replays the graph captured on the first call; the fresh one runs uncaptured."""
-    from rlhf_scratch.static_cache import DecoderCache
+    from rlhf_scratch.models.static_cache import DecoderCache
 
     model = load_lm("tiny").to(device).eval()
     decoders = DecoderCache()

@@ -32,8 +32,8 @@ from rlhf_scratch.algorithms.grpo import (
     mean_length_by_advantage_sign,
 )
 from rlhf_scratch.config import ConfigError, make_args
-from rlhf_scratch.loop import SHARED_METRICS
-from rlhf_scratch.runs import read_metrics
+from rlhf_scratch.engine.loop import SHARED_METRICS
+from rlhf_scratch.engine.runs import read_metrics
 
 # --- advantages ---------------------------------------------------------------------------------------
 
@@ -568,7 +568,7 @@ def test_learning_phase_metrics_by_hand(dataset_trainer):
 
 
 def test_the_cli_runs_grpo_end_to_end_without_a_reference(tmp_path, one_thread):
-    from rlhf_scratch.train import main
+    from rlhf_scratch.commands.train import main
 
     run_dir = tmp_path / "run"
     assert main(["sentiment", "--algo", "grpo", "--total-phases", "2", "--batch-size", "8", "--num-generations", "4",

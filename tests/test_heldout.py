@@ -4,7 +4,7 @@ import pytest
 import torch
 from test_logger import one_sample_rollout
 
-from rlhf_scratch.heldout import heldout_metrics, ref_logprob_per_token, repeated_ngram_fraction, vader_score
+from rlhf_scratch.reward.heldout import heldout_metrics, ref_logprob_per_token, repeated_ngram_fraction, vader_score
 
 
 def test_repeated_ngrams_by_hand():

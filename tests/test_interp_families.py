@@ -42,7 +42,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _load(folder) -> HookedTransformer:
-    from rlhf_scratch.loading import load_lm
+    from rlhf_scratch.models.loading import load_lm
 
     return load_lm(str(folder)).eval()
 

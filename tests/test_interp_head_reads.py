@@ -16,8 +16,8 @@ from interp.head_reads import HEAD_SITE, HeadReader, HeadReads, head_reads, read
 from interp.levels import DiffLevels, levels_headline, levels_html, other_levels
 from interp.toy import toy_model, toy_tokenizer
 from rlhf_scratch.config import CommonArgs
-from rlhf_scratch.model import TransformerWithValueHead
-from rlhf_scratch.runs import LoadedRun
+from rlhf_scratch.engine.runs import LoadedRun
+from rlhf_scratch.models.policy import TransformerWithValueHead
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def test_heads_of_run_names_what_reads_text_and_what_reads_the_residual(model, t
 
 
 def test_a_reward_model_run_on_the_same_lm_is_read_by_its_head_weight(tmp_path):
-    from rlhf_scratch.loading import load_lm
+    from rlhf_scratch.models.loading import load_lm
     from rlhf_scratch.reward.model import WEIGHTS_FILE, RewardModel
 
     rm_dir = tmp_path / "rm"

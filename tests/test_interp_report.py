@@ -52,10 +52,10 @@ def _gpt2_folder(folder, tokenizer):
 
 
 def test_report_end_to_end_on_a_run_folder(tmp_path, capsys):
-    runs = pytest.importorskip("rlhf_scratch.runs")
+    runs = pytest.importorskip("rlhf_scratch.engine.runs")
     from rlhf_scratch.config import make_args
-    from rlhf_scratch.loading import load_lm
-    from rlhf_scratch.model import TransformerWithValueHead
+    from rlhf_scratch.models.loading import load_lm
+    from rlhf_scratch.models.policy import TransformerWithValueHead
 
     lm = _gpt2_folder(tmp_path / "lm", toy_tokenizer(str(tmp_path / "tok")))
     args = make_args("tiny", model=str(lm), task="periods", run_dir=str(tmp_path / "run"),
@@ -157,7 +157,7 @@ def test_the_progress_bar_names_the_analyses_and_every_one_runs(tmp_path, monkey
 
 
 def test_page_helpers_escape_and_build_tables_and_figures_by_hand(tmp_path):
-    from interp.pages import Html, esc, figure, page, table
+    from rlhf_scratch.pages.html import Html, esc, figure, page, table
 
     assert esc("<b class=\"x\">Tom's & co</b>") == "&lt;b class=&quot;x&quot;&gt;Tom&#x27;s &amp; co&lt;/b&gt;"
     assert esc(Html("<br>")) == "<br>" and esc(1.5) == "1.5"

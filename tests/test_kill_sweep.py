@@ -42,8 +42,8 @@ def test_a_folder_killed_before_its_config_is_refused_with_the_way_to_start_over
     """Killed between taking the lock and writing config.json: the folder holds only train.lock. Both
     `--resume` and the command that began it say to remove it and start again (before: "not found"
     from one and "not empty" from the other, with no way out)."""
-    from rlhf_scratch.reward_model import main as reward_model_main
-    from rlhf_scratch.train import main as train_main
+    from rlhf_scratch.commands.reward_model import main as reward_model_main
+    from rlhf_scratch.commands.train import main as train_main
 
     run = tmp_path / "run"
     run.mkdir()

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from rlhf_scratch.kl_control import AdaptiveKLController, EarlyStopping
+from rlhf_scratch.core.kl_control import AdaptiveKLController, EarlyStopping
 
 
 def run(stopper, kls, rewards=None):

@@ -45,7 +45,7 @@ def test_the_first_token_alone_decides_and_length_does_not_matter():
 def test_the_task_scores_the_tiny_lms_tokens_through_the_reward_contract():
     """`make_reward_fn` for task first_token is TRL-style (it reads completion_ids), and each of
     FIRST_TOKENS is one token of the tiny tokenizer: the same text scores 1 as its first token, 0 after a space."""
-    from rlhf_scratch.loading import load_tokenizer
+    from rlhf_scratch.models.loading import load_tokenizer
 
     fn = make_reward_fn(make_args("tiny", task="first_token"))
     tokenizer = load_tokenizer("tiny")

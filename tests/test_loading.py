@@ -10,8 +10,8 @@ import torch
 from transformer_lens import HookedTransformer
 from transformers import AutoModelForCausalLM
 
-from rlhf_scratch import loading
-from rlhf_scratch.loading import (
+from rlhf_scratch.models import loading
+from rlhf_scratch.models.loading import (
     HubUnreachableError,
     asset_path,
     load_classifier,

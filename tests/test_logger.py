@@ -2,10 +2,10 @@
 
 import torch
 
-import rlhf_scratch.logger as logger_module
+import rlhf_scratch.engine.logger as logger_module
 from rlhf_scratch.config import make_args
-from rlhf_scratch.logger import RunLogger
-from rlhf_scratch.rollout import Rollout
+from rlhf_scratch.engine.logger import RunLogger
+from rlhf_scratch.rollout.phase import Rollout
 
 
 def one_sample_rollout() -> Rollout:

@@ -1,4 +1,4 @@
-"""LoRA on the HookedTransformer (rlhf_scratch/lora.py): ΔW = (α/r)·B·A by hand, the per-head layout, the
+"""LoRA on the HookedTransformer (rlhf_scratch/models/lora.py): ΔW = (α/r)·B·A by hand, the per-head layout, the
 base bit for bit with the adapters off, the reference as the policy with its adapters off, what trains
 and what is saved, and a LoRA run read back by load_run, export, interp.report and interp.features."""
 
@@ -9,8 +9,8 @@ import torch
 
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
 from rlhf_scratch.config import LORA_TARGETS, ConfigError, make_args
-from rlhf_scratch.loading import load_lm
-from rlhf_scratch.lora import (
+from rlhf_scratch.models.loading import load_lm
+from rlhf_scratch.models.lora import (
     LAYOUTS,
     LoRA,
     adapters,
@@ -217,7 +217,7 @@ def test_after_the_adapters_moved_the_reference_is_still_the_base(cache_ref_logp
     """Both reference forwards — the rollout's (score_tokens) and PPO's per-minibatch one — run the policy with its
     adapters off: the same numbers as a separately loaded frozen base. Without `adapters_off` the reference
     would be the policy itself: KL 0, ref log-probs = log-probs."""
-    from rlhf_scratch.run_setup import load_reference
+    from rlhf_scratch.engine.run_setup import load_reference
 
     trainer = lora_trainer(cache_ref_logprobs=cache_ref_logprobs)
     move_adapters(trainer.lm)
@@ -239,7 +239,7 @@ def test_after_the_adapters_moved_the_reference_is_still_the_base(cache_ref_logp
 @pytest.mark.parametrize("algo, extra", [("rloo", dict(num_generations=2)), ("online_dpo", {}),
                                          ("grpo", dict(num_generations=2, beta=0.04)), ("grpo", dict(num_generations=2))])
 def test_every_algorithm_trains_only_its_adapters_against_the_policy_with_adapters_off(algo, extra):
-    from rlhf_scratch import registry
+    from rlhf_scratch.config import registry
 
     args = make_args("tiny", algo, lora_rank=2, batch_size=4, num_minibatches=1, gen_len=4, warmup_steps=0,
                      base_lr=1e-2, device="cpu", threads=1, **extra)
@@ -283,7 +283,7 @@ def test_a_lora_policy_saves_its_trainable_tensors_and_the_base_hash_and_refuses
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory):
     """A finished 2-phase PPO run with rank-4 adapters, trained hard (lr 1e-2) to differ from the base."""
-    from rlhf_scratch.runs import load_run
+    from rlhf_scratch.engine.runs import load_run
 
     run_dir = tmp_path_factory.mktemp("runs") / "lora"
     args = make_args("tiny", lora_rank=4, total_phases=2, batch_size=8, num_minibatches=2, gen_len=8, warmup_steps=1,
@@ -310,7 +310,7 @@ def test_load_run_rebuilds_base_plus_adapters_from_a_small_policy_file(lora_run)
 def test_load_run_refuses_adapters_of_another_base_in_one_line(lora_run, tmp_path):
     import shutil
 
-    from rlhf_scratch.runs import RunFolderError, load_run
+    from rlhf_scratch.engine.runs import RunFolderError, load_run
 
     run_dir = tmp_path / "moved"
     shutil.copytree(lora_run[0], run_dir)
@@ -325,7 +325,7 @@ def test_load_run_refuses_adapters_of_another_base_in_one_line(lora_run, tmp_pat
 def test_export_merges_the_adapters_into_a_plain_gpt2_with_the_same_log_probs(lora_run, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from rlhf_scratch.export import main
+    from rlhf_scratch.commands.export import main
 
     run_dir, _, run = lora_run
     assert main([str(run_dir), str(tmp_path / "hf")]) == 0

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rlhf_scratch.memory import ReplayMemory
+from rlhf_scratch.core.memory import ReplayMemory
 
 BATCH, GEN_LEN, SEQ_LEN = 6, 2, 5
 NUM_MINIBATCHES, EPOCHS = 3, 2

@@ -1,5 +1,5 @@
 """Every family a user brings, offline: GPT-2, Pythia (GPT-NeoX), Llama, Qwen2 and Gemma as random-init
-HF folders (`rlhf_scratch.model_families`), loaded through `--model FOLDER` and run end to end.
+HF folders (`rlhf_scratch.models.families`), loaded through `--model FOLDER` and run end to end.
 
 Which bug turns each red:
 - loading: a wrong config conversion (rotary base/dim, GQA heads, Gemma's √d embedding scale or
@@ -25,11 +25,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlhf_scratch.generation import TransformerLensCacheDecoder, make_decoder
-from rlhf_scratch.loading import LOCAL_FAMILIES, HubUnreachableError, ModelFolderError, check_model_folder, load_lm
-from rlhf_scratch.model_families import FAMILIES
-from rlhf_scratch.registry import names as algorithm_names
-from rlhf_scratch.static_cache import StaticCacheDecoder, unsupported_reason
+from rlhf_scratch.config.registry import names as algorithm_names
+from rlhf_scratch.models.families import FAMILIES
+from rlhf_scratch.models.loading import (
+    LOCAL_FAMILIES,
+    HubUnreachableError,
+    ModelFolderError,
+    check_model_folder,
+    load_lm,
+)
+from rlhf_scratch.models.static_cache import StaticCacheDecoder, unsupported_reason
+from rlhf_scratch.rollout.generation import TransformerLensCacheDecoder, make_decoder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -188,7 +194,7 @@ def ppo_run(family_folder, tmp_path_factory):
 def test_every_algorithm_trains_every_family(family, algo, family_folder, ppo_run, tmp_path):
     """Two phases, every algorithm, every family: the run finishes, logs finite numbers, and its
     saved policy reloads (runs.load_run) and differs from the reference (it learned something)."""
-    from rlhf_scratch.runs import load_run
+    from rlhf_scratch.engine.runs import load_run
 
     if algo == "ppo":
         run_dir = ppo_run(family)
@@ -295,8 +301,8 @@ def test_sample_runs_on_every_family(family, ppo_run, capsys):
     """`python -m rlhf_scratch.sample RUN`: one table row per prompt and completion, finite mean rewards
     and KL; and, as a known answer, the reference sampled as both models with one seed gives the same
     completions and a KL of exactly 0 (the family's cached decoding is deterministic and consistent)."""
-    from rlhf_scratch.runs import LoadedRun, load_run
-    from rlhf_scratch.sample import main, sample_both, sequence_kl
+    from rlhf_scratch.commands.sample import main, sample_both, sequence_kl
+    from rlhf_scratch.engine.runs import LoadedRun, load_run
 
     run_dir = ppo_run(family)
     assert main([str(run_dir), "I expected", "The plot", "-n", "2", "--gen-len", "5"]) == 0
@@ -318,7 +324,7 @@ def test_lora_on_grouped_query_attention(family, family_folder):
     """Under GQA W_K/W_V are read-only per-query-head views of _W_K/_W_V: the adapter goes on the stored
     K/V weight (one per K/V head), B = 0 leaves the model exact, and a trained ΔW reaches the forward
     and survives merge_lora (same logits before and after the merge)."""
-    from rlhf_scratch.lora import LORA_TARGETS, adapters, add_lora, merge_lora
+    from rlhf_scratch.models.lora import LORA_TARGETS, adapters, add_lora, merge_lora
 
     lm = load_lm(str(family_folder(family))).eval()
     ids = torch.randint(1, 500, (2, 9), generator=torch.Generator().manual_seed(3))

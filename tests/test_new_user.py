@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlhf_scratch.loading import asset_path
+from rlhf_scratch.models.loading import asset_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RUN = ["--total-phases", "1", "--batch-size", "8", "--num-minibatches", "2", "--gen-len", "5",
@@ -37,7 +37,7 @@ def write_pairs(path: Path, n: int, gold: bool = True) -> Path:
 def tiny_reward_model_run(folder: Path) -> Path:
     """A reward-model run folder as `train_reward_model` leaves it, without training: config.json
     and an untrained RewardModel's weights (its head is random; enough to load and score)."""
-    from rlhf_scratch.loading import load_lm
+    from rlhf_scratch.models.loading import load_lm
     from rlhf_scratch.reward.model import KIND, WEIGHTS_FILE, RewardModel
 
     folder.mkdir(parents=True)
@@ -58,7 +58,7 @@ def tiny_reward_model_run(folder: Path) -> Path:
 ])
 def test_gold_scores_on_some_rows_only_are_refused_before_training(bad_row, message, tmp_path, capsys):
     """Used to train to the end, then crash in gold_accuracy with a KeyError/TypeError (no weights kept)."""
-    from rlhf_scratch.reward_model import main
+    from rlhf_scratch.commands.reward_model import main
 
     pairs = write_pairs(tmp_path / "pairs.jsonl", 4)
     lines = pairs.read_text().splitlines()
@@ -73,8 +73,9 @@ def test_gold_scores_on_some_rows_only_are_refused_before_training(bad_row, mess
 def test_an_evaluation_that_fails_never_discards_the_finished_training(tmp_path, monkeypatch, one_thread):
     """The last epoch's evaluation raising used to leave no weights and no checkpoint: now the last
     step is checkpointed before anything is evaluated, and resuming finishes the run."""
+    import rlhf_scratch.engine.reward_model as run
     import rlhf_scratch.reward.model as rm
-    from rlhf_scratch.runs import read_status
+    from rlhf_scratch.engine.runs import read_status
 
     pairs = write_pairs(tmp_path / "pairs.jsonl", 12)
     args = rm.RewardModelArgs(pairs=str(pairs), run_dir=str(tmp_path / "rm"), epochs=2, batch_size=4,
@@ -88,14 +89,14 @@ def test_an_evaluation_that_fails_never_discards_the_finished_training(tmp_path,
             raise RuntimeError("the evaluation broke")
         return evaluate(model, rows, *a, **k)
 
-    monkeypatch.setattr(rm, "evaluate_pairs", broken_second_evaluation)
+    monkeypatch.setattr(run, "evaluate_pairs", broken_second_evaluation)
     with pytest.raises(RuntimeError, match="the evaluation broke"):
-        rm.train_reward_model(args)
+        run.train_reward_model(args)
     status = read_status(tmp_path / "rm")
     assert (status["status"], status["phase"]) == ("failed", 6), "the 6th (last) step is done and recorded"
     assert (tmp_path / "rm" / "checkpoints" / "phase-0006").is_dir(), "the finished training is kept"
-    monkeypatch.setattr(rm, "evaluate_pairs", evaluate)
-    rm.train_reward_model(rm.RewardModelArgs(**{**vars(args), "run_dir": str(tmp_path / "rm")}), resume=True)
+    monkeypatch.setattr(run, "evaluate_pairs", evaluate)
+    run.train_reward_model(rm.RewardModelArgs(**{**vars(args), "run_dir": str(tmp_path / "rm")}), resume=True)
     assert (tmp_path / "rm" / rm.WEIGHTS_FILE).is_file() and read_status(tmp_path / "rm")["status"] == "finished"
 
 
@@ -103,7 +104,7 @@ def test_an_evaluation_that_fails_never_discards_the_finished_training(tmp_path,
 
 
 def test_reward_model_on_a_missing_gpu_is_one_line(tmp_path, monkeypatch, capsys):
-    from rlhf_scratch.reward_model import main
+    from rlhf_scratch.commands.reward_model import main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     pairs = write_pairs(tmp_path / "pairs.jsonl", 4)
@@ -117,7 +118,7 @@ def test_reward_model_on_a_missing_gpu_is_one_line(tmp_path, monkeypatch, capsys
 @pytest.mark.parametrize("task", ["vader", "periods"])
 def test_a_reward_model_for_a_task_that_reads_none_is_refused(task, capsys):
     """Used to be recorded in config.json and silently ignored (`rewarded_by` said `task vader`)."""
-    from rlhf_scratch.train import main
+    from rlhf_scratch.commands.train import main
 
     assert main([task, "--reward-model", "runs/rm"]) == 2
     err = capsys.readouterr().err.strip()
@@ -133,7 +134,7 @@ def test_a_relative_reward_model_path_is_recorded_absolute_and_its_weights_check
     weights: changed weights refuse the resume in one line."""
     from transformers import AutoModelForSequenceClassification
 
-    from rlhf_scratch.train import main
+    from rlhf_scratch.commands.train import main
 
     first, second = tmp_path / "a", tmp_path / "b"
     for folder in (first, second):
@@ -188,8 +189,8 @@ def test_sigterm_finishes_the_reward_model_step_checkpoints_and_resumes(tmp_path
 def test_a_reward_model_folder_given_to_train_sample_or_report_says_what_it_is(tmp_path, capsys):
     """They used to say "unreadable config"."""
     from interp.report import main as report
-    from rlhf_scratch.sample import main as sample
-    from rlhf_scratch.train import main as train
+    from rlhf_scratch.commands.sample import main as sample
+    from rlhf_scratch.commands.train import main as train
 
     run = tiny_reward_model_run(tmp_path / "rm")
     for command, argv in ((train, ["--resume", str(run)]), (sample, [str(run), "I expected"]), (report, [str(run)])):
@@ -206,7 +207,7 @@ def test_sample_names_the_reward_model_it_shows(tmp_path):
     """`sample` and `interp.report` used to say "reward shown: task sentiment" for a run trained
     against a reward model, whose scores are unbounded and which was not named."""
     from rlhf_scratch.config import make_args
-    from rlhf_scratch.runs import reward_shown
+    from rlhf_scratch.engine.runs import reward_shown
 
     rm = tiny_reward_model_run(tmp_path / "rm")
     run = tmp_path / "run"
@@ -237,7 +238,7 @@ def test_loading_a_reward_model_run_does_not_consume_the_global_rng(tmp_path):
 
 
 def test_train_help_has_one_usage_line(capsys):
-    from rlhf_scratch.train import main
+    from rlhf_scratch.commands.train import main
 
     assert main(["--help"]) == 0
     text = capsys.readouterr().out
@@ -246,7 +247,7 @@ def test_train_help_has_one_usage_line(capsys):
 
 
 def test_no_nested_minibatch_bar_when_the_output_is_not_a_terminal(tmp_path, capsys):
-    from rlhf_scratch.train import main
+    from rlhf_scratch.commands.train import main
 
     assert main(["sentiment", *TINY_RUN, "--run-dir", str(tmp_path / "run")]) == 0
     err = capsys.readouterr().err
@@ -254,7 +255,7 @@ def test_no_nested_minibatch_bar_when_the_output_is_not_a_terminal(tmp_path, cap
 
 
 def test_reward_model_ends_with_the_next_commands(tmp_path, capsys, one_thread):
-    from rlhf_scratch.reward_model import main
+    from rlhf_scratch.commands.reward_model import main
 
     pairs = write_pairs(tmp_path / "pairs.jsonl", 6)
     assert main(["--pairs", str(pairs), "--run-dir", str(tmp_path / "rm"), "--epochs", "1", "--quiet"]) == 0
@@ -271,7 +272,7 @@ def test_reward_model_ends_with_the_next_commands(tmp_path, capsys, one_thread):
 ])
 def test_preferences_checks_the_context_length_in_one_line(flags, message, tmp_path, capsys):
     """Used to crash with `IndexError: index 128 is out of bounds` mid-generation."""
-    from rlhf_scratch.preferences import main
+    from rlhf_scratch.commands.preferences import main
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("A short one.\n" + "a long review opening that goes on " * 8 + "\n")
@@ -285,7 +286,7 @@ def test_preferences_checks_the_context_length_in_one_line(flags, message, tmp_p
 def test_the_overoptimization_study_checks_the_context_before_making_its_folder(tmp_path, capsys):
     """A --gen-len that overflows the model crashed mid-study with an IndexError, and the half-made
     folder then refused the corrected command ("holds a different study")."""
-    from rlhf_scratch.overoptimization import main
+    from rlhf_scratch.commands.overoptimization import main
 
     assert main(["--out", str(tmp_path / "study"), "--gen-len", "120"]) == 2
     err = capsys.readouterr().err.strip()

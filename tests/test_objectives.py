@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlhf_scratch.objectives import (
+from rlhf_scratch.core.objectives import (
     calc_approx_kl,
     calc_clip_fraction,
     calc_clipped_sur_obj,

@@ -15,12 +15,12 @@ from rlhf_scratch.algorithms.online_dpo import (
     select_chosen_by_judge,
 )
 from rlhf_scratch.config import make_args
-from rlhf_scratch.loop import SHARED_METRICS
-from rlhf_scratch.objectives import sequence_log_probs
-from rlhf_scratch.optim import get_optimizer
+from rlhf_scratch.core.objectives import sequence_log_probs
+from rlhf_scratch.engine.loop import SHARED_METRICS
+from rlhf_scratch.engine.optim import get_optimizer
+from rlhf_scratch.engine.runs import load_run, read_metrics
 from rlhf_scratch.reward.judges import ClassifierJudge, VaderJudge
-from rlhf_scratch.rollout import Rollout
-from rlhf_scratch.runs import load_run, read_metrics
+from rlhf_scratch.rollout.phase import Rollout
 
 
 def t(*xs):

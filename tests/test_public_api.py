@@ -27,6 +27,6 @@ def test_every_public_name_imports_from_the_top_level():
 
 def test_importing_the_config_does_not_import_torch():
     """A bad flag must be answered before the heavy imports (torch, transformers)."""
-    code = "import sys, rlhf_scratch.config, rlhf_scratch.train; print('torch' in sys.modules)"
+    code = "import sys, rlhf_scratch.config, rlhf_scratch.commands.train; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

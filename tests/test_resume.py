@@ -13,8 +13,8 @@ import torch
 
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
 from rlhf_scratch.config import make_args
-from rlhf_scratch.loop import TrainingStopped
-from rlhf_scratch.runs import read_metrics, read_status
+from rlhf_scratch.engine.loop import TrainingStopped
+from rlhf_scratch.engine.runs import read_metrics, read_status
 
 TIMING = ("charts/phase_time", "charts/rollout_time", "charts/tokens_per_s")
 
@@ -125,7 +125,7 @@ def ck_dirs(ckpts):
 
 
 def test_resume_refuses_a_conflicting_flag_and_a_missing_folder(tmp_path, prompts_file, capsys):
-    from rlhf_scratch.train import main
+    from rlhf_scratch.commands.train import main
 
     run_dir = tmp_path / "r"
     args = small_args(run_dir, prompts_file, total_phases=1)
@@ -191,7 +191,7 @@ def test_non_finite_steps_are_skipped_counted_and_stop_the_run(tmp_path, prompts
     assert err.value.exit_code == 3
     assert [m["charts/skipped_steps"] for m in read_metrics(tmp_path / "nan")] == [0, 2, 2]
     assert all(torch.isfinite(p).all() for p in trainer.policy.parameters()), "a NaN step reached the weights"
-    from rlhf_scratch.checkpoint import load_latest_checkpoint
+    from rlhf_scratch.engine.checkpoint import load_latest_checkpoint
 
     assert load_latest_checkpoint(tmp_path / "nan")["phase"] == 1, "the checkpoint from before the fault is kept"
 
@@ -208,7 +208,7 @@ def test_a_reward_function_returning_nan_stops_the_run_naming_it(tmp_path, promp
 
 
 def test_disk_full_while_checkpointing_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, prompts_file, monkeypatch):
-    from rlhf_scratch import checkpoint as ck
+    from rlhf_scratch.engine import checkpoint as ck
 
     trainer = RLHFTrainer(small_args(tmp_path / "full", prompts_file), quiet=True)
     real_save = torch.save
@@ -232,8 +232,8 @@ def test_disk_full_while_checkpointing_is_one_line_and_keeps_the_previous_checkp
 def test_a_lora_run_resumes_bit_identical_from_its_adapters_and_base_hash(tmp_path, prompts_file, one_thread):
     """A LoRA checkpoint holds the adapters and the value head (not the base) with the base's sha256: resumed
     on the base loaded again, the run ends bit-identical to one never interrupted."""
-    from rlhf_scratch.checkpoint import load_latest_checkpoint
-    from rlhf_scratch.lora import lora_state_dict
+    from rlhf_scratch.engine.checkpoint import load_latest_checkpoint
+    from rlhf_scratch.models.lora import lora_state_dict
 
     def args(run):
         return small_args(run, prompts_file, lora_rank=4, lora_targets="W_Q,W_V,W_in,W_out")

@@ -115,7 +115,8 @@ def marker_run(tmp_path_factory):
     """48 pairs: chosen = opening + marker + '.', rejected = opening + another word + '.'; gold 1 vs 0."""
     import json
 
-    from rlhf_scratch.reward.model import RewardModelArgs, train_reward_model
+    from rlhf_scratch.engine.reward_model import train_reward_model
+    from rlhf_scratch.reward.model import RewardModelArgs
 
     root = tmp_path_factory.mktemp("rm")
     rows = []
@@ -134,7 +135,7 @@ def marker_run(tmp_path_factory):
 def test_reward_model_run_folder_has_trl_metric_names_and_checkpoints(marker_run):
     import json
 
-    from rlhf_scratch.runs import read_status
+    from rlhf_scratch.engine.runs import read_status
 
     lines = [json.loads(x) for x in (marker_run / "metrics.jsonl").read_text().splitlines()]
     for name in ("loss", "accuracy", "margin", "min_reward", "mean_reward", "max_reward"):
@@ -162,7 +163,7 @@ def test_reward_model_ranks_the_marker_word_first_and_agrees_with_gold(marker_ru
 def test_export_loads_in_transformers_and_scores_like_the_run(marker_run, tmp_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from rlhf_scratch.export import export_reward_model
+    from rlhf_scratch.commands.export import export_reward_model
     from rlhf_scratch.reward.functions import SentimentReward
     from rlhf_scratch.reward.model import load_reward_model_run
 
@@ -186,7 +187,7 @@ def test_export_command_takes_a_reward_model_run_folder(marker_run, tmp_path, ca
     policy run and writes a GPT2ForSequenceClassification folder scoring like the run."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from rlhf_scratch.export import main
+    from rlhf_scratch.commands.export import main
     from rlhf_scratch.reward.model import load_reward_model_run
 
     texts = ["The film was marvelous.", "The film was table.", "ok"]
@@ -209,8 +210,9 @@ def test_reward_model_resume_continues_from_the_checkpoint(marker_run, tmp_path)
     import json
     import shutil
 
-    from rlhf_scratch.checkpoint import list_checkpoints
-    from rlhf_scratch.reward.model import RewardModelArgs, train_reward_model
+    from rlhf_scratch.engine.checkpoint import list_checkpoints
+    from rlhf_scratch.engine.reward_model import train_reward_model
+    from rlhf_scratch.reward.model import RewardModelArgs
 
     run = tmp_path / "run"
     shutil.copytree(marker_run, run)
@@ -234,7 +236,7 @@ def test_reward_model_resume_continues_from_the_checkpoint(marker_run, tmp_path)
 
 
 def test_reward_model_command_refuses_bad_input_in_one_line(tmp_path, capsys):
-    from rlhf_scratch.reward_model import main
+    from rlhf_scratch.commands.reward_model import main
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"chosen": "a", "rejected": "b"}\n{"chosen": "a"}\n')

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from rlhf_scratch.loading import asset_path, load_classifier
+from rlhf_scratch.models.loading import asset_path, load_classifier
 from rlhf_scratch.reward.functions import (
     SentimentReward,
     normalize_reward,

@@ -16,8 +16,8 @@ from rlhf_scratch.algorithms.rloo import (
     normalize_advantages,
 )
 from rlhf_scratch.config import make_args
-from rlhf_scratch.loop import SHARED_METRICS
-from rlhf_scratch.runs import load_run, read_metrics
+from rlhf_scratch.engine.loop import SHARED_METRICS
+from rlhf_scratch.engine.runs import load_run, read_metrics
 
 
 def test_leave_one_out_advantages_by_hand():

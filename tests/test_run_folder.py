@@ -15,7 +15,7 @@ import torch
 
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
 from rlhf_scratch.config import ConfigError, make_args
-from rlhf_scratch.runs import (
+from rlhf_scratch.engine.runs import (
     CONFIG_FILE,
     LOCK_FILE,
     RunFolderError,
@@ -98,8 +98,8 @@ def test_a_reward_exception_leaves_a_checkpoint_of_the_last_phase_a_failed_statu
 
 
 def test_a_custom_reward_is_recorded_and_a_command_line_resume_is_refused(tmp_path, one_thread, capsys):
-    from rlhf_scratch import train
-    from rlhf_scratch.sample import main as sample_main
+    from rlhf_scratch.commands import train
+    from rlhf_scratch.commands.sample import main as sample_main
 
     run = tmp_path / "custom"
     RLHFTrainer(small_args(run, total_phases=1), reward_fn=count_the, quiet=True).train()
@@ -128,7 +128,7 @@ def test_a_custom_reward_is_recorded_and_a_command_line_resume_is_refused(tmp_pa
 
 def _hold_lock_in_a_child(run_dir):
     """A process that owns `run_dir` as the trainer does, until killed."""
-    code = (f"import sys, time; from rlhf_scratch.runs import lock_run; lock = lock_run({str(run_dir)!r}); "
+    code = (f"import sys, time; from rlhf_scratch.engine.runs import lock_run; lock = lock_run({str(run_dir)!r}); "
             "print('locked', flush=True); time.sleep(120)")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "locked"
@@ -172,7 +172,7 @@ def test_a_live_run_is_refused_by_resume_export_sample_report_and_compare_and_fi
     """Also the console: a table at the first and last phase only, a bar that reaches 6/6, and `done`
     saying where the run is, the two commands to look at it, and that one checkpoint is kept."""
     from interp.report import main as report_main
-    from rlhf_scratch import export, sample
+    from rlhf_scratch.commands import export, sample
     from rlhf_scratch.studies.compare import train_command
     from rlhf_scratch.studies.runner import Unit
 
@@ -256,7 +256,7 @@ def test_rewarded_by_names_the_task_a_python_function_and_a_judge():
 
 def test_sizes_under_ten_megabytes_keep_two_figures(tmp_path):
     """A LoRA run's adapters (a few hundred kB) read `0.31 MB`, not `0 MB`."""
-    from rlhf_scratch.runs import size_text
+    from rlhf_scratch.engine.runs import size_text
 
     (tmp_path / "small.pt").write_bytes(b"\0" * 310_000)
     (tmp_path / "sub").mkdir()
@@ -271,8 +271,8 @@ def test_sizes_under_ten_megabytes_keep_two_figures(tmp_path):
 def test_a_run_whose_output_closed_is_interrupted_not_failed(tmp_path, err, status):
     """A study killed mid-run closes its runs' stderr: their next write raises BrokenPipeError. That
     run was interrupted (the same study command continues it), not failed; a bug is still a failure."""
-    from rlhf_scratch.lifecycle import RunLife
-    from rlhf_scratch.runs import read_status
+    from rlhf_scratch.engine.lifecycle import RunLife
+    from rlhf_scratch.engine.runs import read_status
 
     (tmp_path / "config.json").write_text('{"algo": "ppo", "task": "sentiment"}')
     life = RunLife(tmp_path, 3, 1, state_now=lambda: {"w": 1}, moved=lambda: 0)
@@ -289,7 +289,7 @@ def test_a_run_killed_after_its_last_checkpoint_is_finished_by_resume(tmp_path, 
     """kill -9 after the last phase's checkpoint but before the run finished (policy.pt, status):
     `--resume` finishes it from that checkpoint — the same policy as the uninterrupted run's — instead
     of refusing for lack of phases to run (the kill -9 sweep found it). A finished run still refuses."""
-    from rlhf_scratch.runs import STATUS_FILE
+    from rlhf_scratch.engine.runs import STATUS_FILE
 
     run = tmp_path / "run"
     RLHFTrainer(small_args(run, total_phases=2), quiet=True).train()

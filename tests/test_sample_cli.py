@@ -5,8 +5,8 @@ import io
 import torch
 from test_logger import one_sample_rollout
 
-from rlhf_scratch.runs import LoadedRun, load_run
-from rlhf_scratch.sample import main, sample_both, sequence_kl
+from rlhf_scratch.commands.sample import main, sample_both, sequence_kl
+from rlhf_scratch.engine.runs import LoadedRun, load_run
 
 
 def test_sequence_kl_sums_kept_tokens_only():
@@ -50,7 +50,7 @@ def test_cli_bad_input_is_one_line(tuned_ppo_run, tmp_path, capsys):
 
 
 def test_a_newline_in_a_completion_stays_on_its_row():
-    from rlhf_scratch.sample import side_by_side
+    from rlhf_scratch.commands.sample import side_by_side
 
     reference, tuned = one_sample_rollout(), one_sample_rollout()
     tuned.completions = [" great\nfilm"]

@@ -2,7 +2,7 @@
 
 import time
 
-from rlhf_scratch.timing import PARTS, take_times, timed
+from rlhf_scratch.core.timing import PARTS, take_times, timed
 
 
 def test_parts_are_summed_and_reset():

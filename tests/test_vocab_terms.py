@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from rlhf_scratch.objectives import entropy_per_token, gather_log_probs, kl_per_token, temperature_scaled
-from rlhf_scratch.vocab_terms import LOGITS_PER_CHUNK, TokenTerms, Unembedding, token_terms
+from rlhf_scratch.core.objectives import entropy_per_token, gather_log_probs, kl_per_token, temperature_scaled
+from rlhf_scratch.core.vocab_terms import LOGITS_PER_CHUNK, TokenTerms, Unembedding, token_terms
 
 ROWS, D, V = 7, 3, 5
 
@@ -201,8 +201,8 @@ def test_the_default_chunk_is_8_mib_of_float32_logits(monkeypatch, d_vocab, rows
 
     Red if: either default moves from the documented 8 MiB (the two drifting apart included), or
     the rows per chunk are not chunk_logits // d_vocab (e.g. divided by d_model, or rounded up)."""
-    from rlhf_scratch import vocab_terms
     from rlhf_scratch.config import make_args
+    from rlhf_scratch.core import vocab_terms
 
     chunk_forward, seen = vocab_terms._chunk_forward, []
 
@@ -227,7 +227,7 @@ def test_ppo_objective_from_the_kept_reference_equals_a_reference_forward():
     forward per minibatch (--no-cache-ref-logprobs): the same J and gradient."""
     from rlhf_scratch.algorithms.ppo import RLHFTrainer
     from rlhf_scratch.config import make_args
-    from rlhf_scratch.memory import ReplayMemory
+    from rlhf_scratch.core.memory import ReplayMemory
 
     torch.manual_seed(0)
     args = make_args("tiny", "ppo", task="sentiment", total_phases=1, batch_size=8, num_minibatches=2, gen_len=6,

@@ -17,9 +17,10 @@ wrong only when the distribution is not near uniform (W_U is scaled up so that i
 import pytest
 import torch
 
-from rlhf_scratch import vocab_terms
-from rlhf_scratch.objectives import entropy_per_token, gather_log_probs, kl_per_token, temperature_scaled
-from rlhf_scratch.vocab_terms import LOGITS_PER_CHUNK, Unembedding, final_hidden, token_terms, unembedding
+from rlhf_scratch.core import vocab_terms
+from rlhf_scratch.core.objectives import entropy_per_token, gather_log_probs, kl_per_token, temperature_scaled
+from rlhf_scratch.core.vocab_terms import LOGITS_PER_CHUNK, Unembedding, token_terms, unembedding
+from rlhf_scratch.models.fast_forward import final_hidden
 
 QWEN2_VOCAB = 151_936  # Qwen2 / Qwen2.5 config.json's vocab_size
 CHUNK_ROWS = LOGITS_PER_CHUNK // QWEN2_VOCAB  # 13
@@ -29,14 +30,14 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def qwen_vocab_folder(tmp_path_factory):
-    from rlhf_scratch.model_families import build_folder
+    from rlhf_scratch.models.families import build_folder
 
     return build_folder("qwen2", tmp_path_factory.mktemp("qwen2_vocab") / "model", vocab_size=QWEN2_VOCAB)
 
 
 @pytest.fixture(scope="module")
 def qwen_vocab_lm(qwen_vocab_folder, one_thread):
-    from rlhf_scratch.loading import load_lm
+    from rlhf_scratch.models.loading import load_lm
 
     return load_lm(str(qwen_vocab_folder)).eval()
 
@@ -139,7 +140,7 @@ def test_a_ppo_learning_step_on_a_qwen2_vocabulary(qwen_vocab_folder, recorded_c
     reference), and the learning phase takes its optimizer step: finite metrics, W_U moved."""
     from rlhf_scratch.algorithms.ppo import RLHFTrainer
     from rlhf_scratch.config import make_args
-    from rlhf_scratch.memory import ReplayMemory
+    from rlhf_scratch.core.memory import ReplayMemory
 
     torch.manual_seed(0)
     args = make_args("tiny", "ppo", model=str(qwen_vocab_folder), task="sentiment", total_phases=1, batch_size=4,

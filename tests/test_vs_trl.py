@@ -2,7 +2,7 @@
 
 trl==1.16.0 is pinned in the `dev` extra (pyproject.toml): a missing or different TRL fails here,
 it is never skipped. Nothing reaches the Hub: TRL's trainers are built on the tiny preset exported
-with `rlhf_scratch.export.to_hf_gpt2`, a local dataset and a reward function that returns fixed,
+with `rlhf_scratch.models.hf_format.to_hf_gpt2`, a local dataset and a reward function that returns fixed,
 asymmetric rewards, so every number below is TRL's code running, not a re-typed copy of it.
 
 What is compared (TRL 1.16.0 function ↔ ours, tolerance):
@@ -79,12 +79,12 @@ from rlhf_scratch.algorithms.rloo import (
     compute_rloo_advantages,
     normalize_advantages,
 )
+from rlhf_scratch.commands.export import to_hf_gpt2
 from rlhf_scratch.config import make_args
-from rlhf_scratch.export import to_hf_gpt2
-from rlhf_scratch.generation import attention_mask_or_none, generate, tokenize_prompts
-from rlhf_scratch.loading import asset_path, load_lm, load_tokenizer
-from rlhf_scratch.objectives import get_log_probs, sequence_log_probs
+from rlhf_scratch.core.objectives import get_log_probs, sequence_log_probs
+from rlhf_scratch.models.loading import asset_path, load_lm, load_tokenizer
 from rlhf_scratch.reward.model import calc_reward_model_loss
+from rlhf_scratch.rollout.generation import attention_mask_or_none, generate, tokenize_prompts
 
 TRL_VERSION = "1.16.0"
 EXACT = dict(rtol=0, atol=1e-6)  # the same formula on the same numbers

@@ -87,7 +87,7 @@ Watch for:
 - the tokens were sampled from $\mathrm{softmax}(z / T)$: **divide** by the temperature;
 - `x.gather(-1, idx[..., None]).squeeze(-1)` picks one entry per position.
 
-Solution: `rlhf_scratch.objectives.get_log_probs`.""", '''\
+Solution: `rlhf_scratch.core.objectives.get_log_probs`.""", '''\
 def get_log_probs(
     logits: Float[Tensor, "batch seq_len d_vocab"],
     tokens: Int[Tensor, "batch seq_len"],
@@ -116,7 +116,7 @@ token: the reward arrives there, and the padding after it gets advantage 0.
 Watch for: $Q - V$, not $V - Q$; $Q_\text{last}$ is the reward alone; this is not the Monte-Carlo
 $r - V(s_t)$. Advantages are targets, not something to differentiate (`@torch.no_grad()`).
 
-Solution: `rlhf_scratch.advantages.compute_advantages`.""", '''\
+Solution: `rlhf_scratch.core.advantages.compute_advantages`.""", '''\
 @torch.no_grad()
 def compute_advantages(
     values: Float[Tensor, "batch seq_len"],
@@ -162,7 +162,7 @@ kept tokens only (`x[mask]`), so padding neither counts in the mean nor shifts $
 ratio to 1 and $\hat A$ to 0 at masked positions (`torch.where`) so nothing there reaches a gradient.
 
 Why the clip makes a trust region: `docs/derivations.md` §3. Solution:
-`rlhf_scratch.objectives.calc_clipped_sur_obj`.""", '''\
+`rlhf_scratch.core.objectives.calc_clipped_sur_obj`.""", '''\
 def calc_clipped_sur_obj(
     logprobs: Float[Tensor, "minibatch gen_len"],
     mb_logprobs: Float[Tensor, "minibatch gen_len"],
@@ -191,7 +191,7 @@ logits by 100: `softmax(...).log()` gives $0 \cdot (-\infty) = $ NaN). `from_log
 inputs are already `log_softmax` outputs; since `log_softmax` of a log-softmax changes nothing,
 you may apply it regardless.
 
-Solution: `rlhf_scratch.objectives.calc_kl_penalty`.""", '''\
+Solution: `rlhf_scratch.core.objectives.calc_kl_penalty`.""", '''\
 def calc_kl_penalty(
     logits: Float[Tensor, "batch gen_len d_vocab"],
     ref_logits: Float[Tensor, "batch gen_len d_vocab"],
@@ -212,7 +212,7 @@ Watch for: the minus sign (entropy is positive); $c_\text{ent}$; a confident dis
 $\pi(v) = 0$ in float32 for some $v$, and $0 \cdot \log 0$ is NaN: take `log_softmax`, then
 $\pi = $ `exp()` of it.
 
-Solution: `rlhf_scratch.objectives.calc_entropy_bonus`.""", '''\
+Solution: `rlhf_scratch.core.objectives.calc_entropy_bonus`.""", '''\
 def calc_entropy_bonus(
     logits: Float[Tensor, "batch gen_len d_vocab"],
     ent_coef: float,
@@ -232,7 +232,7 @@ The $\tfrac12$ is CleanRL's and ARENA's convention: the gradient is then $c_\tex
 Watch for: both coefficients, the $\tfrac12$ and $c_\text{vf}$; a mean, not a sum; the mean over
 the kept tokens only.
 
-Solution: `rlhf_scratch.objectives.calc_value_fn_loss`.""", '''\
+Solution: `rlhf_scratch.core.objectives.calc_value_fn_loss`.""", '''\
 def calc_value_fn_loss(
     values: Float[Tensor, "minibatch gen_len"],
     mb_returns: Float[Tensor, "minibatch gen_len"],
@@ -257,7 +257,7 @@ padding, not an action, and every mean below runs over the kept positions only. 
     [GET_LOG_PROBS, COMPUTE_ADVANTAGES, NORMALIZE_REWARD, CLIPPED_SUR_OBJ, KL_PENALTY, ENTROPY_BONUS, VALUE_FN_LOSS],
     """## All seven pass?
 
-Compare your code with `rlhf_scratch/objectives.py`, `advantages.py` and `reward/functions.py`, then
+Compare your code with `rlhf_scratch/core/objectives.py`, `advantages.py` and `reward/functions.py`, then
 go on to `02_beyond_ppo_exercises.ipynb`: RLOO's and GRPO's advantages, the DPO loss and the
 Bradley–Terry reward model's loss.""",
 )
@@ -400,7 +400,7 @@ check names that number.
 </details>
 
 Solution, written to be read: `rlhf_scratch.course.solutions.compute_gae_advantages`; the package's
-vectorised one: `rlhf_scratch.advantages.compute_gae_advantages` (its docstring says why GAE "blows
+vectorised one: `rlhf_scratch.core.advantages.compute_gae_advantages` (its docstring says why GAE "blows
 up" with one terminal reward).""", '''\
 @torch.no_grad()
 def compute_gae_advantages(
@@ -433,7 +433,7 @@ constant offset of $V$); positions after EOS hold $R = V$ (advantage 0), and cou
 head look better than it is.
 
 Solution: `rlhf_scratch.course.solutions.explained_variance`; the package's:
-`rlhf_scratch.objectives.explained_variance` (PPO logs it as `losses/explained_variance`).""", '''\
+`rlhf_scratch.core.objectives.explained_variance` (PPO logs it as `losses/explained_variance`).""", '''\
 def explained_variance(
     values: Float[Tensor, "*shape"],
     returns: Float[Tensor, "*shape"],

@@ -39,17 +39,17 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from rlhf_scratch import distributed as dist
-from rlhf_scratch.advantages import (
+from rlhf_scratch.config import GRPO_LOSS_TYPES, GRPOArgs
+from rlhf_scratch.core.advantages import (
     LENGTH_BY_SIGN_METRICS,
     check_groups,
     group_reward_stats,
     mean_length_by_advantage_sign,
 )
-from rlhf_scratch.config import GRPO_LOSS_TYPES, GRPOArgs
-from rlhf_scratch.memory import minibatch_rows
-from rlhf_scratch.rollout import Rollout
-from rlhf_scratch.trainer import Trainer
+from rlhf_scratch.core.memory import minibatch_rows
+from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.engine.trainer import Trainer
+from rlhf_scratch.rollout.phase import Rollout
 
 # Logged by GRPO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names, then ours).
 GRPO_METRICS = (

@@ -34,14 +34,14 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from rlhf_scratch import distributed as dist
 from rlhf_scratch.config import OnlineDPOArgs
-from rlhf_scratch.memory import minibatch_rows
-from rlhf_scratch.objectives import sequence_log_probs
+from rlhf_scratch.core.memory import minibatch_rows
+from rlhf_scratch.core.objectives import sequence_log_probs
+from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.engine.trainer import Trainer
 from rlhf_scratch.reward.judges import Judge, make_judge
 from rlhf_scratch.reward.tasks import RewardFn
-from rlhf_scratch.rollout import Rollout
-from rlhf_scratch.trainer import Trainer
+from rlhf_scratch.rollout.phase import Rollout
 
 # Logged by Online DPO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
 DPO_METRICS = (

@@ -19,15 +19,11 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
-from rlhf_scratch import distributed as dist
-from rlhf_scratch.advantages import compute_advantages, compute_gae_advantages
 from rlhf_scratch.config import RLHFArgs
-from rlhf_scratch.generation import attention_mask_or_none
-from rlhf_scratch.kl_control import AdaptiveKLController
-from rlhf_scratch.lora import adapters_off
-from rlhf_scratch.memory import ReplayMemory, ReplayMinibatch
-from rlhf_scratch.model import TransformerWithValueHead
-from rlhf_scratch.objectives import (
+from rlhf_scratch.core.advantages import compute_advantages, compute_gae_advantages
+from rlhf_scratch.core.kl_control import AdaptiveKLController
+from rlhf_scratch.core.memory import ReplayMemory, ReplayMinibatch
+from rlhf_scratch.core.objectives import (
     calc_approx_kl,
     calc_clip_fraction,
     calc_clipped_sur_obj,
@@ -37,12 +33,17 @@ from rlhf_scratch.objectives import (
     generated_span,
     masked_mean,
 )
+from rlhf_scratch.core.timing import timed
+from rlhf_scratch.core.vocab_terms import Unembedding, token_terms, unembedding
+from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.engine.trainer import Trainer
+from rlhf_scratch.models.fast_forward import final_hidden
+from rlhf_scratch.models.lora import adapters_off
+from rlhf_scratch.models.policy import TransformerWithValueHead
 from rlhf_scratch.reward.functions import normalize_reward
 from rlhf_scratch.reward.tasks import RewardFn
-from rlhf_scratch.rollout import Rollout
-from rlhf_scratch.timing import timed
-from rlhf_scratch.trainer import Trainer
-from rlhf_scratch.vocab_terms import Unembedding, final_hidden, token_terms, unembedding
+from rlhf_scratch.rollout.generation import attention_mask_or_none
+from rlhf_scratch.rollout.phase import Rollout
 
 # Logged by PPO's learning phase each phase, besides loop.SHARED_METRICS (CleanRL's names).
 PPO_METRICS = (

@@ -62,7 +62,7 @@ def main_controller(args: CommonArgs, resume: str | None, controller: Controller
     import sys
 
     from rlhf_scratch.controller.worker_group import WorkerError
-    from rlhf_scratch.runs import finished_summary
+    from rlhf_scratch.engine.runs import finished_summary
 
     try:
         run_dir = run_controller(args, controller, resume=resume)
@@ -85,8 +85,8 @@ def run_controller(args: CommonArgs, controller: ControllerArgs, quiet: bool = F
     from tqdm.auto import tqdm
 
     from rlhf_scratch.controller.ray_trainer import RayPPOTrainer, init_ray
-    from rlhf_scratch.logger import RunLogger
-    from rlhf_scratch.runs import check_new_run_dir, new_run_dir
+    from rlhf_scratch.engine.logger import RunLogger
+    from rlhf_scratch.engine.runs import check_new_run_dir, new_run_dir
 
     if args.early_stopping:
         raise ConfigError("early_stopping: not run by --controller ray yet; use the in-process loop")

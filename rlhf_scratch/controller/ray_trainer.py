@@ -41,12 +41,12 @@ from rlhf_scratch.controller.worker_group import (
     create_colocated_worker_cls,
 )
 from rlhf_scratch.controller.workers import ActorRolloutRefWorker, RewardModelWorker, to_rollout
-from rlhf_scratch.heldout import heldout_metrics
-from rlhf_scratch.logger import Metrics
-from rlhf_scratch.loop import rollout_metrics
-from rlhf_scratch.prompts import PromptIterator, load_prompts
-from rlhf_scratch.rollout import Rollout
-from rlhf_scratch.run_setup import resolve_device
+from rlhf_scratch.engine.logger import Metrics
+from rlhf_scratch.engine.loop import rollout_metrics
+from rlhf_scratch.engine.run_setup import resolve_device
+from rlhf_scratch.reward.heldout import heldout_metrics
+from rlhf_scratch.rollout.phase import Rollout
+from rlhf_scratch.rollout.prompts import PromptIterator, load_prompts
 
 
 def num_generations(args: CommonArgs) -> int:

@@ -15,7 +15,7 @@ share its device and, where they share weights, one model; `spawn` gives each ro
 
 With more than one rank the group also sets torch.distributed's environment (RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT) in each worker, so the package's own data-parallel code
-(`rlhf_scratch.distributed`: gloo on CPU, NCCL on GPU, DDP averaging gradients) runs inside the
+(`rlhf_scratch.engine.distributed`: gloo on CPU, NCCL on GPU, DDP averaging gradients) runs inside the
 group exactly as it runs under torchrun. With one rank none is set and nothing changes.
 """
 
@@ -105,7 +105,7 @@ class RoleStartError(RuntimeError):
 
 def _raised(traceback: str) -> str:
     """The `Type: message` line of a remote traceback (the first line after its last frame), the
-    type without its module (`ModelFolderError: …`, not `rlhf_scratch.loading.ModelFolderError: …`)."""
+    type without its module (`ModelFolderError: …`, not `rlhf_scratch.models.loading.ModelFolderError: …`)."""
     lines = traceback.splitlines()
     frames = [i for i, line in enumerate(lines) if line.lstrip().startswith("File ")]
     after = lines[frames[-1] + 1:] if frames else lines

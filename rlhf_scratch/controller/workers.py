@@ -8,7 +8,7 @@
         update_actor          the trainer's own learning phase, on the advantages the driver computed
         save_checkpoint / load_checkpoint   the in-process loop's checkpoint (loop.capture_state / restore_state)
     RewardModelWorker       compute_rm_score: the task's reward (the classifier or a Bradley–Terry
-                            run) through reward.tasks.score_completions
+                            run) through rollout.reward_call.score_completions
 
 Each method takes and returns a `DataProto`; a `Rollout` is rebuilt from it where the package's
 functions want one (`to_rollout` / `from_rollout`: the same fields under the same names).
@@ -23,19 +23,18 @@ from pathlib import Path
 
 import torch
 
-from rlhf_scratch import registry
-from rlhf_scratch.checkpoint import load_latest_checkpoint, save_checkpoint
-from rlhf_scratch.config import CommonArgs
+from rlhf_scratch.config import CommonArgs, registry
 from rlhf_scratch.controller.decorator import Dispatch, register
 from rlhf_scratch.controller.protocol import DataProto
 from rlhf_scratch.controller.worker_group import Worker
-from rlhf_scratch.generation import decode_completions, eos_token_ids, generate, tokenize_prompts
-from rlhf_scratch.loop import capture_state, restore_state
+from rlhf_scratch.core.timing import take_times
+from rlhf_scratch.engine.checkpoint import load_latest_checkpoint, save_checkpoint
+from rlhf_scratch.engine.loop import capture_state, restore_state
+from rlhf_scratch.engine.run_setup import resolve_device
+from rlhf_scratch.engine.runs import save_run_policy
 from rlhf_scratch.reward.tasks import make_reward_fn, score_completions
-from rlhf_scratch.rollout import Rollout, score_tokens
-from rlhf_scratch.run_setup import resolve_device
-from rlhf_scratch.runs import save_run_policy
-from rlhf_scratch.timing import take_times
+from rlhf_scratch.rollout.generation import decode_completions, eos_token_ids, generate, tokenize_prompts
+from rlhf_scratch.rollout.phase import Rollout, score_tokens
 
 META_FIELDS = ("num_generations", "eos_token_id", "temperature")
 """The Rollout fields that are one value per batch: they travel in meta_info."""

@@ -46,14 +46,14 @@ class Reference:
 
 
 REFERENCES: dict[str, Reference] = {
-    "get_log_probs": Reference("rlhf_scratch.objectives", "(logits, tokens, prefix_len=None, temperature=1.0)"),
-    "compute_advantages": Reference("rlhf_scratch.advantages", "(values, rewards, prefix_len, mask=None)"),
+    "get_log_probs": Reference("rlhf_scratch.core.objectives", "(logits, tokens, prefix_len=None, temperature=1.0)"),
+    "compute_advantages": Reference("rlhf_scratch.core.advantages", "(values, rewards, prefix_len, mask=None)"),
     "normalize_reward": Reference("rlhf_scratch.reward.functions", "(reward, eps=1e-05)"),
     "calc_clipped_sur_obj": Reference(
-        "rlhf_scratch.objectives", "(logprobs, mb_logprobs, mb_advantages, clip_coef, eps=1e-08, mask=None)"),
-    "calc_kl_penalty": Reference("rlhf_scratch.objectives", "(logits, ref_logits, beta, mask=None, from_logprobs=False)"),
-    "calc_entropy_bonus": Reference("rlhf_scratch.objectives", "(logits, ent_coef, mask=None, from_logprobs=False)"),
-    "calc_value_fn_loss": Reference("rlhf_scratch.objectives", "(values, mb_returns, vf_coef, mask=None)"),
+        "rlhf_scratch.core.objectives", "(logprobs, mb_logprobs, mb_advantages, clip_coef, eps=1e-08, mask=None)"),
+    "calc_kl_penalty": Reference("rlhf_scratch.core.objectives", "(logits, ref_logits, beta, mask=None, from_logprobs=False)"),
+    "calc_entropy_bonus": Reference("rlhf_scratch.core.objectives", "(logits, ent_coef, mask=None, from_logprobs=False)"),
+    "calc_value_fn_loss": Reference("rlhf_scratch.core.objectives", "(values, mb_returns, vf_coef, mask=None)"),
     "compute_rloo_advantages": Reference("rlhf_scratch.algorithms.rloo", "(rewards, num_generations)"),
     "compute_grpo_advantages": Reference("rlhf_scratch.algorithms.grpo", "(rewards, num_generations, scale_rewards='group')"),
     "calc_dpo_loss": Reference(
@@ -220,7 +220,7 @@ def _get_log_probs_cases() -> list[Case]:
 
 def check_get_log_probs(fn: Callable) -> None:
     """Check `get_log_probs(logits, tokens, prefix_len=None, temperature=1.0) -> [batch, gen_len]`,
-    the signature of `rlhf_scratch.objectives.get_log_probs`.
+    the signature of `rlhf_scratch.core.objectives.get_log_probs`.
 
     Recognises: logits and tokens off by one, prefix_len ignored, raw logits or probabilities
     returned instead of log-probs, the temperature ignored or multiplied, log(softmax) at logits x 100.
@@ -263,7 +263,7 @@ def _compute_advantages_cases() -> list[Case]:
 
 def check_compute_advantages(fn: Callable) -> None:
     """Check the blog's one-step advantage `compute_advantages(values, rewards, prefix_len, mask=None)
-    -> [batch, gen_len]`, the signature of `rlhf_scratch.advantages.compute_advantages`.
+    -> [batch, gen_len]`, the signature of `rlhf_scratch.core.advantages.compute_advantages`.
 
     Recognises: the sign (V - Q), states shifted by one, the reward missing or added to a value,
     the Monte-Carlo advantage instead, the mask ignored or the reward not moved to the last kept token.
@@ -380,7 +380,7 @@ def _clipped_sur_obj_cases() -> list[Case]:
 
 def check_calc_clipped_sur_obj(fn: Callable) -> None:
     """Check `calc_clipped_sur_obj(logprobs, mb_logprobs, mb_advantages, clip_coef, eps=1e-8, mask=None)
-    -> scalar` (maximised), the signature of `rlhf_scratch.objectives.calc_clipped_sur_obj`.
+    -> scalar` (maximised), the signature of `rlhf_scratch.core.objectives.calc_clipped_sur_obj`.
 
     Recognises: no clip, the clipped term alone, max for min, the advantages not (or half)
     normalised or normalised with ÷ n, the ratio upside down, a loss's sign, padding counted in the
@@ -434,7 +434,7 @@ def _kl_penalty_cases() -> list[Case]:
 
 def check_calc_kl_penalty(fn: Callable) -> None:
     """Check `calc_kl_penalty(logits, ref_logits, beta, mask=None, from_logprobs=False) -> scalar`,
-    the signature of `rlhf_scratch.objectives.calc_kl_penalty` (the cases pass raw logits).
+    the signature of `rlhf_scratch.core.objectives.calc_kl_penalty` (the cases pass raw logits).
 
     Recognises: the wrong KL direction, beta forgotten, a sum over positions, the sign, the
     log-ratio not weighted by pi, log(softmax) at logits x 100, padding counted or the mask ignored.
@@ -478,7 +478,7 @@ def _entropy_bonus_cases() -> list[Case]:
 
 def check_calc_entropy_bonus(fn: Callable) -> None:
     """Check `calc_entropy_bonus(logits, ent_coef, mask=None, from_logprobs=False) -> scalar`,
-    the signature of `rlhf_scratch.objectives.calc_entropy_bonus` (the cases pass raw logits).
+    the signature of `rlhf_scratch.core.objectives.calc_entropy_bonus` (the cases pass raw logits).
 
     Recognises: ent_coef forgotten, the sign, a sum over positions, log(softmax) at logits x 100
     (0 · log 0 = NaN), padding counted or the mask ignored.
@@ -513,7 +513,7 @@ def _value_fn_loss_cases() -> list[Case]:
 
 def check_calc_value_fn_loss(fn: Callable) -> None:
     """Check `calc_value_fn_loss(values, mb_returns, vf_coef, mask=None) -> scalar`, the signature
-    of `rlhf_scratch.objectives.calc_value_fn_loss`.
+    of `rlhf_scratch.core.objectives.calc_value_fn_loss`.
 
     Recognises: the 1/2, vf_coef or both forgotten, a sum, absolute errors, the sign, padding
     counted or the mask ignored.
@@ -815,7 +815,7 @@ def _gae_cases() -> list[Case]:
 
 def check_compute_gae_advantages(fn: Callable) -> None:
     """Check `compute_gae_advantages(values, rewards, prefix_len, gamma, gae_lambda, mask=None)
-    -> [batch, gen_len]`, the signature of `rlhf_scratch.advantages.compute_gae_advantages`.
+    -> [batch, gen_len]`, the signature of `rlhf_scratch.core.advantages.compute_gae_advantages`.
 
     Recognises: λ or γ missing, a bootstrap past the last token, the recursion run forwards, the
     states shifted by one, returns for advantages, the sign; the mask ignored, the reward not moved
@@ -869,7 +869,7 @@ def _explained_variance_cases() -> list[Case]:
 
 def check_explained_variance(fn: Callable) -> None:
     """Check `explained_variance(values, returns, mask=None) -> float` (a 0-d tensor passes too),
-    the signature of `rlhf_scratch.objectives.explained_variance`.
+    the signature of `rlhf_scratch.core.objectives.explained_variance`.
 
     Recognises: the squared error for the variance of the errors, the ratio upside down, 1 − EV,
     Var[V] for Var[R − V], the mask ignored, 0, 1 or -inf where Var[R] = 0 (NaN).

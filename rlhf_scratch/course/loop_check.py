@@ -67,10 +67,8 @@ from transformer_lens import HookedTransformer
 
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
 from rlhf_scratch.config import RLHFArgs, make_args
-from rlhf_scratch.generation import attention_mask_or_none
-from rlhf_scratch.memory import ReplayMinibatch
-from rlhf_scratch.model import TransformerWithValueHead
-from rlhf_scratch.objectives import (
+from rlhf_scratch.core.memory import ReplayMinibatch
+from rlhf_scratch.core.objectives import (
     calc_clipped_sur_obj,
     calc_entropy_bonus,
     calc_kl_penalty,
@@ -78,8 +76,10 @@ from rlhf_scratch.objectives import (
     generated_span,
     temperature_scaled,
 )
-from rlhf_scratch.optim import get_optimizer_and_scheduler
-from rlhf_scratch.rollout import Rollout
+from rlhf_scratch.engine.optim import get_optimizer_and_scheduler
+from rlhf_scratch.models.policy import TransformerWithValueHead
+from rlhf_scratch.rollout.generation import attention_mask_or_none
+from rlhf_scratch.rollout.phase import Rollout
 
 LearningPhase = Callable[
     [TransformerWithValueHead, HookedTransformer, Rollout, RLHFArgs, torch.optim.Optimizer,

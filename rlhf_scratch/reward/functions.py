@@ -3,7 +3,7 @@
 Every reward here follows the blog's contract, `(samples: list[str], ...) -> Float[Tensor, " batch"]`,
 each sample the prompt followed by its completion. The trainer calls any reward (these, or a
 TRL-style `fn(prompts=, completions=, completion_ids=, **kwargs)`) through
-`tasks.score_completions`, which tells the two contracts apart and checks every reward.
+`rollout.reward_call.score_completions`, which tells the two contracts apart and checks every reward.
 
 - `reward_fn_char_count`: the blog's first toy reward, the number of periods.
 - `reward_fn_sentiment_imdb`: the blog's sentiment reward, a classifier's softmax probability.
@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from rlhf_scratch.loading import TINY, load_classifier
+from rlhf_scratch.models.loading import TINY, load_classifier
 
 DIRECTIONS = ("pos", "neg")
 

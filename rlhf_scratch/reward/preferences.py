@@ -85,8 +85,8 @@ def make_preference_pairs(
     import torch
     from tqdm.auto import tqdm
 
-    from rlhf_scratch.generation import decode_completions, generate, prompt_tokens, tokenize_prompts
-    from rlhf_scratch.prompts import PromptError, PromptIterator, check_prompt_lengths
+    from rlhf_scratch.rollout.generation import decode_completions, generate, prompt_tokens, tokenize_prompts
+    from rlhf_scratch.rollout.prompts import PromptError, PromptIterator, check_prompt_lengths
 
     n_ctx = lm.cfg.n_ctx
     if gen_len >= n_ctx:

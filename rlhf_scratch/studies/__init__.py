@@ -20,5 +20,5 @@
 A study is its plan (an args dataclass and the units it implies) and its report; running, resuming,
 refusing a different plan, the intervals over seeds, the verdict and writing the page are the
 runner's and stats.py's. Every study takes `--seeds` and has a `--quick` setting for tests. The
-algorithms come from `rlhf_scratch.registry`, never from a list written here.
+algorithms come from `rlhf_scratch.config.registry`, never from a list written here.
 """

@@ -53,9 +53,8 @@ from typing import Annotated
 
 import tyro
 
-from interp.pages import esc, figure, new_figure, save_figure, table
-from rlhf_scratch import registry
-from rlhf_scratch.config import TASKS, ConfigError
+from rlhf_scratch.config import TASKS, ConfigError, registry
+from rlhf_scratch.pages.html import esc, figure, new_figure, save_figure, table
 from rlhf_scratch.studies.runner import (
     INTERVAL_NOTE,
     Job,
@@ -247,7 +246,7 @@ def train_command(unit: Unit, task: str, run_dir: Path, flags: Sequence[str]) ->
 
 def summarize(run_dir: Path, measured: dict) -> dict:
     """One row of the table from a finished run's metrics.jsonl and what its process measured."""
-    from rlhf_scratch.runs import read_metrics
+    from rlhf_scratch.engine.runs import read_metrics
 
     m = read_metrics(run_dir)
     last = m[-LAST:]
@@ -319,7 +318,7 @@ def inside_view(run_dirs: dict[str, Path], out: Path) -> tuple[Path, dict]:
     """interp.across_runs on one run per curve (`run_dirs`, by label): residual drift, head DLA change, similarity."""
     from interp.across_runs import change_similarity, inside_changes, plot_inside_changes
     from interp.probes import REVIEW_PROMPTS
-    from rlhf_scratch.runs import load_run
+    from rlhf_scratch.engine.runs import load_run
 
     runs = {name: load_run(run_dir) for name, run_dir in run_dirs.items()}
     reference = next(iter(runs.values())).reference
@@ -417,7 +416,7 @@ def kl_verdict(results: dict[str, dict], units: list[Unit]) -> Verdict:
 
 def last_samples(run_dir: Path, n: int = 3) -> str:
     """The last sample table of a run's samples.md, its first `n` rows."""
-    from rlhf_scratch.runs import SAMPLES_FILE
+    from rlhf_scratch.engine.runs import SAMPLES_FILE
 
     section = (run_dir / SAMPLES_FILE).read_text().split("## phase ")[-1]
     lines = section.splitlines()
@@ -432,7 +431,7 @@ def page_body(results: dict[str, dict], figures: list[Path], inside: dict | None
     title = " vs ".join(dict.fromkeys(registry.get(unit.method).label for unit in units))
     parts = [f"<h1>{esc(title)}</h1>", verdict_html([f.sentence for f in findings]),
              "<p>Same prompts, seeds, reward and generated tokens per phase. Proxy = the training reward. "
-             "Held out = judges the runs never trained on (rlhf_scratch/heldout.py). Final = mean of the "
+             "Held out = judges the runs never trained on (rlhf_scratch/reward/heldout.py). Final = mean of the "
              f"{esc(averaged_label(results))}. {esc(INTERVAL_NOTE)}</p>", table(rows, header=header),
              *map(figure, figures)]
     if inside is not None:
@@ -462,7 +461,7 @@ def run_comparison(args: CompareArgs) -> None:
                   args.total_phases, asdict(u)) for u in units],
              ledger, parallel=args.jobs, desc="phases, all runs", unit="phase")
 
-    from rlhf_scratch.runs import read_metrics
+    from rlhf_scratch.engine.runs import read_metrics
 
     results = {u.name: summarize(run_dirs[u.name], ledger[u.name]) for u in units}
     groups = by_group(units).values()

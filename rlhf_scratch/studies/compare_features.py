@@ -20,8 +20,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from interp.pages import Html, esc, figure, rounded, table
 from rlhf_scratch.config import ConfigError
+from rlhf_scratch.pages.html import Html, esc, figure, rounded, table
 from rlhf_scratch.studies.runner import check_at_least, check_choices
 
 FEATURE_KS = (10, 50)  # the top-k overlaps shown
@@ -141,8 +141,8 @@ def features_view(run_dirs: dict[str, Path], out: Path, settings, layer: int | N
     from interp.features import load_or_train_sae
     from interp.sae import FeaturesError, site_hook
     from interp.sampling import SampleSettings
-    from rlhf_scratch.prompts import load_prompts
-    from rlhf_scratch.runs import load_run
+    from rlhf_scratch.engine.runs import load_run
+    from rlhf_scratch.rollout.prompts import load_prompts
 
     reference = args = None
     tuned = {}

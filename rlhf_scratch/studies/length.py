@@ -51,8 +51,8 @@ from typing import Annotated
 
 import tyro
 
-from interp.pages import esc, figure, new_figure, save_figure, table
 from rlhf_scratch.config import GRPO_LOSS_TYPES, ConfigError
+from rlhf_scratch.pages.html import esc, figure, new_figure, save_figure, table
 from rlhf_scratch.studies.runner import (
     INTERVAL_NOTE,
     Job,
@@ -278,8 +278,8 @@ def microscope_lesson(draws: int) -> dict:
     are docs/exact.md's numbers."""
     import torch
 
-    from rlhf_scratch.exact.cli import ExactArgs
-    from rlhf_scratch.exact.run import length_lessons, main_scene
+    from rlhf_scratch.microscope.cli import ExactArgs
+    from rlhf_scratch.microscope.run import length_lessons, main_scene
 
     torch.set_num_threads(1)
     args = ExactArgs(out="-", draws=draws)
@@ -490,7 +490,7 @@ def run_study(args: LengthArgs) -> None:
             microscope_path.write_text(json.dumps(microscope_lesson(args.microscope_draws), indent=1))
     microscope = json.loads(microscope_path.read_text())
 
-    from rlhf_scratch.runs import read_metrics
+    from rlhf_scratch.engine.runs import read_metrics
 
     blocks = blocks_of(args.total_phases, args.block)
     metrics = {u.name: read_metrics(run_dirs[u.name]) for u in units}

@@ -67,9 +67,8 @@ from typing import Annotated
 
 import tyro
 
-from interp.pages import esc, figure, new_figure, save_figure, table
-from rlhf_scratch import registry
-from rlhf_scratch.config import ConfigError
+from rlhf_scratch.config import ConfigError, registry
+from rlhf_scratch.pages.html import esc, figure, new_figure, save_figure, table
 from rlhf_scratch.studies.overoptimization_run import SAMPLES_FILE, START_FILE, rl_command
 from rlhf_scratch.studies.runner import (
     INTERVAL_NOTE,
@@ -291,8 +290,8 @@ def check_context(args: StudyArgs) -> None:
     """Every review opening the study may use, plus --gen-len tokens, must fit the tiny model's context:
     one line naming the first that does not, before the study folder is made (a half-made folder
     would hold the bad plan and refuse the corrected command)."""
-    from rlhf_scratch.loading import load_lm
-    from rlhf_scratch.prompts import PromptError, check_prompt_lengths, load_prompts
+    from rlhf_scratch.models.loading import load_lm
+    from rlhf_scratch.rollout.prompts import PromptError, check_prompt_lengths, load_prompts
 
     lm = load_lm("tiny")
     n_ctx = lm.cfg.n_ctx
@@ -397,7 +396,7 @@ def split_prompts(out: Path, args: StudyArgs) -> tuple[Path, Path]:
     OUT/prompts_train.txt (the rest: pairs and RL), made once."""
     import random
 
-    from rlhf_scratch.prompts import load_prompts
+    from rlhf_scratch.rollout.prompts import load_prompts
 
     train_file, eval_file = out / "prompts_train.txt", out / "prompts_eval.txt"
     if not eval_file.is_file():
@@ -417,7 +416,7 @@ def gold_pairs(out: Path, args: StudyArgs, train_file: Path, ledger: Ledger) -> 
     if not pairs_file.is_file():
         from tqdm.auto import tqdm
 
-        from rlhf_scratch.loading import load_lm
+        from rlhf_scratch.models.loading import load_lm
 
         tqdm.write(f"gold pairs: {n} + {args.test_pairs} test")
         with ledger.timing("pairs"):
@@ -431,8 +430,8 @@ def gold_pairs(out: Path, args: StudyArgs, train_file: Path, ledger: Ledger) -> 
 def proxy_command(rows: list[dict], n: int, out: Path, args: StudyArgs) -> list[str]:
     """The process of the proxy trained on the first `n` pairs (OUT/pairs-n.jsonl): a new reward-model
     run in OUT/rm-n, or `--resume` of one that has begun."""
+    from rlhf_scratch.engine.runs import STATUS_FILE
     from rlhf_scratch.reward.preferences import write_pairs
-    from rlhf_scratch.runs import STATUS_FILE
 
     rm_dir, subset = out / f"rm-{n}", out / f"pairs-{n}.jsonl"
     if not subset.is_file():
@@ -471,10 +470,10 @@ def best_of_n_study(proxies: dict[int, Path], eval_prompts: list[str], args: Stu
     import torch
     from tqdm.auto import tqdm
 
-    from rlhf_scratch.generation import decode_completions, generate, tokenize_prompts
-    from rlhf_scratch.loading import load_lm
+    from rlhf_scratch.models.loading import load_lm
     from rlhf_scratch.reward.model import load_reward_model_run
     from rlhf_scratch.reward.preferences import gold_scores
+    from rlhf_scratch.rollout.generation import decode_completions, generate, tokenize_prompts
 
     torch.manual_seed(seed)
     lm = load_lm("tiny").eval()

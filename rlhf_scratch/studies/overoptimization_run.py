@@ -16,7 +16,7 @@ import math
 import sys
 from pathlib import Path
 
-from rlhf_scratch import registry
+from rlhf_scratch.config import registry
 
 STUDY_METRICS = ("study/gold", "study/gold_se", "study/proxy", "study/kl", "study/d")  # logged by every RL run
 """What an evaluated phase logs (`evaluate_policy`)."""
@@ -32,7 +32,7 @@ def evaluate_policy(lm, ref, prompts: list[str], proxy_fn, gen_len: int, per_pro
     import torch
 
     from rlhf_scratch.reward.preferences import gold_scores
-    from rlhf_scratch.rollout import make_rollout
+    from rlhf_scratch.rollout.phase import make_rollout
 
     with torch.no_grad():
         rollout = make_rollout(lm, ref, prompts, proxy_fn, num_generations=per_prompt, gen_len=gen_len,
@@ -74,7 +74,7 @@ class HeldOutEvaluation:
     METRICS = STUDY_METRICS
 
     def __init__(self, trainer, prompts: list[str], per_prompt: int, every: int = 1):
-        from rlhf_scratch.loading import load_lm
+        from rlhf_scratch.models.loading import load_lm
         from rlhf_scratch.reward.tasks import make_reward_fn
 
         self.trainer, self.prompts, self.per_prompt, self.every = trainer, prompts, per_prompt, every
@@ -90,7 +90,7 @@ class HeldOutEvaluation:
             (run_dir / START_FILE).write_text(json.dumps(self.after_phase(run_dir, 0)))
 
     def after_phase(self, run_dir: Path, phase: int) -> dict[str, float]:
-        from rlhf_scratch.model import language_model
+        from rlhf_scratch.models.policy import language_model
 
         if not self.evaluates(phase):
             return {}
@@ -106,7 +106,7 @@ def train_against_proxy(spec: dict) -> int:
     """The body of one run's process: train `spec["algo"]` against the proxy `spec["proxy"]` (or
     resume it), with `HeldOutEvaluation` after every phase. A failure is one `error:` line."""
     from rlhf_scratch.config import make_args
-    from rlhf_scratch.runs import STATUS_FILE, load_args, read_status
+    from rlhf_scratch.engine.runs import STATUS_FILE, load_args, read_status
 
     run_dir = Path(spec["run_dir"])
     resume = (run_dir / STATUS_FILE).is_file()

@@ -57,9 +57,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from interp.pages import esc, page
-from rlhf_scratch.cli import parse_dataclass
 from rlhf_scratch.config import CommonArgs, ConfigError, check_seed
+from rlhf_scratch.config.cli import parse_dataclass
+from rlhf_scratch.pages.html import esc, page
 from rlhf_scratch.studies.stats import Number, mean_interval
 
 A = TypeVar("A")
@@ -154,7 +154,7 @@ def check_runs(runs: Iterable[tuple[str, list[str]]]) -> None:
     them, before the study writes its folder: parsed and validated by train's own parser, then each
     distinct setting against its model (`check_run_args`). A ConfigError of one line naming the
     first run that would fail, and its field."""
-    from rlhf_scratch.train import parse_args
+    from rlhf_scratch.commands.train import parse_args
 
     parsed = []
     for name, argv in runs:
@@ -169,8 +169,8 @@ def check_run_args(runs: Iterable[tuple[str, CommonArgs]]) -> None:
     """Each distinct setting of the (unit name, validated args) checked against its model as run
     setup checks it (`run_setup.check_against_model`: the context, the LoRA rank, the prompts'
     lengths), once per setting; one ConfigError line naming the first run that would fail."""
-    from rlhf_scratch.loading import HubUnreachableError
-    from rlhf_scratch.run_setup import MODEL_CHECKED, check_against_model
+    from rlhf_scratch.engine.run_setup import MODEL_CHECKED, check_against_model
+    from rlhf_scratch.models.loading import HubUnreachableError
 
     checked = set()
     for name, args in runs:
@@ -343,7 +343,7 @@ def run_jobs(jobs: Sequence[Job], ledger: Ledger, *, parallel: int = 1, desc: st
     phase and checkpoints) are waited for."""
     from tqdm.auto import tqdm
 
-    from rlhf_scratch.runs import read_status
+    from rlhf_scratch.engine.runs import read_status
 
     def finished(job: Job) -> bool:
         return job.name in ledger and (job.folder is None or read_status(job.folder)["status"] == "finished")
@@ -400,7 +400,7 @@ def train_argv(name: str, run_dir: Path, fresh: Sequence[str]) -> list[str]:
     a finished run whose numbers were lost, is started over."""
     import shutil
 
-    from rlhf_scratch.runs import list_checkpoints, next_step, read_status
+    from rlhf_scratch.engine.runs import list_checkpoints, next_step, read_status
 
     train = [sys.executable, "-m", "rlhf_scratch.train"]
     if run_dir.exists():
@@ -480,7 +480,7 @@ def draw_band(ax, xs: Sequence[Sequence[Number]], ys: Sequence[Sequence[Number]]
 
 def write_report(out: Path, *, title: str, table_md: str, data: dict, body: Sequence[str]) -> Path:
     """OUT/table.md (`table_md`), OUT/table.json (`data`) and OUT/index.html: the page `title` with
-    `body`, built from `interp.pages` (its CSS, tables and embedded figures, like every page here)."""
+    `body`, built from `rlhf_scratch.pages.html` (its CSS, tables and embedded figures, like every page here)."""
     (out / "table.md").write_text(table_md + "\n")
     (out / "table.json").write_text(json.dumps(data, indent=1))
     path = out / "index.html"

@@ -1,0 +1,209 @@
+"""Command line: `python -m rlhf_scratch.train TASK [--algo ALGO] [--field value …]`.
+
+    python -m rlhf_scratch.train sentiment                  # PPO, tiny preset, offline, minutes on a CPU
+    python -m rlhf_scratch.train sentiment --algo rloo      # RLOO: 4 completions per prompt, no critic
+    python -m rlhf_scratch.train sentiment --algo online_dpo --judge vader
+    python -m rlhf_scratch.train sentiment --prompts rt     # review openings instead of one prefix
+    python -m rlhf_scratch.train sentiment --preset gpt2    # the blog's GPT-2 + distilbert-imdb
+
+Every field of the algorithm's args is a flag (`--kl-coef 1.0`, `--no-prepend-bos`, …);
+`--algo rloo --help` lists RLOO's. A bad value stops the run at start with one line naming the
+field, before torch is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+
+from rlhf_scratch.config import PRESETS, TASKS, CommonArgs, ConfigError, args_class, preset_values, registry
+from rlhf_scratch.config.cli import flag_of, given_fields, parse_dataclass
+from rlhf_scratch.controller.command import main_controller, split_controller_flags
+
+PROG = "python -m rlhf_scratch.train"
+
+# Fields a resumed run may change; any other flag must agree with the saved config.
+RESUMABLE = ("total_phases", "save_every", "keep_checkpoints", "table_every", "plot_every", "threads", "wandb", "device")
+
+
+def description(algo: str) -> str:
+    """The --help text above the flags: what the command does, its two forms, the presets — short
+    paragraphs (tyro keeps each one as a paragraph)."""
+    cls = args_class(algo)
+    gpt2 = ", ".join(f"{k}={v[algo] if isinstance(v, dict) else v}" for k, v in preset_values("gpt2", cls).items())
+    return "\n\n".join([
+        f"RLHF of a language model toward the reward of TASK: {PROG} TASK [--FIELD VALUE ...]. "
+        f"This is --algo {algo}: {cls.__doc__.strip()}",
+        f"TASK is {', '.join(TASKS)}; --algo is one of {', '.join(registry.names())} (default ppo; "
+        "each has its own flags: --algo ALGO --help).",
+        f"To continue an interrupted run: {PROG} --resume RUN_DIR (only "
+        f"{', '.join(flag_of(f) for f in RESUMABLE)} may be given with it).",
+        f"--preset tiny (default) or gpt2; gpt2 sets {gpt2}.",
+    ])
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """The pre-scan for --algo/--resume/--preset: a usage error is one line, exit code 2."""
+
+    def error(self, message: str):
+        raise ConfigError(message)
+
+
+def parse_dispatch(argv: list[str]) -> tuple[str | None, str | None, str | None, list[str]]:
+    """--algo, --resume and --preset, read before the algorithm's command line is parsed (they
+    decide which dataclass and which defaults it is parsed into), and the rest of argv for it,
+    with the positional TASK turned into --task and the tri-state --[no-]stop-at-eos spelled out."""
+    pre = _OneLineParser(add_help=False)
+    for flag in ("--algo", "--resume", "--preset"):
+        pre.add_argument(flag, default=None)
+    known, rest = pre.parse_known_args(argv)
+    positional = [i for i, token in enumerate(rest) if not token.startswith("-")
+                  and (i == 0 or not rest[i - 1].startswith("--") or "=" in rest[i - 1] or _is_switch(rest[i - 1]))]
+    if positional:  # the first bare word is the task
+        i = positional[0]
+        rest = rest[:i] + ["--task", rest[i]] + rest[i + 1:]
+    rest = [{"--stop-at-eos": "--stop-at-eos=True", "--no-stop-at-eos": "--stop-at-eos=False"}.get(t, t) for t in rest]
+    return known.algo, known.resume, known.preset, rest
+
+
+def _is_switch(token: str) -> bool:
+    """Whether a flag takes no value (a boolean field's --x / --no-x, or --help)."""
+    name = token[2:].removeprefix("no-").replace("-", "_")
+    return token in ("-h", "--help") or any(
+        f.name == name and f.type in ("bool", bool) for algo in registry.names()
+        for f in dataclasses.fields(args_class(algo)))
+
+
+def parse_args(argv: list[str]) -> tuple[CommonArgs, str | None]:
+    """The run's validated args and the run folder to resume (None for a new run)."""
+    algo, resume, preset, rest = parse_dispatch(argv)
+    if resume is not None:
+        from rlhf_scratch.engine.runs import load_args  # reads config.json only
+
+        saved = load_args(resume)
+        if algo is not None and algo != saved.algo:
+            raise ConfigError(f"resume: --algo {algo} conflicts with the run's saved algo {saved.algo}")
+        if preset is not None:
+            rest += ["--preset", preset]
+        args = parse_dataclass(type(saved), rest, default=saved, prog=PROG, description=description(saved.algo),
+                               aliases=type(saved).FLAG_ALIASES)
+        for name, value in given_fields(args, saved).items():
+            if name not in RESUMABLE:
+                allowed = ", ".join(flag_of(f) for f in RESUMABLE)
+                raise ConfigError(f"resume: {flag_of(name)} {value} conflicts with the run's saved "
+                                  f"{name}={getattr(saved, name)!r} (only {allowed} may change)")
+        return args.validate(), resume
+    algo, preset = algo or "ppo", preset or "tiny"
+    cls = args_class(algo)
+    if preset not in PRESETS:
+        raise ConfigError(f"preset: must be one of {', '.join(PRESETS)}; got {preset!r}")
+    default = cls(preset=preset, task="", **preset_values(preset, cls))
+    try:
+        args = parse_dataclass(cls, rest, default=default, prog=PROG, description=description(algo),
+                               aliases=cls.FLAG_ALIASES)
+    except ConfigError as e:
+        raise ConfigError(other_algorithm_hint(str(e), algo)) from None
+    if args.task == "":
+        raise ConfigError(f"task: required, one of {', '.join(TASKS)} (or --resume RUN_DIR)")
+    return args.validate(), None
+
+
+def other_algorithm_hint(message: str, algo: str) -> str:
+    """An unknown flag that another algorithm has: say which (`--judge` is Online DPO's)."""
+    if not message.startswith("unrecognized arguments: "):
+        return message
+    flags = [t.split("=")[0] for t in message.split(": ", 1)[1].split() if t.startswith("--")]
+    for flag in flags:
+        aliased = [a for a in registry.names() if a != algo and flag in args_class(a).FLAG_ALIASES]
+        if aliased and args_class(aliased[0]).FLAG_ALIASES[flag] != flag and \
+                args_class(aliased[0]).FLAG_ALIASES[flag].removeprefix("--").replace("-", "_") in args_class(algo).__dataclass_fields__:
+            target = args_class(aliased[0]).FLAG_ALIASES[flag]
+            return f"{message} ({flag} is --algo {aliased[0]}'s name for {target}; here: {target})"
+        owners = [a for a in registry.names() if a != algo
+                  and flag.removeprefix("--").removeprefix("no-").replace("-", "_") in args_class(a).__dataclass_fields__]
+        if owners:
+            return f"{message} ({flag} is an option of --algo {' / --algo '.join(owners)}, not of {algo})"
+    return message
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        controller, argv = split_controller_flags(argv)  # --controller ray: the single controller (controller/)
+        args, resume = parse_args(argv)
+        algo = args.algo
+    except ConfigError as e:  # RunFolderError is one too
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help (0)
+        return int(e.code or 0)
+    if controller.controller == "ray":
+        return main_controller(args, resume, controller)
+
+    from pathlib import Path
+
+    from rlhf_scratch.engine import distributed
+    from rlhf_scratch.engine.loop import TrainingStopped, run_training
+    from rlhf_scratch.engine.runs import check_new_run_dir, finished_summary
+    from rlhf_scratch.models.loading import HubUnreachableError
+
+    rank0 = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0 (or no torchrun): the one that prints
+    run_dir = Path(resume) if resume is not None else None
+    finished = False
+    try:
+        if resume is not None:
+            refuse_unresumable(resume, args)  # before the models load
+        elif rank0:  # (under torchrun rank 0 creates it)
+            check_new_run_dir(args.run_dir)  # before the models load: refuse to overwrite at once
+        trainer = registry.get(algo).trainer_class()(args)  # run setup: models, prompts, reward
+        run_dir = run_training(trainer, run_dir, trainer.quiet, resume=resume is not None)  # the phase loop
+        finished = True
+    except (ValueError, OSError, HubUnreachableError) as e:  # ConfigError, RunFolderError, PromptError, ...
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        for note in getattr(e, "__notes__", []) if rank0 else []:  # a run that failed: what to do next
+            print(note, file=sys.stderr)
+        return 2
+    except TrainingStopped as e:
+        if rank0:
+            print(e, file=sys.stderr)  # ends with the resume command
+        return e.exit_code
+    finally:
+        distributed.destroy(finished)
+    if rank0:
+        print(finished_summary(run_dir))
+    return 0
+
+
+def refuse_unresumable(run_dir: str, args: CommonArgs) -> None:
+    """One line, before any model loads, if `--resume run_dir` cannot work: a live process is
+    training it, it stopped before its first checkpoint (the line says how to start it over), or a
+    Python reward function (or judge) rewarded it, which the command line cannot rebuild."""
+    from pathlib import Path
+
+    from rlhf_scratch.engine.runs import (
+        cli_can_rebuild,
+        describe_rewarded_by,
+        list_checkpoints,
+        load_rewarded_by,
+        next_step,
+        read_status,
+        start_over_hint,
+    )
+
+    status = read_status(run_dir)
+    if status["status"] == "running":
+        raise ConfigError(f"resume: {run_dir}: {next_step(run_dir, status)}")
+    if not list_checkpoints(Path(run_dir)):
+        raise ConfigError(f"resume: {run_dir} has no checkpoint: {start_over_hint(run_dir)}")
+    rewarded = load_rewarded_by(run_dir)
+    if not cli_can_rebuild(rewarded, args):
+        raise ConfigError(f"resume: {run_dir} was rewarded by {describe_rewarded_by(rewarded)}, which the command "
+                          f"line cannot rebuild; resume it from Python with the same function: "
+                          f"{registry.get(args.algo).trainer_class().__name__}(load_args({run_dir!r}), reward_fn=...).train({run_dir!r}, "
+                          "resume=True)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

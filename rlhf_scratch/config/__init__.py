@@ -1,0 +1,716 @@
+"""One config dataclass per algorithm, the fields they share, the presets, and validation.
+
+    CommonArgs           what to train, the rollout (prompts, sampling, EOS), optimisation, output
+    ├── RLHFArgs         PPO with the blog's names (value head, clipped surrogate, KL penalty)
+    ├── GroupArgs        G completions per prompt, a clipped ratio, β (TRL's names)
+    │   ├── RLOOArgs     RLOO: the leave-one-out baseline, the KL folded into the reward
+    │   └── GRPOArgs     GRPO: group-relative advantages, loss_type (TRL's eight), scale_rewards, importance_sampling_level
+    └── OnlineDPOArgs    Online DPO with TRL's names (beta, loss_type, judge)
+
+Presets fill in the model, the reward model and the hyper-parameters that suit them; anything
+given on the command line wins over the preset. `validate()` is called once at start and fails
+with one line naming the field and the rule. This module imports nothing heavy (no torch), so a
+bad flag is answered at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from rlhf_scratch.config import registry
+
+TASKS = ("sentiment", "vader", "periods", "first_token")
+DIRECTIONS = ("pos", "neg")
+KV_CACHES = ("auto", "static", "transformer_lens")
+CHAT_TEMPLATES = ("auto", "none")
+ADVANTAGES = ("one_step", "gae")
+KL_ESTIMATORS = ("full", "k2")  # RLHFArgs.kl_estimator: the blog's full-vocabulary KL, or k2 at the sampled token
+DPO_LOSS_TYPES = ("sigmoid", "ipo")
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's eight
+SCALE_REWARDS = ("group", "batch", "none")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+JUDGES = ("tiny", "vader")
+LORA_TARGETS = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")  # the block weights LoRA can adapt (lora.LAYOUTS)
+SCORED_BY = {"vader": "VADER", "periods": "counting periods", "first_token": "its first token"}
+"""What scores each task that reads no reward model (a refused --reward-model names it)."""
+PROMPT_PREFIX = "prefix"  # --prompts prefix: every sample continues args.prefix (the blog)
+
+
+class ConfigError(ValueError):
+    """A bad config value; its message is one line naming the field and the rule."""
+
+
+def _check(ok: bool, name: str, rule: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}: {rule}")
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+SEED_MAX = 2**32 - 1
+"""The largest seed a run takes: numpy's `np.random.seed` (torch's and random's take more)."""
+
+
+def check_seed(seed: int, name: str = "seed") -> None:
+    """A seed every RNG a run seeds accepts, 0..SEED_MAX; else one line naming `name` (a study's
+    `seeds` says it before any run starts)."""
+    _check(seed >= 0, name, f"must be >= 0; got {seed}")
+    _check(seed <= SEED_MAX, name, f"must be at most {SEED_MAX} (numpy's seed range); got {seed}")
+
+
+def _type_error(value: object, hint: object) -> str | None:
+    """What is wrong with `value` as a field typed `hint` (None: nothing), judged as the command
+    line's parser types it: an int field takes an int (not a bool), a float field an int or a float,
+    `X | None` also None, a Literal one of its values."""
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        errors = [_type_error(value, h) for h in typing.get_args(hint)]
+        return None if None in errors else " or ".join(e.removeprefix("must be ") for e in errors).join(["must be ", ""])
+    if typing.get_origin(hint) is Literal:
+        choices = typing.get_args(hint)
+        return None if value in choices else f"must be one of {', '.join(map(str, choices))}"
+    if hint is type(None):
+        return None if value is None else "null"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    ok = {bool: isinstance(value, bool), int: isinstance(value, int) and not isinstance(value, bool),
+          float: isinstance(value, (int, float)) and not isinstance(value, bool), str: isinstance(value, str)}
+    return None if ok.get(hint, True) else f"must be {names[hint]}"
+
+
+@dataclass
+class CommonArgs:
+    """The fields every algorithm shares."""
+
+    ALGO: ClassVar[str] = ""
+    FLAG_ALIASES: ClassVar[dict[str, str]] = {}
+    """Other spellings of a flag on the command line (`--kl-coef` for PPO's `--beta`, the blog's name)."""
+
+    # --- what to train ---------------------------------------------------------------------
+    task: str = "sentiment"
+    """Reward: `sentiment` (learned classifier), `vader` (lexicon sentiment), `periods` (count '.') or
+    `first_token` (right/wrong: 1 if the first generated token is one of a fixed set, blind to length)."""
+    preset: str = "tiny"
+    """`tiny` (shipped offline LM + classifier) or `gpt2` (GPT-2 + lvwerra/distilbert-imdb, the blog's setup)."""
+    model: str = "tiny"
+    """Policy to tune: `tiny`, a TransformerLens pretrained name (e.g. `gpt2`) or a local HF folder of GPT-2, Pythia, Llama, Qwen2 or Gemma (docs/models.md)."""
+    reward_model: str = "tiny"
+    """What scores task `sentiment`: a classifier (`tiny`, a Hub id, a local folder; label 1 = positive)
+    or a reward model — a `python -m rlhf_scratch.reward_model` run folder or its export (its scalar
+    is the reward). A local path is recorded absolute, with a hash of its weights checked on resume."""
+    direction: str = "pos"
+    """`pos` rewards positive sentiment, `neg` negative (tasks `sentiment` and `vader`)."""
+    seed: int = 1
+    """Seeds torch, numpy and random once at start (and the prompt shuffle)."""
+    device: str = "auto"
+    """`auto` (cuda if available, else cpu), `cpu` or `cuda`."""
+    threads: int = 1
+    """torch CPU threads (0 = torch's default, one per core). 1 by default: the tiny model's
+    matrices gain little from a second thread, and on a CPU another process is using, extra
+    threads made phases 20-30x slower (docs/speed.md, "Threads")."""
+    compile: bool = False
+    """torch.compile the policy's forward in the learning phase (generation and scoring stay
+    eager). The first phase pays for compiling (about 40 s on a 2-core CPU); see docs/speed.md."""
+    bf16: bool = False
+    """bfloat16 autocast on the learning phase's forward (weights, optimizer and log-softmaxes stay
+    float32). Meant for GPUs; on a CPU it is slower."""
+    kv_cache: str = "auto"
+    """KV cache for sampling: `static` (preallocated, one fixed-shape step per token; CUDA-graphed on
+    a GPU), `transformer_lens` (TransformerLens' own, growing by concatenation), or `auto`: the
+    static cache where the model allows it (GPT-2-style blocks, no hooks), else TransformerLens'.
+    The same tokens either way (tested); see docs/speed.md."""
+    cuda_graph: bool = True
+    """On a GPU, replay the static cache's decode step as a captured CUDA graph (one launch per
+    token). On by default: it ran on an H100 on 2026-11-27 and sampled the same tokens as the
+    uncaptured step, generation 3.1× faster (docs/speed.md). Nothing to do on a CPU, or where the
+    static cache cannot run the model (then the run says so once); --no-cuda-graph turns it off."""
+    chunk_logits: int = -1
+    """Most logits (positions × d_vocab) made at once when scoring and learning (`token_terms`): in
+    the learning phase each chunk is recomputed in backward instead of kept, so memory grows with
+    the chunk, not with minibatch × vocabulary. 0: every position at once, kept for backward (no
+    recomputation). -1 (auto): 2**21 on a CPU (8 MiB of float32), 2**27 on a GPU (512 MiB), where
+    small chunks leave the chip idle (docs/speed.md, "On a GPU")."""
+
+    # --- phases and batches ----------------------------------------------------------------
+    total_phases: int = 100
+    """Rollout + learning phases to run."""
+    batch_size: int = 64
+    """Completions generated per rollout phase (all prompts x all generations per prompt)."""
+    num_minibatches: int = 4
+    """Minibatches each pass over the batch is split into (one optimizer step each); must divide batch_size."""
+
+    # --- optimisation ----------------------------------------------------------------------
+    base_lr: float = 1e-4
+    """AdamW learning rate of the transformer."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+    warmup_steps: int = 10
+    """Phases of linear learning-rate warmup from 0 to 1 (times the learning rate)."""
+    final_scale: float = 0.1
+    """Learning-rate multiplier reached by linear decay at the last phase."""
+
+    # --- LoRA (docs/lora.md) ---------------------------------------------------------------
+    lora_rank: int = 0
+    """Train low-rank adapters instead of the whole LM (`lora.py`): ΔW = (α/r)·B·A of rank r on each of
+    --lora-targets in every block, the rest frozen; the reference is then the policy with its adapters
+    off (no second model). 0 (default): full fine-tuning."""
+    lora_alpha: float = 32.0
+    """α of the adapters' scale α/r. Fixed, not tied to r: with B = 0 at the start, the first steps then
+    move ΔW by about as much at every rank, so one learning rate suits every r (docs/lora.md)."""
+    lora_targets: str = "W_Q,W_K,W_V,W_O,W_in,W_out"
+    """The weights of every block given adapters, comma-separated, from W_Q, W_K, W_V, W_O (attention)
+    and W_in, W_out (MLP). Default all six: adapting the MLPs as well as attention is what brings LoRA
+    close to full fine-tuning (QLoRA, Dettmers et al. 2023; Schulman et al. 2025, "LoRA Without Regret")."""
+
+    # --- the rollout -----------------------------------------------------------------------
+    prompts: str = PROMPT_PREFIX
+    """Prompt source: `prefix` (every sample continues --prefix, the blog), `rt` (review openings
+    from the Rotten Tomatoes train split), a local .txt (one per line) or .jsonl (`prompt` field)
+    file, or a Hugging Face dataset id or folder with a `prompt` column."""
+    prefix: str = "This movie was really"
+    """The prompt every sample continues when --prompts is `prefix`."""
+    prepend_bos: bool = True
+    """Prepend <|endoftext|> to each prompt (plain-text prompts only: a chat template writes its own
+    special tokens, see --chat-template)."""
+    chat_template: Literal["auto", "none"] = "auto"
+    """How a prompt is given to the model. `auto`: when the model's tokenizer has a chat template
+    (an instruct model's), each prompt p is rendered as one user turn followed by the assistant's
+    opening, `apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)`,
+    and tokenized as rendered (no --prepend-bos: the template writes the BOS where its model wants
+    one); without a template (tiny, GPT-2), plain text. `none`: plain text always. The reward, the
+    logs and samples.md still see the plain prompt and the completion's own text."""
+    gen_len: int = 30
+    """New tokens generated per sample (the most, with stop_at_eos)."""
+    temperature: float = 1.0
+    """Sampling temperature (> 0)."""
+    top_k: int = 10
+    """Sample from the top-k tokens only (0 = all). 10 is the blog's, kept for PPO; the TRL algorithms
+    default to TRL's 0: top-k sampling scored with the full softmax biases the policy gradient
+    (docs/fidelity.md, "Top-k")."""
+    top_p: float = 1.0
+    """Sample from the nucleus only: the most likely tokens whose probability (after temperature and
+    top-k) first reaches top_p (TRL's `top_p`, applied as transformers' TopPLogitsWarper). 1.0, TRL's
+    default: every token. Like top-k, a nucleus scored with the full softmax biases the policy gradient
+    (docs/fidelity.md, "Top-k")."""
+    stop_at_eos: bool | None = None
+    """End a completion at its first EOS (the rest is padding, masked out of every term). Default:
+    off for --prompts prefix (the blog's fixed-length samples), on for prompt datasets (a review
+    opening is completed into one review, not run on into the next)."""
+    missing_eos_penalty: float | None = None
+    """Subtract this from the reward of a completion that never produced EOS (TRL's option)."""
+
+    # --- early stopping --------------------------------------------------------------------
+    early_stopping: bool = False
+    """Stop when the phase KL stays above kl_threshold (or reward above reward_threshold)."""
+    patience: int = 5
+    """Consecutive bad phases tolerated before stopping."""
+    kl_threshold: float = 2.0
+    """Per-phase mean KL (nats per token) above which a phase counts as bad."""
+    reward_threshold: float | None = None
+    """Optional: stop once the windowed mean reward reaches this."""
+    window_size: int = 10
+    """Phases averaged by the reward threshold."""
+
+    # --- output ----------------------------------------------------------------------------
+    run_dir: str | None = None
+    """Run folder; default runs/<task>-<direction>-<algo>-<timestamp>. An existing non-empty folder is refused."""
+    wandb: bool = False
+    """Log one point per phase to Weights & Biases (offline mode without network)."""
+    wandb_project: str = "rlhf_scratch"
+    """W&B project name."""
+    table_every: int = 10
+    """Print the blog's sample table every this many phases (and at the first and last); between
+    tables the console shows one phase bar with reward and KL (samples.md keeps the same tables)."""
+    plot_every: int = 10
+    """Redraw curves.png every this many phases (and at the first and last): a plot costs about as
+    much as a tenth of a tiny phase, so not every phase."""
+    save_model: bool = True
+    """Save the tuned policy to the run folder at the end."""
+    save_every: int = 10
+    """Write a checkpoint (weights, optimizer, RNG, prompt position, ...) every this many phases and
+    at the end; 0 = only at the end (and on Ctrl-C / SIGTERM)."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints to keep."""
+    max_skipped_steps: int = 3
+    """Stop (with a checkpoint from before the fault) after this many optimizer steps in a row were
+    skipped for a non-finite loss or gradient norm."""
+
+    # ---------------------------------------------------------------------------------------
+    @property
+    def algo(self) -> str:
+        return self.ALGO
+
+    def validate(self) -> "CommonArgs":
+        """Check every field; raise ConfigError with one line naming the first bad one."""
+        _check(self.task in TASKS, "task", f"must be one of {', '.join(TASKS)}; got {self.task!r}")
+        _check(self.preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}; got {self.preset!r}")
+        _check(self.direction in DIRECTIONS, "direction", f"must be 'pos' or 'neg'; got {self.direction!r}")
+        _check(self.chunk_logits >= -1, "chunk_logits", f"must be >= 0 (0 = no chunking) or -1 (auto); got {self.chunk_logits}")
+        _check(self.kv_cache in KV_CACHES, "kv_cache", f"must be one of {', '.join(KV_CACHES)}; got {self.kv_cache!r}")
+        _check(self.chat_template in CHAT_TEMPLATES, "chat_template",
+               f"must be one of {', '.join(CHAT_TEMPLATES)}; got {self.chat_template!r}")
+        _check(self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:"),
+               "device", f"must be auto, cpu, cuda[:N] or mps; got {self.device!r}")
+        check_seed(self.seed)
+        _check(self.threads >= 0, "threads", f"must be >= 0 (0 = torch's default); got {self.threads}")
+        _check(self.save_every >= 0, "save_every", f"must be >= 0 (0 = only at the end); got {self.save_every}")
+        for name in self._positive_ints():
+            _check(getattr(self, name) >= 1, name, f"must be >= 1; got {getattr(self, name)}")
+        for name in self._nonnegative_floats():
+            value = getattr(self, name)
+            _check(_finite(value) and value >= 0, name, f"must be a finite number >= 0; got {value}")
+        _check(self.top_k >= 0, "top_k", f"must be >= 0 (0 = the whole vocabulary); got {self.top_k}")
+        _check(self.lora_rank >= 0, "lora_rank", f"must be >= 0 (0 = full fine-tuning); got {self.lora_rank}")
+        _check(_finite(self.lora_alpha) and self.lora_alpha > 0, "lora_alpha", f"must be > 0; got {self.lora_alpha}")
+        targets = self.lora_target_names()
+        _check(bool(targets) and len(set(targets)) == len(targets) and set(targets) <= set(LORA_TARGETS), "lora_targets",
+               f"must be distinct names from {','.join(LORA_TARGETS)}, comma-separated; got {self.lora_targets!r}")
+        for name in ("lora_targets", "lora_alpha"):  # given without a rank, they would change nothing: a full fine-tune
+            _check(self.lora_rank > 0 or getattr(self, name) == self.__dataclass_fields__[name].default, name,
+                   f"needs --lora-rank R > 0 (0, the default, is full fine-tuning, which has no adapters); "
+                   f"got {name} {getattr(self, name)!r} with lora_rank 0")
+        _check(_finite(self.top_p) and 0 < self.top_p <= 1, "top_p", f"must be in (0, 1] (1 = every token); got {self.top_p}")
+        _check(self.batch_size % self.num_minibatches == 0, "batch_size",
+               f"must be divisible by num_minibatches ({self.batch_size} % {self.num_minibatches} != 0)")
+        _check(_finite(self.temperature) and self.temperature > 0, "temperature", f"must be > 0; got {self.temperature}")
+        _check(self.final_scale <= 1, "final_scale", f"must be <= 1; got {self.final_scale}")
+        _check(_finite(self.kl_threshold) and self.kl_threshold > 0, "kl_threshold", f"must be > 0; got {self.kl_threshold}")
+        _check(self.reward_threshold is None or _finite(self.reward_threshold), "reward_threshold",
+               f"must be a finite number; got {self.reward_threshold}")
+        _check(self.missing_eos_penalty is None or (_finite(self.missing_eos_penalty) and self.missing_eos_penalty >= 0),
+               "missing_eos_penalty", f"must be a finite number >= 0; got {self.missing_eos_penalty}")
+        _check(self.task == "sentiment" or self.reward_model == PRESETS[self.preset]["reward_model"], "reward_model",
+               f"only task sentiment reads a reward model; task {self.task} is scored by "
+               f"{SCORED_BY.get(self.task)}: drop --reward-model, or use task sentiment")
+        _check(self.prompts != "", "prompts", "must name a source: prefix, rt, a .txt/.jsonl file or a dataset")
+        _check(self.prompts != PROMPT_PREFIX or self.prefix != "" or self.prepend_bos, "prefix",
+               "must be non-empty when prepend_bos is False (generation needs at least one token)")
+        return self
+
+    def _positive_ints(self) -> tuple[str, ...]:
+        return ("total_phases", "batch_size", "num_minibatches", "gen_len", "window_size", "patience", "table_every", "plot_every",
+                "keep_checkpoints", "max_skipped_steps")
+
+    def _nonnegative_floats(self) -> tuple[str, ...]:
+        return ("base_lr", "max_grad_norm", "warmup_steps", "final_scale")
+
+    def with_local_paths_resolved(self) -> "CommonArgs":
+        """These args with every local path they name made absolute (`model`, `reward_model`, a
+        prompts file or folder), so that a run folder's config means the same files wherever it is
+        resumed from. Names that are not local paths (`tiny`, `rt`, a Hub id) are left as they are."""
+        special = {"model": ("tiny",), "reward_model": ("tiny",), "prompts": (PROMPT_PREFIX, "rt")}
+        resolved = {}
+        for name, keep in special.items():
+            value = getattr(self, name)
+            path = Path(value).expanduser()
+            if value not in keep and path.exists():
+                resolved[name] = str(path.resolve())
+        return dataclasses.replace(self, **resolved) if resolved else self
+
+    def lora_target_names(self) -> tuple[str, ...]:
+        """--lora-targets as names: "W_Q, W_V" -> ("W_Q", "W_V")."""
+        return tuple(name.strip() for name in self.lora_targets.split(",") if name.strip())
+
+    def eos_stops(self) -> bool:
+        """Whether completions end at their first EOS (`stop_at_eos`, or its per-source default)."""
+        if self.stop_at_eos is not None:
+            return self.stop_at_eos
+        return self.prompts != PROMPT_PREFIX
+
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    def logits_per_chunk(self, device: str) -> int:
+        """--chunk-logits as the run uses it on `device`: the number given, or for -1 (auto)
+        2**21 on a CPU (`vocab_terms.LOGITS_PER_CHUNK`) and 2**27 on a GPU."""
+        if self.chunk_logits >= 0:
+            return self.chunk_logits
+        return 2**27 if str(device).startswith("cuda") else 2**21
+
+    def samples_per_group(self) -> int:
+        """Completions of one prompt that must stay on one rank (RLOO's G, DPO's pair)."""
+        return 1
+
+    def check_world_size(self, world_size: int) -> None:
+        """Under torchrun each of `world_size` ranks takes batch_size / world_size samples — whole
+        prompt groups — and cuts them into num_minibatches minibatches."""
+        if world_size == 1:
+            return
+        group = self.samples_per_group()
+        _check(self.batch_size % (world_size * group) == 0, "batch_size",
+               f"must divide by processes × completions per prompt = {world_size} × {group} to split over "
+               f"{world_size} processes; got {self.batch_size}")
+        local = self.batch_size // world_size
+        _check(local % self.num_minibatches == 0, "num_minibatches",
+               f"each of {world_size} processes has {local} samples, not divisible by num_minibatches "
+               f"{self.num_minibatches} (batch_size must divide by processes × num_minibatches)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"algo": self.ALGO, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "CommonArgs":
+        """Rebuild from a saved config (CommonArgs.from_dict: the class its `algo` registers);
+        an unknown key, or a value of another type than the command line would give the field
+        (`"batch_size": "sixty-four"`), is an error naming that key. Renamed fields of older run
+        folders are read under their new names (`RENAMED`). Not validated: `validate()` is next."""
+        values = dict(values)
+        algo = values.pop("algo", cls.ALGO or "ppo")
+        target = args_class(algo) if cls is CommonArgs else cls
+        _check(target.ALGO == algo, "algo", f"is {algo!r}, but {target.__name__} is for {target.ALGO!r}")
+        for old, new in target.RENAMED.items():
+            if old in values:
+                values[new] = values.pop(old)
+        names = {f.name for f in dataclasses.fields(target)}
+        hints = typing.get_type_hints(target)
+        for key, value in values.items():
+            _check(key in names, key, f"is not an {target.__name__} field")
+            error = _type_error(value, hints[key])
+            _check(error is None, key, f"{error}; got {value!r}")
+        return target(**values)
+
+    RENAMED: ClassVar[dict[str, str]] = {}
+    """Fields renamed since older run folders were written: old name -> new name."""
+
+
+@dataclass
+class RLHFArgs(CommonArgs):
+    """PPO, the blog's algorithm: a value head, the clipped surrogate, an explicit KL penalty."""
+
+    ALGO: ClassVar[str] = "ppo"
+    FLAG_ALIASES: ClassVar[dict[str, str]] = {"--kl-coef": "--beta"}
+    RENAMED: ClassVar[dict[str, str]] = {"kl_coef": "beta"}
+
+    batches_per_learning_phase: int = 2
+    """How many times the rollout batch is reshuffled and trained on per phase (PPO epochs)."""
+    head_lr: float = 5e-4
+    """AdamW learning rate of the value head."""
+    clip_coef: float = 0.2
+    """ε of the clipped surrogate: ratios outside [1-ε, 1+ε] get no gradient."""
+    vf_coef: float = 0.15
+    """Weight of the value-function loss."""
+    ent_coef: float = 0.001
+    """Weight of the entropy bonus."""
+    beta: float = 0.1
+    """β of the KL(π‖π_ref) penalty (the initial β when adaptive_kl is on). The blog calls it
+    `kl_coef`: `--kl-coef` is the same flag."""
+    detach_value_head: bool = True
+    """If True (the blog's final code) value-loss gradients stop at the value head; if False
+    (ARENA) they also train the trunk."""
+    kl_estimator: str = "full"
+    """How the KL(π‖π_ref) term is taken at each completion position: `full` (the blog's, over the
+    whole vocabulary: Σ_v π(v) (log π(v) − log π_ref(v))) or `k2` (½ (log π(o_t) − log π_ref(o_t))² at
+    the sampled token only, `calc_k2_kl`). Their expected gradients are equal (docs/exact.md computes
+    both exactly); k2's is noisier (4.4× the variance there) and skips the reference's unembedding in
+    the learning phase (docs/speed.md)."""
+    cache_ref_logprobs: bool = True
+    """Keep the reference's final normalised residual ĥ_ref from the rollout for the KL term
+    (batch × gen_len × d_model floats: 1 MB on the tiny preset, 6 MB for GPT-2 at batch 64; the
+    KL unembeds it a chunk at a time) instead of a reference forward per minibatch;
+    --no-cache-ref-logprobs runs the forward instead."""
+    advantage: str = "one_step"
+    """`one_step` (the blog's A_t = V(s_{t+1}) - V(s_t), reward at the last step) or `gae`."""
+    gamma: float = 1.0
+    """Discount for GAE."""
+    gae_lambda: float = 0.95
+    """λ for GAE."""
+    normalize_reward: bool = True
+    """Normalize each batch's rewards to mean 0, std 1 before the advantages."""
+    adaptive_kl: bool = False
+    """Adapt β toward target_kl (Ziegler et al. 2019 controller)."""
+    target_kl: float = 0.5
+    """Target of the adaptive controller: mean per-token KL(π‖π_ref) of a rollout, in nats."""
+    kl_horizon: int = 10000
+    """Horizon (in samples) of the adaptive KL controller."""
+
+    def validate(self) -> "RLHFArgs":
+        super().validate()
+        _check(self.advantage in ADVANTAGES, "advantage", f"must be one of {', '.join(ADVANTAGES)}; got {self.advantage!r}")
+        _check(self.kl_estimator in KL_ESTIMATORS, "kl_estimator",
+               f"must be one of {', '.join(KL_ESTIMATORS)}; got {self.kl_estimator!r}")
+        _check(_finite(self.clip_coef) and 0 < self.clip_coef < 1, "clip_coef", f"must be in (0, 1); got {self.clip_coef}")
+        _check(0 <= self.gamma <= 1, "gamma", f"must be in [0, 1]; got {self.gamma}")
+        _check(0 <= self.gae_lambda <= 1, "gae_lambda", f"must be in [0, 1]; got {self.gae_lambda}")
+        _check(_finite(self.target_kl) and self.target_kl > 0, "target_kl", f"must be > 0; got {self.target_kl}")
+        # Advantages are normalised per minibatch: one token has no std (NaN advantages).
+        tokens = self.minibatch_size() * self.gen_len
+        _check(tokens >= 2, "batch_size",
+               f"a minibatch must hold at least 2 tokens to normalise advantages; batch_size / num_minibatches "
+               f"x gen_len = {self.minibatch_size()} x {self.gen_len} = {tokens}")
+        return self
+
+    def _positive_ints(self) -> tuple[str, ...]:
+        return super()._positive_ints() + ("batches_per_learning_phase", "kl_horizon")
+
+    def _nonnegative_floats(self) -> tuple[str, ...]:
+        return super()._nonnegative_floats() + ("head_lr", "vf_coef", "ent_coef", "beta")
+
+
+@dataclass
+class GroupArgs(CommonArgs):
+    """What the group-sampling algorithms share (RLOO, GRPO): G completions per prompt, passes over
+    the batch, a clipped ratio and β. Each sets its own defaults and says what β weighs."""
+
+    num_generations: int = 4
+    """G: completions per prompt (consecutive in the batch); batch_size must divide by it."""
+    num_iterations: int = 1
+    """Passes over each rollout batch. With 1, the ratio is 1 (the loss REINFORCE's) only on the first
+    minibatch; later minibatches are scored by a policy that has already stepped."""
+    epsilon_low: float = 0.2
+    """Lower clip of the ratio: 1 - epsilon_low."""
+    epsilon_high: float = 0.2
+    """Upper clip of the ratio: 1 + epsilon_high."""
+    beta: float = 0.0
+    """β of the KL to the reference."""
+
+    def samples_per_group(self) -> int:
+        return self.num_generations
+
+    def validate(self) -> "GroupArgs":
+        super().validate()
+        _check(self.num_generations >= 2, "num_generations",
+               f"must be >= 2 (a group of one has no baseline); got {self.num_generations}")
+        _check(self.batch_size % self.num_generations == 0, "batch_size",
+               f"must be divisible by num_generations ({self.batch_size} % {self.num_generations} != 0)")
+        _check(_finite(self.epsilon_low) and 0 < self.epsilon_low < 1, "epsilon_low", f"must be in (0, 1); got {self.epsilon_low}")
+        _check(_finite(self.epsilon_high) and self.epsilon_high > 0, "epsilon_high", f"must be > 0; got {self.epsilon_high}")
+        return self
+
+    def _positive_ints(self) -> tuple[str, ...]:
+        return super()._positive_ints() + ("num_generations", "num_iterations")
+
+    def _nonnegative_floats(self) -> tuple[str, ...]:
+        return super()._nonnegative_floats() + ("beta",)
+
+
+@dataclass
+class RLOOArgs(GroupArgs):
+    """RLOO (Ahmadian et al. 2024): G completions per prompt, leave-one-out baseline, no critic."""
+
+    ALGO: ClassVar[str] = "rloo"
+
+    num_generations: int = 4
+    """G: completions per prompt (consecutive in the batch); batch_size must divide by it. 4, not TRL's
+    2: at the same batch the leave-one-out baseline averages G − 1 = 3 other rewards instead of 1, so
+    the advantage's variance is σ²·G/(G − 1) = 1.33 σ² instead of 2 σ² (docs/fidelity.md, "RLOO's G")."""
+    num_iterations: int = 1
+    """Passes over each rollout batch. With 1, the ratio is 1 (plain REINFORCE) only on the first
+    minibatch; later minibatches are scored by a policy that has already stepped."""
+    epsilon_low: float = 0.2
+    """Lower clip of the sequence ratio: 1 - epsilon_low."""
+    epsilon_high: float = 0.2
+    """Upper clip of the sequence ratio: 1 + epsilon_high."""
+    beta: float = 0.05
+    """β of the sequence-level KL folded into the reward: r <- R - β Σ_t (log π_old - log π_ref)."""
+    normalize_advantages: bool = False
+    """Whiten the advantages over the whole batch ((A - mean) / (std + 1e-4)); off as in TRL."""
+    top_k: int = 0
+    """Sample from the top-k tokens only (0 = all, TRL's default: see docs/fidelity.md, "Top-k")."""
+
+
+@dataclass
+class GRPOArgs(GroupArgs):
+    """GRPO (Shao et al. 2024), its length-bias fixes (Dr. GRPO, DAPO, GSPO, LUSPO) and its other
+    surrogates (CISPO, SAPO, VESPO), with TRL 1.16's names and defaults."""
+
+    ALGO: ClassVar[str] = "grpo"
+
+    num_generations: int = 8
+    """G: completions per prompt (consecutive in the batch); batch_size must divide by it. 8 as TRL:
+    the tiny preset's batch of 64 is then 8 prompts."""
+    num_iterations: int = 1
+    """Passes over each rollout batch (TRL's μ). With 1, every ratio is 1 (the loss REINFORCE-like) only on
+    the first minibatch; later minibatches are scored by a policy that has already stepped."""
+    steps_per_generation: int | None = None
+    """TRL's: the optimizer steps one generation batch (batch_size completions) is split into, each on
+    batch_size / steps_per_generation of them (TRL's per_device_train_batch_size × processes). TRL counts
+    per-device batches and steps every gradient_accumulation_steps of them; we have no accumulation
+    (TRL's default of 1), so here it is one number with num_minibatches, and giving it sets num_minibatches.
+    None: num_minibatches (4, ours: four off-policy steps per rollout). TRL's own None means
+    gradient_accumulation_steps, i.e. ONE on-policy step per generation batch: `--steps-per-generation 1`."""
+    epsilon_low: float = 0.2
+    """Lower clip of the ratio: 1 - epsilon_low (TRL's `epsilon`)."""
+    epsilon_high: float = 0.2
+    """Upper clip of the ratio: 1 + epsilon_high (DAPO's clip-higher recommends 0.28). Under loss_type
+    `cispo` it is ε_max, the cap of the weight itself (not 1 + it): ScaleRL recommends 5.0, and TRL's
+    default 0.2 then caps every weight at 0.2."""
+    delta: float | None = None
+    """Two-sided clipping (INTELLECT-2, TRL's `delta`): the unclipped side of the surrogate is capped
+    too, min(ρ, δ) A, so a token with A < 0 whose ratio ran away weighs at most δ. Clipped loss types
+    only (grpo, bnpo, dr_grpo, dapo, luspo). None (TRL's default): off. TRL recommends δ > 1 + epsilon_high."""
+    beta: float = 0.0
+    """β of the per-token k3 KL to the reference in the loss. 0 (TRL's default): no reference forward at all."""
+    use_bias_correction_kl: bool = True
+    """Weigh each token's k3 by the importance ratio ρ (unclipped, with its gradient), as TRL's default
+    (DeepSeek-V3.2): the KL term's gradient is then the unbiased one of KL(π‖π_ref) for tokens sampled
+    from π_old. Changes the gradient whenever beta > 0, even at ρ = 1; no effect at beta = 0."""
+    loss_type: str = "dapo"
+    """The per-token term and its aggregation (docs/grpo.md). Clipped surrogate, aggregated: `grpo`
+    (per-sequence mean, then mean: length-biased), `bnpo` (mean over the minibatch's tokens), `dr_grpo`
+    (sum / (sequences x gen_len)), `dapo` (sum / the generation batch's tokens), `luspo` (per-sequence sum,
+    then mean; meant with importance_sampling_level sequence). Other surrogates: `cispo` (clipped, detached
+    weight on log π; dapo's sum), `sapo` (a soft sigmoid gate instead of the clip; grpo's mean), `vespo`
+    (a Gamma-shaped, detached sequence weight on log π; dapo's sum)."""
+    scale_rewards: str = "group"
+    """Advantage scale: `group` (÷ the group's reward std), `batch` (÷ the whole batch's) or `none` (Dr. GRPO)."""
+    importance_sampling_level: str = "token"
+    """`token` (one ratio per token) or `sequence` (GSPO: one ratio per sequence, exp of the mean log-ratio)."""
+    sapo_temperature_pos: float = 1.0
+    """τ of SAPO's gate for tokens with A > 0: the term is (4/τ) σ(τ (ρ − 1)) A (TRL's default 1.0)."""
+    sapo_temperature_neg: float = 1.05
+    """τ of SAPO's gate for tokens with A <= 0 (TRL's default 1.05: a slightly sharper gate on the pushed-down side)."""
+    vespo_k_pos: float = 2.0
+    """k of VESPO's weight φ(w) = e^λ w^k e^(−λ w) for A >= 0: how hard a low sequence ratio w < 1 is down-weighted."""
+    vespo_lambda_pos: float = 3.0
+    """λ of VESPO's weight for A >= 0: how hard a high sequence ratio w > 1 is down-weighted."""
+    vespo_k_neg: float = 3.0
+    """k of VESPO's weight for A < 0 (TRL's default 3.0)."""
+    vespo_lambda_neg: float = 2.0
+    """λ of VESPO's weight for A < 0 (TRL's default 2.0)."""
+    mask_truncated_completions: bool = False
+    """Leave the completions that never produced EOS (cut at gen_len) out of the loss, as TRL (DAPO's
+    overlong filtering). They still count in their group's advantages. Needs completions that stop at
+    EOS (--stop-at-eos, or a prompt dataset)."""
+    entropy_coef: float = 0.0
+    """Weight of an entropy bonus (TRL's `entropy_coef`): J + entropy_coef · mean over kept tokens of
+    H[π] at each position, the same for every loss_type. 0 (TRL's default): off, and no entropy is computed."""
+    top_k: int = 0
+    """Sample from the top-k tokens only (0 = all, TRL's default)."""
+    measure_kl: bool = False
+    """With beta = 0, still run the reference forward each rollout, only to log rollout/kl_full_vocab
+    and eval/ref_logprob_per_token (a diagnostic, not in TRL; always on when beta > 0)."""
+
+    def __post_init__(self) -> None:
+        if self.steps_per_generation is not None:
+            # the two are one count here; num_minibatches left at its default takes steps_per_generation's value
+            _check(self.steps_per_generation >= 1, "steps_per_generation", f"must be >= 1; got {self.steps_per_generation}")
+            _check(self.num_minibatches in (self.steps_per_generation, CommonArgs.num_minibatches), "steps_per_generation",
+                   f"is num_minibatches under TRL's name (no gradient accumulation here): give one of them, or the same "
+                   f"value; got steps_per_generation {self.steps_per_generation}, num_minibatches {self.num_minibatches}")
+            self.num_minibatches = self.steps_per_generation
+
+    def validate(self) -> "GRPOArgs":
+        super().validate()
+        _check(self.loss_type in GRPO_LOSS_TYPES, "loss_type",
+               f"must be one of {', '.join(GRPO_LOSS_TYPES)}; got {self.loss_type!r}")
+        _check(self.scale_rewards in SCALE_REWARDS, "scale_rewards",
+               f"must be one of {', '.join(SCALE_REWARDS)}; got {self.scale_rewards!r}")
+        _check(self.importance_sampling_level in IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level",
+               f"must be one of {', '.join(IMPORTANCE_SAMPLING_LEVELS)}; got {self.importance_sampling_level!r}")
+        _check(self.delta is None or (_finite(self.delta) and self.delta > 1), "delta",
+               f"must be > 1 (a cap at or below 1 caps tokens that have not moved; TRL recommends > 1 + epsilon_high); "
+               f"got {self.delta}")
+        for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
+            value = getattr(self, name)
+            _check(_finite(value) and value > 0, name, f"must be > 0 (the gate divides by it); got {value}")
+        _check(not self.mask_truncated_completions or self.eos_stops(), "mask_truncated_completions",
+               "needs completions that stop at EOS (--stop-at-eos, or a prompt dataset): without a stop every "
+               "completion runs to gen_len and would be masked")
+        return self
+
+    def _nonnegative_floats(self) -> tuple[str, ...]:
+        return super()._nonnegative_floats() + ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
+                                                "entropy_coef")
+
+
+@dataclass
+class OnlineDPOArgs(CommonArgs):
+    """Online DPO (Guo et al. 2024): two completions per prompt, a reward model or judge picks the winner."""
+
+    ALGO: ClassVar[str] = "online_dpo"
+
+    temperature: float = 0.9
+    """Sampling temperature (> 0); 0.9 is TRL's OnlineDPOConfig default. Every log-prob of the pair is
+    taken at it too (TRL's online trainer scores at 1: docs/peer-check.md)."""
+    num_iterations: int = 1
+    """Passes over each batch of pairs."""
+    beta: float = 0.1
+    """β of the DPO loss: how strongly the log-ratio to the reference is pushed."""
+    loss_type: str = "sigmoid"
+    """`sigmoid` (DPO: -log σ(β h)) or `ipo` ((h - 1/(2β))²)."""
+    judge: str | None = None
+    """Who picks the winner: None (the task's reward, higher wins), `tiny` (the tiny classifier as
+    a pairwise judge) or `vader` (the VADER lexicon as a judge)."""
+    top_k: int = 0
+    """Sample from the top-k tokens only (0 = all, TRL's default: see docs/fidelity.md, "Top-k")."""
+
+    def samples_per_group(self) -> int:
+        return 2
+
+    def validate(self) -> "OnlineDPOArgs":
+        super().validate()
+        _check(self.batch_size % 2 == 0, "batch_size", f"must be even (two completions per prompt); got {self.batch_size}")
+        _check(self.minibatch_size() % 2 == 0, "num_minibatches",
+               f"must keep whole pairs in a minibatch (batch_size / num_minibatches = {self.minibatch_size()} is odd)")
+        _check(self.loss_type in DPO_LOSS_TYPES, "loss_type", f"must be one of {', '.join(DPO_LOSS_TYPES)}; got {self.loss_type!r}")
+        _check(self.judge is None or self.judge in JUDGES, "judge", f"must be one of {', '.join(JUDGES)}; got {self.judge!r}")
+        _check(_finite(self.beta) and self.beta > 0, "beta", f"must be > 0; got {self.beta}")
+        return self
+
+    def _positive_ints(self) -> tuple[str, ...]:
+        return super()._positive_ints() + ("num_iterations",)
+
+
+def args_class(algo: str) -> type[CommonArgs]:
+    """The args dataclass of a registered algorithm (`registry`); one line for an unknown one."""
+    _check(algo in registry.names(), "algo", f"must be one of {', '.join(registry.names())}; got {algo!r}")
+    return registry.get(algo).args_class()
+
+
+# Each preset is a set of field values applied over the dataclass defaults (which are tuned for
+# the tiny preset: see docs/results.md). A preset value for a field an algorithm does not have
+# (e.g. PPO's head_lr for RLOO) is skipped; a value given as {algo: value} applies to that
+# algorithm only (the gpt2 preset's β is PPO's, from the blog).
+PRESETS: dict[str, dict[str, Any]] = {
+    # The shipped 4-layer review LM and classifier: runs offline on 2 CPU cores in minutes.
+    "tiny": dict(model="tiny", reward_model="tiny"),
+    # The blog's setup: GPT-2 small tuned against lvwerra/distilbert-imdb (needs the Hub).
+    "gpt2": dict(
+        model="gpt2",
+        reward_model="lvwerra/distilbert-imdb",
+        total_phases=100,
+        batch_size=128,
+        num_minibatches=4,
+        batches_per_learning_phase=2,
+        base_lr=2e-5,
+        head_lr=5e-4,
+        warmup_steps=20,
+        final_scale=0.1,
+        beta={"ppo": 2.5},
+        gen_len=30,
+        # top_k: each algorithm's default (the blog's 10 for PPO, TRL's 0 for the others)
+    ),
+}
+
+
+def preset_values(preset: str, cls: type[CommonArgs]) -> dict[str, Any]:
+    """The values `preset` gives the fields of `cls` (see PRESETS)."""
+    _check(preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}; got {preset!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in PRESETS[preset].items():
+        if isinstance(value, dict):  # {algo: value}: that algorithm's only
+            if cls.ALGO not in value:
+                continue
+            value = value[cls.ALGO]
+        if key in names:
+            values[key] = value
+    return values
+
+
+def make_args(preset: str = "tiny", algo: str = "ppo", **overrides: Any) -> CommonArgs:
+    """Preset values, then `overrides` (e.g. from the command line), validated, for `algo`.
+    A field's old name (`kl_coef` for PPO's `beta`) is taken as its new one."""
+    cls = args_class(algo)
+    overrides = {cls.RENAMED.get(k, k): v for k, v in overrides.items()}
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in overrides:
+        _check(key in names, key, f"is not an {cls.__name__} field")
+    values = {**preset_values(preset, cls), **{k: v for k, v in overrides.items() if v is not None}}
+    return cls(preset=preset, **values).validate()

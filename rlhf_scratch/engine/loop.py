@@ -1,0 +1,293 @@
+"""The phase loop every algorithm runs in, and what it writes: the run folder, metrics, samples,
+checkpoints, status, W&B, the progress bar.
+
+    for phase in 1..total_phases:
+        rollout = trainer.rollout_phase()            # sample, score, reward — no gradients
+        stats   = trainer.learning_phase(rollout)    # the algorithm's own objective
+        log(shared metrics of the rollout + stats), sample table every table_every phases
+        early stopping (optional)
+
+A trainer (`RLHFTrainer`, `RLOOTrainer`, `OnlineDPOTrainer`, `GRPOTrainer`) holds its algorithm;
+this module holds the loop around it, so no trainer knows about files, W&B or progress bars. The
+loop touches a trainer only through `contract.TrainerContract`; run setup (seeds, device, models,
+prompts) is `run_setup`'s, before the loop starts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from tqdm.auto import tqdm
+
+from rlhf_scratch.config import ConfigError
+from rlhf_scratch.core.kl_control import EarlyStopping
+from rlhf_scratch.core.timing import PARTS, take_times, timed
+from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.engine.checkpoint import list_checkpoints, load_latest_checkpoint, rng_state, set_rng_state
+from rlhf_scratch.engine.contract import TrainerContract
+from rlhf_scratch.engine.lifecycle import RunLife, TrainingStopped
+from rlhf_scratch.engine.logger import Metrics, RunLogger
+from rlhf_scratch.engine.runs import describe_rewarded_by, load_rewarded_by, new_run_dir, read_status, save_run_policy
+from rlhf_scratch.models.lora import load_policy_state_dict, policy_state_dict
+from rlhf_scratch.reward.heldout import HELDOUT_METRICS, heldout_metrics
+from rlhf_scratch.reward.tasks import rewarded_by
+from rlhf_scratch.rollout.phase import Rollout
+
+# Logged every phase by every algorithm, computed from the rollout (TRL's names where TRL has one).
+SHARED_METRICS = (
+    "phase",
+    "rewards/mean",  # mean reward of the rollout batch (after any missing-EOS penalty)
+    "rewards/std",
+    # Our own names, not TRL's: TRL's objective/kl and objective/entropy are per-SEQUENCE sums of the
+    # sampled log-ratio and of −log π (Online DPO logs those under TRL's names; docs/fidelity.md).
+    "rollout/kl_full_vocab",  # mean per-token KL(π_old‖π_ref) over the vocabulary, kept tokens, nats (at T)
+    "rollout/entropy_full_vocab",  # mean per-token entropy of π_old over the vocabulary, kept tokens, nats (at T)
+    "completions/mean_length",  # kept tokens per completion
+    "completions/clipped_ratio",  # fraction of completions that never produced EOS
+    "completions/mean_terminated_length",  # mean length of those that did (0 if none)
+    "completions/total_tokens",  # kept tokens generated this phase, over every rank
+    *HELDOUT_METRICS,  # eval/vader, eval/ref_logprob_per_token, eval/repeated_3grams (see heldout.py)
+    "charts/learning_rate",  # learning rate of the transformer this phase
+    "charts/rollout_time",  # seconds: generation + scoring + reward
+    "charts/phase_time",  # seconds, rollout + learning
+    "charts/tokens_per_s",  # generated (kept) tokens per second of phase time
+    *(f"time/{part}" for part in PARTS),  # seconds in each part of the phase (see timing.PARTS);
+    # time/logging is the previous phase's (this phase's is not over when its metrics are written)
+    "time/other",  # phase_time minus the parts: prompts, advantages, minibatching, bookkeeping
+)
+
+
+def rollout_metrics(rollout: Rollout) -> Metrics:
+    """The shared per-phase numbers of a rollout, every mean over kept tokens only (over the
+    whole global batch in a distributed run: each rank's tensors are gathered first)."""
+    mask = dist.all_gather(rollout.completion_mask)
+    lengths = dist.all_gather(rollout.lengths).float()
+    terminated = dist.all_gather(rollout.is_terminated)
+    rewards = dist.all_gather(rollout.rewards)
+    entropy = dist.all_gather(rollout.entropy)
+    # no reference forward (GRPO at β = 0): the KL was not measured, logged as NaN
+    kl = dist.all_gather(rollout.kl)[mask].mean().item() if rollout.kl is not None else float("nan")
+    return {
+        "rewards/mean": rewards.mean().item(),
+        "rewards/std": rewards.std().item() if len(rewards) > 1 else 0.0,
+        "rollout/kl_full_vocab": kl,
+        "rollout/entropy_full_vocab": entropy[mask].mean().item(),
+        "completions/total_tokens": lengths.sum().item(),
+        "completions/mean_length": lengths.mean().item(),
+        "completions/clipped_ratio": (~terminated).float().mean().item(),
+        "completions/mean_terminated_length": lengths[terminated].mean().item() if terminated.any() else 0.0,
+    }
+
+
+def phase_times(phase_seconds: float) -> Metrics:
+    """`time/<part>` for every part timed since the last call, and `time/other`: what is left of
+    the phase's wall time (logging excluded: it comes after the phase's clock stops)."""
+    times = take_times()
+    other = phase_seconds - sum(t for part, t in times.items() if part != "logging")
+    return {**{f"time/{part}": t for part, t in times.items()}, "time/other": max(other, 0.0)}
+
+
+@runtime_checkable
+class PhaseHook(Protocol):
+    """Work that runs beside training, once per phase, and logs its own numbers with the phase's
+    (the over-optimisation study's held-out evaluation: `studies.overoptimization`). The loop
+    calls `start` once the run folder exists and any checkpoint is restored (`phase` = phases
+    already done: 0 for a new run), then `after_phase` after each phase's learning; what that
+    returns is logged in metrics.jsonl with the phase, and must be named in `METRICS`."""
+
+    METRICS: tuple[str, ...]
+
+    def start(self, run_dir: Path, phase: int) -> None: ...
+    def after_phase(self, run_dir: Path, phase: int) -> dict[str, float]: ...
+
+
+class UndeclaredMetricError(RuntimeError):
+    """A trainer or hook returned a metric it does not declare (its METRICS): the run stops, naming it."""
+
+
+def check_declared(stats: dict[str, float], declared: Sequence[str], who: str) -> None:
+    """Every key of `stats` must be among `declared`; else one line naming the strays."""
+    stray = sorted(set(stats) - set(declared))
+    if stray:
+        raise UndeclaredMetricError(f"{who} returned {', '.join(stray)}, not among its METRICS; declare them there")
+
+
+def capture_state(trainer: TrainerContract, phase: int, early_stopping: EarlyStopping | None) -> dict:
+    """Everything a bit-exact resume needs after `phase` completed phases (see `checkpoint`). The
+    policy's weights: all of them, or with LoRA the adapters (and value head) and the base's hash
+    (`lora.policy_state_dict`)."""
+    return {
+        "phase": phase,
+        "algo": trainer.args.algo,
+        "policy": policy_state_dict(trainer.policy),
+        "optimizer": trainer.optimizer.state_dict(),
+        "scheduler": trainer.scheduler.state_dict(),
+        "prompts": trainer.prompts.state_dict(),
+        "trainer": trainer.extra_state(),
+        "skipped_in_a_row": trainer.skipped_in_a_row,
+        "early_stopping": vars(early_stopping).copy() if early_stopping is not None else None,
+        "rng": rng_state(),
+        "rng_per_rank": dist.gather_objects(rng_state()),  # every rank's, in a distributed run
+    }
+
+
+def restore_state(trainer: TrainerContract, state: dict, early_stopping: EarlyStopping | None) -> int:
+    """Put `state` back into the trainer; return the number of completed phases."""
+    load_policy_state_dict(trainer.policy, state["policy"])  # with LoRA: refused if the base's hash differs
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    trainer.prompts.load_state_dict(state["prompts"])
+    trainer.load_extra_state(state["trainer"])
+    trainer.skipped_in_a_row = state["skipped_in_a_row"]
+    if early_stopping is not None and state["early_stopping"] is not None:
+        vars(early_stopping).update(state["early_stopping"])
+    per_rank = state.get("rng_per_rank", [state["rng"]])
+    if len(per_rank) != dist.world_size():
+        raise ConfigError(f"resume: the checkpoint was written by {len(per_rank)} process(es); "
+                          f"resume it with the same number (torchrun --nproc-per-node {len(per_rank)})")
+    set_rng_state(per_rank[dist.rank()])
+    return int(state["phase"])
+
+
+def run_training(trainer: TrainerContract, run_dir: Path | None = None, quiet: bool = False, resume: bool = False,
+                 hooks: Sequence[PhaseHook] = ()) -> Path:
+    """Run every phase of `trainer`; write the run folder (created here unless given); return it.
+    Each of `hooks` runs after every phase and adds its metrics to the phase's (`PhaseHook`).
+
+    With `resume`, `run_dir` is an existing run folder: its latest checkpoint is loaded and the
+    run continues from the next phase, appending to metrics.jsonl and samples.md.
+
+    The process owns the folder while it trains (`runs.lock_run`: a second process resuming it
+    is refused). status.json is rewritten after every phase. An exception (a reward function
+    raising, say) writes a checkpoint of the last completed phase where it can, marks the run
+    `failed` with the error's one line, and is re-raised with the resume command as a note.
+    """
+    args, main = trainer.args, dist.is_main()  # in a distributed run only rank 0 writes
+    record = rewarded_by(args, trainer.reward_fn, trainer.judge)
+    if resume:
+        saved = load_rewarded_by(run_dir)
+        if saved is not None and {key: record.get(key) for key in saved} != saved:  # (older runs record fewer keys)
+            raise ConfigError(f"resume: {run_dir} was rewarded by {describe_rewarded_by(saved)}, this trainer by "
+                              f"{describe_rewarded_by(record)}; resume it with the same reward function (and judge)")
+    else:  # rank 0 creates the folder and tells the others its name
+        run_dir = dist.gather_objects(new_run_dir(args, run_dir, rewarded_by=record) if main else None)[0]
+    return _run_phases(trainer, Path(run_dir), quiet, resume, hooks)
+
+
+def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bool, hooks: Sequence[PhaseHook]) -> Path:
+    args, main = trainer.args, dist.is_main()
+    early_stopping = (
+        EarlyStopping(args.patience, args.kl_threshold, args.reward_threshold, args.window_size)
+        if args.early_stopping else None
+    )
+    steps = [0]  # optimizer steps taken: with the scheduler's, whether the weights moved since a phase ended
+    counter = trainer.optimizer.register_step_post_hook(lambda *_: steps.__setitem__(0, steps[0] + 1))
+    life = RunLife(run_dir, args.total_phases, args.keep_checkpoints, main=main,
+                   state_now=lambda: {"policy": policy_state_dict(trainer.policy), "optimizer": trainer.optimizer.state_dict(),
+                                      "scheduler": trainer.scheduler.state_dict()},
+                   moved=lambda: (steps[0], trainer.scheduler.last_epoch))
+    finished_before = resume and read_status(run_dir)["status"] == "finished"
+    with life, counter:  # (a RemovableHandle removes its hook when the block ends)
+        logger = RunLogger(run_dir, args, quiet) if main else _SilentLogger()
+        done = 0
+        if resume:
+            done = restore_state(trainer, load_latest_checkpoint(run_dir, logger.say), early_stopping)
+            if done >= args.total_phases and finished_before:
+                raise ConfigError(f"total_phases: {run_dir} has completed {done} phases, so total_phases="
+                                  f"{args.total_phases} leaves none to run; give a larger --total-phases to continue it")
+            logger.resume_at(done)
+            # every phase done but killed before it finished (the policy, the status): only the finish is left
+            logger.say(f"resumed {run_dir} after phase {done}" if done < args.total_phases else
+                       f"{run_dir}: all {done} phases were done before it stopped; finishing it")
+        ranks = f", {dist.world_size()} processes" if dist.world_size() > 1 else ""
+        logger.say(f"run folder: {run_dir}  ({args.algo}, device {trainer.device}{ranks})")
+        life.start(done, capture_state(trainer, done, early_stopping))
+        for hook in hooks:
+            hook.start(run_dir, done)
+        take_times()  # start the per-part clocks from zero
+        stop: TrainingStopped | None = None
+        phase = done
+        with tqdm(desc="phases", disable=quiet or not main, initial=done, total=args.total_phases) as bar:
+            for phase in range(done + 1, args.total_phases + 1):
+                metrics, rollout = _one_phase(trainer, phase, hooks, run_dir)
+                with timed("logging"):
+                    logger.log_phase(metrics)
+                bar.update(1)
+                kl = metrics["rollout/kl_full_vocab"]  # NaN when no reference runs (GRPO at β = 0): not shown
+                bar.set_postfix(reward=f"{metrics['rewards/mean']:.3f}", **({} if kl != kl else {"kl": f"{kl:.3f}"}))
+                last = phase == args.total_phases
+                if early_stopping is not None and early_stopping.update(kl, metrics["rewards/mean"]):
+                    logger.say(f"early stopping after phase {phase}: {early_stopping.reason}")
+                    last = True
+                with timed("logging"):
+                    logger.log_samples(phase, rollout, force=last)
+                skipped = trainer.skipped_in_a_row >= args.max_skipped_steps
+                signalled = not skipped and dist.any_rank(life.signal is not None)  # every rank stops after the same phase
+                # right after a skipped (non-finite) step: keep the older checkpoint
+                state = capture_state(trainer, phase, early_stopping) if trainer.skipped_in_a_row == 0 else None
+                save = last or skipped or signalled or (args.save_every and phase % args.save_every == 0)
+                life.completed(phase, state, save=bool(save))
+                if skipped:
+                    stop = life.stopped(phase, f"stopped after phase {phase}: {trainer.skipped_in_a_row} optimizer steps in a "
+                                        f"row had a non-finite loss or gradient norm (max_skipped_steps="
+                                        f"{args.max_skipped_steps})", exit_code=3)
+                elif signalled:
+                    stop = life.interrupted_by_signal(phase)
+                if stop is not None or last:
+                    break
+                life.running(phase)
+        logger.finish()
+        if stop is not None:
+            raise stop
+        if main:
+            if args.save_model:
+                save_run_policy(run_dir, trainer.policy)
+            for old in list_checkpoints(run_dir)[:-1]:  # a finished run keeps one: enough to continue it
+                shutil.rmtree(old, ignore_errors=True)
+        life.finished(phase)
+    return run_dir
+
+
+def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook], run_dir: Path) -> tuple[Metrics, Rollout]:
+    """One rollout phase and one learning phase: every number logged about them, and the rollout
+    (for the sample table)."""
+    start = time.perf_counter()
+    lr = trainer.optimizer.param_groups[0]["lr"]
+    rollout = trainer.rollout_phase()
+    rollout_time = time.perf_counter() - start
+    learn_stats = trainer.learning_phase(rollout)
+    check_declared(learn_stats, trainer.METRICS, f"{type(trainer).__name__}.learning_phase")
+    seconds = time.perf_counter() - start
+    hook_stats: Metrics = {}
+    for hook in hooks:
+        stats = hook.after_phase(run_dir, phase)
+        check_declared(stats, hook.METRICS, type(hook).__name__)
+        hook_stats.update(stats)
+    metrics: Metrics = {
+        "phase": phase,
+        **rollout_metrics(rollout),
+        **dist.mean_over_ranks(heldout_metrics(rollout, trainer.args.direction)),  # judges never trained on
+        **dist.mean_over_ranks(learn_stats),
+        "charts/learning_rate": lr,
+        "charts/rollout_time": rollout_time,
+        "charts/phase_time": seconds,
+        "charts/tokens_per_s": 0.0,  # filled in below, from every rank's tokens
+        **phase_times(seconds),
+        **hook_stats,
+    }
+    metrics["charts/tokens_per_s"] = metrics["completions/total_tokens"] / seconds
+    return metrics, rollout
+
+
+class _SilentLogger:
+    """The logger of ranks other than 0 in a distributed run: rank 0 prints and writes everything."""
+
+    def resume_at(self, phase: int) -> None: ...
+    def log_phase(self, metrics: Metrics) -> None: ...
+    def log_samples(self, phase: int, rollout: Rollout, force: bool = False) -> None: ...
+    def finish(self) -> None: ...
+    def say(self, text: str) -> None: ...

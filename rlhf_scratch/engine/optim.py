@@ -1,0 +1,103 @@
+"""The optimiser (two learning rates: trunk and value head) and the per-phase LR schedule."""
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from rlhf_scratch.config import CommonArgs, registry
+
+
+def get_optimizer(model: nn.Module, base_lr: float, head_lr: float | None = None) -> torch.optim.AdamW:
+    """AdamW over the parameters of `model` that require gradients — all of them in full fine-tuning;
+    with LoRA the adapters (and PPO's value head) and nothing of the frozen base, so it keeps Adam's
+    moments for those alone. Two parameter groups when `head_lr` is given: `model.base`'s at base_lr,
+    `model.value_head`'s at head_lr (PPO's policy); without it (RLOO, Online DPO, GRPO: no value
+    head) one group at base_lr.
+
+    `maximize=True` because every trainer here ascends its objective (PPO's clipped surrogate
+    - value loss + entropy bonus - KL penalty; RLOO's clipped sequence surrogate; minus the DPO
+    loss). The freshly initialised value head gets a much larger learning rate than the
+    pretrained trunk. The fused implementation (one kernel for all parameters) is used where
+    this torch has it for the parameters' device.
+    """
+    fused = _fused_adamw_available(model)
+    if head_lr is None:
+        return torch.optim.AdamW(trainable(model), lr=base_lr, maximize=True, fused=fused)
+    base_params, head_params = trainable(model.base), trainable(model.value_head)
+    grouped = {id(p) for p in base_params} | {id(p) for p in head_params}
+    stray = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in grouped]
+    if stray:
+        raise ValueError(f"get_optimizer: parameters outside model.base and model.value_head would not be trained: {stray}")
+    return torch.optim.AdamW(
+        [{"params": base_params, "lr": base_lr}, {"params": head_params, "lr": head_lr}],
+        maximize=True,
+        fused=fused,
+    )
+
+
+def trainable(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters of `model` that require gradients (a LoRA model's frozen base does not)."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def _fused_adamw_available(model: nn.Module) -> bool | None:
+    """True where fused AdamW runs on the parameters' device (CPU and CUDA on recent torch)."""
+    device = next(model.parameters()).device
+    try:
+        torch.optim.AdamW([torch.zeros(1, device=device, requires_grad=True)], fused=True, maximize=True)
+    except (RuntimeError, ValueError):
+        return None
+    return True
+
+
+def get_lr_scheduler(warmup_steps: int, total_steps: int, final_scale: float) -> Callable[[int], float]:
+    """The learning-rate multiplier for `torch.optim.lr_scheduler.LambdaLR`:
+
+        m(step) = step / warmup_steps                                              step < warmup_steps
+                = 1 - (1 - final_scale) * (step - warmup_steps) / (total_steps - warmup_steps)
+                                                                     warmup_steps <= step < total_steps
+                = final_scale                                                      step >= total_steps
+
+    i.e. linear warmup 0 -> 1, then linear decay 1 -> final_scale, reached at `total_steps` and
+    held after it. No division by zero: warmup_steps = 0 skips the warmup, and if
+    warmup_steps >= total_steps the warmup is cut short by the jump to final_scale.
+    """
+
+    def lr_lambda(step: int) -> float:
+        if step >= total_steps:
+            return final_scale
+        if step < warmup_steps:
+            return step / warmup_steps
+        return 1 - (1 - final_scale) * (step - warmup_steps) / (total_steps - warmup_steps)
+
+    return lr_lambda
+
+
+def get_optimizer_and_scheduler(
+    args: CommonArgs, model: nn.Module
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW plus a LambdaLR stepped once per phase.
+
+    Phase p (0-based) trains at lr * m(p); call `scheduler.step()` once after each phase's
+    learning. The schedule ends at total_steps = total_phases - 1, so the last phase trains at
+    exactly final_scale (and the first, with warmup, at 0 - as in the blog and ARENA).
+    """
+    head_lr = args.head_lr if registry.get(args.algo).value_head else None  # PPO's value head: its own rate
+    optimizer = get_optimizer(model, args.base_lr, head_lr)
+    lr_lambda = get_lr_scheduler(args.warmup_steps, args.total_phases - 1, args.final_scale)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lr_lambda)
+    return optimizer, scheduler
+
+
+def clip_and_step(optimizer: torch.optim.Optimizer, model: nn.Module, objective: torch.Tensor, max_grad_norm: float) -> bool:
+    """Clip the global gradient norm to `max_grad_norm` and take the optimizer step — unless the
+    objective or the gradient norm is not finite (NaN or ±inf), in which case the step is skipped
+    and the gradients dropped, so one bad minibatch cannot poison the weights or Adam's moments.
+    Returns whether the step was taken. Call after `objective.backward()`."""
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    if not (torch.isfinite(objective) and torch.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        return False
+    optimizer.step()
+    return True

@@ -1,8 +1,0 @@
-"""`python -m rlhf_scratch.exact --out DIR`: see `rlhf_scratch.exact.cli`."""
-
-import sys
-
-from rlhf_scratch.exact.cli import main
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,149 @@
+"""`python -m rlhf_scratch.exact --out DIR [--flag value …]`: the exact-gradient microscope.
+
+Writes DIR/exact.json (one entry per estimator; the off-policy section under "off_policy"),
+DIR/exact.md (the tables), DIR/exact.png, DIR/exact_offpolicy.png and DIR/exact.html. A bad flag is
+one line on stderr and exit code 2, before torch is imported.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import tyro
+
+from rlhf_scratch.config import ConfigError
+from rlhf_scratch.config.cli import parse_dataclass
+
+PROG = "python -m rlhf_scratch.exact"
+REWARD_NAMES = ("correct", "length", "sentiment")  # env.REWARDS, without importing torch
+MAX_COMPLETIONS = 20_000
+OUTPUTS = ("exact.json", "exact.md", "exact.png", "exact_offpolicy.png", "exact.html")
+
+
+@dataclass
+class ExactArgs:
+    """Every RLHF gradient estimator of the package against the exact gradient, on a tabular policy
+    small enough that every completion can be listed."""
+
+    out: Annotated[str, tyro.conf.arg(help_behavior_hint="(required)")] = ""
+    """The folder to write exact.json, exact.md, exact.png, exact_offpolicy.png and exact.html into."""
+    vocab: int = 5
+    """Tokens, EOS included (the words are a, b, c, …; 'a' first is the right answer)."""
+    max_len: int = 5
+    """Longest completion; one that reaches it without EOS is cut there."""
+    p_right: tuple[float, ...] = (0.1, 0.5)
+    """π(first token = 'a') for each prompt (one number per prompt: a hard one and a medium one)."""
+    reward: str = "correct"
+    """The main table's reward: correct (right/wrong, blind to length), length (|y| / max_len), sentiment."""
+    num_generations: int = 8
+    """G, completions per prompt in a batch (a batch is one group of each prompt)."""
+    draws: int = 10_000
+    """Monte-Carlo batches per batch estimator (and per policy of the length lesson)."""
+    draws_by_reward: int = 2_000
+    """Monte-Carlo batches per batch estimator under the two other rewards (the by-reward table)."""
+    seed: int = 0
+    """Seeds the policy tables and the Monte-Carlo draws."""
+    top_k: int = 3
+    """k of the top-k sampling entries."""
+    temperature: float = 0.7
+    """T of the temperature entries."""
+    gae_lambda: float = 0.95
+    """λ of PPO's GAE entries (γ = 1)."""
+    clip: float = 0.2
+    """ε of the clipped surrogates (the ratio is 1, so it never binds; cispo's cap is ε itself)."""
+    dpo_beta: float = 0.1
+    """β of Online DPO."""
+    drift: float = 0.5
+    """How far π is from π_ref: θ = θ_ref + N(0, drift²) per logit."""
+    lesson_p_right: tuple[float, ...] = (0.2, 0.8)
+    """The length lesson's policies: π(first = 'a') of every prompt (most wrong, most right)."""
+    off_policy_reward: str = "sentiment"
+    """The off-policy section's reward (sentiment: every token matters, so a step along ∇J moves every row)."""
+    stale_step: float = 0.5
+    """The off-policy history: each update is a step of this length along the normalised true gradient."""
+    staleness: tuple[int, ...] = (1, 2, 4, 8)
+    """How many updates ago the stale samplers are (the learner is the end of a history of max(staleness) steps)."""
+    is_clips: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+    """The C_max of each importance-sampling mode's bias–variance curve (∞ is always added)."""
+    top_p: float = 0.9
+    """The top-p of the mismatched sampler (the learner scores with the full softmax)."""
+    off_policy_draws: int = 4_000
+    """Monte-Carlo batches per group estimator and stale sampler in the off-policy section."""
+    threads: int = 1
+    """torch threads (1: the measured run time is one core's)."""
+
+    def validate(self) -> ExactArgs:
+        """One ConfigError line for the first bad field."""
+        if not self.out:
+            raise ConfigError("out: required (the folder to write exact.json and the rest into)")
+        for name, low in (("vocab", 3), ("max_len", 1), ("num_generations", 2), ("draws", 2),
+                          ("draws_by_reward", 2), ("top_k", 1), ("off_policy_draws", 2),
+                          ("threads", 0)):
+            if getattr(self, name) < low:
+                raise ConfigError(f"{name}: must be >= {low}; got {getattr(self, name)}")
+        if self.top_k > self.vocab:
+            raise ConfigError(f"top_k: must be <= vocab ({self.vocab}); got {self.top_k}")
+        n = len(self.p_right) * (sum((self.vocab - 1) ** k for k in range(self.max_len)) + (self.vocab - 1) ** self.max_len)
+        if n > MAX_COMPLETIONS:
+            raise ConfigError(f"max_len: {len(self.p_right)} prompts x vocab {self.vocab} x max_len {self.max_len} "
+                              f"make {n:,} completions; at most {MAX_COMPLETIONS:,} are listed")
+        for name in ("reward", "off_policy_reward"):
+            if getattr(self, name) not in REWARD_NAMES:
+                raise ConfigError(f"{name}: must be one of {', '.join(REWARD_NAMES)}; got {getattr(self, name)!r}")
+        if not self.staleness or any(k < 1 for k in self.staleness):
+            raise ConfigError(f"staleness: each must be >= 1; got {' '.join(map(str, self.staleness)) or 'nothing'}")
+        if any(not c > 0 for c in self.is_clips):
+            raise ConfigError(f"is_clips: each must be > 0; got {' '.join(map(str, self.is_clips))}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p: must be in (0, 1]; got {self.top_p}")
+        for name in ("p_right", "lesson_p_right"):
+            values = getattr(self, name)
+            if not values or any(not 0 < p < 1 for p in values):
+                raise ConfigError(f"{name}: each must be in (0, 1); got {' '.join(map(str, values)) or 'nothing'}")
+        for name in ("temperature", "clip", "dpo_beta", "stale_step"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name}: must be > 0; got {getattr(self, name)}")
+        if not 0 <= self.gae_lambda <= 1:
+            raise ConfigError(f"gae_lambda: must be in [0, 1]; got {self.gae_lambda}")
+        if not self.drift >= 0:
+            raise ConfigError(f"drift: must be >= 0; got {self.drift}")
+        taken = [f for f in OUTPUTS if (Path(self.out) / f).exists()]
+        if taken:
+            raise ConfigError(f"out: {self.out} already holds {taken[0]}; choose a new folder (nothing was overwritten)")
+        if Path(self.out).exists() and not Path(self.out).is_dir():
+            raise ConfigError(f"out: {self.out} is a file, not a folder")
+        return self
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, validate, measure, write; one line and exit 2 for bad input."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_dataclass(ExactArgs, argv, default=ExactArgs(), prog=PROG,
+                               description=ExactArgs.__doc__.replace("\n    ", " ")).validate()
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+
+    import torch
+
+    from rlhf_scratch.microscope.report import write_outputs
+    from rlhf_scratch.microscope.run import measure
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        result = measure(args)
+    except ConfigError as e:  # settings whose true gradient is 0: found once the exact values are known
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    page = write_outputs(result, out)
+    print(f"done: {len(result['estimators'])} estimators in {result['seconds']:.0f} s -> {out / 'exact.json'}, {page}")
+    return 0

@@ -1,8 +1,0 @@
-"""`python -m rlhf_scratch.pretrain`: rebuild the offline tiny preset (see rlhf_scratch.tiny_preset.build)."""
-
-import sys
-
-from rlhf_scratch.tiny_preset.build import main
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,371 @@
+"""Generation: left-padded prompts in, completions out — the sampling loop written by hand, with a KV cache.
+
+    prompt_ids        [batch, prompt_len]   left-padded, so every prompt ends at the same column
+    prompt_mask       [batch, prompt_len]   False on the padding
+    completion_ids    [batch, gen_len]      the sampled tokens; after a sample's first EOS (with
+                                            stop_at_eos) every token is the pad token
+    completion_mask   [batch, gen_len]      True up to and including the first EOS
+
+Why our own loop instead of TransformerLens' `generate`: (1) we need the completion mask and the
+left-padding attention mask ourselves anyway; (2) `generate` draws over the whole vocabulary
+even with top-k (it masks the rest to -inf and samples from all V logits), while top-k sampling
+only needs the k largest logits — `sample_next_token` draws among those k, which is the same
+distribution at a fraction of the cost. The loop keeps a KV cache, so each new token costs one
+position of forward pass, not the whole sequence.
+
+Left padding and positions: the attention mask hides the pad columns from every query, and
+TransformerLens numbers positions from the first attended token (`cumsum(mask) - 1`), so a
+padded prompt gets exactly the positions it would get alone (tested to 1e-4 on the tiny LM).
+
+Two KV caches behind one sampling loop. The loop (`generate`) only needs something that turns the
+prompt, then each sampled token, into next-token logits — a `Decoder`:
+
+- `StaticCacheDecoder` (rlhf_scratch/models/static_cache.py, the default where it applies): K/V buffers
+  [n_layers, batch, n_heads, prompt_len + gen_len, d_head] allocated once; each step writes one
+  column and attends over all of them, the not-yet-written and pad columns masked. Every step has
+  the same shapes, so on CUDA it is captured once in a CUDA graph and replayed per token. The
+  forward is written out in that file (the model's own weights and modules, no hooks).
+- `TransformerLensCacheDecoder`: TransformerLens' own forward and cache (which grows by one
+  column per step). Used for models the static forward does not cover (rotary, grouped K/V heads,
+  ... see `static_cache.unsupported_reason`) and for models with hooks attached.
+
+No host sync per token: nothing in the loop reads a device tensor back, except the "has every
+sample ended?" check under `stop_at_eos` — every step on the CPU (there is no device to wait for,
+and the loop stops drawing random numbers where it always has), every `EOS_CHECK_EVERY` steps on
+an accelerator. A sample that has ended keeps being fed the pad token, its positions masked out.
+
+Instruct models, as their users prompt them (`--chat-template`, `--prompts`):
+
+- The prompt format lives on the model's tokenizer. When it has a chat template, `prompt_tokens`
+  renders each prompt p as one user turn and the assistant's opening — for ChatML (Qwen)
+  `<|im_start|>user\n{p}<|im_end|>\n<|im_start|>assistant\n` — and tokenizes that text as it
+  stands (`add_special_tokens=False`, as transformers' `apply_chat_template(tokenize=True)` and
+  TRL do): the template writes a BOS itself when its model was trained with one (Llama 3, Gemma),
+  so `prepend_bos` is not applied on top (no double BOS); ChatML has none. Without a template
+  (tiny, GPT-2) a prompt is the plain text, BOS first when `prepend_bos`, exactly as before.
+  `--chat-template none` removes the template from the run's model (`use_chat_template`), so every
+  caller of `tokenize_prompts` — the algorithms' rollouts, `sample`, the preference pairs, the
+  over-optimisation study — gives the model one format. The template tokens stay in the ids: the
+  texts (`decode_completions`, what the reward and the logs read) are the plain prompt and the
+  completion's own tokens.
+- The tokens that end a completion are the model's generation config's `eos_token_id` (an int or
+  a list, as transformers' `generate` reads it; ChatML: `<|im_end|>`) when its folder has one,
+  else the tokenizer's EOS (`eos_token_ids`). Any of them ends a completion.
+"""
+
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+from rlhf_scratch.core.objectives import temperature_scaled
+from rlhf_scratch.models.static_cache import DecoderCache, StaticCacheDecoder, has_hooks, unsupported_reason
+
+ChatTemplate = Literal["auto", "none"]
+
+
+def use_chat_template(model: HookedTransformer, chat_template: ChatTemplate) -> None:
+    """Apply --chat-template to `model` once, where a run sets it up: `auto` keeps its tokenizer's
+    chat template (if any), `none` removes it, so that everything that tokenizes prompts for this
+    model (`prompt_tokens`) writes plain text."""
+    if chat_template not in ("auto", "none"):
+        raise ValueError(f"chat_template must be 'auto' or 'none', not {chat_template!r}")
+    if chat_template == "none":
+        model.tokenizer.chat_template = None
+
+
+def has_chat_template(model: HookedTransformer) -> bool:
+    """Whether prompts are rendered through the tokenizer's chat template (`prompt_tokens`)."""
+    return getattr(model.tokenizer, "chat_template", None) is not None
+
+
+def render_prompt(model: HookedTransformer, prompt: str) -> str:
+    """The text the model is given for `prompt`: one user turn and the assistant's opening in its
+    chat template, or `prompt` itself when it has none."""
+    if not has_chat_template(model):
+        return prompt
+    return model.tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+
+
+def prompt_tokens(model: HookedTransformer, prompt: str, prepend_bos: bool) -> Int[Tensor, " n"]:
+    """The token ids `model` is given for `prompt` (the module docstring, "Instruct models"):
+
+        chat template:  tokens(render_prompt(p))  with no special token added (the template wrote them)
+        otherwise:      [BOS if prepend_bos] + tokens(p)
+
+    Not truncated: a prompt too long for the context is refused before sampling (`check_prompt_lengths`)."""
+    if not has_chat_template(model):
+        return model.to_tokens(prompt, prepend_bos=prepend_bos, truncate=False)[0]
+    ids = model.tokenizer.encode(render_prompt(model, prompt), add_special_tokens=False)
+    return torch.tensor(ids, dtype=torch.long, device=model.cfg.device)
+
+
+def tokenize_prompts(
+    model: HookedTransformer, prompts: list[str], prepend_bos: bool
+) -> tuple[Int[Tensor, "batch prompt_len"], Bool[Tensor, "batch prompt_len"]]:
+    """Token ids of each prompt (`prompt_tokens`: through the chat template when the model has one,
+    else BOS first when `prepend_bos`), left-padded to the longest.
+
+    Returns `(prompt_ids, prompt_mask)`; padding columns hold the pad token and mask False.
+    """
+    rows = [prompt_tokens(model, p, prepend_bos) for p in prompts]
+    prompt_len = max(len(r) for r in rows)
+    pad = pad_token_id(model)
+    prompt_ids = torch.full((len(rows), prompt_len), pad, dtype=torch.long, device=model.cfg.device)
+    prompt_mask = torch.zeros((len(rows), prompt_len), dtype=torch.bool, device=model.cfg.device)
+    for i, row in enumerate(rows):
+        prompt_ids[i, prompt_len - len(row) :] = row
+        prompt_mask[i, prompt_len - len(row) :] = True
+    return prompt_ids, prompt_mask
+
+
+def pad_token_id(model: HookedTransformer) -> int:
+    tok = model.tokenizer
+    return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+
+_EOS_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> its eos_token_ids, read once
+
+
+def eos_token_ids(model: HookedTransformer) -> tuple[int, ...]:
+    """The tokens that end a completion: the `eos_token_id` of the generation config in the model's
+    folder (the tokenizer's `name_or_path`; an int or a list, as transformers' `generate` reads it),
+    else the tokenizer's EOS. An instruct model's config names its end-of-turn token (ChatML's
+    `<|im_end|>`), often not the tokenizer's EOS; the tiny preset's and GPT-2's name the same token.
+    Read once per tokenizer."""
+    tok = model.tokenizer
+    if tok not in _EOS_IDS:
+        configured = generation_config_eos(tok.name_or_path)
+        _EOS_IDS[tok] = configured or (tok.eos_token_id,)
+    return _EOS_IDS[tok]
+
+
+def generation_config_eos(name_or_path: str) -> tuple[int, ...]:
+    """`eos_token_id` of the generation_config.json in the local folder `name_or_path`, as a tuple
+    (empty without a folder, a file, or the field). A Hub name is not looked up: GPT-2's names the
+    tokenizer's EOS anyway, and a run never waits on the network for it."""
+    folder = Path(str(name_or_path)).expanduser()
+    if not (folder / "generation_config.json").is_file():
+        return ()
+    from transformers import GenerationConfig
+
+    eos = GenerationConfig.from_pretrained(str(folder)).eos_token_id
+    if eos is None:
+        return ()
+    return tuple(int(i) for i in (eos if isinstance(eos, (list, tuple)) else [eos]))
+
+
+def is_eos(ids: Int[Tensor, "..."], eos: tuple[int, ...] | int) -> Bool[Tensor, "..."]:
+    """Where `ids` hold any of the EOS ids `eos`."""
+    return torch.isin(ids, torch.as_tensor(eos, dtype=ids.dtype, device=ids.device))
+
+
+def attention_mask_or_none(mask: Bool[Tensor, "batch seq"]) -> Int[Tensor, "batch seq"] | None:
+    """The mask TransformerLens wants, or None when nothing is padded (its faster, identical path)."""
+    return None if bool(mask.all()) else mask.long()
+
+
+def nucleus(logits: Float[Tensor, "batch vocab"], top_p: float) -> Float[Tensor, "batch vocab"]:
+    """Top-p (nucleus) filtering, as `transformers`' `TopPLogitsWarper` (what TRL's generation runs):
+    the logits with every token outside the nucleus set to −inf.
+
+        p = softmax(logits);  sort ascending;  c_j = p_(1) + … + p_(j)  (the mass of token j and all below it)
+        drop token j  ⇔  c_j ≤ 1 − top_p          (always keeping the most likely token)
+
+    i.e. keep a token iff the tokens MORE likely than it hold less than top_p of the mass: the
+    smallest set of most likely tokens whose mass reaches top_p (the token that crosses top_p is in).
+    `logits` are the already temperature-scaled (and top-k-restricted) ones, the order transformers
+    applies them in: temperature, then top-k, then top-p. At top_p = 1 nothing is dropped.
+    """
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1)  # ascending
+    drop_sorted = sorted_logits.softmax(dim=-1).cumsum(dim=-1) <= 1 - top_p
+    drop_sorted[..., -1] = False  # the most likely token is always kept
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def sample_next_token(
+    logits: Float[Tensor, "batch d_vocab"], temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> Int[Tensor, " batch"]:
+    """Draw one token per row from softmax(logits / temperature), restricted to the top-k logits and
+    then to the top-p nucleus (`nucleus`), the order `transformers` applies them in.
+
+        top_k > 0:  v_1..v_k = the k largest logits;  p_i = softmax(nucleus(v / T))_i;  token = index of v_i
+        top_k = 0:  p = softmax(nucleus(logits / T)) over the whole vocabulary
+
+    Restricting first and drawing among k is the same distribution as masking the other V - k
+    logits to -inf and drawing among V, but the draw costs O(k) instead of O(V). At top_p = 1 (the
+    default) the nucleus is everything and the draw is the one before top-p existed, random numbers included.
+    """
+    if top_k and top_k < logits.shape[-1]:
+        top = logits.topk(top_k, dim=-1)
+        probs = nucleus(temperature_scaled(top.values, temperature), top_p).softmax(dim=-1)
+        return top.indices.gather(-1, torch.multinomial(probs, num_samples=1)).squeeze(-1)
+    probs = nucleus(temperature_scaled(logits, temperature), top_p).softmax(dim=-1)
+    return torch.multinomial(probs, num_samples=1).squeeze(-1)
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """What the sampling loop calls: the prompt's next-token logits, then one step per sampled token."""
+
+    def prefill(self) -> Float[Tensor, "batch d_vocab"]:
+        """Run the left-padded prompt, fill the cache, return the logits after its last column."""
+        ...
+
+    def step(self, token: Int[Tensor, " batch"]) -> Float[Tensor, "batch d_vocab"]:
+        """Append one token per row to the cache, return the logits after it."""
+        ...
+
+
+class TransformerLensCacheDecoder:
+    """TransformerLens' own forward and KV cache (the cache grows by one column per step)."""
+
+    def __init__(self, model: HookedTransformer, prompt_ids: Int[Tensor, "batch prompt_len"],
+                 prompt_mask: Bool[Tensor, "batch prompt_len"]):
+        self.model, self.prompt_ids, self.prompt_mask = model, prompt_ids, prompt_mask
+        self.cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, prompt_ids.shape[0])
+        self.step_mask = torch.ones((prompt_ids.shape[0], 1), dtype=torch.long, device=prompt_ids.device)
+
+    def prefill(self) -> Float[Tensor, "batch d_vocab"]:
+        # The cache needs the mask even without padding: it appends each step's mask to it.
+        return self.model(self.prompt_ids, attention_mask=self.prompt_mask.long(), past_kv_cache=self.cache)[:, -1]
+
+    def step(self, token: Int[Tensor, " batch"]) -> Float[Tensor, "batch d_vocab"]:
+        return self.model(token[:, None], attention_mask=self.step_mask, past_kv_cache=self.cache)[:, -1]
+
+
+KVCache = Literal["auto", "static", "transformer_lens"]
+EOS_CHECK_EVERY = 8
+"""Steps between "has every sample ended?" checks on an accelerator (each check waits for the device)."""
+
+
+def make_decoder(
+    model: HookedTransformer,
+    prompt_ids: Int[Tensor, "batch prompt_len"],
+    prompt_mask: Bool[Tensor, "batch prompt_len"],
+    gen_len: int,
+    kv_cache: KVCache = "auto",
+    cuda_graph: bool = True,
+    decoders: DecoderCache | None = None,
+) -> Decoder:
+    """The static-cache decoder when `kv_cache` is "static", or "auto" and the model is one it runs
+    exactly with no hooks attached; else TransformerLens' own. Asking for "static" where it cannot
+    run is an error that says why."""
+    if kv_cache not in ("auto", "static", "transformer_lens"):
+        raise ValueError(f"kv_cache must be 'auto', 'static' or 'transformer_lens', not {kv_cache!r}")
+    reason = unsupported_reason(model) or ("the model has hooks attached" if has_hooks(model) else None)
+    if kv_cache == "static" and reason:
+        raise ValueError(f"kv_cache='static' cannot run this model: {reason}; use kv_cache='auto'")
+    if kv_cache == "transformer_lens" or reason:
+        return TransformerLensCacheDecoder(model, prompt_ids, prompt_mask)
+    if decoders is not None:  # a trainer's: the last call's buffers and CUDA graph, reused where the shape allows
+        return decoders.get(model, prompt_ids, prompt_mask, gen_len, cuda_graph)
+    return StaticCacheDecoder(model, prompt_ids, prompt_mask, gen_len, cuda_graph)
+
+
+@torch.inference_mode()
+def generate(
+    model: HookedTransformer,
+    prompt_ids: Int[Tensor, "batch prompt_len"],
+    prompt_mask: Bool[Tensor, "batch prompt_len"],
+    gen_len: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    stop_at_eos: bool = False,
+    kv_cache: KVCache = "auto",
+    cuda_graph: bool = True,
+    top_p: float = 1.0,
+    decoders: DecoderCache | None = None,
+) -> tuple[Int[Tensor, "batch gen_len"], Bool[Tensor, "batch gen_len"]]:
+    """Sample `gen_len` tokens after each (left-padded) prompt, with a KV cache.
+
+    Step 0 runs the whole prompt and fills the cache; each later step feeds only the token just
+    sampled. With `stop_at_eos`, a sample that has produced EOS (any of `eos_token_ids`) keeps
+    being fed the pad token (so the batch stays rectangular) and its later positions are masked
+    out; generation ends early once every sample has stopped. Returns `(completion_ids, completion_mask)`, cloned out
+    of inference mode so they can enter an autograd forward pass later.
+
+    `kv_cache` picks the decoder (`make_decoder`): "auto" (the static cache where it applies),
+    "static" or "transformer_lens". Both draw the same random numbers in the same order and their
+    logits agree to < 1e-5, so on the CPU one seed gives the same tokens either way (tested).
+    `cuda_graph=False` runs the static decoder's step uncaptured on CUDA (as it runs on the CPU).
+    `decoders` (a trainer's `static_cache.DecoderCache`) keeps the static decoder between calls of
+    one shape: its cache and captured graph are reused, its weights laid out again each call.
+    `top_k` and `top_p` restrict each draw (`sample_next_token`); the log-probs of the tokens are
+    computed afterwards over the whole softmax, as TRL computes them (docs/fidelity.md, "Top-k").
+    """
+    batch, device = prompt_ids.shape[0], prompt_ids.device
+    eos, pad = eos_token_ids(model), pad_token_id(model)
+    completion_ids = torch.full((batch, gen_len), pad, dtype=torch.long, device=device)
+    completion_mask = torch.zeros((batch, gen_len), dtype=torch.bool, device=device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    check_every = 1 if device.type == "cpu" else EOS_CHECK_EVERY
+
+    decoder = make_decoder(model, prompt_ids, prompt_mask, gen_len, kv_cache, cuda_graph, decoders)
+    logits = decoder.prefill()
+    for t in range(gen_len):
+        token = sample_next_token(logits, temperature, top_k, top_p)
+        token = torch.where(finished, pad, token)
+        completion_ids[:, t] = token
+        completion_mask[:, t] = ~finished
+        if stop_at_eos:
+            finished |= is_eos(token, eos)
+            if (t + 1) % check_every == 0 and bool(finished.all()):  # the loop's only host sync
+                break
+        if t + 1 < gen_len:
+            logits = decoder.step(token)
+    return completion_ids.clone(), completion_mask.clone()
+
+
+def decode_completions(
+    model: HookedTransformer,
+    completion_ids: Int[Tensor, "batch gen_len"],
+    completion_mask: Bool[Tensor, "batch gen_len"],
+    stop_at_eos: bool = False,
+) -> list[str]:
+    """The text of each completion's kept tokens. With `stop_at_eos` the EOS that ended it (any of
+    `eos_token_ids`) is not part of the text (the reward reads the review, not the end marker);
+    without, EOS tokens stay in the text as `<|endoftext|>`, as in the blog's samples. Only the
+    generated tokens are decoded: a chat template's tokens, in the prompt, are never in the text."""
+    keep = completion_mask & ~is_eos(completion_ids, eos_token_ids(model)) if stop_at_eos else completion_mask
+    ids, keep = completion_ids.cpu(), keep.cpu()  # one copy each: a GPU index and sync per row cost more than decoding
+    return [model.tokenizer.decode(row[k].tolist()) for row, k in zip(ids, keep)]
+
+
+def get_samples(
+    base_model: HookedTransformer,
+    prompt: str | list[str],
+    batch_size: int,
+    gen_len: int,
+    temperature: float,
+    top_k: int,
+    prepend_bos: bool,
+    stop_at_eos: bool = False,
+) -> tuple[Int[Tensor, "batch seq_len"], list[str]]:
+    """The blog's rollout: `batch_size` samples continuing `prompt`, as (ids, texts).
+
+    `prompt` is one string (repeated batch_size times, as in the blog) or a list of batch_size
+    prompts (left-padded). seq_len = prompt_len + gen_len; the generated span is
+    `[:, prompt_len:]`. Each text is the prompt followed by its completion (without BOS or
+    padding), cut after EOS when `stop_at_eos`. `top_k=0` samples from the whole vocabulary.
+    """
+    prompts = [prompt] * batch_size if isinstance(prompt, str) else list(prompt)
+    if len(prompts) != batch_size:
+        raise ValueError(f"get_samples: {len(prompts)} prompts for batch_size {batch_size}")
+    prompt_ids, prompt_mask = tokenize_prompts(base_model, prompts, prepend_bos)
+    completion_ids, completion_mask = generate(
+        base_model, prompt_ids, prompt_mask, gen_len, temperature, top_k, stop_at_eos
+    )
+    texts = [p + c for p, c in zip(prompts, decode_completions(base_model, completion_ids, completion_mask, stop_at_eos))]
+    return torch.cat([prompt_ids, completion_ids], dim=1), texts

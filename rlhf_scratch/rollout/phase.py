@@ -1,0 +1,322 @@
+"""The rollout every algorithm starts from: sample, score with the policy and the reference, reward.
+
+    prompts (one per group) ──repeat G times──► left-padded prompt_ids
+        ──generate (KV cache, top-k, EOS)──► completion_ids, completion_mask
+        ──policy forward──► log π_old(o_t)  [and V(s_t) for PPO]
+        ──reference forward──► log π_ref(o_t), per-token KL(π_old‖π_ref), entropy
+        ──reward function──► scores; rewards = scores − missing_eos_penalty·[no EOS]
+
+Every log-prob, KL and entropy here is of the distribution that was sampled, softmax(z / T)
+(`objectives.temperature_scaled`), and the learning phase scores with the same T (the rollout
+remembers it: `Rollout.temperature`), so at the first step log π = log π_old and the ratio is 1.
+With --bf16 the policy's scoring forward runs under the same autocast as the learning forward
+(`policy_precision`): old and new log-probs then round alike, and a ratio is never ≠ 1 from
+rounding alone.
+
+PPO uses G = 1 (one completion per prompt), RLOO G completions per prompt, Online DPO G = 2
+(a pair). The G completions of one prompt are consecutive in the batch (prompt-major).
+
+Only per-token numbers are kept: the forward passes run in chunks of rows, stop at the final
+normalised residual ĥ, and `token_terms` reduces its logits a chunk of positions at a time, so
+the rollout's memory grows with the chunk, not with the batch times the vocabulary. (At the gpt2
+preset an early design kept 128 × 30 × 50,257 × 4 B ≈ 0.77 GB of reference logits for the whole
+phase.) PPO may keep the reference's ĥ (`keep_ref_hidden`: d_model numbers per position) for its
+full-vocabulary KL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+from rlhf_scratch.core.objectives import generated_span, sequence_log_probs
+from rlhf_scratch.core.timing import timed
+from rlhf_scratch.core.vocab_terms import LOGITS_PER_CHUNK, TokenTerms, token_terms, unembedding
+from rlhf_scratch.models.fast_forward import HiddenForward, final_hidden
+from rlhf_scratch.models.lora import adapters_off
+from rlhf_scratch.models.policy import TransformerWithValueHead, language_model
+from rlhf_scratch.models.static_cache import DecoderCache
+from rlhf_scratch.rollout.generation import (
+    attention_mask_or_none,
+    decode_completions,
+    eos_token_ids,
+    generate,
+    is_eos,
+    tokenize_prompts,
+)
+from rlhf_scratch.rollout.reward_call import score_completions
+
+
+@dataclass
+class Rollout:
+    """One phase's samples and everything the learning phase needs about them (no gradients)."""
+
+    prompt_ids: Int[Tensor, "batch prompt_len"]
+    """Left-padded prompt tokens (BOS first when prepend_bos; through the chat template when the
+    model has one: `generation.prompt_tokens`)."""
+    completion_ids: Int[Tensor, "batch gen_len"]
+    """Sampled tokens; pad tokens after the first EOS when generation stops at EOS."""
+    attention_mask: Bool[Tensor, "batch seq_len"]
+    """False on the prompt's left padding, True elsewhere (seq_len = prompt_len + gen_len)."""
+    completion_mask: Bool[Tensor, "batch gen_len"]
+    """True for the tokens the policy chose (up to and including the first EOS when stopping)."""
+    logprobs: Float[Tensor, "batch gen_len"]
+    """log π_old(o_t | q, o_<t) of each completion token, from the policy that sampled it, at the
+    sampling temperature (every log-prob, KL and entropy of a rollout is of softmax(z / T))."""
+    ref_logprobs: Float[Tensor, "batch gen_len"] | None
+    """log π_ref(o_t | q, o_<t) from the frozen reference model; None when the rollout was made
+    without one (`ref_model=None`: GRPO at β = 0 runs no reference forward)."""
+    kl: Float[Tensor, "batch gen_len"] | None
+    """KL(π_old ‖ π_ref) over the full vocabulary at each completion position (a diagnostic);
+    None without a reference."""
+    entropy: Float[Tensor, "batch gen_len"]
+    """Entropy of π_old at each completion position, nats (a diagnostic)."""
+    scores: Float[Tensor, " batch"]
+    """What the reward function returned."""
+    rewards: Float[Tensor, " batch"]
+    """scores − missing_eos_penalty for each completion without EOS (= scores without a penalty)."""
+    prompts: list[str]
+    """The prompt of each completion (each repeated num_generations times), as given: the plain
+    text, not its chat-template rendering (that is in `prompt_ids`)."""
+    completions: list[str]
+    """The text of each completion (without the EOS that ended it)."""
+    num_generations: int
+    """G: consecutive completions per prompt."""
+    eos_token_id: int | tuple[int, ...]
+    """The token, or each of the tokens, that ends a completion (`generation.eos_token_ids`: the
+    model's generation config's, e.g. ChatML's `<|im_end|>`, else the tokenizer's EOS)."""
+    values: Float[Tensor, "batch seq_len"] | None = None
+    """V(s_t) at every position, when the policy has a value head (PPO)."""
+    ref_hidden: Float[Tensor, "batch gen_len d_model"] | None = None
+    """The reference's final normalised residual ĥ_ref at each position that predicts a completion
+    token, when asked for (`keep_ref_hidden`): PPO's full-vocabulary KL then unembeds it (a chunk
+    at a time) instead of running a reference forward per minibatch, for batch × gen_len × d_model
+    floats of memory (the whole log-prob vectors would be d_vocab floats per position: 64× more
+    at the tiny preset)."""
+    ref_lse: Float[Tensor, "batch gen_len"] | None = None
+    """logsumexp of the reference's logits z_ref / T at the same positions, kept with `ref_hidden`:
+    with it the learning phase's KL needs no reference logits at all (`token_terms(ref_lse=...)`)."""
+    temperature: float = 1.0
+    """T the completions were sampled at: every log-prob of them, old and new, is of softmax(z / T)."""
+
+    def __len__(self) -> int:
+        return self.completion_ids.shape[0]
+
+    @property
+    def prefix_len(self) -> int:
+        """Length of the (padded) prompt: the completion is `sample_ids[:, prefix_len:]`."""
+        return self.prompt_ids.shape[1]
+
+    @property
+    def sample_ids(self) -> Int[Tensor, "batch seq_len"]:
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def is_terminated(self) -> Bool[Tensor, " batch"]:
+        """Whether each completion produced EOS, any of `eos_token_id` (the completion only — an
+        EOS/BOS in the prompt does not count)."""
+        return (is_eos(self.completion_ids, self.eos_token_id) & self.completion_mask).any(dim=-1)
+
+    @property
+    def lengths(self) -> Int[Tensor, " batch"]:
+        return self.completion_mask.sum(dim=-1)
+
+    @property
+    def texts(self) -> list[str]:
+        return [p + c for p, c in zip(self.prompts, self.completions)]
+
+
+@torch.no_grad()
+def score_tokens(
+    policy: HookedTransformer | TransformerWithValueHead,
+    ref_model: HookedTransformer | None,
+    sample_ids: Int[Tensor, "batch seq_len"],
+    attention_mask: Bool[Tensor, "batch seq_len"],
+    prefix_len: int,
+    chunk_size: int,
+    keep_ref_hidden: bool = False,
+    temperature: float = 1.0,
+    policy_precision: Callable[[], AbstractContextManager] = nullcontext,
+    chunk_logits: int = LOGITS_PER_CHUNK,
+) -> dict[str, Tensor]:
+    """Per-token log π, log π_ref, KL, entropy (and values) of the completions, `chunk_size` rows
+    at a time (their logits `chunk_logits` at a time, `token_terms`); with `keep_ref_hidden`,
+    also the reference's ĥ_ref and the logsumexp of its logits. With `ref_model=None` the reference forward is skipped (no
+    ref_logprobs, kl or ref_hidden).
+
+    Every distribution is at `temperature` (`temperature_scaled`), the one the tokens were drawn
+    from. The policy's forward and unembedding run inside `policy_precision()` — the learning
+    phase's autocast under --bf16 — so that log π_old is computed as log π will be; the reference
+    stays float32 (the same number in every phase, and it enters no ratio)."""
+    out: dict[str, list[Tensor]] = {"logprobs": [], "ref_logprobs": [], "kl": [], "entropy": [], "values": [],
+                                     "ref_hidden": [], "ref_lse": []}
+    span = generated_span(prefix_len)
+    lm = language_model(policy)
+    for start in range(0, sample_ids.shape[0], chunk_size):
+        ids, mask = sample_ids[start : start + chunk_size], attention_mask[start : start + chunk_size]
+        tl_mask, targets = attention_mask_or_none(mask), ids[:, prefix_len:]
+        ref_hidden = None
+        if ref_model is not None:
+            with timed("reference_forward"), adapters_off(ref_model):  # a LoRA run's reference: the policy's base
+                ref_hidden = final_hidden(ref_model, ids, tl_mask)[:, span]
+            if keep_ref_hidden:
+                out["ref_hidden"].append(ref_hidden)
+        with timed("policy_forward"), policy_precision():
+            if isinstance(policy, TransformerWithValueHead):
+                hidden, values = policy(ids, attention_mask=tl_mask, return_hidden=True)
+                out["values"].append(values.float())
+            else:
+                hidden = final_hidden(policy, ids, tl_mask)
+            terms = token_terms(
+                hidden[:, span].flatten(0, 1), unembedding(lm), targets.flatten(), temperature,
+                ref_hidden=None if ref_hidden is None else ref_hidden.flatten(0, 1),
+                ref_unembed=None if ref_model is None else unembedding(ref_model), with_entropy=True,
+                chunk_logits=chunk_logits,
+            ).reshape(*targets.shape)
+        out["logprobs"].append(terms.logprobs)
+        out["entropy"].append(terms.entropy)
+        if ref_model is not None:
+            out["ref_logprobs"].append(terms.ref_logprobs)
+            out["kl"].append(terms.kl)
+            if keep_ref_hidden:
+                out["ref_lse"].append(terms.ref_lse)
+    return {k: torch.cat(v) for k, v in out.items() if v}
+
+
+@torch.no_grad()
+def make_rollout(
+    policy: HookedTransformer | TransformerWithValueHead,
+    ref_model: HookedTransformer | None,
+    prompts: list[str],
+    reward_fn,
+    *,
+    num_generations: int = 1,
+    gen_len: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    prepend_bos: bool = True,
+    stop_at_eos: bool = False,
+    missing_eos_penalty: float | None = None,
+    chunk_size: int = 16,
+    keep_ref_hidden: bool = False,
+    policy_precision: Callable[[], AbstractContextManager] = nullcontext,
+    chunk_logits: int = LOGITS_PER_CHUNK,
+    kv_cache: str = "auto",
+    cuda_graph: bool = True,
+    decoders: DecoderCache | None = None,
+) -> Rollout:
+    """Sample `num_generations` completions of each prompt and score them: the one function that
+    builds a `Rollout`, for every algorithm.
+
+    `policy` is the HookedTransformer being tuned, or PPO's `TransformerWithValueHead` (then the
+    rollout also keeps V(s_t)). `reward_fn` follows either contract of `rollout.reward_call.score_completions`.
+    `ref_model=None` skips the reference forward: the rollout's ref_logprobs and kl are None.
+    Log-probs are at `temperature` (see `score_tokens`), over the whole softmax whatever `top_k` and
+    `top_p` restricted the draw to (as TRL); `policy_precision` is the learning phase's
+    autocast (`accel.learning_autocast`), so old and new log-probs are computed in one precision.
+    `kv_cache` and `cuda_graph` choose how `generation.generate` samples (the static cache, CUDA-graphed
+    on a GPU, where the model allows; `decoders` keeps the static decoder between rollouts).
+
+    An instruct model is prompted as its users prompt it (`generation.tokenize_prompts`: through
+    its chat template, unless the run removed it with --chat-template none) and stops at its
+    generation config's EOS; `reward_fn` still receives the plain prompts and the completions' own
+    text (`decode_completions`: the generated tokens only, without the EOS that ended them).
+    """
+    lm = language_model(policy)
+    group_prompts = [p for p in prompts for _ in range(num_generations)]
+    prompt_ids, prompt_mask = tokenize_prompts(lm, group_prompts, prepend_bos)
+    with timed("generation"):
+        completion_ids, completion_mask = generate(
+            lm, prompt_ids, prompt_mask, gen_len, temperature, top_k, stop_at_eos, kv_cache=kv_cache, cuda_graph=cuda_graph,
+            top_p=top_p, decoders=decoders,
+        )
+    sample_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1)
+    scored = score_tokens(policy, ref_model, sample_ids, attention_mask, prompt_ids.shape[1], chunk_size,
+                          keep_ref_hidden, temperature, policy_precision, chunk_logits)
+
+    with timed("reward"):
+        ids_cpu, mask_cpu = completion_ids.cpu(), completion_mask.cpu()  # per-row work on the host, one copy each
+        completions = decode_completions(lm, ids_cpu, mask_cpu, stop_at_eos)
+        scores = score_completions(
+            reward_fn, group_prompts, completions,
+            [ids[keep].tolist() for ids, keep in zip(ids_cpu, mask_cpu)],
+        ).to(sample_ids.device)
+    rollout = Rollout(
+        prompt_ids=prompt_ids, completion_ids=completion_ids, attention_mask=attention_mask,
+        completion_mask=completion_mask, logprobs=scored["logprobs"], ref_logprobs=scored.get("ref_logprobs"),
+        kl=scored.get("kl"), entropy=scored["entropy"], scores=scores, rewards=scores,
+        prompts=group_prompts, completions=completions, num_generations=num_generations,
+        eos_token_id=eos_token_ids(lm), values=scored.get("values"),
+        ref_hidden=scored.get("ref_hidden"), ref_lse=scored.get("ref_lse"), temperature=temperature,
+    )
+    if missing_eos_penalty:
+        rollout.rewards = scores - missing_eos_penalty * (~rollout.is_terminated).float()
+    return rollout
+
+
+def policy_token_log_probs(
+    policy: torch.nn.Module, rollout: Rollout, rows: Int[Tensor, " rows"], *, chunk_logits: int
+) -> Float[Tensor, "rows gen_len"]:
+    """log π(o_t | q, o_<t) of every completion token of the rollout's `rows` under `policy` now, with
+    gradient: one forward pass to ĥ, then the generated span's log-probs at the rollout's sampling
+    temperature, `chunk_logits` logits at a time (`token_terms`; padding positions are there, masked
+    by every user; GRPO's per-token ratio is built on it). `policy` may be the trainer's `learner`
+    (compiled and/or DDP-wrapped): the forward goes through it, the unembedding is the model's own.
+    Call it inside the same `learning_autocast` the rollout scored under, so the first pass's ratio is exactly 1."""
+    return policy_token_terms(policy, rollout, rows, chunk_logits=chunk_logits).logprobs
+
+
+def policy_token_terms(
+    policy: torch.nn.Module, rollout: Rollout, rows: Int[Tensor, " rows"], *, chunk_logits: int,
+    with_entropy: bool = False,
+) -> TokenTerms:
+    """`policy_token_log_probs`, and with `with_entropy` also the entropy H[π] at each of those
+    positions (at the same temperature, with gradient: GRPO's entropy bonus), from the same forward."""
+    ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
+    lm = unwrapped(policy)
+    hidden = learner_hidden(policy, ids, attention_mask_or_none(mask))[:, generated_span(rollout.prefix_len)]
+    targets = ids[:, rollout.prefix_len :]
+    terms = token_terms(hidden.flatten(0, 1), unembedding(lm), targets.flatten(), rollout.temperature,
+                        with_entropy=with_entropy, chunk_logits=chunk_logits)
+    return terms.reshape(*targets.shape)
+
+
+def learner_hidden(
+    policy: torch.nn.Module, ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"] | None
+) -> Float[Tensor, "batch seq d_model"]:
+    """ĥ of `ids` with gradient: a HookedTransformer through `final_hidden`, a trainer's learner (a
+    `fast_forward.HiddenForward`, maybe compiled and/or DDP-wrapped) through its own forward, so
+    that DDP sees the call and torch.compile compiles it."""
+    if isinstance(policy, HookedTransformer):
+        return final_hidden(policy, ids, attention_mask)
+    return policy(ids, attention_mask)
+
+
+def unwrapped(module: torch.nn.Module) -> HookedTransformer:
+    """The model inside a trainer's `learner`: through torch.compile (`_orig_mod`), DDP (`module`)
+    and the training forward (`HiddenForward.lm`)."""
+    while True:
+        inner = getattr(module, "_orig_mod", None)
+        inner = getattr(module, "module", None) if inner is None else inner
+        inner = getattr(module, "lm", None) if inner is None and isinstance(module, HiddenForward) else inner
+        if not isinstance(inner, torch.nn.Module):
+            return module
+        module = inner
+
+
+def policy_sequence_log_probs(
+    policy: torch.nn.Module, rollout: Rollout, rows: Int[Tensor, " rows"], *, chunk_logits: int
+) -> Float[Tensor, " rows"]:
+    """log π(o | q) of the rollout's completions in `rows` under `policy` now, with gradient: the
+    per-token log-probs of `policy_token_log_probs` summed over kept tokens (RLOO's ratio and DPO's
+    loss are built on it). The same `learning_autocast` rule applies."""
+    logprobs = policy_token_log_probs(policy, rollout, rows, chunk_logits=chunk_logits)
+    return sequence_log_probs(logprobs, rollout.completion_mask[rows])

@@ -1,0 +1,110 @@
+"""The layering is a rule, not a habit: a module never imports a layer above it.
+
+    config (0) < core, pages (1) < models (2) < rollout (3) < reward (4) < engine (5)
+    < algorithms (6) < controller (7) < interp, microscope (8) < course (9) < studies, commands (10)
+
+Every import counts, a function's own included (a lazy import is still a dependency). `from
+rlhf_scratch import NAME` counts as the layer that defines NAME. docs/architecture.md draws it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import rlhf_scratch
+
+ROOT = Path(__file__).resolve().parents[1]
+RANK = {
+    "config": 0, "core": 1, "pages": 1, "models": 2, "rollout": 3, "reward": 4, "engine": 5,
+    "algorithms": 6, "controller": 7, "interp": 8, "microscope": 8, "course": 9, "studies": 10, "commands": 10,
+}
+FACADE = {"rlhf_scratch/__init__.py", "rlhf_scratch/_aliases.py"}
+"""The public names (imported on first use) and the old paths: above every layer, imported by none."""
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a dotted module name (None: not ours)."""
+    parts = module.split(".")
+    if parts[0] == "interp":
+        return "interp"
+    if parts[0] != "rlhf_scratch" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
+    """(line, dotted module) of every import in `source`, relative ones resolved against `package`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            if base == "rlhf_scratch":  # the facade: each name counts as the module that defines it
+                for alias in node.names:
+                    target = rlhf_scratch._EXPORTS.get(alias.name)
+                    found.append((node.lineno, f"rlhf_scratch.{target}" if target else f"rlhf_scratch.{alias.name}"))
+            else:
+                found.append((node.lineno, base))
+    return found
+
+
+def upward_imports(path: str, source: str) -> list[str]:
+    """Each import of `source` (the file at repo-relative `path`) that climbs to a higher layer."""
+    module = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    own = layer_of(module)
+    if own not in RANK:
+        return [f"{path}: not in a layer (RANK names every folder of rlhf_scratch/)"]
+    bad = []
+    for line, target in imported_modules(source, module if path.endswith("__init__.py") else module.rpartition(".")[0]):
+        other = layer_of(target)
+        if other is None or other == own:
+            continue
+        if other not in RANK:
+            bad.append(f"{path}:{line} imports {target}: not in a layer")
+        elif RANK[other] > RANK[own]:
+            bad.append(f"{path}:{line} imports {target} ({other}, layer {RANK[other]}) from {own} (layer {RANK[own]})")
+    return bad
+
+
+def package_files() -> list[Path]:
+    files = sorted((ROOT / "rlhf_scratch").rglob("*.py")) + sorted((ROOT / "interp").rglob("*.py"))
+    return [f for f in files if str(f.relative_to(ROOT)) not in FACADE]
+
+
+def test_no_module_imports_a_layer_above_it():
+    bad = [b for f in package_files() for b in upward_imports(str(f.relative_to(ROOT)), f.read_text())]
+    assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+def test_every_folder_is_a_layer():
+    folders = {p.name for p in (ROOT / "rlhf_scratch").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders - {"assets"} == set(RANK) - {"interp"}
+    loose = {p.name for p in (ROOT / "rlhf_scratch").glob("*.py")} - {Path(f).name for f in FACADE}
+    assert not loose, f"modules outside every layer: {sorted(loose)}"
+
+
+@pytest.mark.parametrize(("path", "source", "culprit"), [
+    ("rlhf_scratch/core/advantages.py", "from rlhf_scratch.engine.loop import run_training\n", "rlhf_scratch.engine.loop"),
+    ("rlhf_scratch/models/lora.py", "def f():\n    import rlhf_scratch.rollout.phase\n", "rlhf_scratch.rollout.phase"),
+    ("rlhf_scratch/rollout/phase.py", "from rlhf_scratch import RLHFTrainer\n", "rlhf_scratch.algorithms"),
+    ("rlhf_scratch/engine/loop.py", "from ..algorithms import ppo\n", "rlhf_scratch.algorithms"),
+    ("rlhf_scratch/reward/tasks.py", "from interp import logits\n", "interp"),
+])
+def test_a_planted_upward_import_is_found(path, source, culprit):
+    bad = upward_imports(path, source)
+    assert len(bad) == 1 and culprit in bad[0], bad
+
+
+@pytest.mark.parametrize(("path", "source"), [
+    ("rlhf_scratch/engine/loop.py", "from rlhf_scratch.rollout.phase import make_rollout\nfrom rlhf_scratch.engine import runs\n"),
+    ("rlhf_scratch/commands/train.py", "from rlhf_scratch.studies import runner\nimport interp.logits\n"),
+    ("rlhf_scratch/core/memory.py", "import torch\nfrom rlhf_scratch.config import CommonArgs\n"),
+])
+def test_a_downward_or_sideways_import_passes(path, source):
+    assert upward_imports(path, source) == []
