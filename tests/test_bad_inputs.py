@@ -1,5 +1,6 @@
 """A catalogue of bad inputs a new user can give: each is answered with exit code 2 and one line
-naming the field or file, no traceback, and nothing in an existing run folder is touched."""
+naming the field or file, no traceback, and nothing in an existing run folder is touched (an
+unreachable Hub is a failure, not bad input: exit 1)."""
 
 import json
 import shutil
@@ -87,7 +88,6 @@ CASES = [
      "truncated or not a safetensors file"),
     (["sentiment", "--reward-model", "{root}/truncated_rm", *SECONDS],
      "reward_model: {root}/truncated_rm/model.safetensors: unreadable weights ("),
-    (["sentiment", "--model", "gpt2"], "cannot download 'gpt2' from the Hugging Face Hub"),
     (["sentiment", "--prompts", "{root}/none.txt"], "prompts: {root}/none.txt: not found"),
     (["sentiment", "--prompts", "{root}/empty_prompts.txt"], "prompts: {root}/empty_prompts.txt: no prompts (file is empty)"),
     (["sentiment", "--prompts", "{root}/long_prompts.txt"], "prompts: {root}/long_prompts.txt line 2: 202 tokens with gen_len 30"),
@@ -118,6 +118,13 @@ def test_bad_input_exits_2_with_one_line(folders, capsys, argv, message):
     assert "\n" not in err and "Traceback" not in err, err
     assert err.startswith("error: " + message.replace("{root}", str(folders))), err
     assert (folders / "taken" / "metrics.jsonl").read_text() == before, "an existing run folder was touched"
+
+
+def test_an_unreachable_hub_is_a_failure_exit_1_not_a_bad_flag(capsys):
+    """The same --model works online: the environment failed, not the flag (config.command: exit 1)."""
+    assert main(["sentiment", "--model", "gpt2"]) == 1  # conftest: HF_HUB_OFFLINE=1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("error: cannot download 'gpt2' from the Hugging Face Hub"), err
 
 
 def test_cuda_without_a_gpu(capsys):

@@ -94,7 +94,7 @@ def test_export_refuses_bad_inputs_in_one_line(ppo_run, tmp_path, capsys):
     assert main([str(ppo_run), str(taken)]) == 2
     assert (taken / "keep.txt").read_text() == "mine" and len(list(taken.iterdir())) == 1, "nothing overwritten"
     assert main([str(tmp_path / "nowhere"), str(tmp_path / "a")]) == 2
-    assert main([str(ppo_run), str(tmp_path / "b"), "--push-to-hub", "me/model"]) == 2  # conftest: offline
+    assert main([str(ppo_run), str(tmp_path / "b"), "--push-to-hub", "me/model"]) == 1  # conftest: offline (a failure: exit 1)
     errors = [line for line in capsys.readouterr().err.splitlines() if line]
     assert len(errors) == 3 and all(e.startswith("error: ") for e in errors), errors
     assert "not an empty folder" in errors[0] and "not found" in errors[1] and "unreachable" in errors[2]

@@ -40,11 +40,16 @@ give the same next-token log-probs, so each piece is re-expressed in GPT-2's own
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from rlhf_scratch.config import registry
+import tyro
+
+from rlhf_scratch.config import ConfigError, registry
+from rlhf_scratch.config.cli import parse_dataclass
+from rlhf_scratch.config.command import command
 from rlhf_scratch.models.hf_format import (  # the conversions; this module is the command around them
     VALUE_HEAD_FILE,
     final_norm_and_unembed,
@@ -125,36 +130,54 @@ def push_to_hub(out_dir: Path, repo: str) -> str:
     return api.upload_folder(folder_path=str(out_dir), repo_id=repo).commit_url
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlhf_scratch.export", description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", help="a finished run folder: a policy run (policy.pt) or a reward-model run "
-                                        "(reward_model.pt); refused while a process trains it")
-    parser.add_argument("out_dir", help="new or empty folder for the Hugging Face model")
-    parser.add_argument("--value-head", action="store_true", help=f"also write PPO's value head to {VALUE_HEAD_FILE}")
-    parser.add_argument("--push-to-hub", metavar="REPO", help="then upload the folder to this Hub repo (online)")
-    opts = parser.parse_args(argv)
+PROG = "python -m rlhf_scratch.export"
+
+
+@dataclass
+class ExportArgs:
+    """Export a tuned policy (or a reward model) to a Hugging Face folder that loads with no custom code."""
+
+    run_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")] = tyro.MISSING
+    """A finished run folder: a policy run (policy.pt) or a reward-model run (reward_model.pt); refused
+    while a process trains it."""
+    out_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="OUT_DIR")] = tyro.MISSING
+    """New or empty folder for the Hugging Face model."""
+    value_head: bool = False
+    """Also write PPO's value head to value_head.safetensors."""
+    push_to_hub: Annotated[str | None, tyro.conf.arg(metavar="REPO")] = None
+    """Then upload the folder to this Hub repo (online)."""
+
+
+def parse(argv: list[str]) -> ExportArgs:
+    """The command line; the output folder refused at once if it holds anything."""
+    opts = parse_dataclass(ExportArgs, argv, default=ExportArgs(), prog=PROG, description=__doc__.split("\n\n")[0])
     out = Path(opts.out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        print(f"error: {out} exists and is not an empty folder; choose a new one (nothing was overwritten)",
-              file=sys.stderr)
-        return 2
+        raise ConfigError(f"{out} exists and is not an empty folder; choose a new one (nothing was overwritten)")
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command: `command()` owns its one-line errors and exit codes."""
+    return command(parse, run, argv)
+
+
+def run(opts: ExportArgs) -> int:
+    """Export the run folder (the policy's family, or the reward model), then push it if asked."""
     from rlhf_scratch.reward.model import is_reward_model_run
 
-    try:
-        if is_reward_model_run(opts.run_dir):  # the rule loading.load_classifier uses
-            if opts.value_head:
-                raise ValueError(f"--value-head: {opts.run_dir} is a reward-model run; only PPO runs have a value head")
-            export_reward_model(opts.run_dir, out)
-            auto_class = "AutoModelForSequenceClassification"
-        else:
-            export(opts.run_dir, out, opts.value_head)
-            auto_class = "AutoModelForCausalLM"
-        print(f"exported {opts.run_dir} -> {out}  ({auto_class}.from_pretrained({str(out)!r}))")
-        if opts.push_to_hub:
-            print(f"pushed: {push_to_hub(out, opts.push_to_hub)}")
-    except (ValueError, OSError, RuntimeError) as e:  # RunFolderError, ConnectionError, HF errors
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
+    out = Path(opts.out_dir)
+    if is_reward_model_run(opts.run_dir):  # the rule loading.load_classifier uses
+        if opts.value_head:
+            raise ValueError(f"--value-head: {opts.run_dir} is a reward-model run; only PPO runs have a value head")
+        export_reward_model(opts.run_dir, out)
+        auto_class = "AutoModelForSequenceClassification"
+    else:
+        export(opts.run_dir, out, opts.value_head)
+        auto_class = "AutoModelForCausalLM"
+    print(f"exported {opts.run_dir} -> {out}  ({auto_class}.from_pretrained({str(out)!r}))")
+    if opts.push_to_hub:
+        print(f"pushed: {push_to_hub(out, opts.push_to_hub)}")
     return 0
 
 

@@ -8,40 +8,62 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import tyro
+
 from rlhf_scratch.config import PROMPT_PREFIX, ConfigError, check_seed
+from rlhf_scratch.config.cli import parse_dataclass
+from rlhf_scratch.config.command import command
 from rlhf_scratch.reward.preferences import GOLDS, LABELS, make_preference_pairs, write_pairs
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise ConfigError(message)
+PROG = "python -m rlhf_scratch.preferences"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m rlhf_scratch.preferences", description="Preference pairs labelled by a gold reward: the \"human feedback\" of RLHF, simulated.",
-                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="new .jsonl file to write (an existing file is refused)")
-    p.add_argument("--num-pairs", type=int, required=True, help="how many pairs")
-    p.add_argument("--gold", default="tiny", help="gold reward: tiny (classifier log-odds), vader, or a classifier folder")
-    p.add_argument("--prompts", default="rt", help="rt (review openings), prefix (--prefix), or a .txt/.jsonl file")
-    p.add_argument("--prefix", default="This movie was really", help="the prompt of --prompts prefix")
-    p.add_argument("--label", default="bt", help="bt: P(a≻b)=σ(g(a)−g(b)) (noisy); argmax: the better one")
-    p.add_argument("--seed", type=int, default=1, help="seeds the prompt order, the samples and the bt draws")
-    p.add_argument("--model", default="tiny", help="the reference LM that writes the completions")
-    p.add_argument("--gen-len", type=int, default=20, help="new tokens per completion (the most)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    p.add_argument("--top-k", type=int, default=0, help="sample from the top-k tokens only (0 = all)")
-    p.add_argument("--batch-size", type=int, default=64, help="prompts per generation batch")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    return p
+@dataclass
+class PreferencesArgs:
+    """Preference pairs labelled by a gold reward: the "human feedback" of RLHF, simulated."""
+
+    out: str = tyro.MISSING
+    """New .jsonl file to write (an existing file is refused)."""
+    num_pairs: int = tyro.MISSING
+    """How many pairs."""
+    gold: str = "tiny"
+    """Gold reward: tiny (classifier log-odds), vader, or a classifier folder."""
+    prompts: str = "rt"
+    """rt (review openings), prefix (--prefix), or a .txt/.jsonl file."""
+    prefix: str = "This movie was really"
+    """The prompt of --prompts prefix."""
+    label: str = "bt"
+    """bt: P(a≻b)=σ(g(a)−g(b)) (noisy); argmax: the better one."""
+    seed: int = 1
+    """Seeds the prompt order, the samples and the bt draws."""
+    model: str = "tiny"
+    """The reference LM that writes the completions."""
+    gen_len: int = 20
+    """New tokens per completion (the most)."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    top_k: int = 0
+    """Sample from the top-k tokens only (0 = all)."""
+    batch_size: int = 64
+    """Prompts per generation batch."""
+    threads: int = 1
+    """Torch CPU threads."""
 
 
-def check_options(opts: argparse.Namespace) -> None:
+def parse(argv: list[str]) -> PreferencesArgs:
+    """The command line, checked (`check_options`)."""
+    opts = parse_dataclass(PreferencesArgs, argv, default=PreferencesArgs(), prog=PROG,
+                           description=PreferencesArgs.__doc__)
+    check_options(opts)
+    return opts
+
+
+def check_options(opts: PreferencesArgs) -> None:
     """One ConfigError line for the first bad option."""
     if opts.num_pairs < 1:
         raise ConfigError(f"num_pairs: must be >= 1; got {opts.num_pairs}")
@@ -65,33 +87,26 @@ def check_options(opts: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        opts = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-        check_options(opts)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
+    """The command: `command()` owns its one-line errors and exit codes."""
+    return command(parse, run, argv)
 
+
+def run(opts: PreferencesArgs) -> int:
+    """Sample the pairs from the reference, label them by the gold reward, write them."""
     import torch
 
-    from rlhf_scratch.models.loading import HubUnreachableError, load_lm
+    from rlhf_scratch.models.loading import load_lm
     from rlhf_scratch.rollout.prompts import load_prompts
 
-    try:
-        if opts.threads:
-            torch.set_num_threads(opts.threads)
-        prompts = load_prompts(opts.prompts, prefix=opts.prefix, seed=opts.seed)
-        lm = load_lm(opts.model).eval()
-        rows = make_preference_pairs(
-            lm, prompts, opts.num_pairs, gold=opts.gold, label=opts.label, seed=opts.seed, gen_len=opts.gen_len,
-            temperature=opts.temperature, top_k=opts.top_k, stop_at_eos=opts.prompts != PROMPT_PREFIX,
-            batch_size=opts.batch_size, source=opts.prompts)
-        write_pairs(rows, opts.out)
-    except (ValueError, OSError, HubUnreachableError) as e:  # PromptError, ModelFolderError, ...
-        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
-        return 2
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    prompts = load_prompts(opts.prompts, prefix=opts.prefix, seed=opts.seed)
+    lm = load_lm(opts.model).eval()
+    rows = make_preference_pairs(
+        lm, prompts, opts.num_pairs, gold=opts.gold, label=opts.label, seed=opts.seed, gen_len=opts.gen_len,
+        temperature=opts.temperature, top_k=opts.top_k, stop_at_eos=opts.prompts != PROMPT_PREFIX,
+        batch_size=opts.batch_size, source=opts.prompts)
+    write_pairs(rows, opts.out)
     agree = sum(r["score_chosen"] >= r["score_rejected"] for r in rows) / len(rows)
     print(f"wrote {len(rows)} pairs to {opts.out} (chosen has the higher gold score in {agree:.0%})")
     return 0

@@ -15,12 +15,17 @@ prompts as typed and the completions' own text.
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import torch
+import tyro
 from tabulate import tabulate
 
+from rlhf_scratch.config import ConfigError, check_seed
+from rlhf_scratch.config.cli import parse_dataclass
+from rlhf_scratch.config.command import command
 from rlhf_scratch.rollout.generation import prompt_tokens, use_chat_template
 from rlhf_scratch.rollout.phase import Rollout, make_rollout
 
@@ -63,48 +68,67 @@ def side_by_side(reference: Rollout, tuned: Rollout) -> str:
     return tabulate(rows, headers=["prompt", "reference", "reward", "tuned", "reward", "KL"], tablefmt="github")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlhf_scratch.sample", description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", help="a finished run folder (refused while a process trains it)")
-    parser.add_argument("prompts", nargs="*", help="prompts (default: stdin lines if piped, else the run's prefix)")
-    parser.add_argument("-n", type=int, default=4, help="completions per prompt and model")
-    parser.add_argument("--gen-len", type=int, help="tokens per completion (default: the run's)")
-    parser.add_argument("--temperature", type=float, help="default: the run's")
-    parser.add_argument("--top-k", type=int, help="0 = the whole vocabulary (default: the run's)")
-    parser.add_argument("--stop-at-eos", action=argparse.BooleanOptionalAction, default=None,
-                        help="end completions at EOS (default: the run's)")
-    parser.add_argument("--chat-template", choices=("auto", "none"),
-                        help="auto: prompt through the model's chat template if it has one; none: plain text "
-                             "(default: the run's)")
-    parser.add_argument("--seed", type=int, default=0)
-    opts = parser.parse_args(argv)
+PROG = "python -m rlhf_scratch.sample"
 
-    from rlhf_scratch.config import ConfigError, check_seed
+
+@dataclass
+class SampleArgs:
+    """Reference and tuned completions side by side, with the run's reward and the KL between them."""
+
+    run_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")] = tyro.MISSING
+    """A finished run folder (refused while a process trains it)."""
+    prompts: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="PROMPT ...")] = ()
+    """Prompts (default: stdin lines if piped, else the run's prefix)."""
+    n: Annotated[int, tyro.conf.arg(aliases=("-n",))] = 4
+    """Completions per prompt and model."""
+    gen_len: int | None = None
+    """Tokens per completion (None: the run's)."""
+    temperature: float | None = None
+    """Sampling temperature (None: the run's)."""
+    top_k: int | None = None
+    """0 = the whole vocabulary (None: the run's)."""
+    stop_at_eos: bool | None = None
+    """End completions at EOS: --stop-at-eos / --no-stop-at-eos (None: the run's)."""
+    chat_template: Literal["auto", "none"] | None = None
+    """auto: prompt through the model's chat template if it has one; none: plain text (None: the run's)."""
+    seed: int = 0
+    """Seeds both models' draws alike."""
+
+
+def parse(argv: list[str]) -> SampleArgs:
+    """The command line, its own values checked (the run's are checked once it is loaded)."""
+    opts = parse_dataclass(SampleArgs, argv, default=SampleArgs(), prog=PROG, description=__doc__.split("\n\n")[0])
+    if opts.n < 1:
+        raise ConfigError(f"-n: must be >= 1; got {opts.n}")
+    check_seed(opts.seed)
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command: `command()` owns its one-line errors and exit codes."""
+    return command(parse, run, argv)
+
+
+def run(opts: SampleArgs) -> int:
+    """Load the run, sample both models and print the table."""
     from rlhf_scratch.engine.runs import load_run, reward_shown
 
-    try:
-        if opts.n < 1:
-            raise ConfigError(f"-n: must be >= 1; got {opts.n}")
-        check_seed(opts.seed)
-        prompts = opts.prompts or ([line.rstrip("\n") for line in sys.stdin if line.strip()] if not sys.stdin.isatty() else [])
-        run = load_run(opts.run_dir)
-        args = run.args
-        prompts = prompts or [args.prefix]
-        for name, value in (("gen_len", opts.gen_len), ("temperature", opts.temperature), ("top_k", opts.top_k),
-                            ("stop_at_eos", opts.stop_at_eos), ("chat_template", opts.chat_template)):
-            if value is not None:
-                setattr(args, name, value)
-        args.validate()
-        use_chat_template(run.tuned, args.chat_template)
-        longest = max(len(prompt_tokens(run.tuned, p, args.prepend_bos)) for p in prompts)
-        if longest + args.gen_len > run.tuned.cfg.n_ctx:
-            raise ConfigError(f"prompts: the longest is {longest} tokens; with gen_len {args.gen_len} it exceeds "
-                              f"the context of {run.tuned.cfg.n_ctx} tokens")
-        reference, tuned = sample_both(run, prompts, opts.n, args.gen_len, args.temperature, args.top_k,
-                                       args.eos_stops(), opts.seed)
-    except (ValueError, OSError) as e:  # ConfigError, RunFolderError, a reward-model error
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
+    prompts = list(opts.prompts) or ([line.rstrip("\n") for line in sys.stdin if line.strip()] if not sys.stdin.isatty() else [])
+    run = load_run(opts.run_dir)
+    args = run.args
+    prompts = prompts or [args.prefix]
+    for name, value in (("gen_len", opts.gen_len), ("temperature", opts.temperature), ("top_k", opts.top_k),
+                        ("stop_at_eos", opts.stop_at_eos), ("chat_template", opts.chat_template)):
+        if value is not None:
+            setattr(args, name, value)
+    args.validate()
+    use_chat_template(run.tuned, args.chat_template)
+    longest = max(len(prompt_tokens(run.tuned, p, args.prepend_bos)) for p in prompts)
+    if longest + args.gen_len > run.tuned.cfg.n_ctx:
+        raise ConfigError(f"prompts: the longest is {longest} tokens; with gen_len {args.gen_len} it exceeds "
+                          f"the context of {run.tuned.cfg.n_ctx} tokens")
+    reference, tuned = sample_both(run, prompts, opts.n, args.gen_len, args.temperature, args.top_k,
+                                   args.eos_stops(), opts.seed)
     print(reward_shown(run.path, run.args))
     print(side_by_side(reference, tuned))
     print(f"\nmean reward: reference {reference.scores.mean():.3f}, tuned {tuned.scores.mean():.3f}; "

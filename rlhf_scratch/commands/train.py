@@ -13,14 +13,14 @@ field, before torch is imported.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
 
 from rlhf_scratch.config import PRESETS, TASKS, CommonArgs, ConfigError, args_class, preset_values, registry
-from rlhf_scratch.config.cli import flag_of, given_fields, parse_dataclass
-from rlhf_scratch.controller.command import main_controller, split_controller_flags
+from rlhf_scratch.config.cli import flag_of, given_fields, parse_dataclass, split_flags
+from rlhf_scratch.config.command import command
+from rlhf_scratch.controller.command import ControllerArgs, main_controller, split_controller_flags
 
 PROG = "python -m rlhf_scratch.train"
 
@@ -44,27 +44,28 @@ def description(algo: str) -> str:
     ])
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """The pre-scan for --algo/--resume/--preset: a usage error is one line, exit code 2."""
+@dataclasses.dataclass
+class Dispatch:
+    """The flags read before the algorithm's command line: they pick its dataclass and defaults."""
 
-    def error(self, message: str):
-        raise ConfigError(message)
+    algo: str | None = None
+    """The algorithm (default ppo)."""
+    resume: str | None = None
+    """Continue the interrupted run in this folder."""
+    preset: str | None = None
+    """tiny (default) or gpt2."""
 
 
 def parse_dispatch(argv: list[str]) -> tuple[str | None, str | None, str | None, list[str]]:
     """--algo, --resume and --preset, read before the algorithm's command line is parsed (they
     decide which dataclass and which defaults it is parsed into), and the rest of argv for it,
-    with the positional TASK turned into --task and the tri-state --[no-]stop-at-eos spelled out."""
-    pre = _OneLineParser(add_help=False)
-    for flag in ("--algo", "--resume", "--preset"):
-        pre.add_argument(flag, default=None)
-    known, rest = pre.parse_known_args(argv)
+    with the positional TASK turned into --task."""
+    known, rest = split_flags(Dispatch, argv, default=Dispatch(), prog=PROG)
     positional = [i for i, token in enumerate(rest) if not token.startswith("-")
                   and (i == 0 or not rest[i - 1].startswith("--") or "=" in rest[i - 1] or _is_switch(rest[i - 1]))]
     if positional:  # the first bare word is the task
         i = positional[0]
         rest = rest[:i] + ["--task", rest[i]] + rest[i + 1:]
-    rest = [{"--stop-at-eos": "--stop-at-eos=True", "--no-stop-at-eos": "--stop-at-eos=False"}.get(t, t) for t in rest]
     return known.algo, known.resume, known.preset, rest
 
 
@@ -72,7 +73,7 @@ def _is_switch(token: str) -> bool:
     """Whether a flag takes no value (a boolean field's --x / --no-x, or --help)."""
     name = token[2:].removeprefix("no-").replace("-", "_")
     return token in ("-h", "--help") or any(
-        f.name == name and f.type in ("bool", bool) for algo in registry.names()
+        f.name == name and f.type in ("bool", bool, "bool | None") for algo in registry.names()
         for f in dataclasses.fields(args_class(algo)))
 
 
@@ -129,16 +130,19 @@ def other_algorithm_hint(message: str, algo: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        controller, argv = split_controller_flags(argv)  # --controller ray: the single controller (controller/)
-        args, resume = parse_args(argv)
-        algo = args.algo
-    except ConfigError as e:  # RunFolderError is one too
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except SystemExit as e:  # --help (0)
-        return int(e.code or 0)
+    """The command: `command()` owns its one-line errors and exit codes."""
+    return command(parse, run, argv)
+
+
+def parse(argv: list[str]) -> tuple[CommonArgs, str | None, ControllerArgs]:
+    """The run's validated args, the folder to resume (None: a new run) and the controller."""
+    controller, argv = split_controller_flags(argv)  # --controller ray: the single controller (controller/)
+    return (*parse_args(argv), controller)
+
+
+def run(parsed: tuple[CommonArgs, str | None, ControllerArgs]) -> int:
+    """Train (or resume) the run; print its summary on rank 0."""
+    args, resume, controller = parsed
     if controller.controller == "ray":
         return main_controller(args, resume, controller)
 
@@ -147,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     from rlhf_scratch.engine import distributed
     from rlhf_scratch.engine.loop import TrainingStopped, run_training
     from rlhf_scratch.engine.runs import check_new_run_dir, finished_summary
-    from rlhf_scratch.models.loading import HubUnreachableError
 
     rank0 = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0 (or no torchrun): the one that prints
     run_dir = Path(resume) if resume is not None else None
@@ -157,14 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             refuse_unresumable(resume, args)  # before the models load
         elif rank0:  # (under torchrun rank 0 creates it)
             check_new_run_dir(args.run_dir)  # before the models load: refuse to overwrite at once
-        trainer = registry.get(algo).trainer_class()(args)  # run setup: models, prompts, reward
+        trainer = registry.get(args.algo).trainer_class()(args)  # run setup: models, prompts, reward
         run_dir = run_training(trainer, run_dir, trainer.quiet, resume=resume is not None)  # the phase loop
         finished = True
-    except (ValueError, OSError, HubUnreachableError) as e:  # ConfigError, RunFolderError, PromptError, ...
-        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
-        for note in getattr(e, "__notes__", []) if rank0 else []:  # a run that failed: what to do next
-            print(note, file=sys.stderr)
-        return 2
     except TrainingStopped as e:
         if rank0:
             print(e, file=sys.stderr)  # ends with the resume command

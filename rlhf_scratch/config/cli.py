@@ -45,7 +45,7 @@ def _value_after(flag: str, argv: list[str]) -> str | None:
 def one_line_error(event: tyro_errors.ParseErrorEvent, argv: list[str]) -> str:
     """The one line a rejected command line gets, worded as argparse words it."""
     argument = getattr(event, "argument", None)
-    flag = argument.lowered.name_or_flags[0] if argument is not None else None
+    flag = _shown(argument.lowered) if argument is not None else None
     if isinstance(event, tyro_errors.InstantiationFailure) and argument is not None:
         kind = getattr(argument.field.type_stripped, "__name__", "")
         value = _value_after(flag, argv)
@@ -61,8 +61,14 @@ def one_line_error(event: tyro_errors.ParseErrorEvent, argv: list[str]) -> str:
         return "unrecognized arguments: " + " ".join(event.tokens)
     if isinstance(event, tyro_errors.MissingArgs):
         return "the following arguments are required: " + ", ".join(
-            a.arg.lowered.name_or_flags[0] for a in event.missing_arguments)
+            _shown(a.arg.lowered) for a in event.missing_arguments)
     return f"invalid command line ({type(event).__name__})"
+
+
+def _shown(lowered) -> str:
+    """An argument as its usage line shows it: a flag by its flag, a positional by its metavar."""
+    name = lowered.name_or_flags[0]
+    return name if name.startswith("-") or not lowered.metavar else lowered.metavar
 
 
 def parse_dataclass(cls: type[T], argv: list[str], *, default: T, prog: str, description: str,
@@ -73,7 +79,7 @@ def parse_dataclass(cls: type[T], argv: list[str], *, default: T, prog: str, des
     `aliases` maps another spelling of a flag to its field's (`{"--kl-coef": "--beta"}`)."""
     aliases = aliases or {}
     used = {aliases[t.partition("=")[0]]: t.partition("=")[0] for t in argv if t.partition("=")[0] in aliases}
-    argv = [_alias(token, aliases) for token in argv]
+    argv = _spell_tri_states(cls, [_alias(token, aliases) for token in argv])
 
     def reject(event: tyro_errors.ParseErrorEvent) -> None:
         message = one_line_error(event, argv)
@@ -87,6 +93,47 @@ def parse_dataclass(cls: type[T], argv: list[str], *, default: T, prog: str, des
     if unknown:
         raise ConfigError("unrecognized arguments: " + " ".join(unknown))
     return value
+
+
+def split_flags(cls: type[T], argv: list[str], *, default: T, prog: str, description: str = "") -> tuple[T, list[str]]:
+    """The flags of `cls`'s fields taken out of `argv` and parsed by tyro (`parse_dataclass`), and the
+    rest of `argv` for the next parser: a command's flags that decide how the rest is read
+    (`train`'s --algo, --resume and --preset pick the algorithm's dataclass and its defaults)."""
+    names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    mine, rest, i = [], [], 0
+    while i < len(argv):
+        flag = argv[i].partition("=")[0]
+        name = flag.removeprefix("--").removeprefix("no-").replace("-", "_") if flag.startswith("--") else ""
+        if name not in names:
+            rest.append(argv[i])
+        elif "=" in argv[i] or _is_bool(names[name]) or i + 1 == len(argv):
+            mine.append(argv[i])
+        else:
+            mine += argv[i:i + 2]
+            i += 1
+        i += 1
+    return parse_dataclass(cls, mine, default=default, prog=prog, description=description), rest
+
+
+def _is_bool(f: dataclasses.Field) -> bool:
+    return f.type in ("bool", bool)
+
+
+def _is_tri_state(f: dataclasses.Field) -> bool:
+    return f.type in ("bool | None", bool | None)
+
+
+def _spell_tri_states(cls: type, argv: list[str]) -> list[str]:
+    """A `bool | None` field (None: "decide later") given as `--x` / `--no-x`, argparse's
+    BooleanOptionalAction spelling, becomes tyro's `--x True` / `--x False`."""
+    if not dataclasses.is_dataclass(cls):
+        return argv
+    flags = {}
+    for f in dataclasses.fields(cls):
+        if _is_tri_state(f):
+            flags[flag_of(f.name)] = flag_of(f.name) + "=True"
+            flags["--no-" + flag_of(f.name)[2:]] = flag_of(f.name) + "=False"
+    return [flags.get(token, token) for token in argv]
 
 
 def _alias(token: str, aliases: dict[str, str]) -> str:

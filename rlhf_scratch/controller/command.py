@@ -11,11 +11,11 @@ on Ctrl-C or a failure too.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlhf_scratch.config import CommonArgs, ConfigError
+from rlhf_scratch.config.cli import split_flags
 
 CONTROLLERS = ("local", "ray")
 PLACEMENTS = ("colocated", "split")
@@ -33,20 +33,9 @@ class ControllerArgs:
     """Join this Ray cluster instead of starting a local instance."""
 
 
-class _Refuse(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise ConfigError(message)
-
-
 def split_controller_flags(argv: list[str]) -> tuple[ControllerArgs, list[str]]:
-    """The controller's flags, checked (one ConfigError line each), and the rest of argv."""
-    pre = _Refuse(add_help=False)
-    pre.add_argument("--controller", default="local")
-    pre.add_argument("--workers", type=int, default=1)
-    pre.add_argument("--placement", default="colocated")
-    pre.add_argument("--ray-address", default=None)
-    known, rest = pre.parse_known_args(argv)
-    given = ControllerArgs(known.controller, known.workers, known.placement, known.ray_address)
+    """The controller's flags (tyro, `cli.split_flags`), checked (one ConfigError line each), and the rest of argv."""
+    given, rest = split_flags(ControllerArgs, argv, default=ControllerArgs(), prog="python -m rlhf_scratch.train")
     for name, allowed in (("controller", CONTROLLERS), ("placement", PLACEMENTS)):
         if getattr(given, name) not in allowed:
             raise ConfigError(f"{name}: must be one of {', '.join(allowed)}; got {getattr(given, name)!r}")
@@ -58,17 +47,15 @@ def split_controller_flags(argv: list[str]) -> tuple[ControllerArgs, list[str]]:
 
 
 def main_controller(args: CommonArgs, resume: str | None, controller: ControllerArgs) -> int:
-    """`train --controller ray`'s exit code: 0 and the finished run's summary, or one error line and 2."""
+    """`train --controller ray`'s exit code: 0 and the finished run's summary, or 130 at Ctrl-C.
+    A failure (a bad value, a worker's exception as WorkerError) is the command's one line
+    (`config.command`)."""
     import sys
 
-    from rlhf_scratch.controller.worker_group import WorkerError
     from rlhf_scratch.engine.runs import finished_summary
 
     try:
         run_dir = run_controller(args, controller, resume=resume)
-    except (ValueError, OSError, WorkerError) as e:
-        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:  # the workers ended and Ray shut down on the way out (run_controller's finally)
         print("stopped: Ctrl-C; the workers and Ray are shut down (continue from the last checkpoint with --resume)",
               file=sys.stderr)

@@ -21,7 +21,6 @@ nbclient, ipykernel).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import os
@@ -32,9 +31,16 @@ import tempfile
 import tokenize
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
+import tyro
 from tqdm import tqdm
+
+from rlhf_scratch.config import ConfigError
+from rlhf_scratch.config.cli import parse_dataclass
+from rlhf_scratch.config.command import command
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 """The course's notebooks (a source checkout: the folder beside the package)."""
@@ -328,25 +334,43 @@ def refusal(paths: list[Path], jobs: int, timeout: int) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlhf_scratch.course.execute_notebooks",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("notebooks", nargs="*", type=Path, metavar="NOTEBOOK",
-                        help=f"notebooks to execute (default: every one under {_shown(NOTEBOOK_DIR)} the tests execute)")
-    parser.add_argument("--check", action="store_true",
-                        help="execute nothing: report stale, unexecuted and image-less drawing cells; exit 1 if any")
-    parser.add_argument("--jobs", "-j", type=int, default=1, help="notebooks executed at once (default 1)")
-    parser.add_argument("--timeout", type=int, default=CELL_TIMEOUT, help="seconds one cell may run (default %(default)s)")
-    opts = parser.parse_args(argv)
-    paths = opts.notebooks or notebook_paths()
+@dataclass
+class NotebooksArgs:
+    """Execute the course's notebooks in place (or check them)."""
+
+    notebooks: Annotated[tuple[Path, ...], tyro.conf.Positional, tyro.conf.arg(metavar="NOTEBOOK ...")] = ()
+    """Notebooks to execute (default: every one under notebooks/ the tests execute)."""
+    check: bool = False
+    """Execute nothing: report stale, unexecuted and image-less drawing cells; exit 1 if any."""
+    jobs: Annotated[int, tyro.conf.arg(aliases=("-j",))] = 1
+    """Notebooks executed at once."""
+    timeout: int = CELL_TIMEOUT
+    """Seconds one cell may run."""
+
+
+def parse(argv: list[str]) -> tuple[NotebooksArgs, list[Path]]:
+    """The command line (tyro) and the notebooks, every one read before a kernel starts."""
+    opts = parse_dataclass(NotebooksArgs, argv, default=NotebooksArgs(), prog="python -m rlhf_scratch.course.execute_notebooks",
+                           description=__doc__.split("\n\n")[0])
+    paths = list(opts.notebooks) or notebook_paths()
     if (refused := refusal(paths, opts.jobs, opts.timeout)) is not None:
-        print(f"error: {refused}", file=sys.stderr)
-        return 2
+        raise ConfigError(refused)
+    return opts, paths
+
+
+def run(parsed: tuple[NotebooksArgs, list[Path]]) -> int:
+    """Check or execute; 1 if a notebook is stale or a cell failed."""
+    opts, paths = parsed
     if opts.check:
         lines = [line for path in paths for line in problems(path)]
         print("\n".join(lines) if lines else f"{len(paths)} notebooks: executed, current, and with their figures")
         return 1 if lines else 0
     return 1 if execute_all(paths, opts.jobs, opts.timeout) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command: `command()` owns its one-line errors and exit codes."""
+    return command(parse, run, argv)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ one line on stderr and exit code 2, before torch is imported.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +15,7 @@ import tyro
 
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.config.cli import parse_dataclass
+from rlhf_scratch.config.command import command
 
 PROG = "python -m rlhf_scratch.exact"
 REWARD_NAMES = ("correct", "length", "sentiment")  # env.REWARDS, without importing torch
@@ -119,17 +119,19 @@ class ExactArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse, validate, measure, write; one line and exit 2 for bad input."""
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_dataclass(ExactArgs, argv, default=ExactArgs(), prog=PROG,
-                               description=ExactArgs.__doc__.replace("\n    ", " ")).validate()
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
+    """Parse, validate, measure, write; `command()` owns the one-line error (bad input: exit 2)."""
+    return command(parse, run, argv)
 
+
+def parse(argv: list[str]) -> ExactArgs:
+    """ExactArgs from the command line (tyro), validated."""
+    return parse_dataclass(ExactArgs, argv, default=ExactArgs(), prog=PROG,
+                           description=ExactArgs.__doc__.replace("\n    ", " ")).validate()
+
+
+def run(args: ExactArgs) -> int:
+    """Measure every estimator against the exact gradient; write exact.json and the page. Settings
+    whose true gradient is 0 are a ConfigError, found once the exact values are known."""
     import torch
 
     from rlhf_scratch.microscope.report import write_outputs
@@ -137,11 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    try:
-        result = measure(args)
-    except ConfigError as e:  # settings whose true gradient is 0: found once the exact values are known
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    result = measure(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     page = write_outputs(result, out)

@@ -23,9 +23,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
+import tyro
 
 # A ChatML template (Qwen's format), for testing `--chat-template auto` with a tiny tokenizer.
 CHATML_TEMPLATE = (
@@ -130,31 +131,55 @@ def build_folder(name: str, out: str | Path, shape: Literal["tiny", "real"] = "t
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
+@dataclass
+class FolderArgs:
+    """Write a random-init HF folder of a model family (tiny) or a published shape (real)."""
 
-    from rlhf_scratch.config import check_seed
+    name: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="NAME")] = tyro.MISSING
+    """tiny: gpt2, pythia, llama, qwen2, gemma (FAMILIES); real: a published shape (REAL_SHAPES)."""
+    out: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="OUT")] = tyro.MISSING
+    """The folder to write (must not exist or be empty)."""
+    seed: int = 0
+    """Seeds the random weights."""
+    chat_template: bool = False
+    """A tokenizer with a ChatML template."""
+    vocab_size: int | None = None
+    """Tiny shapes: this many embedding rows (None: the tokenizer's)."""
 
+
+def parse(argv: list[str]) -> FolderArgs:
+    """The command line (tyro), the name and seed checked."""
+    from rlhf_scratch.config import ConfigError, check_seed
+    from rlhf_scratch.config.cli import parse_dataclass
+
+    args = parse_dataclass(FolderArgs, argv, default=FolderArgs(), prog="python -m rlhf_scratch.models.families",
+                           description=FolderArgs.__doc__)
     names = [*FAMILIES, *REAL_SHAPES]
-    parser = argparse.ArgumentParser(
-        prog="python -m rlhf_scratch.models.families",
-        description="Write a random-init HF folder of a model family (tiny) or a published shape (real).")
-    parser.add_argument("name", choices=names, help=f"tiny: {', '.join(FAMILIES)}; real: {', '.join(REAL_SHAPES)}")
-    parser.add_argument("out", help="the folder to write (must not exist or be empty)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--chat-template", action="store_true", help="a tokenizer with a ChatML template")
-    parser.add_argument("--vocab-size", type=int, help="tiny shapes: this many embedding rows (default: the tokenizer's)")
-    args = parser.parse_args(argv)
+    if args.name not in names:
+        raise ConfigError(f"name: must be one of {', '.join(names)}; got {args.name!r}")
+    check_seed(args.seed)
+    return args
+
+
+def run(args: FolderArgs) -> int:
+    """Write the folder and print its path."""
+    from rlhf_scratch.config import ConfigError
+
     shape = "real" if args.name in REAL_SHAPES else "tiny"
     try:
-        check_seed(args.seed)
         out = build_folder(args.name, args.out, shape, args.seed, args.chat_template, args.vocab_size)
-    except (FileExistsError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except FileExistsError as e:  # the folder named on the command line: a bad value, as out: …
+        raise ConfigError(str(e)) from None
     print(out)
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The command: `command()` owns its one-line errors and exit codes."""
+    from rlhf_scratch.config.command import command
+
+    return command(parse, run, argv)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

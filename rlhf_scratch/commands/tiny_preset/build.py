@@ -42,8 +42,8 @@ from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadMo
 from transformers.utils import logging as hf_logging
 
 from rlhf_scratch.commands.tiny_preset.tokenizer import save_tokenizer, train_tokenizer
-from rlhf_scratch.config import ConfigError
 from rlhf_scratch.config.cli import given_fields, parse_dataclass
+from rlhf_scratch.config.command import command
 from rlhf_scratch.models.loading import TINY_LM_DIR, TINY_REWARD_DIR, asset_path, load_lm
 from rlhf_scratch.reward.functions import SentimentReward, reward_fn_vader
 from rlhf_scratch.rollout import corpus
@@ -472,17 +472,22 @@ def parse_args(argv=None) -> PretrainArgs:
 
 
 def main(argv=None) -> int:
-    try:
-        args = parse_args(argv)
-        check_outputs(args)
-    except (ConfigError, PretrainError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
+    """The command: `command()` owns its one-line errors and exit codes (a bad flag or output folder: 2)."""
+    return command(parse_checked, run, argv)
+
+
+def parse_checked(argv: list[str]) -> PretrainArgs:
+    """The command line, its output folders checked before anything trains."""
+    args = parse_args(argv)
+    check_outputs(args)
+    return args
+
+
+def run(args: PretrainArgs) -> int:
+    """Pretrain the tiny preset (its metrics are in the folder it writes)."""
     pretrain(args)
     return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
