@@ -1,4 +1,4 @@
-"""The over-optimisation study's pieces (rlhf_scratch/studies/overoptimization.py) against numbers
+"""The over-optimisation study's pieces (rlhf_scratch/studies/overoptimization/) against numbers
 worked out by hand: KL of best-of-n, the exact best-of-n expectation, Gao et al.'s fits and their
 peaks, the gold at matched KL and the table over seeds; its per-phase evaluation hook; its command
 line (seeds, --quick); and the quick study end to end, then grown by a seed."""
@@ -12,20 +12,16 @@ import numpy as np
 import pytest
 
 from rlhf_scratch.config import registry
-from rlhf_scratch.studies.overoptimization import (
-    at_d,
-    best_of_n_expectation,
-    fit_gao,
-    kl_bon,
+from rlhf_scratch.studies.overoptimization.formulas import at_d, best_of_n_expectation, fit_gao, kl_bon
+from rlhf_scratch.studies.overoptimization.report import (
     kl_sweep_rows,
     kl_sweep_verdicts,
-    main,
     make_table,
     matched_d,
-    study_args,
     study_verdicts,
     table_cells,
 )
+from rlhf_scratch.studies.overoptimization.study import main, study_args
 
 
 def test_kl_of_best_of_n_is_log_n_minus_n_minus_one_over_n():
@@ -196,7 +192,7 @@ def test_the_rl_algorithms_are_ranked_again_where_they_all_went_past_best_of_n()
 def test_gold_standard_error_holds_the_prompts_fixed():
     """[1, 3 | 0, 4], K = 2: within-prompt variances 2 and 8, s.e. = √((2 + 8)/2)/2 = √5/2; one sample a
     prompt: s/√N over all four, s = √(10/3)."""
-    from rlhf_scratch.studies.overoptimization_run import gold_standard_error
+    from rlhf_scratch.studies.overoptimization.formulas import gold_standard_error
 
     assert gold_standard_error([1.0, 3.0, 0.0, 4.0], 2) == pytest.approx(math.sqrt(5) / 2)
     assert gold_standard_error([1.0, 3.0, 0.0, 4.0], 1) == pytest.approx(math.sqrt(10 / 3) / 2)
@@ -207,7 +203,7 @@ def test_gold_standard_error_holds_the_prompts_fixed():
 def test_the_hook_evaluates_every_nth_phase_and_the_last():
     from types import SimpleNamespace
 
-    from rlhf_scratch.studies.overoptimization_run import HeldOutEvaluation
+    from rlhf_scratch.studies.overoptimization.run import HeldOutEvaluation
 
     hook = object.__new__(HeldOutEvaluation)
     hook.every, hook.trainer = 4, SimpleNamespace(args=SimpleNamespace(total_phases=10))
@@ -244,7 +240,7 @@ def test_each_penalised_run_is_read_against_the_unpenalised_run_stopped_at_its_k
 
 def test_a_sweep_of_beta_zero_alone_draws_its_curve_and_no_table(tmp_path):
     """`--kl-sweep 0` (PPO further in KL, no penalty): the section has the figure, no verdict, no table."""
-    from rlhf_scratch.studies.overoptimization import sweep_section
+    from rlhf_scratch.studies.overoptimization.report import sweep_section
 
     zero = {"0": {s: {**c, "proxy": [0.0, 0.5, 1.0]} for s, c in SWEEP["0"].items()}}
     html = "".join(sweep_section(zero, [], [], 1000, tmp_path))
@@ -267,9 +263,9 @@ def test_the_evaluation_hook_scores_the_reference_only_when_a_run_starts(tmp_pat
     what is evaluated is the LM inside the policy, PPO's value head or not."""
     from types import SimpleNamespace
 
+    from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
     from rlhf_scratch.engine.loop import PhaseHook
-    from rlhf_scratch.models.policy import TransformerWithValueHead
-    from rlhf_scratch.studies import overoptimization_run as study
+    from rlhf_scratch.studies.overoptimization import run as study
 
     calls = []
     monkeypatch.setattr(study, "evaluate_policy", _fake_evaluation(calls))

@@ -1,9 +1,11 @@
-"""The pieces every HTML page here is made of: the interp report, its features page and the
-comparison (`python -m rlhf_scratch.compare`) all use these, so a page looks and embeds the same.
+"""The pieces every HTML page here is made of: the interp report, its features page, the studies'
+pages and the microscope's all use these, so a page looks and embeds the same.
 
 - `PAGE_STYLE`, `page(title, body)`   the CSS and the whole-page wrapper (doctype, title, style);
 - `esc`, `Html`, `table(rows)`        escaping, text that is already HTML, a table;
 - `figure(path, title, caption)`      a PNG embedded in the page (base64), so one file is the page;
+- `findings_html`, `bullets`, `figures_html`, `generated_in`   what the report pipelines' pages share:
+                                      the findings first, the figures in order, how long it took;
 - `new_figure(...)`, `save_figure(fig, path)`  a matplotlib Figure made without pyplot, saved the same way;
 - `rounded(x)`                        numbers rounded for a summary JSON (nan, ±inf -> null).
 
@@ -57,6 +59,26 @@ def figure(path: Path, title: str = "", caption: str = "") -> str:
     head = f"<h3>{esc(title)}</h3>" if title else ""
     tail = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
     return f"<figure>{head}{embedded_png(path)}{tail}</figure>"
+
+
+def bullets(lines: Iterable[object]) -> str:
+    """A <ul>, one escaped <li> per line."""
+    return "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>"
+
+
+def findings_html(lines: Iterable[object]) -> str:
+    """A page's findings: <h2>Findings</h2> and its sentences as a list (`bullets`)."""
+    return "<h2>Findings</h2>" + bullets(lines)
+
+
+def figures_html(figures: Iterable[tuple[str, Path, str]]) -> list[str]:
+    """Each (title, PNG path, caption) as a `figure`, in order: a pipeline's figures as it collected them."""
+    return [figure(path, title, caption) for title, path, caption in figures]
+
+
+def generated_in(seconds: float) -> str:
+    """A page's last line: how long it took to make."""
+    return f"<p><small>Generated in {seconds:.1f} s.</small></p>"
 
 
 def page(title: str, body: Iterable[str]) -> str:

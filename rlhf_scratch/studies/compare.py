@@ -2,7 +2,7 @@
 
     python -m rlhf_scratch.compare sentiment                                   # the three, defaults
     python -m rlhf_scratch.compare sentiment --algos ppo,rloo --seeds 0,1,2 --total-phases 50
-    python -m rlhf_scratch.compare sentiment --algos rloo --kl-coefs 0.02,0.1,0.5   # a β sweep: the frontier
+    python -m rlhf_scratch.compare sentiment --algos rloo --betas 0.02,0.1,0.5      # a β sweep: the frontier
     python -m rlhf_scratch.compare sentiment --algos ppo --top-ks 0,10 --seeds 1,2,3 --no-interp  # the top-k lesson
     python -m rlhf_scratch.compare sentiment --algos ppo,rloo,online_dpo,grpo        # GRPO too (docs/grpo.md)
     python -m rlhf_scratch.compare sentiment --out comparisons/x -- --prompts rt    # flags after -- go to every run
@@ -46,35 +46,29 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from functools import partial
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
 import tyro
 
 from rlhf_scratch.config import TASKS, ConfigError, registry
-from rlhf_scratch.pages.html import esc, figure, new_figure, save_figure, table
+from rlhf_scratch.pages.html import esc, figure, table
+from rlhf_scratch.studies.base import Study
 from rlhf_scratch.studies.runner import (
     INTERVAL_NOTE,
-    Job,
     Ledger,
     Unit,
     by_group,
     check_at_least,
     check_choices,
-    check_runs,
     csv_list,
-    draw_band,
     interval_cell,
     markdown_table,
-    open_study,
     over_seeds,
     parse_study,
     plan_units,
-    run_jobs,
     seed_list,
-    study_main,
     train_argv,
     verdict_html,
     write_report,
@@ -103,11 +97,11 @@ class CompareArgs:
     seeds: str = "1"
     """Comma-separated seeds, a run each per algorithm (and β): the table's mean ± 95 % interval and n,
     the figures' bands. The same command with more seeds continues a comparison, adding their runs."""
-    kl_coefs: str | None = None
-    """Comma-separated β values, a run each per algorithm (the frontier); None: each algorithm's default β."""
+    kl_coefs: Annotated[str | None, tyro.conf.arg(name="betas", aliases=("--kl-coefs",))] = None
+    """--betas (or its old spelling --kl-coefs): comma-separated β values, a run each per algorithm (the frontier); None: each algorithm's default β."""
     top_ks: str | None = None
     """Comma-separated top-k values (0: the whole vocabulary), a run each per algorithm: the top-k lesson
-    (docs/fidelity.md). None: each algorithm's default. One sweep at a time: not with --kl-coefs."""
+    (docs/fidelity.md). None: each algorithm's default. One sweep at a time: not with --betas."""
     total_phases: int = 100
     """Phases of every run."""
     prompts: str | None = None
@@ -184,7 +178,7 @@ class CompareArgs:
         if any(k < 0 for k in self.ks() or []):
             raise ConfigError(f"top_ks: must be >= 0 (0: the whole vocabulary); got {self.top_ks}")
         if self.kl_coefs and self.top_ks:
-            raise ConfigError("top_ks: one sweep at a time; give --kl-coefs or --top-ks, not both")
+            raise ConfigError("top_ks: one sweep at a time; give --betas or --top-ks, not both")
         check_at_least(self, ("total_phases", "jobs"))
         if self.features_crosscoder and not self.features:
             raise ConfigError("features_crosscoder: needs --features")
@@ -262,74 +256,6 @@ def summarize(run_dir: Path, measured: dict) -> dict:
         if key in m[0]:
             row[key + "_start"], row[key + "_final"] = m[0][key], final(key)
     return row
-
-
-# --- figures -------------------------------------------------------------------------------------
-
-
-def _band(ax, runs: list[list[dict]], x_key: str, y_key: str, label: str) -> None:
-    """A curve over a group's runs (one list of metrics per seed): the mean with its 95 % band."""
-    draw_band(ax, [[m[x_key] for m in r] for r in runs], [[m[y_key] for m in r] for r in runs], label=label)
-
-
-HELDOUT_PANELS = [("rewards/mean", "proxy reward"), ("eval/vader", "held-out: VADER"),
-                  ("eval/ref_logprob_per_token", "held-out: reference log-prob / token"),
-                  ("eval/repeated_3grams", "held-out: repeated 3-grams")]
-
-
-def plot_comparison(groups: dict[str, list[list[dict]]], out: Path) -> list[Path]:
-    """reward_vs_phase.png, frontier.png, heldout.png from each group's runs' metrics (one list per
-    seed). On the frontier each group's final point (the last LAST phases' means, averaged over the
-    seeds) carries its 95 % intervals on both axes when it has two seeds or more."""
-    fig, ax = new_figure(figsize=(6.4, 4.0))
-    for name, runs in groups.items():
-        _band(ax, runs, "phase", "rewards/mean", name)
-    ax.set(xlabel="phase", ylabel="proxy reward (training reward)", title="reward per phase")
-    ax.grid(alpha=0.3), ax.legend()
-    paths = [save_figure(fig, out / "reward_vs_phase.png")]
-
-    fig, ax = new_figure(figsize=(6.4, 4.0))
-    for colour, (name, runs) in enumerate(groups.items()):
-        for i, r in enumerate(runs):
-            ax.plot([x["rollout/kl_full_vocab"] for x in r], [x["rewards/mean"] for x in r], marker=".", alpha=0.6,
-                    label=name if i == 0 else None, color=f"C{colour}")
-        if len(runs) > 1:
-            ikl, ireward = (mean_interval([statistics.mean(x[key] for x in r[-LAST:]) for r in runs])
-                            for key in ("rollout/kl_full_vocab", "rewards/mean"))
-            ax.errorbar([ikl.mean], [ireward.mean], xerr=[ikl.half_width], yerr=[ireward.half_width], color=f"C{colour}",
-                        marker="s", ms=6, capsize=3, zorder=3)
-    ax.set(xlabel="KL(π‖π_ref), nats per token", ylabel="proxy reward", title="the reward–KL frontier (a point per phase)")
-    ax.grid(alpha=0.3), ax.legend()
-    paths.append(save_figure(fig, out / "frontier.png"))
-
-    fig, axes = new_figure(1, len(HELDOUT_PANELS), figsize=(4.2 * len(HELDOUT_PANELS), 3.6))
-    for ax, (key, title) in zip(axes, HELDOUT_PANELS):
-        for name, runs in groups.items():
-            if key in runs[0][0]:
-                _band(ax, runs, "phase", key, name)
-        ax.set(xlabel="phase", title=title)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    paths.append(save_figure(fig, out / "heldout.png"))
-    return paths
-
-
-def inside_view(run_dirs: dict[str, Path], out: Path) -> tuple[Path, dict]:
-    """interp.across_runs on one run per curve (`run_dirs`, by label): residual drift, head DLA change, similarity."""
-    from interp.across_runs import change_similarity, inside_changes, plot_inside_changes
-    from interp.probes import REVIEW_PROMPTS
-    from rlhf_scratch.engine.runs import load_run
-
-    runs = {name: load_run(run_dir) for name, run_dir in run_dirs.items()}
-    reference = next(iter(runs.values())).reference
-    changes = inside_changes(reference, {name: run.tuned for name, run in runs.items()}, list(REVIEW_PROMPTS))
-    sim = change_similarity(changes)
-    summary = {"labels": [c.label for c in changes],
-               "dla_change_cosine": [[None if v != v else round(v, 3) for v in row] for row in sim.tolist()],
-               "logit_diff_change": {c.label: round(c.logit_diff_change, 3) for c in changes},
-               "final_drift": {c.label: round(c.drift[-1].item(), 4) for c in changes},
-               "head_dla_change": {c.label: [[round(v, 4) for v in row] for row in c.head_dla_change.tolist()] for c in changes}}
-    return plot_inside_changes(changes, out / "inside.png"), summary
 
 
 # --- the table and the page ----------------------------------------------------------------------
@@ -446,67 +372,81 @@ def page_body(results: dict[str, dict], figures: list[Path], inside: dict | None
     return parts
 
 
-# --- the command ---------------------------------------------------------------------------------
+# --- the study -----------------------------------------------------------------------------------
 
 
-def run_comparison(args: CompareArgs) -> None:
-    """Train the runs not done yet, then write the figures, the table and the page, and print the table."""
-    out = Path(args.out or f"comparisons/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
-    units, flags = args.units(), args.run_flags()
-    run_dirs = {unit.name: out / "runs" / unit.name for unit in units}
-    check_runs((u.name, train_flags(u, args.task, run_dirs[u.name], flags)) for u in units)  # before the folder
-    open_study(out, args.plan(), PLAN_FILE, "comparison")
-    ledger = Ledger(out / RESULTS_FILE)
-    run_jobs([Job(u.name, partial(train_command, u, args.task, run_dirs[u.name], flags), run_dirs[u.name],
-                  args.total_phases, asdict(u)) for u in units],
-             ledger, parallel=args.jobs, desc="phases, all runs", unit="phase")
-
-    from rlhf_scratch.engine.runs import read_metrics
-
-    results = {u.name: summarize(run_dirs[u.name], ledger[u.name]) for u in units}
-    groups = by_group(units).values()
-    figures = plot_comparison({label(g[0]): [read_metrics(run_dirs[u.name]) for u in g] for g in groups}, out)
-    inside = None
-    if args.interp:
-        inside_png, inside = inside_view({label(g[0]): run_dirs[g[0].name] for g in groups}, out)
-        figures.append(inside_png)
-    features, features_parts = None, []
-    if args.features:
-        from rlhf_scratch.studies.compare_features import features_of_runs
-
-        features, features_parts = features_of_runs(args, run_dirs, out)
-    finding, kl_finding = comparison_verdict(results, units), kl_verdict(results, units)
-    table_md = markdown_table(*results_table(results, units)) + f"\n\n{INTERVAL_NOTE}"
-    page = write_report(out, title="rlhf_scratch comparison", table_md=table_md,
-                        data={"verdict": finding.sentence, "verdict_kl": kl_finding.sentence,
-                              "groups": group_stats(results, units), "runs": results, "inside": inside, "features": features},
-                        body=page_body(results, figures, inside, units, out, features_parts, [finding, kl_finding]))
-    print(finding.sentence + "\n" + kl_finding.sentence + "\n")
-    print(table_md)
-    if inside is not None:
-        print("\nper-head DLA-change cosine:", json.dumps(dict(zip(inside["labels"], inside["dla_change_cosine"]))))
-    if features is not None:
-        print("SAE feature-change cosine:", json.dumps(dict(zip(features["labels"], features["cosine"]))))
-        for k, m in features["jaccard"].items():
-            print(f"top-{k} Jaccard (chance {features['chance_jaccard'][k]}):", json.dumps(dict(zip(features["labels"], m))))
-    print(f"\nwrote {page}")
+DESCRIPTION = __doc__.split("\n\n")[0]
+"""--help's first paragraph: the module docstring's."""
 
 
-def compare_args(argv: list[str]) -> CompareArgs:
-    """The comparison's args from its command line, validated: the flags after `--` go to every run,
-    --quick starts from `QUICK` (the flags given, and those after --, still win). Bad input is a
-    ConfigError of one line."""
-    cut = argv.index("--") if "--" in argv else len(argv)
-    quick = "--quick" in argv[:cut]
-    default = CompareArgs(**(QUICK if quick else {}), train_flags=(*(QUICK_TRAIN_FLAGS if quick else ()), *argv[cut + 1:]))
-    description = __doc__.split("\n\n")[0] + " Flags after -- go to every `python -m rlhf_scratch.train` run."
-    return parse_study(CompareArgs, argv[:cut], default=default, prog=PROG, description=description)
+class CompareStudy(Study[CompareArgs]):
+    """The comparison as a `Study`: a train run per unit, and its report."""
+
+    prog, description, args_class, kind = PROG, DESCRIPTION, CompareArgs, "comparison"
+    plan_file, ledger_file = PLAN_FILE, RESULTS_FILE
+
+    def parse(self, argv: list[str]) -> CompareArgs:
+        """The comparison's args from its command line, validated: the flags after `--` go to every
+        run, --quick starts from `QUICK` (the flags given, and those after --, still win). Bad input
+        is a ConfigError of one line."""
+        cut = argv.index("--") if "--" in argv else len(argv)
+        quick = "--quick" in argv[:cut]
+        default = CompareArgs(**(QUICK if quick else {}),
+                              train_flags=(*(QUICK_TRAIN_FLAGS if quick else ()), *argv[cut + 1:]))
+        description = self.description + " Flags after -- go to every `python -m rlhf_scratch.train` run."
+        return parse_study(CompareArgs, argv[:cut], default=default, prog=PROG, description=description)
+
+    def folder(self, args: CompareArgs) -> Path:
+        return Path(args.out or f"comparisons/{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+    def train_flags(self, args: CompareArgs, unit: Unit, run_dir: Path) -> list[str]:
+        return train_flags(unit, args.task, run_dir, args.run_flags())
+
+    def report(self, args: CompareArgs, out: Path, ledger: Ledger) -> str:
+        """The figures, the table and the page; the verdicts and the table to print."""
+        from rlhf_scratch.engine.runs import read_metrics
+        from rlhf_scratch.studies.compare_figures import inside_view, plot_comparison
+
+        units = args.units()
+        run_dirs = {unit.name: self.run_dir(out, unit) for unit in units}
+        results = {u.name: summarize(run_dirs[u.name], ledger[u.name]) for u in units}
+        groups = by_group(units).values()
+        figures = plot_comparison({label(g[0]): [read_metrics(run_dirs[u.name]) for u in g] for g in groups}, out)
+        inside = None
+        if args.interp:
+            inside_png, inside = inside_view({label(g[0]): run_dirs[g[0].name] for g in groups}, out)
+            figures.append(inside_png)
+        features, features_parts = None, []
+        if args.features:
+            from rlhf_scratch.studies.compare_features import features_of_runs
+
+            features, features_parts = features_of_runs(args, run_dirs, out)
+        finding, kl_finding = comparison_verdict(results, units), kl_verdict(results, units)
+        table_md = markdown_table(*results_table(results, units)) + f"\n\n{INTERVAL_NOTE}"
+        page = write_report(out, title="rlhf_scratch comparison", table_md=table_md,
+                            data={"verdict": finding.sentence, "verdict_kl": kl_finding.sentence,
+                                  "groups": group_stats(results, units), "runs": results, "inside": inside,
+                                  "features": features},
+                            body=page_body(results, figures, inside, units, out, features_parts, [finding, kl_finding]))
+        said = [finding.sentence + "\n" + kl_finding.sentence + "\n", table_md]
+        if inside is not None:
+            said.append("\nper-head DLA-change cosine: "
+                        + json.dumps(dict(zip(inside["labels"], inside["dla_change_cosine"]))))
+        if features is not None:
+            said.append("SAE feature-change cosine: " + json.dumps(dict(zip(features["labels"], features["cosine"]))))
+            for k, m in features["jaccard"].items():
+                said.append(f"top-{k} Jaccard (chance {features['chance_jaccard'][k]}): "
+                            + json.dumps(dict(zip(features["labels"], m))))
+        return "\n".join([*said, f"\nwrote {page}"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m rlhf_scratch.compare TASK [--flag value …] [-- train flags …]`."""
-    argv = sys.argv[1:] if argv is None else argv
-    return study_main(lambda: compare_args(argv), run_comparison)
+STUDY = CompareStudy()
+main = STUDY.main
+"""`python -m rlhf_scratch.compare TASK [--flag value …] [-- train flags …]`."""
+compare_args = STUDY.parse
+"""The comparison's args from its command line (`CompareStudy.parse`)."""
+run_comparison = STUDY.run
+"""Train the runs not done yet, then write the figures, the table and the page, and print them."""
 
 
 if __name__ == "__main__":

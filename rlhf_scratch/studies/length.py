@@ -52,27 +52,23 @@ from typing import Annotated
 import tyro
 
 from rlhf_scratch.config import GRPO_LOSS_TYPES, ConfigError
-from rlhf_scratch.pages.html import esc, figure, new_figure, save_figure, table
+from rlhf_scratch.pages.html import bullets, esc, figure, new_figure, save_figure, table
+from rlhf_scratch.studies.base import Study
+from rlhf_scratch.studies.length_microscope import MICROSCOPE_HEADER, microscope_lesson, microscope_rows
 from rlhf_scratch.studies.runner import (
     INTERVAL_NOTE,
-    Job,
     Ledger,
     Unit,
     by_group,
     check_at_least,
     check_choices,
-    check_runs,
     csv_list,
     draw_band,
     interval_cell,
     markdown_table,
-    open_study,
     over_seeds,
-    parse_study,
     plan_units,
-    run_jobs,
     seed_list,
-    study_main,
     train_argv,
     verdict_html,
     write_report,
@@ -268,55 +264,6 @@ def _cell(values: Sequence[float | int], fmt: str = "{:.1f}") -> str:
     return cell if len(finite) == len(values) else f"{cell} (n {len(finite)})"
 
 
-# --- the microscope ------------------------------------------------------------------------------
-
-
-def microscope_lesson(draws: int) -> dict:
-    """The microscope's length lesson (`exact.run.length_lessons`) at its default environment and seeds
-    with `draws` Monte-Carlo batches per policy: {policy: {"policy": its exact facts, "estimators":
-    {name: {length_per_gain_after_right, …_after_wrong, … and their s.e.}}}}. At draws = 10,000 these
-    are docs/exact.md's numbers."""
-    import torch
-
-    from rlhf_scratch.microscope.cli import ExactArgs
-    from rlhf_scratch.microscope.run import length_lessons, main_scene
-
-    torch.set_num_threads(1)
-    args = ExactArgs(out="-", draws=draws)
-    keep = ("length_per_gain", "length_per_gain_after_right", "length_per_gain_after_wrong")
-    lessons = length_lessons(main_scene(args), args)
-    return {name: {"policy": lesson["policy"],
-                   "estimators": {est: {k: e.get(k) for k in (*keep, *(f"{k}_se" for k in keep))}
-                                  for est, e in lesson["estimators"].items()}}
-            for name, lesson in lessons.items()}
-
-
-MICROSCOPE_NAMES = {"rloo": "RLOO", "grpo_grpo": "GRPO grpo", "grpo_dr_grpo": "GRPO dr_grpo", "grpo_dapo": "GRPO dapo"}
-
-
-def microscope_rows(lesson: dict) -> list[list[str]]:
-    """A row per (policy, estimator): tokens per unit of J gained, after a right and a wrong first
-    token (± s.e.), their difference (the gap's growth; its s.e. at most the sum of theirs), and the
-    whole update's effect on length against the true gradient's."""
-    rows = []
-    for policy, block in lesson.items():
-        true = block["estimators"]["true"]["length_per_gain"]
-        for name, e in block["estimators"].items():
-            if name == "true":
-                rows.append([policy, "true gradient", "0", "0", "0", f"{true:.3f} (1)"])
-                continue
-            right, wrong = e["length_per_gain_after_right"], e["length_per_gain_after_wrong"]
-            rse, wse = e["length_per_gain_after_right_se"] or 0.0, e["length_per_gain_after_wrong_se"] or 0.0
-            rows.append([policy, MICROSCOPE_NAMES.get(name, name), f"{right:+.4f} ± {rse:.4f}", f"{wrong:+.4f} ± {wse:.4f}",
-                         f"{wrong - right:+.4f} (± ≤ {rse + wse:.4f})",
-                         f"{e['length_per_gain']:.3f} ({e['length_per_gain'] / true:.2f})"])
-    return rows
-
-
-MICROSCOPE_HEADER = ["policy", "estimator", "after a right first token", "after a wrong first token",
-                     "gap growth (wrong − right)", "all of θ (÷ the true gradient's)"]
-
-
 # --- the report ----------------------------------------------------------------------------------
 
 
@@ -456,7 +403,7 @@ def page_body(findings: list[str], pairs: list[str], settings: str, table_rows: 
     """index.html's parts: the verdicts (Dr. GRPO's own pair first), each method against the reference, the settings, the
     table, the figure, the lengths block by block, the microscope's numbers."""
     parts = ["<h1>The GRPO length lesson: task first_token</h1>", verdict_html(findings),
-             "<ul>" + "".join(f"<li>{esc(s)}</li>" for s in pairs) + "</ul>", f"<p>{esc(settings)}</p>",
+             bullets(pairs), f"<p>{esc(settings)}</p>",
              table(table_rows, header=TABLE_HEADER), f"<p>{esc(INTERVAL_NOTE)}</p>", figure(fig),
              "<h2>Lengths over phases</h2>", table(blocks_rows, header=blocks_header)]
     if microscope is not None:
@@ -468,66 +415,67 @@ def page_body(findings: list[str], pairs: list[str], settings: str, table_rows: 
     return parts
 
 
-# --- the command ---------------------------------------------------------------------------------
+# --- the study -----------------------------------------------------------------------------------
 
 
-def run_study(args: LengthArgs) -> None:
-    """Train the runs not done yet, compute the microscope's lesson once, then write the tables,
-    the figure and the page, and print the verdicts and the table."""
-    out = Path(args.out)
-    units = args.units()
-    run_dirs = {u.name: out / "runs" / u.name for u in units}
-    check_runs((u.name, train_flags(u, args, run_dirs[u.name])) for u in units)  # before the folder
-    open_study(out, args.plan(), PLAN_FILE, "length study")
-    ledger = Ledger(out / TIMES_FILE)
-    run_jobs([Job(u.name, partial(train_command, u, args, run_dirs[u.name]), run_dirs[u.name], args.total_phases,
-                  asdict(u)) for u in units], ledger, parallel=args.jobs, desc="phases, all runs", unit="phase")
-
-    microscope_path = out / MICROSCOPE_FILE
-    if not microscope_path.is_file():
-        print(f"the microscope's length lesson: {args.microscope_draws:,} batches per policy", file=sys.stderr)
-        with ledger.timing("microscope"):
-            microscope_path.write_text(json.dumps(microscope_lesson(args.microscope_draws), indent=1))
-    microscope = json.loads(microscope_path.read_text())
-
-    from rlhf_scratch.engine.runs import read_metrics
-
-    blocks = blocks_of(args.total_phases, args.block)
-    metrics = {u.name: read_metrics(run_dirs[u.name]) for u in units}
-    results = {u.name: summarize(metrics[u.name], blocks, ledger[u.name]) for u in units}
-    findings, pairs = study_findings(results, units, args.total_phases)
-    curves = {label(g[0].method): [metrics[u.name] for u in g] for g in by_group(units).values()}
-    fig = plot_lengths(results, curves, units, blocks, out)
-    rows = results_table(results, units)
-    blocks_header, blocks_rows = blocks_table(results, units, blocks)
-    settings = (f"The prefix \"This movie was really\", {args.batch_size // args.num_generations} groups of "
-                f"G = {args.num_generations} per phase, at most {args.gen_len} tokens (ending at EOS), "
-                f"{args.total_phases} phases at learning rate {args.base_lr:g} ({args.warmup_steps} of warm-up), "
-                "β = 0, top-k 0. Late = the second half of the phases; first block = phases "
-                f"{blocks[0][0]}–{blocks[0][1]}. Gap growth per unit of reward = (late gap − first block's) ÷ "
-                "(late reward − first block's): the runs' counterpart of the microscope's tokens per unit of J.")
-    table_md = "\n\n".join([markdown_table(TABLE_HEADER, rows), markdown_table(blocks_header, blocks_rows),
-                            markdown_table(MICROSCOPE_HEADER, microscope_rows(microscope)), INTERVAL_NOTE])
-    page = write_report(out, title="rlhf_scratch length study", table_md=table_md,
-                        data={"verdicts": findings, "against_reference": pairs, "settings": args.plan(), "blocks": blocks,
-                              "groups": group_stats(results, units),
-                              "runs": results, "microscope": microscope, "times": ledger.seconds()},
-                        body=page_body(findings, pairs, settings, rows, blocks_header, blocks_rows, fig, microscope))
-    print("\n".join([*findings, *pairs]) + "\n")
-    print(table_md)
-    print(f"\nwrote {page}")
+DESCRIPTION = __doc__.split("\n\n")[0]
+"""--help's first paragraph: the module docstring's."""
 
 
-def length_args(argv: list[str]) -> LengthArgs:
-    """The study's args from its command line, validated; --quick starts from `QUICK` (flags given still win)."""
-    default = LengthArgs(**(QUICK if "--quick" in argv else {}))
-    return parse_study(LengthArgs, argv, default=default, prog=PROG, description=__doc__.split("\n\n")[0])
+class LengthStudy(Study[LengthArgs]):
+    """The length study as a `Study`: a train run per (method, seed), the microscope once, its report."""
+
+    prog, description, args_class, quick, kind = PROG, DESCRIPTION, LengthArgs, QUICK, "length study"
+    plan_file, ledger_file = PLAN_FILE, TIMES_FILE
+
+    def train_flags(self, args: LengthArgs, unit: Unit, run_dir: Path) -> list[str]:
+        return train_flags(unit, args, run_dir)
+
+    def report(self, args: LengthArgs, out: Path, ledger: Ledger) -> str:
+        """The microscope's lesson once, then the tables, the figure and the page; the verdicts and the
+        table to print."""
+        microscope_path = out / MICROSCOPE_FILE
+        if not microscope_path.is_file():
+            print(f"the microscope's length lesson: {args.microscope_draws:,} batches per policy", file=sys.stderr)
+            with ledger.timing("microscope"):
+                microscope_path.write_text(json.dumps(microscope_lesson(args.microscope_draws), indent=1))
+        microscope = json.loads(microscope_path.read_text())
+
+        from rlhf_scratch.engine.runs import read_metrics
+
+        units = args.units()
+        blocks = blocks_of(args.total_phases, args.block)
+        metrics = {u.name: read_metrics(self.run_dir(out, u)) for u in units}
+        results = {u.name: summarize(metrics[u.name], blocks, ledger[u.name]) for u in units}
+        findings, pairs = study_findings(results, units, args.total_phases)
+        curves = {label(g[0].method): [metrics[u.name] for u in g] for g in by_group(units).values()}
+        fig = plot_lengths(results, curves, units, blocks, out)
+        rows = results_table(results, units)
+        blocks_header, blocks_rows = blocks_table(results, units, blocks)
+        settings = (f"The prefix \"This movie was really\", {args.batch_size // args.num_generations} groups of "
+                    f"G = {args.num_generations} per phase, at most {args.gen_len} tokens (ending at EOS), "
+                    f"{args.total_phases} phases at learning rate {args.base_lr:g} ({args.warmup_steps} of warm-up), "
+                    "β = 0, top-k 0. Late = the second half of the phases; first block = phases "
+                    f"{blocks[0][0]}–{blocks[0][1]}. Gap growth per unit of reward = (late gap − first block's) ÷ "
+                    "(late reward − first block's): the runs' counterpart of the microscope's tokens per unit of J.")
+        table_md = "\n\n".join([markdown_table(TABLE_HEADER, rows), markdown_table(blocks_header, blocks_rows),
+                                 markdown_table(MICROSCOPE_HEADER, microscope_rows(microscope)), INTERVAL_NOTE])
+        page = write_report(out, title="rlhf_scratch length study", table_md=table_md,
+                            data={"verdicts": findings, "against_reference": pairs, "settings": args.plan(),
+                                  "blocks": blocks, "groups": group_stats(results, units),
+                                  "runs": results, "microscope": microscope, "times": ledger.seconds()},
+                            body=page_body(findings, pairs, settings, rows, blocks_header, blocks_rows, fig, microscope))
+        return "\n".join(["\n".join([*findings, *pairs]) + "\n", table_md, f"\nwrote {page}"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m rlhf_scratch.studies.length --out DIR [--flag value …]`."""
-    argv = sys.argv[1:] if argv is None else argv
-    return study_main(lambda: length_args(argv), run_study)
+STUDY = LengthStudy()
+main = STUDY.main
+"""`python -m rlhf_scratch.studies.length --out DIR [--flag value …]`."""
+length_args = STUDY.parse
+"""The study's args from its command line, validated; --quick starts from `QUICK` (flags given still win)."""
+run_study = STUDY.run
+"""Train the runs not done yet, compute the microscope's lesson once, then write the tables, the
+figure and the page, and print the verdicts and the table."""
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """One RL run of the over-optimisation study, in a process of its own: an algorithm trained against
 a proxy reward model, and after every phase the policy judged on held-out prompts by gold and proxy.
 
-    python -m rlhf_scratch.studies.overoptimization_run SPEC_JSON     # what `rl_command(spec)` runs
+    python -m rlhf_scratch.studies.overoptimization.run SPEC_JSON    # what `rl_command(spec)` runs
 
 The judging is `HeldOutEvaluation`, a `loop.PhaseHook`: the loop calls it once per phase and logs
 what it returns (study/gold, study/gold_se, study/proxy, study/kl, study/d) in metrics.jsonl beside
@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from rlhf_scratch.config import registry
+from rlhf_scratch.studies.overoptimization.formulas import gold_standard_error
 
 STUDY_METRICS = ("study/gold", "study/gold_se", "study/proxy", "study/kl", "study/d")  # logged by every RL run
 """What an evaluated phase logs (`evaluate_policy`)."""
@@ -45,23 +46,6 @@ def evaluate_policy(lm, ref, prompts: list[str], proxy_fn, gen_len: int, per_pro
     samples = [{"prompt": p, "completion": c, "gold": g, "proxy": r}
                for p, c, g, r in zip(rollout.prompts, rollout.completions, gold.tolist(), rollout.scores.tolist())]
     return metrics, samples
-
-
-def gold_standard_error(gold: list[float], per_prompt: int) -> float:
-    """The standard error of the mean gold of one evaluation, prompts held fixed: the held-out prompts
-    are the same at every phase, for every run and method, so the mean over *these* prompts is what a
-    point estimates and only the draws within a prompt are noise. With P prompts of K samples each
-    (consecutive in `gold`) and s_p² the sample variance of prompt p's K golds,
-
-        s.e. = √(Σ_p s_p² / K) / P           (K ≥ 2;  K = 1: s/√N over all N samples, prompts included)
-
-    A point's 95 % interval is ± 1.96 s.e. (N is in the thousands)."""
-    import statistics
-
-    if per_prompt < 2:
-        return statistics.stdev(gold) / math.sqrt(len(gold)) if len(gold) > 1 else math.nan
-    groups = [gold[i : i + per_prompt] for i in range(0, len(gold), per_prompt)]
-    return math.sqrt(sum(statistics.variance(g) for g in groups) / per_prompt) / len(groups)
 
 
 class HeldOutEvaluation:
@@ -128,7 +112,7 @@ def train_against_proxy(spec: dict) -> int:
 
 def rl_command(spec: dict) -> list[str]:
     """The process of one RL run: this module, with the run (`train_against_proxy`'s spec) as JSON."""
-    return [sys.executable, "-m", "rlhf_scratch.studies.overoptimization_run", json.dumps(spec)]
+    return [sys.executable, "-m", "rlhf_scratch.studies.overoptimization.run", json.dumps(spec)]
 
 
 if __name__ == "__main__":
