@@ -47,11 +47,11 @@ from typing import Annotated
 
 import tyro
 
-from rlhf_scratch.config import ConfigError, registry
+from rlhf_scratch.config import ConfigError
 from rlhf_scratch.config.cli import parse_dataclass
 from rlhf_scratch.config.command import command
 from rlhf_scratch.models.hf_format import (  # the conversions; this module is the command around them
-    VALUE_HEAD_FILE,
+    EXTRAS_FILE,
     final_norm_and_unembed,
     to_hf_causal_lm,
     to_hf_gemma,
@@ -61,6 +61,9 @@ from rlhf_scratch.models.hf_format import (  # the conversions; this module is t
     to_hf_qwen2,
     to_hf_reward_model,
 )
+
+VALUE_HEAD_FILE = EXTRAS_FILE.format(name="value_head")
+"""What --value-head writes for a PPO run: its policy's one extra module (the flag keeps its documented name)."""
 
 __all__ = ["VALUE_HEAD_FILE", "export", "export_reward_model", "final_norm_and_unembed", "main", "push_to_hub",
            "to_hf_causal_lm", "to_hf_gemma", "to_hf_gpt2", "to_hf_gpt_neox", "to_hf_llama", "to_hf_qwen2",
@@ -73,13 +76,14 @@ def export(run_dir: str | Path, out_dir: str | Path, value_head: bool = False) -
 
     from rlhf_scratch.engine.runs import load_run
     from rlhf_scratch.models.loading import no_weight_loading_bars
-    from rlhf_scratch.models.lora import merge_lora
+    from rlhf_scratch.models.policy import PolicyWithExtras, merged_lm
 
     out_dir = Path(out_dir)
     run = load_run(run_dir)
-    if value_head and not registry.get(run.args.algo).value_head:
+    extras = run.policy.extras() if isinstance(run.policy, PolicyWithExtras) else {}
+    if value_head and not extras:
         raise ValueError(f"--value-head: {run_dir} is a {run.args.algo} run; only PPO runs have a value head")
-    hf = to_hf_causal_lm(merge_lora(run.tuned))  # a LoRA run: W + ΔW baked in, then a plain model (no-op without adapters)
+    hf = to_hf_causal_lm(merged_lm(run.tuned))  # adapters' ΔW baked in, then a plain model (no-op without adapters)
     source = Path(run.args.model).expanduser()
     if (source / "generation_config.json").is_file():  # its EOS (an instruct model's end of turn) goes along
         from transformers import GenerationConfig
@@ -91,9 +95,10 @@ def export(run_dir: str | Path, out_dir: str | Path, value_head: bool = False) -
     tokenizer = run.tuned.tokenizer
     tokenizer.model_max_length = run.tuned.cfg.n_ctx  # the model's real limit (a GPT-2 tokenizer says 1024)
     tokenizer.save_pretrained(out_dir)
-    if value_head:
-        head = {k: v.detach().contiguous() for k, v in run.policy.value_head.state_dict().items()}
-        save_file(head, str(out_dir / VALUE_HEAD_FILE), metadata={"reads": "ln_final.hook_normalized"})
+    if value_head:  # the policy's extras, each in a file of its own (PPO's: value_head.safetensors)
+        for name, module in extras.items():
+            weights = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
+            save_file(weights, str(out_dir / EXTRAS_FILE.format(name=name)), metadata={"reads": "ln_final.hook_normalized"})
     return out_dir
 
 
@@ -150,7 +155,7 @@ class ExportArgs:
 
 def parse(argv: list[str]) -> ExportArgs:
     """The command line; the output folder refused at once if it holds anything."""
-    opts = parse_dataclass(ExportArgs, argv, default=ExportArgs(), prog=PROG, description=__doc__.split("\n\n")[0])
+    opts = parse_dataclass(ExportArgs, argv, default=None, prog=PROG, description=__doc__.split("\n\n")[0])
     out = Path(opts.out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"{out} exists and is not an empty folder; choose a new one (nothing was overwritten)")

@@ -57,7 +57,7 @@ class PreferencesArgs:
 
 def parse(argv: list[str]) -> PreferencesArgs:
     """The command line, checked (`check_options`)."""
-    opts = parse_dataclass(PreferencesArgs, argv, default=PreferencesArgs(), prog=PROG,
+    opts = parse_dataclass(PreferencesArgs, argv, default=None, prog=PROG,
                            description=PreferencesArgs.__doc__)
     check_options(opts)
     return opts

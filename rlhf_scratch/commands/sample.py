@@ -97,7 +97,7 @@ class SampleArgs:
 
 def parse(argv: list[str]) -> SampleArgs:
     """The command line, its own values checked (the run's are checked once it is loaded)."""
-    opts = parse_dataclass(SampleArgs, argv, default=SampleArgs(), prog=PROG, description=__doc__.split("\n\n")[0])
+    opts = parse_dataclass(SampleArgs, argv, default=None, prog=PROG, description=__doc__.split("\n\n")[0])
     if opts.n < 1:
         raise ConfigError(f"-n: must be >= 1; got {opts.n}")
     check_seed(opts.seed)

@@ -54,6 +54,8 @@ def one_line_error(event: tyro_errors.ParseErrorEvent, argv: list[str]) -> str:
         return f"argument {flag}: {event.message}"
     if isinstance(event, tyro_errors.InvalidChoice):
         return f"argument {flag}: invalid choice: {event.value!r} (choose from {', '.join(event.choices)})"
+    if isinstance(event, tyro_errors.BadValue) and event.reason == "too_few_values" and not flag.startswith("-"):
+        return f"the following arguments are required: {flag}"  # a positional left out (beside an unknown flag)
     if isinstance(event, tyro_errors.BadValue):
         return f"argument {flag}: expected one value" if event.reason == "too_few_values" else \
             f"argument {flag}: takes no value; got {event.offending_value!r}"
@@ -71,9 +73,11 @@ def _shown(lowered) -> str:
     return name if name.startswith("-") or not lowered.metavar else lowered.metavar
 
 
-def parse_dataclass(cls: type[T], argv: list[str], *, default: T, prog: str, description: str,
+def parse_dataclass(cls: type[T], argv: list[str], *, default: T | None, prog: str, description: str,
                     aliases: dict[str, str] | None = None) -> T:
-    """`cls` from `argv` over `default` (fields not given keep default's values). Raises
+    """`cls` from `argv` over `default` (fields not given keep default's values; None: the class's
+    defaults, where a field whose default is `tyro.MISSING` must be given: a required flag or positional,
+    never an instance holding MISSING, which a type-checked `__init__` would refuse). Raises
     `ConfigError` with one line for anything tyro rejects or does not know; `--help` prints the
     help and raises SystemExit(0). The result is not validated: that is the caller's next step.
     `aliases` maps another spelling of a flag to its field's (`{"--kl-coef": "--beta"}`)."""
@@ -88,8 +92,8 @@ def parse_dataclass(cls: type[T], argv: list[str], *, default: T, prog: str, des
         raise ConfigError(message)
 
     with tyro_errors.on_parse_error(reject):
-        value, unknown = tyro.cli(cls, args=argv, default=default, prog=prog, description=description,
-                                  return_unknown_args=True)
+        value, unknown = tyro.cli(cls, args=argv, prog=prog, description=description, return_unknown_args=True,
+                                  **({} if default is None else {"default": default}))
     if unknown:
         raise ConfigError("unrecognized arguments: " + " ".join(unknown))
     return value

@@ -152,7 +152,7 @@ def parse(argv: list[str]) -> FolderArgs:
     from rlhf_scratch.config import ConfigError, check_seed
     from rlhf_scratch.config.cli import parse_dataclass
 
-    args = parse_dataclass(FolderArgs, argv, default=FolderArgs(), prog="python -m rlhf_scratch.models.families",
+    args = parse_dataclass(FolderArgs, argv, default=None, prog="python -m rlhf_scratch.models.families",
                            description=FolderArgs.__doc__)
     names = [*FAMILIES, *REAL_SHAPES]
     if args.name not in names:
