@@ -21,10 +21,16 @@ nothing from the training package:
 - `interp.sampling`  samples of a hooked model over left-padded prompts, their reward and KL;
 - `interp.across_runs` several tuned models against one reference (`python -m rlhf_scratch.compare`).
 
-Pages: `interp.report` (`make_report`, and `python -m interp.report RUN_DIR`) and
-`interp.features_page` (`make_features_report`; `python -m interp.features RUN_DIR` is `interp.features`).
-The two commands are the only modules that read a run folder (`rlhf_scratch.engine.runs`), its prompts,
-its reward and the review corpus.
+Three jobs, three kinds of module:
+- **analyses** (above): models, tokens, texts and a reward function in, numbers and figures out;
+- **report pipelines**: models in, a page out, with no run folder — `interp.report_page.make_report`
+  (the steps of `interp.report_steps`, each one analysis on one shared `Context`, then report.html),
+  `interp.features_page.make_features_report` (features.html) and `interp.across_runs` (several tuned
+  models against one reference; its page is the comparison's, `python -m rlhf_scratch.compare`). Their
+  pages share their assembly through `rlhf_scratch.pages.html` (findings, tables, figures, the footer);
+- **commands**: `python -m interp.report RUN_DIR` (`interp.report`; `make_report` importable from it too)
+  and `python -m interp.features RUN_DIR` (`interp.features`). They are the only modules that read a
+  run folder (`rlhf_scratch.engine.runs`), its prompts, its reward and the review corpus.
 
 Shared pieces: `interp.probes` (the fixed review openings every page probes), `rlhf_scratch.pages.html`
 (the HTML page, table and figure helpers), `interp.figures` (the figure types), `interp.families`

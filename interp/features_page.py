@@ -41,7 +41,18 @@ from interp.figures import bars
 from interp.levels import DiffLevels, levels_headline, levels_html, other_levels
 from interp.logits import RewardFn
 from interp.sampling import SampleSettings
-from rlhf_scratch.pages.html import Html, esc, figure, new_figure, page, rounded, save_figure, table
+from rlhf_scratch.pages.html import (
+    Html,
+    esc,
+    figures_html,
+    findings_html,
+    generated_in,
+    new_figure,
+    page,
+    rounded,
+    save_figure,
+    table,
+)
 
 OUT_NAME = "features"  # out_dir/features.html and out_dir/features/
 STEPS = ("diff", "explained", "snippets", "levels", "causal", "write")
@@ -232,8 +243,7 @@ def _html(title: str, S: dict, figures: list[tuple[str, Path, str]]) -> str:
                 "top-activating review snippets (reference; activation: text, token in [[ ]])"],
         row_headers=False)
     parts = [
-        f"<h1>{esc(title)}</h1><p><a href='report.html'>← the interp report</a></p><h2>Findings</h2><ul>"
-        + "".join(f"<li>{esc(line)}</li>" for line in S["headline"]) + "</ul>",
+        f"<h1>{esc(title)}</h1><p><a href='report.html'>← the interp report</a></p>" + findings_html(S["headline"]),
         "<h2>The SAE (SAE Lens evals, validation split)</h2>" + quality,
         "<p>Explained variance: 1 − E|x − x̂|² / Var(x). CE loss in nats per token with the SAE's reconstruction "
         "spliced in at the site; zero-ablated: the site's activations set to 0. Dead: never fires on the eval tokens. "
@@ -248,6 +258,6 @@ def _html(title: str, S: dict, figures: list[tuple[str, Path, str]]) -> str:
                         "a mean of a few dozen can be below 0 although the true KL is ≥ 0 (its expectation when the samples "
                         "come from the model; with top-k sampling, scored with the full softmax, even the expectation can be "
                         "below 0). Compare conditions with each other, not with 0.</p>")
-    parts += [figure(path, fig_title, caption) for fig_title, path, caption in figures]
-    parts.append(f"<p><small>Generated in {S['seconds']:.1f} s.</small></p>")
+    parts += figures_html(figures)
+    parts.append(generated_in(S["seconds"]))
     return page(title, parts)

@@ -1,501 +1,74 @@
 """`python -m interp.report RUN_DIR`: what did RLHF change? An HTML report of interp's analyses.
 
-Loads the run's reference and tuned models (`rlhf_scratch.engine.runs.load_run`), runs logits,
-residual and attention analyses on the run's prompt and a few fixed review prompts, and writes
+The command: it reads the run folder — the run's reference and tuned models
+(`rlhf_scratch.engine.runs.load_run`), its prompt and its reward — and hands them to the pipeline,
+`interp.report_page.make_report` (importable from here too), which runs the steps of
+`interp.report_steps` and writes
 
     RUN_DIR/interp/report.html   self-contained (figures embedded), with the key numbers
     RUN_DIR/interp/*.png         the same figures as files
     RUN_DIR/interp/summary.json  the key numbers, machine-readable
 
-`make_report(reference, tuned, prompts, out_dir, reward_fn=...)` is the same thing for any pair
-of HookedTransformers with one config and tokenizer, without a run folder.
-
-The report is a pipeline: `make_report` builds one `Context` (both models, the prompts' tokens and
-caches), then runs each function of `ANALYSES` on it in order — each returns its sections of the
-summary and adds its figures — and finally renders the page (`_html`) from the rounded summary.
-The progress bar names each step after its function: `analyse_logit_lens` shows as "logit lens".
+into a temporary folder, moved into place when done (`_write_in_place`: never old and new files mixed).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import torch
-from jaxtyping import Float, Int
-from torch import Tensor
-from transformer_lens import ActivationCache, HookedTransformer
+import tyro
 
-from interp import attention, families, logits, neurons, residual
-from interp.figures import bars, heatmaps, lines, position_heatmap
+from interp import families
 from interp.probes import REVIEW_PROMPTS
-from rlhf_scratch.pages.html import esc, figure, page, rounded, table
+from interp.report_page import make_report
+from rlhf_scratch.config import ConfigError
+from rlhf_scratch.config.cli import parse_dataclass
+from rlhf_scratch.config.command import command, first_line
 
-# --- what the analyses share ----------------------------------------------------------------------
+__all__ = ["main", "make_report"]
 
 
 @dataclass
-class Context:
-    """Everything an analysis reads, and the figures it adds.
-
-    Each analysis returns its sections of the summary (tensors allowed: rounded when written);
-    `make_report` merges them into `summary`, where a later analysis may read an earlier one's
-    (the attention and reward steps read the head DLA, patching and ablation sections).
-    """
-
-    reference: HookedTransformer
-    tuned: HookedTransformer
-    prompts: list[str]  # the run prompt first
-    tokens: Int[Tensor, "batch pos"]  # the prompts, right-padded
-    last: Int[Tensor, " batch"]  # index of each prompt's last real token
-    sentiment: logits.SentimentTokens
-    ref_logits: Float[Tensor, "batch pos d_vocab"]
-    tuned_logits: Float[Tensor, "batch pos d_vocab"]
-    ref_cache: ActivationCache
-    tuned_cache: ActivationCache
-    out_dir: Path  # where the figures go
-    reward_fn: Callable | None = None  # None: the sampled reward analyses are skipped
-    n_samples: int = 16  # samples per reward estimate
-    gen_len: int = 20  # tokens per sample
-    k_heads: int = 4  # heads (and neurons) listed per ranking
-    seed: int = 0  # one sampling seed for every model
-    summary: dict = field(default_factory=dict)  # the sections so far, under summary.json's keys
-    figures: list[tuple[str, Path, str]] = field(default_factory=list)  # (title, path, caption), page order
-    attention_html: Path | None = None  # circuitsvis' interactive view, when it could be written
-
-    @property
-    def run_prompt(self) -> str:
-        return self.prompts[0]
-
-    @property
-    def run_tokens(self) -> Int[Tensor, "1 pos"]:
-        """The run prompt alone, unpadded."""
-        return self.tokens[:1, : int(self.last[0]) + 1]
-
-    @cached_property
-    def head_means(self) -> Float[Tensor, "n_layers n_heads d_head"]:
-        """The tuned model's mean z per head: what mean-ablation puts in (the ablation and reward steps)."""
-        return attention.head_means(self.tuned, self.tokens, self.last)
-
-    def add_figure(self, title: str, path: Path, caption: str) -> None:
-        self.figures.append((title, path, caption))
-
-
-def _head_list(scores: Tensor, k: int) -> list[dict]:
-    """The top-k heads by |score| as {"head": "L1H2", "value": ...}; heads scoring exactly 0 are left out."""
-    return [{"head": f"L{l}H{h}", "value": float(scores[l, h])} for l, h in attention.top_heads(scores, k)
-            if float(scores[l, h]) != 0.0]
-
-
-# --- the analyses, in report order ----------------------------------------------------------------
-
-
-def analyse_logits(ctx: Context) -> dict:
-    """Logit difference, next-token KL, the sentiment direction's cosine, the most moved tokens."""
-    st, last = ctx.sentiment, ctx.last
-    ref_ld = logits.logit_diff(ctx.ref_logits, st, last)
-    tuned_ld = logits.logit_diff(ctx.tuned_logits, st, last)
-    kl = logits.next_token_kl(ctx.ref_logits, ctx.tuned_logits)
-    mask = residual.real_position_mask(ctx.tokens, last)
-    change = logits.logprob_change(ctx.ref_logits, ctx.tuned_logits, last)
-    promoted, demoted = logits.top_token_changes(ctx.reference, change, 10)
-    return {
-        "logit_diff": {"reference": ref_ld.mean().item(), "tuned": tuned_ld.mean().item(),
-                       "per_prompt_reference": ref_ld, "per_prompt_tuned": tuned_ld},
-        "kl_next_token": {"mean_all_positions": ((kl * mask).sum() / mask.sum()).item(),
-                          "mean_last_position": logits.at_last_pos(kl, last).mean().item()},
-        "sentiment_direction_cosine": logits.direction_cosine(ctx.reference, ctx.tuned, st),
-        "top_promoted": promoted,
-        "top_demoted": demoted,
-    }
-
-
-def analyse_logit_lens(ctx: Context) -> dict:
-    """The logit difference read off the accumulated residual at every site."""
-    lens_ref, sites = residual.logit_lens_logit_diff(ctx.ref_cache, ctx.sentiment, ctx.last)
-    lens_tuned, _ = residual.logit_lens_logit_diff(ctx.tuned_cache, ctx.sentiment, ctx.last)
-    series = {"reference": lens_ref.mean(1).tolist(), "tuned": lens_tuned.mean(1).tolist()}
-    ctx.add_figure(
-        "Logit lens",
-        lines(sites, series, ctx.out_dir, "logit_lens.png",
-              "logit lens: the logit difference if the residual stopped here", "logit diff (nats)"),
-        "Each model's accumulated residual at each site through its own ln_final and unembedding, "
-        "on its own sentiment direction; mean over prompts, last token.")
-    return {"logit_lens": {"sites": sites, "reference": lens_ref.mean(1), "tuned": lens_tuned.mean(1)}}
-
-
-def analyse_decomposition(ctx: Context) -> dict:
-    """Direct logit attribution of the embeddings, each attention layer and each MLP."""
-    comp_ref, comp_labels = residual.component_logit_diff(ctx.ref_cache, ctx.sentiment, ctx.last)
-    comp_tuned, _ = residual.component_logit_diff(ctx.tuned_cache, ctx.sentiment, ctx.last)
-    series = {"reference": comp_ref.mean(1).tolist(), "tuned": comp_tuned.mean(1).tolist(),
-              "tuned - reference": (comp_tuned - comp_ref).mean(1).tolist()}
-    ctx.add_figure(
-        "Residual decomposition",
-        bars(comp_labels, series, ctx.out_dir, "decomposition.png",
-             "direct logit attribution of each component", "logit diff (nats)"),
-        "The final residual split into embeddings, each attention layer and each MLP, plus the "
-        "unembedding bias; a model's bars sum to its logit difference.")
-    return {"decomposition": {"components": comp_labels, "reference": comp_ref.mean(1), "tuned": comp_tuned.mean(1)}}
-
-
-def analyse_residual_drift(ctx: Context) -> dict:
-    """How far the tuned residual moved from the reference's, per site."""
-    drift = residual.residual_drift(ctx.ref_cache, ctx.tuned_cache, ctx.tokens, ctx.last)
-    series = {"|tuned - ref| / |ref|": (drift.diff_norm / drift.ref_norm).tolist(),
-              "1 - cosine": (1 - drift.cosine).tolist()}
-    ctx.add_figure(
-        "Residual drift",
-        lines(drift.labels, series, ctx.out_dir, "residual_drift.png",
-              "how far the tuned residual moved from the reference", "fraction"),
-        "Per site, mean over prompts and positions.")
-    return {"residual_drift": {"sites": drift.labels, "cosine": drift.cosine, "diff_norm": drift.diff_norm,
-                               "ref_norm": drift.ref_norm}}
-
-
-def analyse_residual_patching(ctx: Context) -> dict:
-    """The tuned residual patched into the reference at one site (then one site and position)."""
-    patch = residual.residual_patching(ctx.reference, ctx.tuned, ctx.tokens, ctx.sentiment, ctx.last)
-    patch_pos = residual.residual_patching(ctx.reference, ctx.tuned, ctx.run_tokens, ctx.sentiment, per_position=True)
-    jumps = patch.fraction[1:] - patch.fraction[:-1]  # what block l adds: site l+1 minus site l
-    ctx.add_figure(
-        "Residual patching",
-        bars(patch.labels, {"logit diff": patch.fraction.nan_to_num().tolist()}, ctx.out_dir,
-             "patching_layers.png", "tuned residual patched into the reference at one site (all positions)",
-             "fraction of gap recovered"),
-        "0 = none of the tuned - reference logit-diff gap, 1 = all of it. At the final site the "
-        "reference's unembedding reads the tuned residual: what is missing there is the unembedding's share.")
-    str_tokens = ctx.reference.to_str_tokens(ctx.run_tokens[0])
-    ctx.add_figure(
-        "Residual patching by position",
-        position_heatmap(patch_pos.fraction, patch_pos.labels, str_tokens, ctx.out_dir, "patching_positions.png"),
-        f"Run prompt {ctx.run_prompt!r}, one (site, position) at a time.")
-    return {"residual_patching": {"sites": patch.labels, "fraction": patch.fraction, "effect": patch.effect,
-                                  "block_contribution": jumps}}
-
-
-def analyse_head_dla(ctx: Context) -> dict:
-    """Each head's direct logit attribution in both models, and the heads whose DLA changed most."""
-    dla_ref = attention.head_dla(ctx.ref_cache, ctx.sentiment, ctx.last)
-    dla_tuned = attention.head_dla(ctx.tuned_cache, ctx.sentiment, ctx.last)
-    dla_diff = dla_tuned - dla_ref
-    panels = [("reference", dla_ref), ("tuned", dla_tuned), ("tuned - reference", dla_diff)]
-    ctx.add_figure(
-        "Per-head direct logit attribution",
-        heatmaps(panels, ctx.out_dir, "head_dla.png", "nats", own_scale=(2,)),
-        "Each head's output at the last token, through its model's own final-norm scale, on its own "
-        "sentiment direction. The difference panel has its own colour scale. Heads whose weights did not "
-        "change still differ a little when the final-norm scale changed.")
-    return {"head_dla": {"reference": dla_ref, "tuned": dla_tuned, "top_diff": _head_list(dla_diff, ctx.k_heads)}}
-
-
-def analyse_weight_change(ctx: Context) -> dict:
-    """How much each head's weights moved, relative to the reference's."""
-    change = attention.head_weight_change(ctx.reference, ctx.tuned, relative=True)
-    group = families.gqa_group(ctx.reference)
-    shared = (f" Grouped-query attention: {group} query heads share one K/V head, so W_K and W_V show, for each "
-              "query head, the change of the K/V head it reads (equal across a group).") if group > 1 else ""
-    ctx.add_figure(
-        "Per-head weight change",
-        heatmaps(list(change.items()), ctx.out_dir, "head_weight_change.png", "|ΔW| / |W_ref|", diverging=False),
-        "Frobenius norm of each head's weight change, relative to the reference's." + shared)
-    return {"head_weight_change_relative": {k: _head_list(v, ctx.k_heads) for k, v in change.items()}}
-
-
-def analyse_head_ablation(ctx: Context) -> dict:
-    """Mean-ablation of one head at a time in the tuned model."""
-    ablation = attention.head_ablation_effects(ctx.tuned, ctx.tokens, ctx.sentiment, ctx.head_means, ctx.last)
-    ctx.add_figure(
-        "Mean-ablation in the tuned model",
-        heatmaps([("Δ logit diff when ablated", ablation)], ctx.out_dir, "head_ablation.png", "nats"),
-        "Each head's z replaced by its mean over the prompts, one head at a time.")
-    return {"head_ablation": {"effect": ablation, "top": _head_list(ablation, ctx.k_heads)}}
-
-
-def analyse_head_patching(ctx: Context) -> dict:
-    """One head's output of the tuned model patched into the reference, one head at a time."""
-    effect, fraction = attention.head_patching(ctx.reference, ctx.tuned, ctx.tokens, ctx.sentiment, ctx.last)
-    ctx.add_figure(
-        "Head-output patching",
-        heatmaps([("fraction of gap recovered", fraction.nan_to_num())], ctx.out_dir, "head_patching.png",
-                 "fraction"),
-        "One head's output (z·W_O) of the tuned model put into the reference, one head at a time.")
-    return {"head_patching": {"fraction": fraction, "top": _head_list(effect, ctx.k_heads)}}
-
-
-def analyse_neurons(ctx: Context) -> dict:
-    """DLA per MLP neuron, the activation change, and where the most changed neuron fires."""
-    n_ref = neurons.neuron_dla(ctx.ref_cache, ctx.sentiment, ctx.last)
-    n_tuned = neurons.neuron_dla(ctx.tuned_cache, ctx.sentiment, ctx.last)
-    n_diff = n_tuned - n_ref
-    act_change = neurons.neuron_activation_change(ctx.ref_cache, ctx.tuned_cache, ctx.tokens, ctx.last)
-    top_n = neurons.top_neurons(n_diff, ctx.k_heads)
-    section = {
-        "top_dla_change": [{"neuron": f"L{l}N{n}", "reference": float(n_ref[l, n]), "tuned": float(n_tuned[l, n]),
-                            "change": float(n_diff[l, n]), "activation_change": float(act_change[l, n])}
-                           for l, n in top_n],
-        "top_activation_change": [{"neuron": f"L{l}N{n}", "value": float(act_change[l, n])}
-                                  for l, n in neurons.top_neurons(act_change, ctx.k_heads)],
-        "dla_change_by_layer": n_diff.abs().sum(-1),
-    }
-    if top_n:
-        section["top_neuron_tokens"] = [
-            {"activation": a, "token": t, "context": c}
-            for a, t, c in neurons.top_activating_tokens(ctx.tuned, ctx.tokens, top_n[0], ctx.last, k=5)]
-    ctx.add_figure(
-        "Neurons: direct logit attribution",
-        bars([f"L{l}N{n}" for l, n in top_n], {"reference": [float(n_ref[l, n]) for l, n in top_n],
-                                               "tuned": [float(n_tuned[l, n]) for l, n in top_n]},
-             ctx.out_dir, "neuron_dla.png", f"the {len(top_n)} MLP neurons whose DLA changed most", "nats"),
-        f"Each neuron's activation ({families.mlp_activation(ctx.reference)}) times its W_out row, through its "
-        "model's own final-norm scale, on its own sentiment direction (the neurons of a layer plus b_out add up "
-        "to the layer's MLP DLA).")
-    return {"neurons": section}
-
-
-def analyse_attention_patterns(ctx: Context) -> dict:
-    """The attention patterns of the heads whose DLA changed most, on one of the tuned model's samples."""
-    dla = ctx.summary["head_dla"]
-    heads = attention.top_heads(dla["tuned"] - dla["reference"], min(ctx.k_heads, 4))
-    sample = logits.sample_continuations(ctx.tuned, ctx.run_tokens, 1, ctx.gen_len, ctx.seed)
-    _, sample_cache = ctx.tuned.run_with_cache(sample)
-    sample_str = ctx.tuned.to_str_tokens(sample[0])
-    ctx.add_figure(
-        "Attention patterns",
-        attention.plot_attention_patterns(sample_cache, heads, sample_str, ctx.out_dir / "attention_patterns.png",
-                                          title="tuned model, heads with the largest DLA change"),
-        "The tuned model on one of its own samples from the run prompt.")
-    ctx.attention_html = attention.attention_patterns_html(sample_cache, heads[0][0], sample_str,
-                                                           ctx.out_dir / "attention_patterns.html")
-    return {"attention_heads_shown": [f"L{layer}H{head}" for layer, head in heads]}
-
-
-def analyse_reward(ctx: Context) -> dict:
-    """Sampled reward (coarser than the logit difference): residual patching and head ablation."""
-    if ctx.reward_fn is None:
-        return {}
-    n, gen_len, patch = ctx.n_samples, ctx.gen_len, ctx.summary["residual_patching"]
-    rewards, fraction, ref_r, tuned_r = residual.residual_patching_reward(
-        ctx.reference, ctx.tuned, ctx.run_prompt, ctx.reward_fn, n, gen_len, ctx.seed)
-    abl_heads = attention.top_heads(ctx.summary["head_ablation"]["effect"], ctx.k_heads)
-    abl_rewards, clean = attention.head_ablation_reward(
-        ctx.tuned, abl_heads, ctx.head_means, ctx.run_prompt, ctx.reward_fn, n, gen_len, ctx.seed)
-    series = {"reward": fraction.nan_to_num().tolist(), "logit diff": patch["fraction"].nan_to_num().tolist()}
-    ctx.add_figure(
-        "Residual patching, reward",
-        bars(patch["sites"], series, ctx.out_dir, "patching_reward.png",
-             "fraction of the gap recovered: reward vs logit diff", "fraction"),
-        f"Mean reward of {n} samples of {gen_len} tokens from the hybrid (tuned below the site, "
-        "reference above). One seed for every model, but still noisy: coarser than the logit difference.")
-    return {"reward": {
-        "reference": ref_r, "tuned": tuned_r, "n_samples": n, "gen_len": gen_len,
-        "patching_sites": patch["sites"], "patching_fraction": fraction,
-        "ablation": [{"head": f"L{layer}H{head}", "reward": r, "change": r - clean}
-                     for (layer, head), r in zip(abl_heads, abl_rewards)],
-    }}
-
-
-ANALYSES: tuple[Callable[[Context], dict], ...] = (
-    analyse_logits, analyse_logit_lens, analyse_decomposition, analyse_residual_drift, analyse_residual_patching,
-    analyse_head_dla, analyse_weight_change, analyse_head_ablation, analyse_head_patching, analyse_neurons,
-    analyse_attention_patterns, analyse_reward,
-)
-"""The report's steps in order (a later one may read an earlier one's summary section)."""
-
-
-def step_name(analysis: Callable) -> str:
-    """What the progress bar calls a step: `analyse_logit_lens` -> "logit lens"."""
-    return analysis.__name__.removeprefix("analyse_").replace("_", " ")
-
-
-# --- the report -----------------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def make_report(
-    reference,
-    tuned,
-    prompts: list[str],
-    out_dir: str | Path,
-    reward_fn=None,
-    run_prompt: str | None = None,
-    sentiment: logits.SentimentTokens | None = None,
-    n_samples: int = 16,
-    gen_len: int = 20,
-    k_heads: int = 4,
-    seed: int = 0,
-    title: str = "What did RLHF change?",
-    progress: bool = True,
-) -> dict:
-    """Run every analysis on `prompts` (the first is `run_prompt` when given) and write the report.
-
-    Returns the summary (also written as summary.json). reward_fn=None skips the reward parts.
-    """
-    from tqdm.auto import tqdm
-
-    t0 = time.time()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    reference.eval()
-    tuned.eval()
-    run_prompt = run_prompt or prompts[0]
-    prompts = [run_prompt] + [p for p in prompts if p != run_prompt]
-    st = sentiment or logits.sentiment_tokens(reference)
-    tokens, last = logits.prompt_tokens(reference, prompts)
-    ref_logits, ref_cache = reference.run_with_cache(tokens)
-    tuned_logits, tuned_cache = tuned.run_with_cache(tokens)
-    ctx = Context(reference, tuned, prompts, tokens, last, st, ref_logits, tuned_logits, ref_cache, tuned_cache,
-                  out_dir, reward_fn, n_samples, gen_len, k_heads, seed,
-                  summary={"prompts": prompts, "sentiment_words": {"pos": list(st.pos_words), "neg": list(st.neg_words)}})
-    bar = tqdm(total=len(ANALYSES) + 1, desc="interp report", disable=not progress, file=sys.stderr)
-    for analysis in ANALYSES:
-        bar.set_postfix_str(step_name(analysis))
-        ctx.summary.update(analysis(ctx))
-        bar.update()
-    bar.set_postfix_str("write")
-    ctx.summary["headline"] = _headline(ctx.summary)
-    ctx.summary["seconds"] = time.time() - t0
-    summary = rounded(ctx.summary)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out_dir / "report.html").write_text(_html(title, summary, ctx.figures, ctx.attention_html))
-    bar.update()
-    bar.close()
-    return summary
-
-
-# --- the page -------------------------------------------------------------------------------------
-
-
-# Below this |tuned − reference| logit-difference gap (nats), "fraction of the gap recovered" divides
-# by a number no larger than the run-to-run wobble of the measurement: the headline says so instead.
-NOISE_GAP = 0.05
-
-
-def _headline(summary: dict) -> list[str]:
-    """The key findings as sentences."""
-    ld = summary["logit_diff"]
-    sentences = [f"Logit difference (mean of {len(summary['prompts'])} prompts, last token): reference "
-             f"{ld['reference']:.3f}, tuned {ld['tuned']:.3f} nats (gap {ld['tuned'] - ld['reference']:+.3f})."]
-    sentences.append(f"Next-token KL(tuned || reference): {summary['kl_next_token']['mean_all_positions']:.4f} nats per "
-                 f"position; sentiment-direction cosine {summary['sentiment_direction_cosine']:.4f}.")
-    jumps = summary["residual_patching"]["block_contribution"]
-    gap = ld["tuned"] - ld["reference"]
-    if abs(gap) < NOISE_GAP:
-        sentences.append(f"Residual patching: the logit-difference gap ({gap:+.3f} nats) is below {NOISE_GAP} nats, so "
-                     "fractions of it are noise (a fraction like 106 % would mean nothing); see the effects in nats.")
-    elif not torch.isnan(jumps).all():
-        block = int(jumps.nan_to_num(nan=-1e9).argmax())
-        final = summary["residual_patching"]["fraction"][-1].item()
-        sentences.append(f"Residual patching: block {block} adds the most ({jumps[block].item():.0%} of the gap); "
-                     f"patching the final residual recovers {final:.0%}"
-                     + (" (the rest is the change in ln_final and the unembedding)." if abs(final - 1) > 0.01 else "."))
-    else:
-        sentences.append("Residual patching: no logit-difference gap to recover (fractions undefined).")
-
-    def names(heads: list[dict]) -> str:
-        return ", ".join(h["head"] for h in heads) or "none"
-
-    sentences.append(f"Heads with the largest change — DLA: {names(summary['head_dla']['top_diff'])}; "
-                 f"weights: {names(summary['head_weight_change_relative']['all'])}; "
-                 f"patching: {names(summary['head_patching']['top'])}.")
-    if "reward" in summary:
-        r = summary["reward"]
-        sentences.append(f"Reward (n={r['n_samples']}): reference {r['reference']:.3f}, tuned {r['tuned']:.3f}.")
-    return sentences
-
-
-def _key_numbers(summary: dict) -> list[tuple[str, str]]:
-    """The page's table of key numbers, from the rounded `summary`."""
-    def heads(items: list[dict]) -> str:
-        return ", ".join(f"{h['head']} {h['value']:+.3f}" for h in items) or "none"
-
-    def fmt(values) -> str:
-        return ", ".join("nan" if v is None else f"{v:.3f}" for v in values)
-
-    rows = [
-        ("prompts", " | ".join(summary["prompts"])),
-        ("positive words", " ".join(summary["sentiment_words"]["pos"])),
-        ("negative words", " ".join(summary["sentiment_words"]["neg"])),
-        ("logit diff reference (nats)", fmt(summary["logit_diff"]["per_prompt_reference"])),
-        ("logit diff tuned (nats)", fmt(summary["logit_diff"]["per_prompt_tuned"])),
-        ("KL(tuned||ref), last token (nats)", f"{summary['kl_next_token']['mean_last_position']:.4f}"),
-        ("most promoted tokens (Δ log-prob, nats)", ", ".join(f"{t!r} {v:+.2f}" for t, v in summary["top_promoted"])),
-        ("most demoted tokens (Δ log-prob, nats)", ", ".join(f"{t!r} {v:+.2f}" for t, v in summary["top_demoted"])),
-        ("logit lens sites", ", ".join(summary["logit_lens"]["sites"])),
-        ("logit lens reference", fmt(summary["logit_lens"]["reference"])),
-        ("logit lens tuned", fmt(summary["logit_lens"]["tuned"])),
-        ("residual cosine per site", fmt(summary["residual_drift"]["cosine"])),
-        ("patching: fraction recovered per site", fmt(summary["residual_patching"]["fraction"])),
-        ("top heads by DLA change (nats)", heads(summary["head_dla"]["top_diff"])),
-        ("top heads by ablation effect (nats)", heads(summary["head_ablation"]["top"])),
-        ("top heads by patching effect (nats)", heads(summary["head_patching"]["top"])),
-        ("top neurons by DLA change (nats; reference → tuned)",
-         ", ".join(f"{d['neuron']} {d['reference']:+.3f} → {d['tuned']:+.3f}" for d in summary["neurons"]["top_dla_change"])),
-        ("top neurons by mean activation change", ", ".join(f"{d['neuron']} {d['value']:+.3f}"
-                                                          for d in summary["neurons"]["top_activation_change"])),
-        ("where the top neuron fires most (tuned; activation, token in context)",
-         "; ".join(f"{d['activation']:.2f} {d['context']!r}" for d in summary["neurons"].get("top_neuron_tokens", []))),
-    ]
-    if "reward" in summary:
-        r = summary["reward"]
-        rows += [("reward reference / tuned", f"{r['reference']:.3f} / {r['tuned']:.3f}"),
-                 ("reward patching fraction per site", fmt(r["patching_fraction"])),
-                 ("reward change with a head ablated (tuned)",
-                  ", ".join(f"{a['head']} {a['change']:+.3f}" for a in r["ablation"]))]
-    return rows
-
-
-def _html(title: str, summary: dict, figures: list[tuple[str, Path, str]], attention_html: Path | None) -> str:
-    """The report page from the rounded `summary`: findings, key numbers, the figures embedded."""
-    parts = [
-        f"<h1>{esc(title)}</h1><h2>Findings</h2><ul>" + "".join(f"<li>{esc(line)}</li>" for line in summary["headline"])
-        + "</ul>",
-        "<p><a href='features.html'>Features: what RLHF changed in sparse-autoencoder features</a> "
-        "(written by <code>python -m interp.features RUN_DIR</code>)</p>",
-        "<h2>Key numbers</h2>" + table(_key_numbers(summary)),
-        "<p>Units: logit differences and attributions in nats of log-odds (mean logit of the positive words minus "
-        "the negative ones, at the last token); KL in nats; patching fractions: (patched − reference) / (tuned − "
-        "reference), nan when there is no gap. Each model is read with its own cache, final norm and sentiment "
-        "direction.</p>",
-    ]
-    parts += [figure(path, fig_title, caption) for fig_title, path, caption in figures]
-    if attention_html is not None:
-        parts.append(f"<p>Interactive attention view (circuitsvis): {esc(attention_html.name)}</p>")
-    parts.append(f"<p><small>Generated in {summary['seconds']:.1f} s.</small></p>")
-    return page(title, parts)
-
-
-# --- command line ---------------------------------------------------------------------------------
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m interp.report",
-        description="Interpret what RLHF changed in a run: writes RUN_DIR/interp/report.html, PNG figures and "
-                    "summary.json. The output folder is derived data: an existing one is overwritten.",
-    )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by `python -m rlhf_scratch.train`")
-    parser.add_argument("--out", default=None, help="output folder (default RUN_DIR/interp)")
-    parser.add_argument("--n-samples", type=int, default=16, help="samples per reward estimate (default 16)")
-    parser.add_argument("--gen-len", type=int, default=20, help="tokens per sample (default 20)")
-    parser.add_argument("--no-reward", action="store_true", help="skip the sampled reward analyses")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: the tiny model's matrices are too small to gain from "
-                             "more, and on a busy CPU extra threads made it 30x slower; 0 = torch's default)")
-    return parser
-
-
-def _bad_argument(args: argparse.Namespace, run_dir: Path, out: Path) -> str | None:
+class ReportArgs:
+    """Interpret what RLHF changed in a run: writes RUN_DIR/interp/report.html, PNG figures and
+    summary.json. The output folder is derived data: an existing one is overwritten."""
+
+    run_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")] = tyro.MISSING
+    """A run folder written by `python -m rlhf_scratch.train`."""
+    out: str | None = None
+    """Output folder (None: RUN_DIR/interp)."""
+    n_samples: int = 16
+    """Samples per reward estimate."""
+    gen_len: int = 20
+    """Tokens per sample."""
+    no_reward: bool = False
+    """Skip the sampled reward analyses."""
+    device: str = "cpu"
+    """Where the models run."""
+    threads: int = 1
+    """Torch CPU threads (1: the tiny model's matrices are too small to gain from more, and on a busy
+    CPU extra threads made it 30x slower; 0 = torch's default)."""
+
+
+def _parse(argv: list[str]) -> ReportArgs:
+    """The command line (tyro), every argument checked before anything is loaded."""
+    args = parse_dataclass(ReportArgs, argv, default=None, prog="python -m interp.report",
+                           description=" ".join(ReportArgs.__doc__.split()))
+    run_dir = Path(args.run_dir)
+    if (problem := _bad_argument(args, run_dir, Path(args.out) if args.out else run_dir / "interp")) is not None:
+        raise ConfigError(problem)
+    return args
+
+
+def _bad_argument(args: ReportArgs, run_dir: Path, out: Path) -> str | None:
     """The first bad argument as one line (before anything is loaded), or None."""
     if args.n_samples < 1:
         return f"--n-samples: must be >= 1; got {args.n_samples}"
@@ -534,16 +107,14 @@ def _write_in_place(out: Path, write: Callable[[Path], dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """The command: `command()` owns its one-line errors and exit codes."""
+    return command(_parse, _run, argv)
 
-    def fail(message: str) -> int:
-        print(f"interp.report: error: {message}", file=sys.stderr)
-        return 2
 
+def _run(args: ReportArgs) -> int:
+    """Load the run, write the report in place, print its headline."""
     run_dir = Path(args.run_dir)
     out = Path(args.out) if args.out else run_dir / "interp"
-    if (problem := _bad_argument(args, run_dir, out)) is not None:
-        return fail(problem)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:
@@ -555,23 +126,23 @@ def main(argv: list[str] | None = None) -> int:
             from rlhf_scratch.reward.tasks import make_reward_fn
 
             reward_fn = make_reward_fn(run.args, device=args.device)
-    except (ValueError, OSError, RuntimeError) as err:  # RunFolderError (still training: what to do), Hub offline
-        message = str(err).splitlines()[0]
-        return fail(f"{'' if message.startswith(f'{run_dir}: ') else f'{run_dir}: '}{message}")
+    except ValueError as err:  # RunFolderError (still training: what to do), a bad reward model: the run named
+        message = first_line(err)
+        raise ConfigError(f"{'' if message.startswith(f'{run_dir}: ') else f'{run_dir}: '}{message}") from None
     shown = reward_shown(run_dir, run.args)  # a Python reward the command line cannot load: said so
     if reward_fn is not None:
         print(shown)
     longest = max(len(run.reference.to_tokens(p)[0]) for p in [run.args.prefix, *REVIEW_PROMPTS])
     if longest + args.gen_len > run.reference.cfg.n_ctx:
-        return fail(f"--gen-len: {args.gen_len} + the longest prompt ({longest} tokens) exceeds the model's "
-                    f"context n_ctx={run.reference.cfg.n_ctx}")
+        raise ConfigError(f"--gen-len: {args.gen_len} + the longest prompt ({longest} tokens) exceeds the model's "
+                          f"context n_ctx={run.reference.cfg.n_ctx}")
     title = f"What did RLHF change? {run_dir.name}" + (f" ({shown})" if reward_fn is not None else "")
     try:
         summary = _write_in_place(out, lambda folder: make_report(
             run.reference, run.tuned, list(REVIEW_PROMPTS), folder, reward_fn=reward_fn, run_prompt=run.args.prefix,
             n_samples=args.n_samples, gen_len=args.gen_len, title=title))
     except families.UnsupportedModel as err:  # an analysis that would be wrong on this family: one line
-        return fail(str(err))
+        raise ConfigError(str(err)) from None
     for line in summary["headline"]:
         print(line)
     print(f"wrote {out / 'report.html'} in {summary['seconds']:.1f} s")

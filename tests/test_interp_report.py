@@ -53,9 +53,9 @@ def _gpt2_folder(folder, tokenizer):
 
 def test_report_end_to_end_on_a_run_folder(tmp_path, capsys):
     runs = pytest.importorskip("rlhf_scratch.engine.runs")
+    from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
     from rlhf_scratch.config import make_args
     from rlhf_scratch.models.loading import load_lm
-    from rlhf_scratch.models.policy import TransformerWithValueHead
 
     lm = _gpt2_folder(tmp_path / "lm", toy_tokenizer(str(tmp_path / "tok")))
     args = make_args("tiny", model=str(lm), task="periods", run_dir=str(tmp_path / "run"),
@@ -109,14 +109,16 @@ def test_report_neuron_section_finds_the_changed_neuron(tmp_path):
 
 
 def test_the_progress_bar_names_the_analyses_and_every_one_runs(tmp_path, monkeypatch):
-    """The steps are `report.ANALYSES`: the bar's names come from it (add one, it shows), each runs once in order."""
+    """The steps are `report_steps.ANALYSES`, run by `report_page.make_report`: the bar's names come from it (add
+    one, it shows), each runs once in order."""
     import functools
 
     import tqdm.auto
 
-    from interp import report
+    from interp import report_page
+    from interp.report_steps import ANALYSES, step_name
 
-    assert [report.step_name(a) for a in report.ANALYSES] == [
+    assert [step_name(a) for a in ANALYSES] == [
         "logits", "logit lens", "decomposition", "residual drift", "residual patching", "head dla", "weight change",
         "head ablation", "head patching", "neurons", "attention patterns", "reward"]
     ran, shown = [], []
@@ -144,14 +146,14 @@ def test_the_progress_bar_names_the_analyses_and_every_one_runs(tmp_path, monkey
         def close(self):
             assert self.n == self.total, "the bar counts every step"
 
-    steps = tuple(recorded(a) for a in report.ANALYSES) + (analyse_extra_check,)
-    monkeypatch.setattr(report, "ANALYSES", steps)
+    steps = tuple(recorded(a) for a in ANALYSES) + (analyse_extra_check,)
+    monkeypatch.setattr(report_page, "ANALYSES", steps)
     monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
     ref = toy_model(seed=0, tokenizer=toy_tokenizer())
     summary = make_report(ref, perturb_head(ref, 1, 2, torch.randn(ref.cfg.d_model), scale=1.0),
                           list(REVIEW_PROMPTS[:2]), tmp_path, reward_fn=_count_good, n_samples=2, gen_len=3)
     assert ran == [a.__name__ for a in steps[:-1]], "every analysis runs once, in ANALYSES' order"
-    assert shown == [report.step_name(a) for a in steps] + ["write"], shown
+    assert shown == [step_name(a) for a in steps] + ["write"], shown
     assert shown[-2] == "extra check" and summary["extra"] == ["attention_heads_shown", "decomposition"]
     assert "reward" in summary and "neurons" in summary
 
