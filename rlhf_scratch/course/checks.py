@@ -16,6 +16,12 @@ Your `fn` must have the signature of the package's function of the same name (th
 module is in `REFERENCES`): the check calls the required arguments by position and the optional
 ones by keyword, exactly as the trainers do. Only torch is imported here, so a notebook that
 imports the checks starts in a second.
+
+Longer than 500 lines because it is one catalogue read by section: what a check is made of (the
+first 170 lines), then one section per exercise function — its cases with the hand computation in
+comments, the mistakes they recognise, its `check_<name>` — in the exercises' order. A section is
+found by its function's name and read alone; a file per section would scatter 14 siblings of 40–90
+lines that share every helper, and `REFERENCES` and `CASES` list them all in one place.
 """
 
 import inspect

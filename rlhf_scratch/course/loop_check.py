@@ -47,6 +47,10 @@ updates of a correct full-logits phase differ by 3e-5 to 6e-5 relative (measured
 most in the trunk), and the statistics by about 1e-8. The planted mistakes move the update by
 1.2e-2 (the value head not detached, or the entropy bonus left out, at seed 0) to 1.9 (the
 objective minimised). `UPDATE_RTOL` = 1e-3 sits between the two, more than ten times from each.
+
+Longer than 500 lines because the check and its diagnosis are one job: the planted mistakes
+(`MISTAKES`) are phases run through the very state, RNG and comparison the check uses, and the
+message that names your mistake is assembled from both: they are read, and changed, together.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ import torch
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
-from rlhf_scratch.algorithms.ppo import RLHFTrainer
+from rlhf_scratch.algorithms.ppo import RLHFTrainer, TransformerWithValueHead
 from rlhf_scratch.config import RLHFArgs, make_args
 from rlhf_scratch.core.memory import ReplayMinibatch
 from rlhf_scratch.core.objectives import (
@@ -77,7 +81,6 @@ from rlhf_scratch.core.objectives import (
     temperature_scaled,
 )
 from rlhf_scratch.engine.optim import get_optimizer_and_scheduler
-from rlhf_scratch.models.policy import TransformerWithValueHead
 from rlhf_scratch.rollout.generation import attention_mask_or_none
 from rlhf_scratch.rollout.phase import Rollout
 
