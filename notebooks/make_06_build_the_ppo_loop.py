@@ -49,7 +49,7 @@ PSEUDOCODE = r"""## The algorithm, and where each line lives
 
 | # | step | in the package | here |
 |---|---|---|---|
-| 1 | $\theta$ ← the pretrained LM + a fresh value head $\phi$; $\theta_{\text{ref}}$ ← a frozen copy of the LM | `TransformerWithValueHead` (`model.py`), `RLHFTrainer.build_policy`; `run_setup.load_reference` | `build` |
+| 1 | $\theta$ ← the pretrained LM + a fresh value head $\phi$; $\theta_{\text{ref}}$ ← a frozen copy of the LM | `TransformerWithValueHead` (`algorithms/ppo/policy.py`), `ppo.policy.build_policy`; `models.policy.load_reference` | `build` |
 | 2 | AdamW, `maximize=True`: trunk at `base_lr`, value head at `head_lr`; learning rate × $m(k)$: linear warmup, then linear decay | `optim.get_optimizer_and_scheduler` (`get_optimizer`, `get_lr_scheduler`) | `build`, `lr_multiplier` |
 | 3 | **for** phase $k = 1 \dots$ `total_phases` **do** | `loop.run_training` | `train` |
 | 4 | &nbsp;&nbsp; sample `batch_size` completions of the prompts from $\pi_\theta$ (top-k, `gen_len` tokens) | `RLHFTrainer.rollout_phase` → `Trainer.sample` → `rollout.make_rollout` → `generation.generate` | `make_rollout` |
@@ -78,7 +78,7 @@ from rlhf_scratch.config import make_args
 from rlhf_scratch.rollout.generation import attention_mask_or_none
 from rlhf_scratch.models.loading import load_lm
 from rlhf_scratch.core.memory import ReplayMemory
-from rlhf_scratch.models.policy import TransformerWithValueHead
+from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
 from rlhf_scratch.core.objectives import (calc_approx_kl, calc_clip_fraction, calc_clipped_sur_obj, calc_entropy_bonus,
                                      calc_kl_penalty, calc_value_fn_loss, generated_span, get_log_probs,
                                      temperature_scaled)

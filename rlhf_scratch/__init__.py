@@ -18,10 +18,8 @@ silence_hooked_transformer_deprecation()  # we knowingly build on HookedTransfor
 
 # public name -> module that defines it
 _EXPORTS = {
-    # configs
-    "CommonArgs": "config", "RLHFArgs": "config", "RLOOArgs": "config", "OnlineDPOArgs": "config",
-    "GRPOArgs": "config",
-    "make_args": "config",
+    # configs (each algorithm's own below, from the registry)
+    "CommonArgs": "config", "make_args": "config",
     # the rollout
     "get_samples": "rollout.generation", "sample_next_token": "rollout.generation", "Rollout": "rollout.phase", "make_rollout": "rollout.phase",
     "policy_token_log_probs": "rollout.phase", "policy_sequence_log_probs": "rollout.phase",
@@ -34,7 +32,7 @@ _EXPORTS = {
     "calc_value_fn_loss": "core.objectives", "calc_clipped_sur_obj": "core.objectives", "calc_k2_kl": "core.objectives",
     "compute_advantages": "core.advantages", "compute_gae_advantages": "core.advantages",
     "ReplayMemory": "core.memory", "ReplayMinibatch": "core.memory",
-    "TransformerWithValueHead": "models.policy", "EarlyStopping": "core.kl_control", "AdaptiveKLController": "core.kl_control",
+    "EarlyStopping": "core.kl_control", "AdaptiveKLController": "core.kl_control",
     # rewards, models, runs
     "normalize_reward": "reward.functions", "reward_fn_sentiment_imdb": "reward.functions", "reward_fn_vader": "reward.functions",
     "reward_fn_char_count": "reward.functions", "load_lm": "models.loading", "load_classifier": "models.loading",
@@ -51,9 +49,11 @@ _EXPORTS = {
     "kl_bon": "studies.overoptimization", "best_of_n_expectation": "studies.overoptimization",
     "fit_gao": "studies.overoptimization",
 }
-# every algorithm's trainer and formulas, as its registry entry lists them (rlhf_scratch/config/registry.py)
+# every algorithm's args class, trainer and formulas, as its registry entry names them (rlhf_scratch/config/registry.py)
 _EXPORTS.update({name: entry.module.removeprefix("rlhf_scratch.") for entry in registry.ALGORITHMS.values()
                  for name in entry.exports})
+_EXPORTS.update({entry.args.partition(":")[2]: entry.args_module.removeprefix("rlhf_scratch.")
+                 for entry in registry.ALGORITHMS.values() if isinstance(entry.args, str)})
 __all__ = sorted(_EXPORTS)
 
 

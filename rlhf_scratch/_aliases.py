@@ -31,7 +31,7 @@ MOVED = {
     "model_families": "models.families",
     "fast_forward": "models.fast_forward",
     "static_cache": "models.static_cache",
-    "model": "models.policy",
+    "model": "algorithms.ppo.policy",  # PPO's policy class, with Policy and language_model as before
     "prompts": "rollout.prompts",
     "corpus": "rollout.corpus",
     "generation": "rollout.generation",

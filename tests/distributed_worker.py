@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from rlhf_scratch.config import make_args
+from rlhf_scratch.config import make_args, registry
 from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.rollout.phase import Rollout
 
@@ -37,14 +37,8 @@ PER_ALGO["ppo_lora"] = dict(PER_ALGO["ppo"], lora_rank=2, cache_ref_logprobs=Fal
 
 
 def make_trainer(algo: str):
-    from rlhf_scratch.algorithms.grpo import GRPOTrainer
-    from rlhf_scratch.algorithms.online_dpo import OnlineDPOTrainer
-    from rlhf_scratch.algorithms.ppo import RLHFTrainer
-    from rlhf_scratch.algorithms.rloo import RLOOTrainer
-
     base = algo.removesuffix("_lora")
-    cls = {"ppo": RLHFTrainer, "rloo": RLOOTrainer, "online_dpo": OnlineDPOTrainer, "grpo": GRPOTrainer}[base]
-    trainer = cls(make_args("tiny", base, **SETTINGS, **PER_ALGO[algo]), quiet=True)
+    trainer = registry.get(base).trainer_class()(make_args("tiny", base, **SETTINGS, **PER_ALGO[algo]), quiet=True)
     if algo.endswith("_lora"):  # adapters that have moved (B = 0 gives A no gradient): the same on every rank
         gen = torch.Generator().manual_seed(0)
         with torch.no_grad():

@@ -3,6 +3,7 @@
 import dataclasses
 
 import pytest
+from toy_algorithm import algorithms, registered
 
 from rlhf_scratch.config import PRESETS, ConfigError, RLHFArgs, make_args
 
@@ -104,7 +105,7 @@ def test_dict_round_trip():
         RLHFArgs.from_dict({**args.to_dict(), "bogus": 1})
 
 
-@pytest.mark.parametrize("algo", ["ppo", "rloo", "online_dpo", "grpo"])
+@pytest.mark.parametrize("algo", algorithms())  # every registered algorithm, and the toy one
 def test_every_field_is_documented(algo, capsys):
     """Each flag's help (tyro reads the docstring under each field) says more than its default."""
     import re
@@ -112,10 +113,12 @@ def test_every_field_is_documented(algo, capsys):
     from rlhf_scratch.commands.train import main
     from rlhf_scratch.config import args_class
 
-    assert main(["--algo", algo, "--help"]) == 0
+    with registered(algo):
+        assert main(["--algo", algo, "--help"]) == 0
+        fields = dataclasses.fields(args_class(algo))
     text = " ".join(capsys.readouterr().out.replace("│", " ").replace("╰", " ").split())
     missing = []
-    for f in dataclasses.fields(args_class(algo)):
+    for f in fields:
         flag = "--" + f.name.replace("_", "-")
         after = re.split(re.escape(flag) + r"(?:, --no-" + re.escape(flag[2:]) + r")? ", text, maxsplit=1)
         words = re.sub(r"^[A-Z|{},]+ ", "", after[1] if len(after) > 1 else "").split(" --")[0]

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from toy_algorithm import algorithms, registered, small_settings
 
-from rlhf_scratch import GRPOTrainer, OnlineDPOTrainer, RLHFTrainer, RLOOTrainer, make_args
+from rlhf_scratch import RLHFTrainer, RLOOTrainer, make_args
+from rlhf_scratch.config import registry
 from rlhf_scratch.core.memory import minibatch_rows
 from rlhf_scratch.engine.contract import TrainerContract
 
@@ -16,14 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(batch_size=8, num_minibatches=2, gen_len=5, total_phases=1, save_every=0, save_model=False)
 
 
-@pytest.mark.parametrize("cls, algo", [(RLHFTrainer, "ppo"), (RLOOTrainer, "rloo"), (OnlineDPOTrainer, "online_dpo"),
-                                       (GRPOTrainer, "grpo")])
-def test_every_trainer_meets_the_contract_and_names_its_metrics(cls, algo, one_thread):
-    extra = {"num_generations": 4} if algo in ("rloo", "grpo") else {}
-    trainer = cls(make_args("tiny", algo=algo, **SMALL, **extra), quiet=True)
-    assert isinstance(trainer, TrainerContract)
-    stats = trainer.learning_phase(trainer.rollout_phase())
-    assert set(stats) <= set(cls.METRICS), f"{algo} logs names its METRICS do not list: {set(stats) - set(cls.METRICS)}"
+@pytest.mark.parametrize("algo", algorithms())  # every registered algorithm, and the toy one (tests/toy_algorithm.py)
+def test_every_trainer_meets_the_contract_and_names_its_metrics(algo, one_thread):
+    with registered(algo):
+        trainer = make_trainer(algo, **SMALL, **small_settings(algo))
+        assert isinstance(trainer, TrainerContract)
+        stats = trainer.learning_phase(trainer.rollout_phase())
+        declared = type(trainer).METRICS
+        assert set(stats) <= set(declared), f"{algo} logs names its METRICS do not list: {set(stats) - set(declared)}"
 
 
 def test_smoke_an_object_missing_a_member_is_not_a_trainer():
@@ -93,12 +95,12 @@ def test_an_undeclared_metric_stops_the_run_naming_it(tmp_path, one_thread):
         trainer.train(tmp_path / "run")
 
 
-@pytest.mark.parametrize("algo", ["ppo", "rloo", "online_dpo", "grpo"])
+@pytest.mark.parametrize("algo", algorithms())
 def test_chunk_logits_reaches_every_algorithms_learning_phase(algo, monkeypatch, one_thread):
     """--chunk-logits is a setting of the learning phase: every vocabulary pass with gradient
     (the learning forward's log-probs) must get the run's value. Red when an algorithm scores its
     minibatch without it (RLOO, GRPO and Online DPO did: the flag silently did nothing there)."""
-    import rlhf_scratch.algorithms.ppo as ppo
+    import rlhf_scratch.algorithms.ppo.objective as ppo_objective  # PPO's objective unembeds ĥ itself
     import rlhf_scratch.rollout.phase as rollout_module
     from rlhf_scratch.core.vocab_terms import token_terms
 
@@ -110,16 +112,14 @@ def test_chunk_logits_reaches_every_algorithms_learning_phase(algo, monkeypatch,
         return token_terms(*args, chunk_logits=chunk_logits, **kwargs)
 
     monkeypatch.setattr(rollout_module, "token_terms", recording)
-    monkeypatch.setattr(ppo, "token_terms", recording)
-    extra = {"num_generations": 4} if algo in ("rloo", "grpo") else {}
-    trainer = make_trainer(algo, chunk_logits=0, **SMALL, **extra)
-    trainer.learning_phase(trainer.rollout_phase())
+    monkeypatch.setattr(ppo_objective, "token_terms", recording)
+    with registered(algo):
+        trainer = make_trainer(algo, chunk_logits=0, **SMALL, **small_settings(algo))
+        trainer.learning_phase(trainer.rollout_phase())
     assert seen and set(seen) == {0}, f"{algo}'s learning phase used chunk_logits {sorted(set(seen))}, not the run's 0"
 
 
 def make_trainer(algo: str, **fields):
-    from rlhf_scratch.config import registry
-
     return registry.get(algo).trainer_class()(make_args("tiny", algo=algo, **fields), quiet=True)
 
 

@@ -12,15 +12,17 @@ import psutil
 import pytest
 import torch
 
-from rlhf_scratch.config import ConfigError, make_args
+from rlhf_scratch.config import ConfigError, make_args, registry
 from rlhf_scratch.engine import distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parent))
 from distributed_worker import make_trainer  # noqa: E402
+from toy_algorithm import TOY, algorithms, registered, small_settings  # noqa: E402
 
 pytestmark = pytest.mark.slow  # whole processes: the quick loop (-m 'not slow') skips them
 
 WORKER = Path(__file__).parent / "distributed_worker.py"
+TOY_FILE = Path(__file__).parent / "toy_algorithm.py"
 TIMEOUT = 240  # seconds: a hang (a rank waiting on a collective the other never joins) fails, not blocks
 
 
@@ -41,8 +43,8 @@ def run_bounded(cmd: list[str], timeout: float = TIMEOUT, **kwargs) -> subproces
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def torchrun(*args: str, cwd: Path, nproc: int = 2) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+def torchrun(*args: str, cwd: Path, nproc: int = 2, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
     return run_bounded(cmd, cwd=cwd, env=env)
 
@@ -193,11 +195,16 @@ def test_online_dpo_with_a_judge_undecided_on_one_rank_only_finishes_with_one_pr
     assert any(g.abs().max() > 1e-4 for g in expected.values())
 
 
-@pytest.mark.parametrize("algo", ["ppo", "rloo", "online_dpo"])
+@pytest.mark.parametrize("algo", algorithms())  # every registered algorithm, and the toy one
 def test_two_process_run_writes_one_run_folder_from_rank_0(algo, tmp_path):
+    """The toy reaches each torchrun process through the registry's environment hook."""
     run_dir = tmp_path / "run"
+    with registered(algo):  # G = 2: 8 samples split over 2 ranks in whole groups
+        group = [f"--{k.replace('_', '-')}={v}" for k, v in small_settings(algo, num_generations=2).items()]
+    plugin = {registry.PLUGINS_ENV: f"{TOY_FILE}:register"} if algo == TOY else {}
     out = torchrun("-m", "rlhf_scratch.train", "sentiment", "--algo", algo, "--total-phases", "2", "--batch-size", "8",
-                   "--gen-len", "6", "--num-minibatches", "2", "--device", "cpu", "--run-dir", str(run_dir), cwd=tmp_path)
+                   "--gen-len", "6", "--num-minibatches", "2", "--device", "cpu", "--run-dir", str(run_dir), *group,
+                   cwd=tmp_path, env=plugin)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("done:") == 1, "only rank 0 prints"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"], "no second run folder"

@@ -17,7 +17,7 @@ from interp.levels import DiffLevels, levels_headline, levels_html, other_levels
 from interp.toy import toy_model, toy_tokenizer
 from rlhf_scratch.config import CommonArgs
 from rlhf_scratch.engine.runs import LoadedRun
-from rlhf_scratch.models.policy import TransformerWithValueHead
+from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
 
 
 @pytest.fixture(scope="module")

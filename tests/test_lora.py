@@ -217,7 +217,7 @@ def test_after_the_adapters_moved_the_reference_is_still_the_base(cache_ref_logp
     """Both reference forwards — the rollout's (score_tokens) and PPO's per-minibatch one — run the policy with its
     adapters off: the same numbers as a separately loaded frozen base. Without `adapters_off` the reference
     would be the policy itself: KL 0, ref log-probs = log-probs."""
-    from rlhf_scratch.engine.run_setup import load_reference
+    from rlhf_scratch.models.policy import load_reference
 
     trainer = lora_trainer(cache_ref_logprobs=cache_ref_logprobs)
     move_adapters(trainer.lm)

@@ -2,7 +2,7 @@
 
 import torch
 
-from rlhf_scratch.models.policy import TransformerWithValueHead
+from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
 
 
 def test_values_are_the_head_applied_to_the_cached_final_residual(tiny_random_lm):

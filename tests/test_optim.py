@@ -8,28 +8,36 @@ from rlhf_scratch.engine.optim import get_lr_scheduler, get_optimizer, get_optim
 
 
 class TinyPolicy(nn.Module):
-    """Stand-in for TransformerWithValueHead: only `.base` and `.value_head` matter."""
+    """Stand-in for a policy with extras (PPO's): only `.base`, `.extras()` and `.extras_lr` matter."""
 
     def __init__(self, d_model: int = 8):
         super().__init__()
         self.base = nn.Sequential(nn.Embedding(20, d_model), nn.LayerNorm(d_model), nn.Linear(d_model, d_model))
         self.value_head = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Linear(4 * d_model, 1))
 
+    def forward(self, input_ids, attention_mask=None, return_hidden=False): ...
+
+    def extras(self) -> dict[str, nn.Module]:
+        return {"value_head": self.value_head}
+
+    def extras_lr(self, args) -> float:
+        return args.head_lr
+
 
 def test_param_groups_are_trunk_and_head():
     model = TinyPolicy()
-    optimizer = get_optimizer(model, base_lr=1e-5, head_lr=1e-3)
+    optimizer = get_optimizer(model, base_lr=1e-5, extras_lr=1e-3)
     assert len(optimizer.param_groups) == 2
     base_group, head_group = optimizer.param_groups
     assert {id(p) for p in base_group["params"]} == {id(p) for p in model.base.parameters()}, "group 0 must be exactly model.base"
-    assert {id(p) for p in head_group["params"]} == {id(p) for p in model.value_head.parameters()}, "group 1 must be exactly model.value_head"
+    assert {id(p) for p in head_group["params"]} == {id(p) for p in model.value_head.parameters()}, "group 1 must be exactly model.extras()"
     assert (base_group["lr"], head_group["lr"]) == (1e-5, 1e-3)
     assert all(g["maximize"] for g in optimizer.param_groups), "we ascend the objective: AdamW(maximize=True)"
 
 
 def test_optimizer_step_increases_objective():
     model = TinyPolicy()
-    optimizer = get_optimizer(model, base_lr=0.0, head_lr=0.1)
+    optimizer = get_optimizer(model, base_lr=0.0, extras_lr=0.1)
     bias = model.value_head[-1].bias
     before = bias.item()
     bias.sum().backward()  # objective = bias: maximising must raise it

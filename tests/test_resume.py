@@ -10,9 +10,10 @@ import time
 
 import pytest
 import torch
+from toy_algorithm import algorithms, registered, small_settings
 
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
-from rlhf_scratch.config import make_args
+from rlhf_scratch.config import make_args, registry
 from rlhf_scratch.engine.loop import TrainingStopped
 from rlhf_scratch.engine.runs import read_metrics, read_status
 
@@ -139,15 +140,18 @@ def test_resume_refuses_a_conflicting_flag_and_a_missing_folder(tmp_path, prompt
     assert (run_dir / "metrics.jsonl").read_text() == before, "a refused resume touches nothing"
 
 
-@pytest.mark.parametrize("algo", ["rloo", "online_dpo", "grpo"])
-def test_rloo_and_dpo_resume_bit_identical(tmp_path, prompts_file, one_thread, algo):
-    from rlhf_scratch.algorithms.grpo import GRPOTrainer
-    from rlhf_scratch.algorithms.online_dpo import OnlineDPOTrainer
-    from rlhf_scratch.algorithms.rloo import RLOOTrainer
+@pytest.fixture
+def algo(request):
+    """The parametrized algorithm, registered for the test when it is the toy (tests/toy_algorithm.py)."""
+    with registered(request.param):
+        yield request.param
 
-    cls = {"rloo": RLOOTrainer, "online_dpo": OnlineDPOTrainer, "grpo": GRPOTrainer}[algo]
+
+@pytest.mark.parametrize("algo", [a for a in algorithms() if a != "ppo"], indirect=True)  # PPO's: the tests above
+def test_every_other_algorithm_resumes_bit_identical(tmp_path, prompts_file, one_thread, algo):
+    cls = registry.get(algo).trainer_class()
     # GRPO with β > 0: at β = 0 no reference runs and its KL is logged as NaN, which never equals itself
-    extra = {"rloo": {"num_generations": 4}, "grpo": {"num_generations": 4, "beta": 0.04}}.get(algo, {})
+    extra = {**small_settings(algo), **({"beta": 0.04} if algo == "grpo" else {})}
 
     def args(run):
         return make_args("tiny", algo=algo, total_phases=3, batch_size=8, num_minibatches=2, gen_len=6, warmup_steps=2,

@@ -1,11 +1,16 @@
-"""One config dataclass per algorithm, the fields they share, the presets, and validation.
+"""The fields every algorithm shares, the presets, validation and `make_args`.
 
     CommonArgs           what to train, the rollout (prompts, sampling, EOS), optimisation, output
-    ├── RLHFArgs         PPO with the blog's names (value head, clipped surrogate, KL penalty)
-    ├── GroupArgs        G completions per prompt, a clipped ratio, β (TRL's names)
-    │   ├── RLOOArgs     RLOO: the leave-one-out baseline, the KL folded into the reward
-    │   └── GRPOArgs     GRPO: group-relative advantages, loss_type (TRL's eight), scale_rewards, importance_sampling_level
-    └── OnlineDPOArgs    Online DPO with TRL's names (beta, loss_type, judge)
+    ├── RLHFArgs         PPO with the blog's names               algorithms/ppo/args.py
+    ├── GroupArgs        G completions per prompt, a clipped ratio, β (TRL's names): RLOO's and GRPO's base
+    │   ├── RLOOArgs     RLOO: the leave-one-out baseline         algorithms/rloo/args.py
+    │   └── GRPOArgs     GRPO: loss_type (TRL's eight), ...      algorithms/grpo/args.py
+    └── OnlineDPOArgs    Online DPO with TRL's names              algorithms/online_dpo/args.py
+
+An algorithm's own dataclass lives in its folder; this module reaches it only through the registry
+(`registry.py`'s "module:Name" strings), never by an import statement, so config stays below the
+algorithms. `from rlhf_scratch.config import RLHFArgs` still works: a module `__getattr__` looks the
+name up in the registered algorithms' args modules.
 
 Presets fill in the model, the reward model and the hyper-parameters that suit them; anything
 given on the command line wins over the preset. `validate()` is called once at start and fails
@@ -16,6 +21,7 @@ bad flag is answered at once.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import types
 import typing
@@ -29,13 +35,6 @@ TASKS = ("sentiment", "vader", "periods", "first_token")
 DIRECTIONS = ("pos", "neg")
 KV_CACHES = ("auto", "static", "transformer_lens")
 CHAT_TEMPLATES = ("auto", "none")
-ADVANTAGES = ("one_step", "gae")
-KL_ESTIMATORS = ("full", "k2")  # RLHFArgs.kl_estimator: the blog's full-vocabulary KL, or k2 at the sampled token
-DPO_LOSS_TYPES = ("sigmoid", "ipo")
-GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")  # TRL 1.16's eight
-SCALE_REWARDS = ("group", "batch", "none")
-IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
-JUDGES = ("tiny", "vader")
 LORA_TARGETS = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")  # the block weights LoRA can adapt (lora.LAYOUTS)
 SCORED_BY = {"vader": "VADER", "periods": "counting periods", "first_token": "its first token"}
 """What scores each task that reads no reward model (a refused --reward-model names it)."""
@@ -380,79 +379,6 @@ class CommonArgs:
 
 
 @dataclass
-class RLHFArgs(CommonArgs):
-    """PPO, the blog's algorithm: a value head, the clipped surrogate, an explicit KL penalty."""
-
-    ALGO: ClassVar[str] = "ppo"
-    FLAG_ALIASES: ClassVar[dict[str, str]] = {"--kl-coef": "--beta"}
-    RENAMED: ClassVar[dict[str, str]] = {"kl_coef": "beta"}
-
-    batches_per_learning_phase: int = 2
-    """How many times the rollout batch is reshuffled and trained on per phase (PPO epochs)."""
-    head_lr: float = 5e-4
-    """AdamW learning rate of the value head."""
-    clip_coef: float = 0.2
-    """ε of the clipped surrogate: ratios outside [1-ε, 1+ε] get no gradient."""
-    vf_coef: float = 0.15
-    """Weight of the value-function loss."""
-    ent_coef: float = 0.001
-    """Weight of the entropy bonus."""
-    beta: float = 0.1
-    """β of the KL(π‖π_ref) penalty (the initial β when adaptive_kl is on). The blog calls it
-    `kl_coef`: `--kl-coef` is the same flag."""
-    detach_value_head: bool = True
-    """If True (the blog's final code) value-loss gradients stop at the value head; if False
-    (ARENA) they also train the trunk."""
-    kl_estimator: str = "full"
-    """How the KL(π‖π_ref) term is taken at each completion position: `full` (the blog's, over the
-    whole vocabulary: Σ_v π(v) (log π(v) − log π_ref(v))) or `k2` (½ (log π(o_t) − log π_ref(o_t))² at
-    the sampled token only, `calc_k2_kl`). Their expected gradients are equal (docs/exact.md computes
-    both exactly); k2's is noisier (4.4× the variance there) and skips the reference's unembedding in
-    the learning phase (docs/speed.md)."""
-    cache_ref_logprobs: bool = True
-    """Keep the reference's final normalised residual ĥ_ref from the rollout for the KL term
-    (batch × gen_len × d_model floats: 1 MB on the tiny preset, 6 MB for GPT-2 at batch 64; the
-    KL unembeds it a chunk at a time) instead of a reference forward per minibatch;
-    --no-cache-ref-logprobs runs the forward instead."""
-    advantage: str = "one_step"
-    """`one_step` (the blog's A_t = V(s_{t+1}) - V(s_t), reward at the last step) or `gae`."""
-    gamma: float = 1.0
-    """Discount for GAE."""
-    gae_lambda: float = 0.95
-    """λ for GAE."""
-    normalize_reward: bool = True
-    """Normalize each batch's rewards to mean 0, std 1 before the advantages."""
-    adaptive_kl: bool = False
-    """Adapt β toward target_kl (Ziegler et al. 2019 controller)."""
-    target_kl: float = 0.5
-    """Target of the adaptive controller: mean per-token KL(π‖π_ref) of a rollout, in nats."""
-    kl_horizon: int = 10000
-    """Horizon (in samples) of the adaptive KL controller."""
-
-    def validate(self) -> "RLHFArgs":
-        super().validate()
-        _check(self.advantage in ADVANTAGES, "advantage", f"must be one of {', '.join(ADVANTAGES)}; got {self.advantage!r}")
-        _check(self.kl_estimator in KL_ESTIMATORS, "kl_estimator",
-               f"must be one of {', '.join(KL_ESTIMATORS)}; got {self.kl_estimator!r}")
-        _check(_finite(self.clip_coef) and 0 < self.clip_coef < 1, "clip_coef", f"must be in (0, 1); got {self.clip_coef}")
-        _check(0 <= self.gamma <= 1, "gamma", f"must be in [0, 1]; got {self.gamma}")
-        _check(0 <= self.gae_lambda <= 1, "gae_lambda", f"must be in [0, 1]; got {self.gae_lambda}")
-        _check(_finite(self.target_kl) and self.target_kl > 0, "target_kl", f"must be > 0; got {self.target_kl}")
-        # Advantages are normalised per minibatch: one token has no std (NaN advantages).
-        tokens = self.minibatch_size() * self.gen_len
-        _check(tokens >= 2, "batch_size",
-               f"a minibatch must hold at least 2 tokens to normalise advantages; batch_size / num_minibatches "
-               f"x gen_len = {self.minibatch_size()} x {self.gen_len} = {tokens}")
-        return self
-
-    def _positive_ints(self) -> tuple[str, ...]:
-        return super()._positive_ints() + ("batches_per_learning_phase", "kl_horizon")
-
-    def _nonnegative_floats(self) -> tuple[str, ...]:
-        return super()._nonnegative_floats() + ("head_lr", "vf_coef", "ent_coef", "beta")
-
-
-@dataclass
 class GroupArgs(CommonArgs):
     """What the group-sampling algorithms share (RLOO, GRPO): G completions per prompt, passes over
     the batch, a clipped ratio and β. Each sets its own defaults and says what β weighs."""
@@ -489,172 +415,15 @@ class GroupArgs(CommonArgs):
         return super()._nonnegative_floats() + ("beta",)
 
 
-@dataclass
-class RLOOArgs(GroupArgs):
-    """RLOO (Ahmadian et al. 2024): G completions per prompt, leave-one-out baseline, no critic."""
-
-    ALGO: ClassVar[str] = "rloo"
-
-    num_generations: int = 4
-    """G: completions per prompt (consecutive in the batch); batch_size must divide by it. 4, not TRL's
-    2: at the same batch the leave-one-out baseline averages G − 1 = 3 other rewards instead of 1, so
-    the advantage's variance is σ²·G/(G − 1) = 1.33 σ² instead of 2 σ² (docs/fidelity.md, "RLOO's G")."""
-    num_iterations: int = 1
-    """Passes over each rollout batch. With 1, the ratio is 1 (plain REINFORCE) only on the first
-    minibatch; later minibatches are scored by a policy that has already stepped."""
-    epsilon_low: float = 0.2
-    """Lower clip of the sequence ratio: 1 - epsilon_low."""
-    epsilon_high: float = 0.2
-    """Upper clip of the sequence ratio: 1 + epsilon_high."""
-    beta: float = 0.05
-    """β of the sequence-level KL folded into the reward: r <- R - β Σ_t (log π_old - log π_ref)."""
-    normalize_advantages: bool = False
-    """Whiten the advantages over the whole batch ((A - mean) / (std + 1e-4)); off as in TRL."""
-    top_k: int = 0
-    """Sample from the top-k tokens only (0 = all, TRL's default: see docs/fidelity.md, "Top-k")."""
-
-
-@dataclass
-class GRPOArgs(GroupArgs):
-    """GRPO (Shao et al. 2024), its length-bias fixes (Dr. GRPO, DAPO, GSPO, LUSPO) and its other
-    surrogates (CISPO, SAPO, VESPO), with TRL 1.16's names and defaults."""
-
-    ALGO: ClassVar[str] = "grpo"
-
-    num_generations: int = 8
-    """G: completions per prompt (consecutive in the batch); batch_size must divide by it. 8 as TRL:
-    the tiny preset's batch of 64 is then 8 prompts."""
-    num_iterations: int = 1
-    """Passes over each rollout batch (TRL's μ). With 1, every ratio is 1 (the loss REINFORCE-like) only on
-    the first minibatch; later minibatches are scored by a policy that has already stepped."""
-    steps_per_generation: int | None = None
-    """TRL's: the optimizer steps one generation batch (batch_size completions) is split into, each on
-    batch_size / steps_per_generation of them (TRL's per_device_train_batch_size × processes). TRL counts
-    per-device batches and steps every gradient_accumulation_steps of them; we have no accumulation
-    (TRL's default of 1), so here it is one number with num_minibatches, and giving it sets num_minibatches.
-    None: num_minibatches (4, ours: four off-policy steps per rollout). TRL's own None means
-    gradient_accumulation_steps, i.e. ONE on-policy step per generation batch: `--steps-per-generation 1`."""
-    epsilon_low: float = 0.2
-    """Lower clip of the ratio: 1 - epsilon_low (TRL's `epsilon`)."""
-    epsilon_high: float = 0.2
-    """Upper clip of the ratio: 1 + epsilon_high (DAPO's clip-higher recommends 0.28). Under loss_type
-    `cispo` it is ε_max, the cap of the weight itself (not 1 + it): ScaleRL recommends 5.0, and TRL's
-    default 0.2 then caps every weight at 0.2."""
-    delta: float | None = None
-    """Two-sided clipping (INTELLECT-2, TRL's `delta`): the unclipped side of the surrogate is capped
-    too, min(ρ, δ) A, so a token with A < 0 whose ratio ran away weighs at most δ. Clipped loss types
-    only (grpo, bnpo, dr_grpo, dapo, luspo). None (TRL's default): off. TRL recommends δ > 1 + epsilon_high."""
-    beta: float = 0.0
-    """β of the per-token k3 KL to the reference in the loss. 0 (TRL's default): no reference forward at all."""
-    use_bias_correction_kl: bool = True
-    """Weigh each token's k3 by the importance ratio ρ (unclipped, with its gradient), as TRL's default
-    (DeepSeek-V3.2): the KL term's gradient is then the unbiased one of KL(π‖π_ref) for tokens sampled
-    from π_old. Changes the gradient whenever beta > 0, even at ρ = 1; no effect at beta = 0."""
-    loss_type: str = "dapo"
-    """The per-token term and its aggregation (docs/grpo.md). Clipped surrogate, aggregated: `grpo`
-    (per-sequence mean, then mean: length-biased), `bnpo` (mean over the minibatch's tokens), `dr_grpo`
-    (sum / (sequences x gen_len)), `dapo` (sum / the generation batch's tokens), `luspo` (per-sequence sum,
-    then mean; meant with importance_sampling_level sequence). Other surrogates: `cispo` (clipped, detached
-    weight on log π; dapo's sum), `sapo` (a soft sigmoid gate instead of the clip; grpo's mean), `vespo`
-    (a Gamma-shaped, detached sequence weight on log π; dapo's sum)."""
-    scale_rewards: str = "group"
-    """Advantage scale: `group` (÷ the group's reward std), `batch` (÷ the whole batch's) or `none` (Dr. GRPO)."""
-    importance_sampling_level: str = "token"
-    """`token` (one ratio per token) or `sequence` (GSPO: one ratio per sequence, exp of the mean log-ratio)."""
-    sapo_temperature_pos: float = 1.0
-    """τ of SAPO's gate for tokens with A > 0: the term is (4/τ) σ(τ (ρ − 1)) A (TRL's default 1.0)."""
-    sapo_temperature_neg: float = 1.05
-    """τ of SAPO's gate for tokens with A <= 0 (TRL's default 1.05: a slightly sharper gate on the pushed-down side)."""
-    vespo_k_pos: float = 2.0
-    """k of VESPO's weight φ(w) = e^λ w^k e^(−λ w) for A >= 0: how hard a low sequence ratio w < 1 is down-weighted."""
-    vespo_lambda_pos: float = 3.0
-    """λ of VESPO's weight for A >= 0: how hard a high sequence ratio w > 1 is down-weighted."""
-    vespo_k_neg: float = 3.0
-    """k of VESPO's weight for A < 0 (TRL's default 3.0)."""
-    vespo_lambda_neg: float = 2.0
-    """λ of VESPO's weight for A < 0 (TRL's default 2.0)."""
-    mask_truncated_completions: bool = False
-    """Leave the completions that never produced EOS (cut at gen_len) out of the loss, as TRL (DAPO's
-    overlong filtering). They still count in their group's advantages. Needs completions that stop at
-    EOS (--stop-at-eos, or a prompt dataset)."""
-    entropy_coef: float = 0.0
-    """Weight of an entropy bonus (TRL's `entropy_coef`): J + entropy_coef · mean over kept tokens of
-    H[π] at each position, the same for every loss_type. 0 (TRL's default): off, and no entropy is computed."""
-    top_k: int = 0
-    """Sample from the top-k tokens only (0 = all, TRL's default)."""
-    measure_kl: bool = False
-    """With beta = 0, still run the reference forward each rollout, only to log rollout/kl_full_vocab
-    and eval/ref_logprob_per_token (a diagnostic, not in TRL; always on when beta > 0)."""
-
-    def __post_init__(self) -> None:
-        if self.steps_per_generation is not None:
-            # the two are one count here; num_minibatches left at its default takes steps_per_generation's value
-            _check(self.steps_per_generation >= 1, "steps_per_generation", f"must be >= 1; got {self.steps_per_generation}")
-            _check(self.num_minibatches in (self.steps_per_generation, CommonArgs.num_minibatches), "steps_per_generation",
-                   f"is num_minibatches under TRL's name (no gradient accumulation here): give one of them, or the same "
-                   f"value; got steps_per_generation {self.steps_per_generation}, num_minibatches {self.num_minibatches}")
-            self.num_minibatches = self.steps_per_generation
-
-    def validate(self) -> "GRPOArgs":
-        super().validate()
-        _check(self.loss_type in GRPO_LOSS_TYPES, "loss_type",
-               f"must be one of {', '.join(GRPO_LOSS_TYPES)}; got {self.loss_type!r}")
-        _check(self.scale_rewards in SCALE_REWARDS, "scale_rewards",
-               f"must be one of {', '.join(SCALE_REWARDS)}; got {self.scale_rewards!r}")
-        _check(self.importance_sampling_level in IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level",
-               f"must be one of {', '.join(IMPORTANCE_SAMPLING_LEVELS)}; got {self.importance_sampling_level!r}")
-        _check(self.delta is None or (_finite(self.delta) and self.delta > 1), "delta",
-               f"must be > 1 (a cap at or below 1 caps tokens that have not moved; TRL recommends > 1 + epsilon_high); "
-               f"got {self.delta}")
-        for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
-            value = getattr(self, name)
-            _check(_finite(value) and value > 0, name, f"must be > 0 (the gate divides by it); got {value}")
-        _check(not self.mask_truncated_completions or self.eos_stops(), "mask_truncated_completions",
-               "needs completions that stop at EOS (--stop-at-eos, or a prompt dataset): without a stop every "
-               "completion runs to gen_len and would be masked")
-        return self
-
-    def _nonnegative_floats(self) -> tuple[str, ...]:
-        return super()._nonnegative_floats() + ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
-                                                "entropy_coef")
-
-
-@dataclass
-class OnlineDPOArgs(CommonArgs):
-    """Online DPO (Guo et al. 2024): two completions per prompt, a reward model or judge picks the winner."""
-
-    ALGO: ClassVar[str] = "online_dpo"
-
-    temperature: float = 0.9
-    """Sampling temperature (> 0); 0.9 is TRL's OnlineDPOConfig default. Every log-prob of the pair is
-    taken at it too (TRL's online trainer scores at 1: docs/peer-check.md)."""
-    num_iterations: int = 1
-    """Passes over each batch of pairs."""
-    beta: float = 0.1
-    """β of the DPO loss: how strongly the log-ratio to the reference is pushed."""
-    loss_type: str = "sigmoid"
-    """`sigmoid` (DPO: -log σ(β h)) or `ipo` ((h - 1/(2β))²)."""
-    judge: str | None = None
-    """Who picks the winner: None (the task's reward, higher wins), `tiny` (the tiny classifier as
-    a pairwise judge) or `vader` (the VADER lexicon as a judge)."""
-    top_k: int = 0
-    """Sample from the top-k tokens only (0 = all, TRL's default: see docs/fidelity.md, "Top-k")."""
-
-    def samples_per_group(self) -> int:
-        return 2
-
-    def validate(self) -> "OnlineDPOArgs":
-        super().validate()
-        _check(self.batch_size % 2 == 0, "batch_size", f"must be even (two completions per prompt); got {self.batch_size}")
-        _check(self.minibatch_size() % 2 == 0, "num_minibatches",
-               f"must keep whole pairs in a minibatch (batch_size / num_minibatches = {self.minibatch_size()} is odd)")
-        _check(self.loss_type in DPO_LOSS_TYPES, "loss_type", f"must be one of {', '.join(DPO_LOSS_TYPES)}; got {self.loss_type!r}")
-        _check(self.judge is None or self.judge in JUDGES, "judge", f"must be one of {', '.join(JUDGES)}; got {self.judge!r}")
-        _check(_finite(self.beta) and self.beta > 0, "beta", f"must be > 0; got {self.beta}")
-        return self
-
-    def _positive_ints(self) -> tuple[str, ...]:
-        return super()._positive_ints() + ("num_iterations",)
+def __getattr__(name: str) -> Any:
+    """An algorithm's args class or choice list (`RLHFArgs`, `GRPO_LOSS_TYPES`), from the args module
+    its registry entry names (imported on first use: torch-free, as this module is)."""
+    if not name.startswith("_"):
+        for entry in registry.ALGORITHMS.values():
+            module = importlib.import_module(entry.args_module)
+            if name in vars(module):
+                return vars(module)[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def args_class(algo: str) -> type[CommonArgs]:

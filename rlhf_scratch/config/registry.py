@@ -8,15 +8,20 @@
 An entry names its args dataclass and its trainer as "module:Name" strings, imported on first use:
 this module imports nothing, so a command line that rejects a bad flag answers before torch loads.
 
-Adding an algorithm is one file (its trainer and its formulas, `algorithms/<name>.py`), its args
-dataclass (a subclass of `config.CommonArgs` with `ALGO = "<name>"`), and one `register(...)`:
-here for the package's own, or from your code for yours (docs/architecture.md, "Adding an algorithm").
+Adding an algorithm is one folder, `algorithms/<name>/`: its args dataclass (`args.py`, a torch-free
+subclass of `config.CommonArgs` with `ALGO = "<name>"`), its formulas, its trainer (and the policy it
+builds, if it is more than the LM), and one `register(...)`: here for the package's own, or from your
+code for yours (CONTRIBUTING.md, "Adding an algorithm"; tests/toy_algorithm.py is a whole one).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -41,13 +46,17 @@ class Algorithm:
     trainer: str | type
     """Its trainer class, "module:Name" (or the class): `Trainer(args, reward_fn=None, quiet=False)`."""
     exports: tuple[str, ...] = ()
-    """Public names of the trainer's module, importable from `rlhf_scratch` (its formulas)."""
+    """Public names of its package (`package`), importable from `rlhf_scratch` (its formulas)."""
+    package: str = ""
+    """The module its `exports` are read from: its folder's package (default: the trainer's module)."""
     study_flags: tuple[str, ...] = ()
     """Flags every study run of it adds (GRPO at β = 0 runs no reference: `--measure-kl` logs its KL anyway)."""
     compared_by_default: bool = True
     """Whether `compare` runs it when `--algos` is not given."""
-    value_head: bool = False
-    """Whether its policy is the LM with a value head (`model.TransformerWithValueHead`): how a run folder is rebuilt."""
+    policy: str | None = None
+    """"module:function" building what it trains from the LM, `function(args, lm) -> Policy`, when that
+    is more than the LM (PPO adds its critic: `models.policy.PolicyWithExtras`); None: the LM itself.
+    The trainer builds its policy with it, and a run folder is rebuilt with it (`models.policy.build_policy`)."""
 
     def args_class(self) -> type:
         return resolve(self.args)
@@ -57,8 +66,17 @@ class Algorithm:
 
     @property
     def module(self) -> str:
-        """The module that defines the trainer (where its `exports` live)."""
-        return self.trainer.partition(":")[0] if isinstance(self.trainer, str) else self.trainer.__module__
+        """The module its `exports` live in: `package`, or the module that defines the trainer."""
+        return self.package or _module_of(self.trainer)
+
+    @property
+    def args_module(self) -> str:
+        """The module that defines its args dataclass (torch-free)."""
+        return _module_of(self.args)
+
+
+def _module_of(target: str | type) -> str:
+    return target.partition(":")[0] if isinstance(target, str) else target.__module__
 
 
 ALGORITHMS: dict[str, Algorithm] = {}
@@ -77,32 +95,67 @@ def unregister(name: str) -> None:
     ALGORITHMS.pop(name, None)
 
 
+PLUGINS_ENV = "RLHF_SCRATCH_ALGORITHMS"
+"""Comma-separated algorithms of your own for every process, loaded before the table is first read
+(`names`, `get`): `MODULE` or `FILE.py` (imported: it registers on import), or either with `:FUNCTION`
+(then that function is called, and registers). So `python -m rlhf_scratch.train --algo NAME` and each
+torchrun process know them too: RLHF_SCRATCH_ALGORITHMS=tests/toy_algorithm.py:register."""
+_plugins_loaded = False
+
+
+def load_plugins() -> None:
+    """Load what PLUGINS_ENV names, once per process; a ValueError naming it when one cannot be loaded."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for item in filter(None, (part.strip() for part in os.environ.get(PLUGINS_ENV, "").split(","))):
+        target, _, function = item.partition(":")
+        try:
+            if target.endswith(".py"):
+                name = Path(target).stem
+                spec = importlib.util.spec_from_file_location(name, target)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module  # (its dataclasses look their module up there)
+                spec.loader.exec_module(module)
+            else:
+                module = importlib.import_module(target)
+            if function:
+                getattr(module, function)()
+        except Exception as e:  # noqa: BLE001 - any failure of the user's module is one line naming the variable
+            raise ValueError(f"{PLUGINS_ENV}: cannot load {item!r} ({type(e).__name__}: {e})") from None
+
+
 def names() -> tuple[str, ...]:
     """Every registered --algo, in registration order."""
+    load_plugins()
     return tuple(ALGORITHMS)
 
 
 def get(name: str) -> Algorithm:
     """The entry of `name`; a ValueError naming the choices for an unknown one."""
+    load_plugins()
     if name not in ALGORITHMS:
         raise ValueError(f"algo: must be one of {', '.join(ALGORITHMS)}; got {name!r}")
     return ALGORITHMS[name]
 
 
+_PKG = "rlhf_scratch.algorithms"
 register(Algorithm(
-    "ppo", "PPO", "rlhf_scratch.config:RLHFArgs", "rlhf_scratch.algorithms.ppo:RLHFTrainer",
-    exports=("RLHFTrainer", "compute_rlhf_objective"), value_head=True,
+    "ppo", "PPO", f"{_PKG}.ppo.args:RLHFArgs", f"{_PKG}.ppo.trainer:RLHFTrainer", package=f"{_PKG}.ppo",
+    exports=("RLHFTrainer", "compute_rlhf_objective", "TransformerWithValueHead"),
+    policy=f"{_PKG}.ppo.policy:build_policy",
 ))
 register(Algorithm(
-    "rloo", "RLOO", "rlhf_scratch.config:RLOOArgs", "rlhf_scratch.algorithms.rloo:RLOOTrainer",
+    "rloo", "RLOO", f"{_PKG}.rloo.args:RLOOArgs", f"{_PKG}.rloo.trainer:RLOOTrainer", package=f"{_PKG}.rloo",
     exports=("RLOOTrainer", "compute_rloo_advantages", "compute_kl_shaped_rewards", "calc_rloo_objective"),
 ))
 register(Algorithm(
-    "online_dpo", "Online DPO", "rlhf_scratch.config:OnlineDPOArgs", "rlhf_scratch.algorithms.online_dpo:OnlineDPOTrainer",
-    exports=("OnlineDPOTrainer", "calc_dpo_loss", "select_chosen"),
+    "online_dpo", "Online DPO", f"{_PKG}.online_dpo.args:OnlineDPOArgs", f"{_PKG}.online_dpo.trainer:OnlineDPOTrainer",
+    package=f"{_PKG}.online_dpo", exports=("OnlineDPOTrainer", "calc_dpo_loss", "select_chosen"),
 ))
 register(Algorithm(
-    "grpo", "GRPO", "rlhf_scratch.config:GRPOArgs", "rlhf_scratch.algorithms.grpo:GRPOTrainer",
+    "grpo", "GRPO", f"{_PKG}.grpo.args:GRPOArgs", f"{_PKG}.grpo.trainer:GRPOTrainer", package=f"{_PKG}.grpo",
     exports=("GRPOTrainer", "compute_grpo_advantages", "calc_grpo_objective", "calc_grpo_terms", "calc_importance_ratio",
              "calc_k3_kl", "calc_clipped_surrogate", "calc_cispo_surrogate", "calc_sapo_surrogate", "calc_vespo_weights",
              "aggregate_grpo_terms", "calc_clip_counts", "mean_length_by_advantage_sign"),

@@ -21,7 +21,7 @@ import torch
 
 PARTS = (
     "generation",  # sampling the completions (KV-cached decoding)
-    "policy_forward",  # the rollout's scoring pass of the policy (and value head): log-probs, entropy
+    "policy_forward",  # the rollout's scoring pass of the policy (and its extras): log-probs, entropy
     "reference_forward",  # every forward of the frozen reference, rollout or learning phase, and its KL
     "reward",  # decoding the completions and the reward function (or judge)
     "learning_forward",  # the policy's forward with gradient and the objective's terms

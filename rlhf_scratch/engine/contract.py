@@ -28,7 +28,7 @@ class TrainerContract(Protocol):
     lm: HookedTransformer
     """The language model being tuned: what samples, what is unembedded, what interp reads."""
     policy: Policy
-    """What the run folder and the checkpoints save: `lm`, or PPO's `lm` with its value head."""
+    """What the run folder and the checkpoints save: `lm`, or an algorithm's module around it (`models.policy`)."""
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     prompts: PromptIterator

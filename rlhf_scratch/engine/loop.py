@@ -32,7 +32,7 @@ from rlhf_scratch.engine.contract import TrainerContract
 from rlhf_scratch.engine.lifecycle import RunLife, TrainingStopped
 from rlhf_scratch.engine.logger import Metrics, RunLogger
 from rlhf_scratch.engine.runs import describe_rewarded_by, load_rewarded_by, new_run_dir, read_status, save_run_policy
-from rlhf_scratch.models.lora import load_policy_state_dict, policy_state_dict
+from rlhf_scratch.models.policy import load_saved_state, saved_state
 from rlhf_scratch.reward.heldout import HELDOUT_METRICS, heldout_metrics
 from rlhf_scratch.reward.tasks import rewarded_by
 from rlhf_scratch.rollout.phase import Rollout
@@ -118,12 +118,11 @@ def check_declared(stats: dict[str, float], declared: Sequence[str], who: str) -
 
 def capture_state(trainer: TrainerContract, phase: int, early_stopping: EarlyStopping | None) -> dict:
     """Everything a bit-exact resume needs after `phase` completed phases (see `checkpoint`). The
-    policy's weights: all of them, or with LoRA the adapters (and value head) and the base's hash
-    (`lora.policy_state_dict`)."""
+    policy's weights as `models.policy.saved_state` gives them."""
     return {
         "phase": phase,
         "algo": trainer.args.algo,
-        "policy": policy_state_dict(trainer.policy),
+        "policy": saved_state(trainer.policy),
         "optimizer": trainer.optimizer.state_dict(),
         "scheduler": trainer.scheduler.state_dict(),
         "prompts": trainer.prompts.state_dict(),
@@ -137,7 +136,7 @@ def capture_state(trainer: TrainerContract, phase: int, early_stopping: EarlySto
 
 def restore_state(trainer: TrainerContract, state: dict, early_stopping: EarlyStopping | None) -> int:
     """Put `state` back into the trainer; return the number of completed phases."""
-    load_policy_state_dict(trainer.policy, state["policy"])  # with LoRA: refused if the base's hash differs
+    load_saved_state(trainer.policy, state["policy"])  # adapters: refused if the base's hash differs
     trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.scheduler.load_state_dict(state["scheduler"])
     trainer.prompts.load_state_dict(state["prompts"])
@@ -187,7 +186,7 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
     steps = [0]  # optimizer steps taken: with the scheduler's, whether the weights moved since a phase ended
     counter = trainer.optimizer.register_step_post_hook(lambda *_: steps.__setitem__(0, steps[0] + 1))
     life = RunLife(run_dir, args.total_phases, args.keep_checkpoints, main=main,
-                   state_now=lambda: {"policy": policy_state_dict(trainer.policy), "optimizer": trainer.optimizer.state_dict(),
+                   state_now=lambda: {"policy": saved_state(trainer.policy), "optimizer": trainer.optimizer.state_dict(),
                                       "scheduler": trainer.scheduler.state_dict()},
                    moved=lambda: (steps[0], trainer.scheduler.last_epoch))
     finished_before = resume and read_status(run_dir)["status"] == "finished"

@@ -1,43 +1,45 @@
-"""The optimiser (two learning rates: trunk and value head) and the per-phase LR schedule."""
+"""The optimiser (two learning rates: the LM and a policy's extras) and the per-phase LR schedule."""
 
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from rlhf_scratch.config import CommonArgs, registry
+from rlhf_scratch.config import CommonArgs
+from rlhf_scratch.models.policy import PolicyWithExtras
 
 
-def get_optimizer(model: nn.Module, base_lr: float, head_lr: float | None = None) -> torch.optim.AdamW:
+def get_optimizer(model: nn.Module, base_lr: float, extras_lr: float | None = None) -> torch.optim.AdamW:
     """AdamW over the parameters of `model` that require gradients — all of them in full fine-tuning;
-    with LoRA the adapters (and PPO's value head) and nothing of the frozen base, so it keeps Adam's
-    moments for those alone. Two parameter groups when `head_lr` is given: `model.base`'s at base_lr,
-    `model.value_head`'s at head_lr (PPO's policy); without it (RLOO, Online DPO, GRPO: no value
-    head) one group at base_lr.
+    with adapters only those (and the policy's extras), nothing of the frozen base, so it keeps Adam's
+    moments for those alone. Two parameter groups when `extras_lr` is given: `model.base`'s at base_lr,
+    the modules of `model.extras()` at extras_lr (a `models.policy.PolicyWithExtras`, PPO's); without it
+    (RLOO, Online DPO, GRPO: the LM is the policy) one group at base_lr.
 
     `maximize=True` because every trainer here ascends its objective (PPO's clipped surrogate
     - value loss + entropy bonus - KL penalty; RLOO's clipped sequence surrogate; minus the DPO
-    loss). The freshly initialised value head gets a much larger learning rate than the
-    pretrained trunk. The fused implementation (one kernel for all parameters) is used where
+    loss). Freshly initialised extras (PPO's critic) get a much larger learning rate than the
+    pretrained LM. The fused implementation (one kernel for all parameters) is used where
     this torch has it for the parameters' device.
     """
     fused = _fused_adamw_available(model)
-    if head_lr is None:
+    if extras_lr is None:
         return torch.optim.AdamW(trainable(model), lr=base_lr, maximize=True, fused=fused)
-    base_params, head_params = trainable(model.base), trainable(model.value_head)
-    grouped = {id(p) for p in base_params} | {id(p) for p in head_params}
+    base_params = trainable(model.base)
+    extra_params = [p for module in model.extras().values() for p in trainable(module)]
+    grouped = {id(p) for p in base_params} | {id(p) for p in extra_params}
     stray = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in grouped]
     if stray:
-        raise ValueError(f"get_optimizer: parameters outside model.base and model.value_head would not be trained: {stray}")
+        raise ValueError(f"get_optimizer: parameters outside model.base and model.extras() would not be trained: {stray}")
     return torch.optim.AdamW(
-        [{"params": base_params, "lr": base_lr}, {"params": head_params, "lr": head_lr}],
+        [{"params": base_params, "lr": base_lr}, {"params": extra_params, "lr": extras_lr}],
         maximize=True,
         fused=fused,
     )
 
 
 def trainable(model: nn.Module) -> list[nn.Parameter]:
-    """The parameters of `model` that require gradients (a LoRA model's frozen base does not)."""
+    """The parameters of `model` that require gradients (an adapted model's frozen base does not)."""
     return [p for p in model.parameters() if p.requires_grad]
 
 
@@ -83,8 +85,8 @@ def get_optimizer_and_scheduler(
     learning. The schedule ends at total_steps = total_phases - 1, so the last phase trains at
     exactly final_scale (and the first, with warmup, at 0 - as in the blog and ARENA).
     """
-    head_lr = args.head_lr if registry.get(args.algo).value_head else None  # PPO's value head: its own rate
-    optimizer = get_optimizer(model, args.base_lr, head_lr)
+    extras_lr = model.extras_lr(args) if isinstance(model, PolicyWithExtras) else None  # PPO's critic: its own rate
+    optimizer = get_optimizer(model, args.base_lr, extras_lr)
     lr_lambda = get_lr_scheduler(args.warmup_steps, args.total_phases - 1, args.final_scale)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lr_lambda)
     return optimizer, scheduler

@@ -1,6 +1,6 @@
 """Run setup, before the first phase: validate the config, seed every RNG, pick the device and the
-CPU threads, join the process group under torchrun, load the policy (with LoRA adapters when asked)
-and the reference, and load the prompts (in the model's prompt format, checked against its context).
+CPU threads, join the process group under torchrun, load the policy (with adapters when asked,
+`models.policy.trainable_lm`) and the reference, and load the prompts (in the model's prompt format, checked against its context).
 `check_against_model` makes setup's checks against the model without a run (a study, before it
 writes its folder)."""
 
@@ -15,7 +15,7 @@ from transformer_lens import HookedTransformer
 from rlhf_scratch.config import PROMPT_PREFIX, CommonArgs, ConfigError
 from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.models.loading import load_lm
-from rlhf_scratch.models.lora import add_lora
+from rlhf_scratch.models.policy import ADAPTER_FIELDS, trainable_lm
 from rlhf_scratch.rollout.generation import prompt_tokens, use_chat_template
 from rlhf_scratch.rollout.prompts import PromptIterator, check_prompt_lengths, load_prompts
 
@@ -55,30 +55,6 @@ def load_policy(model: str, device: str) -> HookedTransformer:
     return load_lm(model, device=device).train()
 
 
-def load_reference(model: str, device: str) -> HookedTransformer:
-    """A frozen copy of `model`: the reference the KL is measured against (no gradients)."""
-    reference = load_lm(model, device=device).eval()
-    for p in reference.parameters():
-        p.requires_grad_(False)
-    return reference
-
-
-def add_adapters(lm: HookedTransformer, args: CommonArgs) -> HookedTransformer:
-    """With --lora-rank r > 0: `lm` frozen, with rank-r LoRA adapters on --lora-targets (`lora.add_lora`,
-    A drawn from the run's seeded RNG); else `lm` as it is (full fine-tuning)."""
-    if args.lora_rank == 0:
-        return lm
-    return add_lora(lm, args.lora_rank, args.lora_alpha, args.lora_target_names())
-
-
-def reference_model(args: CommonArgs, lm: HookedTransformer, device: str) -> HookedTransformer:
-    """The reference the KL is measured against. With LoRA it is the policy's own LM `lm`: every
-    reference forward runs it under `lora.adapters_off`, where it computes as the base model bit for
-    bit — no second model in memory. Otherwise a frozen copy (`load_reference`), on which
-    `adapters_off` changes nothing."""
-    return lm if args.lora_rank else load_reference(args.model, device)
-
-
 def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIterator:
     """The run's prompts, shuffled with the run's seed, in the format `model` will be given them:
     --chat-template is applied to it here (`generation.use_chat_template`: with `none` its tokenizer
@@ -95,15 +71,15 @@ def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIt
     return PromptIterator(prompts, args.seed)
 
 
-MODEL_CHECKED = ("model", "lora_rank", "lora_alpha", "lora_targets", "gen_len", "prompts", "prefix", "prepend_bos",
+MODEL_CHECKED = ("model", *ADAPTER_FIELDS, "gen_len", "prompts", "prefix", "prepend_bos",
                  "chat_template")
 """The fields `check_against_model` reads: runs equal in these need the check once."""
 
 
 def check_against_model(args: CommonArgs) -> None:
-    """Setup's checks against the model, without a run: the model loads (on the CPU), the LoRA rank
-    fits its matrices (`add_adapters`), and every prompt with gen_len tokens fits its context
+    """Setup's checks against the model, without a run: the model loads (on the CPU), the adapters'
+    rank fits its matrices (`trainable_lm`), and every prompt with gen_len tokens fits its context
     (`make_prompt_iterator`). The caller's RNG is left as it was. Raises what setup would raise."""
     args = args.with_local_paths_resolved()
-    with torch.random.fork_rng(devices=[]):  # add_adapters draws A from torch's RNG
-        make_prompt_iterator(args, add_adapters(load_policy(args.model, "cpu"), args))
+    with torch.random.fork_rng(devices=[]):  # trainable_lm draws the adapters' A from torch's RNG
+        make_prompt_iterator(args, trainable_lm(load_policy(args.model, "cpu"), args))

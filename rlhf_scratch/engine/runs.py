@@ -6,10 +6,9 @@
         metrics.jsonl    one JSON object per phase (see loop.SHARED_METRICS and each trainer's)
         samples.md       the sample tables printed during training
         curves.png       reward and KL per phase
-        policy.pt        state_dict of the tuned policy: PPO's TransformerWithValueHead (trunk +
-                         value head), or the HookedTransformer for RLOO and Online DPO; for a LoRA
-                         run (--lora-rank) only the adapters (+ value head) and the base's sha256
-                         (`lora.policy_state_dict`)
+        policy.pt        the tuned policy as `models.policy.saved_state` gives it: every weight of
+                         the LM (and of what the algorithm built around it, PPO's critic), or of an
+                         adapted LM only what trains, with the base's sha256
         status.json      {"status": running | finished | interrupted | failed, "phase": completed
                          phases, "total_phases", "pid", "error" (failed: the exception's one line)},
                          rewritten after every phase
@@ -40,11 +39,10 @@ from pathlib import Path
 import torch
 from transformer_lens import HookedTransformer
 
-from rlhf_scratch.config import CommonArgs, ConfigError, registry
+from rlhf_scratch.config import CommonArgs, ConfigError
 from rlhf_scratch.engine.checkpoint import list_checkpoints
 from rlhf_scratch.models.loading import load_lm
-from rlhf_scratch.models.lora import add_lora, load_policy_state_dict, policy_state_dict
-from rlhf_scratch.models.policy import TransformerWithValueHead, language_model
+from rlhf_scratch.models.policy import Policy, build_policy, language_model, load_saved_state, saved_state, trainable_lm
 from rlhf_scratch.reward.model import KIND
 
 CONFIG_FILE = "config.json"
@@ -293,7 +291,7 @@ def reward_shown(run_dir: str | Path, args: CommonArgs) -> str:
 
 def size_text(path: Path) -> str:
     """The bytes of `path` (a folder: of its files) as a person reads them: `312 MB`, `4.2 MB`,
-    `0.31 MB` (two significant figures below 10 MB: a LoRA run's adapters are not "0 MB")."""
+    `0.31 MB` (two significant figures below 10 MB: an adapted run's trained tensors are not "0 MB")."""
     files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
     mb = sum(f.stat().st_size for f in files) / 1e6
     return f"{mb:.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
@@ -390,9 +388,9 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float | int]]:
 
 
 def save_run_policy(run_dir: str | Path, policy: torch.nn.Module) -> Path:
-    """Save the tuned policy (PPO: trunk + value head; LoRA: adapters + head, base hash) as `policy.pt`."""
+    """Save the tuned policy as `policy.pt` (`models.policy.saved_state`: with adapters, only what trains and the base's hash)."""
     path = Path(run_dir) / POLICY_FILE
-    torch.save(_on_cpu(policy_state_dict(policy)), path)
+    torch.save(_on_cpu(saved_state(policy)), path)
     return path
 
 
@@ -404,8 +402,8 @@ def _on_cpu(state: dict) -> dict:
 
 @dataclass
 class LoadedRun:
-    policy: TransformerWithValueHead | HookedTransformer
-    """The tuned policy: PPO's TransformerWithValueHead, or the HookedTransformer (RLOO, Online DPO)."""
+    policy: Policy
+    """The tuned policy: the HookedTransformer, or what its algorithm built around it (`models.policy.build_policy`)."""
     reference: HookedTransformer
     """The model the run started from, untouched."""
     args: CommonArgs
@@ -445,7 +443,7 @@ def load_args(run_dir: str | Path) -> CommonArgs:
 
 def load_run(run_dir: str | Path, device: str = "cpu") -> LoadedRun:
     """Rebuild the tuned policy and the reference model of a finished run (refused, in one line
-    saying what to do, while a process is training it). A LoRA run's policy is the base loaded again
+    saying what to do, while a process is training it). An adapted run's policy is the base loaded again
     with its adapters put back (refused in one line if the base's hash differs); its reference is a
     separate plain copy of the base."""
     run_dir = Path(run_dir)
@@ -463,12 +461,12 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> LoadedRun:
         raise RunFolderError(f"{weights}: unreadable ({type(e).__name__}); the file is truncated or not a policy") from None
     reference = load_lm(args.model, device=device).eval()
     lm = load_lm(args.model, device=device)
-    if args.lora_rank:  # the base again, its adapters (A's draw is overwritten: a generator of its own, not the caller's RNG)
-        add_lora(lm, args.lora_rank, args.lora_alpha, args.lora_target_names(), generator=torch.Generator())
-    policy = TransformerWithValueHead(lm, args.detach_value_head) if registry.get(args.algo).value_head else lm
+    # the base again, with its adapters if it had them (A's draw is overwritten: a generator of its own, not the caller's RNG)
+    lm = trainable_lm(lm, args, generator=torch.Generator())
+    policy = build_policy(args, lm)  # as the trainer built it: the algorithm's registry hook
     try:
-        load_policy_state_dict(policy, state)
-    except (RuntimeError, ConfigError) as e:  # a LoRA base's hash that differs is one line too
+        load_saved_state(policy, state)
+    except (RuntimeError, ConfigError) as e:  # an adapted base's hash that differs is one line too
         raise RunFolderError(f"{weights}: does not fit {type(policy).__name__} of {args.model!r} "
                              f"({str(e).splitlines()[0]})") from None
     return LoadedRun(policy=policy.eval(), reference=reference, args=args, path=run_dir)

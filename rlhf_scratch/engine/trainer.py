@@ -48,9 +48,9 @@ from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.accel import compiled, learning_autocast
 from rlhf_scratch.engine.loop import PhaseHook, run_training
 from rlhf_scratch.engine.optim import clip_and_step, get_optimizer_and_scheduler
-from rlhf_scratch.engine.run_setup import add_adapters, load_policy, make_prompt_iterator, reference_model, setup_torch
+from rlhf_scratch.engine.run_setup import load_policy, make_prompt_iterator, setup_torch
 from rlhf_scratch.models.fast_forward import HiddenForward, fast_path_note
-from rlhf_scratch.models.policy import Policy
+from rlhf_scratch.models.policy import Policy, build_policy, reference_of, trainable_lm
 from rlhf_scratch.models.static_cache import DecoderCache
 from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.reward.tasks import RewardFn, make_reward_fn
@@ -68,7 +68,7 @@ Objective = Callable[[Minibatch], "tuple[Tensor, dict[str, float]] | None"]
 
 class Trainer:
     """The shared scaffolding of every algorithm (see the module docstring). A subclass writes
-    `rollout_phase` and `learning_phase`; it may override `build_policy` (PPO adds its value head),
+    `rollout_phase` and `learning_phase`; it may override `build_policy` (by default the registry's `policy` hook),
     `uses_reference` (GRPO at β = 0 loads none) and `extra_state`/`load_extra_state`."""
 
     METRICS: ClassVar[tuple[str, ...]] = ()
@@ -77,11 +77,11 @@ class Trainer:
         args = args.with_local_paths_resolved()  # what config.json records must mean the same files on resume
         self.device = setup_torch(args)
         self.args, self.quiet = args, quiet or not dist.is_main()  # one progress bar: rank 0's
-        lm = add_adapters(load_policy(args.model, self.device), args)  # --lora-rank: base frozen, adapters added
-        self.ref_model: HookedTransformer | None = reference_model(args, lm, self.device) if self.uses_reference() else None
-        """The reference: a frozen copy, or with LoRA the policy's own LM, run under `lora.adapters_off`."""
+        lm = trainable_lm(load_policy(args.model, self.device), args)  # whole, or frozen with adapters (models.policy)
+        self.ref_model: HookedTransformer | None = reference_of(args, lm, self.device) if self.uses_reference() else None
+        """The reference: a frozen copy, or the policy's own LM run under `models.policy.as_reference`."""
         self.lm: HookedTransformer = lm
-        """The language model being tuned (PPO's policy is it plus a value head): what samples and what interp reads."""
+        """The language model being tuned (an algorithm's policy may hold more around it): what samples and what interp reads."""
         self.policy: Policy = self.build_policy(lm)
         self.prompts = make_prompt_iterator(args, lm)
         self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
@@ -101,8 +101,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ what a subclass may change
     def build_policy(self, lm: HookedTransformer) -> Policy:
-        """The module that is trained and saved: the LM itself, unless the algorithm adds a head."""
-        return lm
+        """The module that is trained and saved: the LM itself, or what the algorithm's registry entry
+        builds around it (`models.policy.build_policy`; a run folder is rebuilt the same way)."""
+        return build_policy(self.args, lm)
 
     def uses_reference(self) -> bool:
         """Whether a frozen reference copy of the model is loaded and run in every rollout."""

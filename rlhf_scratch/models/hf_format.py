@@ -11,6 +11,10 @@ including biases the HF class does not have. Where a weight cannot be re-express
 conversion raises a one-line `ValueError` naming the class and the weight; it never drops it.
 `to_hf_causal_lm` picks the function by `cfg.original_architecture`. No run folders and no files
 here: the command `python -m rlhf_scratch.export` and the loaders build on these conversions.
+
+Longer than 500 lines because the families are read side by side: each `to_hf_*` re-expresses the
+same folded norms, centred weights and folded biases in its own family's layout, and the shared
+unfolding helpers at the top serve them all; one job, one conversion per family.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
-VALUE_HEAD_FILE = "value_head.safetensors"
+EXTRAS_FILE = "{name}.safetensors"  # a policy's extra module `name` (`models.policy.PolicyWithExtras`), exported beside the LM
 
 
 def final_norm_and_unembed(

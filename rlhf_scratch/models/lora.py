@@ -38,10 +38,10 @@ The reference for free: `adapters_off(model)` switches every ΔW off (each param
 W unchanged), so inside it the policy computes exactly as the base model — bit for bit, since
 W + ΔW is never formed. RLHF's reference IS the base model, so a LoRA run keeps no second copy:
 the trainer's reference is the policy's own LM and every reference forward runs under
-`adapters_off` (`run_setup.reference_model`); on a frozen copy `adapters_off` changes nothing.
+`adapters_off` (`models.policy.reference_of`); on a frozen copy `adapters_off` changes nothing.
 
-What a LoRA run saves (`policy_state_dict`): the trainable tensors only — the adapters, and PPO's
-value head — with the sha256 of the base's weights, checked when they are loaded back on the base.
+What a LoRA run saves (`policy_state_dict`): the trainable tensors only — the adapters, and a policy's
+extras (PPO's critic) — with the sha256 of the base's weights, checked when they are loaded back on the base.
 `merge_lora` bakes ΔW into the weights (for export: a plain GPT-2 again).
 """
 
@@ -181,7 +181,7 @@ def adapters(model: nn.Module) -> list[LoRA]:
 
 
 def lora_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The adapters' factors, A and B of each: what a LoRA run trains (with PPO's value head)."""
+    """The adapters' factors, A and B of each: what a LoRA run trains (with a policy's extras)."""
     return [p for lora in adapters(model) for p in (lora.A, lora.B)]
 
 
@@ -249,7 +249,7 @@ LORA_STATE_KEYS = ("lora", "base_sha256", "trainable")
 
 def policy_state_dict(policy: nn.Module) -> dict:
     """What a checkpoint and a run's policy.pt hold of the policy: its whole `state_dict()`, or, for
-    a policy with adapters, only what trains — the adapters and PPO's value head — and the base's hash:
+    a policy with adapters, only what trains — the adapters and the policy's extras — and the base's hash:
 
         {"lora": {"rank", "alpha", "targets"}, "base_sha256": "…", "trainable": {name: tensor}}
 

@@ -1,79 +1,121 @@
-"""The policy: a HookedTransformer with a value head reading its final residual stream."""
+"""The policy as every layer above the algorithms' folders sees it, and the models a run is built from.
+
+A policy is what a trainer trains and a run folder saves: the language model itself (RLOO, Online
+DPO, GRPO), or an algorithm's module around it (PPO's, built in `algorithms/ppo/policy.py`). The
+engine, the rollout and the commands know the second kind only through `PolicyWithExtras`:
+
+    base                                  the LM: what samples, what is unembedded, what interp reads
+    forward(ids, mask, return_hidden=True) -> (ĥ, extra)   one forward to ĥ and the extras' output at each position
+    extras()                              the modules beside the LM, by name: their own learning rate, exported on request
+    extras_lr(args)                       that learning rate under the run's args
+    state_dict() / load_state_dict()     what a run folder saves and loads (torch's)
+
+and the algorithm builds it from the LM through its registry entry's `policy` hook (`build_policy`),
+so a run folder is rebuilt as the trainer built it.
+
+The run's LM may carry low-rank adapters (--lora-rank, `models/lora.py`); what the layers above
+need of that is here too, so none of them names it: `trainable_lm` (the LM as the run trains it),
+`reference_of` and `as_reference` (the reference, which for an adapted LM is the LM itself with its
+adapters off), `saved_state` / `load_saved_state` (what a checkpoint and policy.pt hold) and
+`merged_lm` (a plain LM again, for export).
+"""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
+
+import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens import HookedTransformer
-from transformer_lens.hook_points import HookPoint
 
-from rlhf_scratch.models.fast_forward import final_hidden
+from rlhf_scratch.config import CommonArgs, registry
+from rlhf_scratch.models import lora
+from rlhf_scratch.models.loading import load_lm
 
 
-class TransformerWithValueHead(nn.Module):
-    """A HookedTransformer plus a value head V(s_t), as in the blog.
-
-    The value head is an MLP, Linear(d_model, 4·d_model) → ReLU → Linear(4·d_model, 1), run as a
-    forward hook on `ln_final.hook_normalized` (the residual stream after the final LayerNorm,
-    the same vector the unembedding reads), so one forward pass gives both the logits and
-    V(s_t) for every position t.
-
-    `detach_value_head=True` (the blog's final code) stops value-loss gradients at the head, so
-    only the policy objective trains the trunk; `False` (ARENA) lets the value loss shape the
-    trunk as well, which shares features but lets the value loss fight the policy.
-    """
+@runtime_checkable
+class PolicyWithExtras(Protocol):
+    """A policy that is more than its LM: `base` and modules beside it reading its ĥ (see the module docstring)."""
 
     base: HookedTransformer
-    value_head: nn.Sequential
-
-    def __init__(self, base: HookedTransformer, detach_value_head: bool = True):
-        super().__init__()
-        self.base = base
-        self.detach_value_head = detach_value_head
-        d_model = base.cfg.d_model
-        self.value_head = nn.Sequential(
-            nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Linear(4 * d_model, 1)
-        )
-        self.value_head.to(base.cfg.device)
-        self._values: Tensor | None = None
-
-    def value_of(self, hidden: Float[Tensor, "batch seq d_model"]) -> Float[Tensor, "batch seq"]:
-        """V(s_t) from the final normalised residual (detached first when `detach_value_head`)."""
-        return self.value_head(hidden.detach() if self.detach_value_head else hidden).squeeze(-1)
-
-    def _store_values(self, resid: Float[Tensor, "batch seq d_model"], hook: HookPoint) -> None:
-        self._values = self.value_of(resid)
 
     def forward(
-        self,
-        input_ids: Int[Tensor, "batch seq"],
-        attention_mask: Int[Tensor, "batch seq"] | None = None,
+        self, input_ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"] | None = None,
         return_hidden: bool = False,
-    ) -> tuple[Float[Tensor, "batch seq d_vocab"] | Float[Tensor, "batch seq d_model"], Float[Tensor, "batch seq"]]:
-        """Return (logits, values) for every position of `input_ids` (left padding hidden by
-        `attention_mask` when given). `return_hidden=True` stops before the unembedding and
-        returns (ĥ, values), ĥ = ln_final's output, the vector both the unembedding and the value
-        head read (`token_terms` unembeds it a chunk of positions at a time), through the training
-        forward with few kernels (`fast_forward.final_hidden`; the hooked forward for interp)."""
-        if return_hidden:
-            hidden = final_hidden(self.base, input_ids, attention_mask)  # the fast forward where it applies
-            return hidden, self.value_of(hidden)
-        logits = self.base.run_with_hooks(
-            input_ids,
-            return_type="logits",
-            attention_mask=attention_mask,
-            fwd_hooks=[("ln_final.hook_normalized", self._store_values)],
-        )
-        values, self._values = self._values, None
-        assert values is not None
-        return logits, values
+    ) -> tuple[Float[Tensor, "batch seq d"], Float[Tensor, "batch seq"]]:
+        """(ĥ, the extras' output) with `return_hidden`, else (logits, the extras' output)."""
+        ...
+
+    def extras(self) -> dict[str, nn.Module]: ...
+    def extras_lr(self, args: CommonArgs) -> float: ...
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]: ...
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True, assign: bool = False) -> Any: ...
 
 
-Policy = HookedTransformer | TransformerWithValueHead
-"""What a trainer trains and a run folder saves: the LM itself, or PPO's LM with its value head."""
+Policy = HookedTransformer | PolicyWithExtras
+"""What a trainer trains and a run folder saves: the LM itself, or an algorithm's module around it."""
 
 
 def language_model(policy: Policy) -> HookedTransformer:
-    """The HookedTransformer inside a policy (PPO's trunk, or the policy itself): what samples,
-    what is unembedded, what the interp tools read."""
-    return policy.base if isinstance(policy, TransformerWithValueHead) else policy
+    """The HookedTransformer inside a policy (the policy itself, or its `base`): what samples, what is
+    unembedded, what the interp tools read."""
+    return policy if isinstance(policy, HookedTransformer) else policy.base
+
+
+def build_policy(args: CommonArgs, lm: HookedTransformer) -> Policy:
+    """What `args.algo` trains, built from `lm` by its registry entry's `policy` hook (the LM itself without one)."""
+    hook = registry.get(args.algo).policy
+    return lm if hook is None else registry.resolve(hook)(args, lm)
+
+
+def trainable_lm(lm: HookedTransformer, args: CommonArgs, generator: torch.Generator | None = None) -> HookedTransformer:
+    """`lm` as the run trains it: whole (full fine-tuning), or with --lora-rank r > 0 frozen, with
+    rank-r adapters on --lora-targets (`lora.add_lora`, A drawn from `generator`, else torch's seeded RNG)."""
+    if args.lora_rank == 0:
+        return lm
+    return lora.add_lora(lm, args.lora_rank, args.lora_alpha, args.lora_target_names(), generator=generator)
+
+
+ADAPTER_FIELDS = ("lora_rank", "lora_alpha", "lora_targets")
+"""The config fields `trainable_lm` reads (a check against the model depends on them)."""
+
+
+def load_reference(model: str, device: str) -> HookedTransformer:
+    """A frozen copy of `model`: the reference the KL is measured against (no gradients)."""
+    reference = load_lm(model, device=device).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return reference
+
+
+def reference_of(args: CommonArgs, lm: HookedTransformer, device: str) -> HookedTransformer:
+    """The reference the KL is measured against. With adapters (--lora-rank) it is the policy's own LM
+    `lm`: every reference forward runs it under `as_reference`, where it computes as the base model
+    bit for bit — no second model in memory. Otherwise a frozen copy (`load_reference`), on which
+    `as_reference` changes nothing."""
+    return lm if args.lora_rank else load_reference(args.model, device)
+
+
+def as_reference(model: nn.Module) -> AbstractContextManager[nn.Module]:
+    """`model` computing as the reference, for the block: an adapted LM with its adapters off
+    (`lora.adapters_off`), any other model as it is. Every reference forward runs inside it."""
+    return lora.adapters_off(model)
+
+
+def saved_state(policy: nn.Module) -> dict:
+    """What a checkpoint and policy.pt hold of `policy`: every weight, or for an adapted LM only what
+    trains (adapters and extras) with the base's hash (`lora.policy_state_dict`)."""
+    return lora.policy_state_dict(policy)
+
+
+def load_saved_state(policy: nn.Module, state: dict) -> None:
+    """Put `saved_state`'s dict back into `policy` (an adapted one refuses a base whose hash differs)."""
+    lora.load_policy_state_dict(policy, state)
+
+
+def merged_lm(lm: HookedTransformer) -> HookedTransformer:
+    """A plain LM computing as `lm` does: its adapters' ΔW baked into the weights (`lora.merge_lora`;
+    `lm` itself when it has none)."""
+    return lora.merge_lora(lm)

@@ -39,8 +39,7 @@ from rlhf_scratch.core.objectives import generated_span, sequence_log_probs
 from rlhf_scratch.core.timing import timed
 from rlhf_scratch.core.vocab_terms import LOGITS_PER_CHUNK, TokenTerms, token_terms, unembedding
 from rlhf_scratch.models.fast_forward import HiddenForward, final_hidden
-from rlhf_scratch.models.lora import adapters_off
-from rlhf_scratch.models.policy import TransformerWithValueHead, language_model
+from rlhf_scratch.models.policy import Policy, as_reference, language_model
 from rlhf_scratch.models.static_cache import DecoderCache
 from rlhf_scratch.rollout.generation import (
     attention_mask_or_none,
@@ -92,7 +91,7 @@ class Rollout:
     """The token, or each of the tokens, that ends a completion (`generation.eos_token_ids`: the
     model's generation config's, e.g. ChatML's `<|im_end|>`, else the tokenizer's EOS)."""
     values: Float[Tensor, "batch seq_len"] | None = None
-    """V(s_t) at every position, when the policy has a value head (PPO)."""
+    """V(s_t) at every position: the output of the policy's extras, when it has them (PPO's critic)."""
     ref_hidden: Float[Tensor, "batch gen_len d_model"] | None = None
     """The reference's final normalised residual ĥ_ref at each position that predicts a completion
     token, when asked for (`keep_ref_hidden`): PPO's full-vocabulary KL then unembeds it (a chunk
@@ -134,7 +133,7 @@ class Rollout:
 
 @torch.no_grad()
 def score_tokens(
-    policy: HookedTransformer | TransformerWithValueHead,
+    policy: Policy,
     ref_model: HookedTransformer | None,
     sample_ids: Int[Tensor, "batch seq_len"],
     attention_mask: Bool[Tensor, "batch seq_len"],
@@ -163,16 +162,16 @@ def score_tokens(
         tl_mask, targets = attention_mask_or_none(mask), ids[:, prefix_len:]
         ref_hidden = None
         if ref_model is not None:
-            with timed("reference_forward"), adapters_off(ref_model):  # a LoRA run's reference: the policy's base
+            with timed("reference_forward"), as_reference(ref_model):  # an adapted LM: its adapters off
                 ref_hidden = final_hidden(ref_model, ids, tl_mask)[:, span]
             if keep_ref_hidden:
                 out["ref_hidden"].append(ref_hidden)
         with timed("policy_forward"), policy_precision():
-            if isinstance(policy, TransformerWithValueHead):
+            if isinstance(policy, HookedTransformer):
+                hidden = final_hidden(policy, ids, tl_mask)
+            else:  # a policy with extras: ĥ and their output at every position, one forward
                 hidden, values = policy(ids, attention_mask=tl_mask, return_hidden=True)
                 out["values"].append(values.float())
-            else:
-                hidden = final_hidden(policy, ids, tl_mask)
             terms = token_terms(
                 hidden[:, span].flatten(0, 1), unembedding(lm), targets.flatten(), temperature,
                 ref_hidden=None if ref_hidden is None else ref_hidden.flatten(0, 1),
@@ -191,7 +190,7 @@ def score_tokens(
 
 @torch.no_grad()
 def make_rollout(
-    policy: HookedTransformer | TransformerWithValueHead,
+    policy: Policy,
     ref_model: HookedTransformer | None,
     prompts: list[str],
     reward_fn,
@@ -215,8 +214,8 @@ def make_rollout(
     """Sample `num_generations` completions of each prompt and score them: the one function that
     builds a `Rollout`, for every algorithm.
 
-    `policy` is the HookedTransformer being tuned, or PPO's `TransformerWithValueHead` (then the
-    rollout also keeps V(s_t)). `reward_fn` follows either contract of `rollout.reward_call.score_completions`.
+    `policy` is the HookedTransformer being tuned, or a `models.policy.PolicyWithExtras` (then the
+    rollout also keeps its extras' output, PPO's V(s_t)). `reward_fn` follows either contract of `rollout.reward_call.score_completions`.
     `ref_model=None` skips the reference forward: the rollout's ref_logprobs and kl are None.
     Log-probs are at `temperature` (see `score_tokens`), over the whole softmax whatever `top_k` and
     `top_p` restricted the draw to (as TRL); `policy_precision` is the learning phase's

@@ -17,29 +17,25 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens import HookedTransformer
 
-from rlhf_scratch.config import RLHFArgs
+from rlhf_scratch.algorithms.ppo.args import RLHFArgs
+from rlhf_scratch.algorithms.ppo.objective import compute_rlhf_objective
+from rlhf_scratch.algorithms.ppo.policy import TransformerWithValueHead
 from rlhf_scratch.core.advantages import compute_advantages, compute_gae_advantages
 from rlhf_scratch.core.kl_control import AdaptiveKLController
 from rlhf_scratch.core.memory import ReplayMemory, ReplayMinibatch
 from rlhf_scratch.core.objectives import (
     calc_approx_kl,
     calc_clip_fraction,
-    calc_clipped_sur_obj,
-    calc_k2_kl,
-    calc_value_fn_loss,
     explained_variance,
     generated_span,
-    masked_mean,
 )
 from rlhf_scratch.core.timing import timed
-from rlhf_scratch.core.vocab_terms import Unembedding, token_terms, unembedding
+from rlhf_scratch.core.vocab_terms import unembedding
 from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.trainer import Trainer
 from rlhf_scratch.models.fast_forward import final_hidden
-from rlhf_scratch.models.lora import adapters_off
-from rlhf_scratch.models.policy import TransformerWithValueHead
+from rlhf_scratch.models.policy import as_reference
 from rlhf_scratch.reward.functions import normalize_reward
 from rlhf_scratch.reward.tasks import RewardFn
 from rlhf_scratch.rollout.generation import attention_mask_or_none
@@ -60,60 +56,6 @@ PPO_METRICS = (
 )
 
 
-def compute_rlhf_objective(
-    hidden: Float[Tensor, "minibatch seq_len d_model"],
-    values: Float[Tensor, "minibatch seq_len"],
-    ref_hidden: Float[Tensor, "minibatch gen_len d_ref"] | None,
-    mb: ReplayMinibatch,
-    args: RLHFArgs,
-    beta: float,
-    temperature: float,
-    unembed: Unembedding,
-    ref_unembed: Unembedding,
-) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
-    """The PPO objective of one minibatch from the policy's final normalised residual ĥ (and values)
-    and the reference's ĥ_ref at the completion's positions:
-
-        J = clipped_surrogate − value_loss + entropy_bonus − kl_penalty
-
-    Every term is taken over the generated span only (position t = prefix_len−1 … seq_len−2
-    predicts the completion) and over the kept completion tokens (`mb.completion_mask`). The
-    vocabulary-wide quantities — log π(o_t), H[π] and KL(π ‖ π_ref) at each position — come from
-    `token_terms`, `args.logits_per_chunk(device)` logits at a time (recomputed in backward, not kept); then
-
-        entropy_bonus = c_ent · mean_kept H[π]            (= calc_entropy_bonus on the whole logits)
-        kl_penalty    = β · mean_kept KL(π ‖ π_ref)         (= calc_kl_penalty on the whole logits)
-
-    The reference enters through ĥ_ref and, when the rollout kept it, `mb.ref_lse` (then its logits
-    are never made: `token_terms(ref_lse=...)`). With `args.kl_estimator == "k2"` the KL is instead
-    k2 = ½ (log π(o_t) − log π_ref(o_t))² at the sampled token (`calc_k2_kl`, from `mb.ref_logprobs`;
-    `ref_hidden` unused): the same expected gradient, no reference in the vocabulary pass.
-
-    `unembed` / `ref_unembed` map ĥ to logits (`vocab_terms.unembedding` of each model; a test
-    passes logits themselves with an identity W_U). Returns J and each term (with its coefficient
-    applied, as the functions in `objectives` return them), and the log-probs.
-
-    Every distribution is the sampled one, softmax(z / T) at the rollout's `temperature`
-    (`temperature_scaled`, as the rollout scored π_old and π_ref): at T = 1 nothing is divided.
-    """
-    prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
-    gen, mask, targets = generated_span(prefix_len), mb.completion_mask, mb.sample_ids[:, prefix_len:]
-    full = args.kl_estimator == "full"
-    ref = dict(ref_hidden=ref_hidden.flatten(0, 1), ref_unembed=ref_unembed,
-               ref_lse=None if mb.ref_lse is None else mb.ref_lse.flatten()) if full else {}
-    per_token = token_terms(hidden[:, gen].flatten(0, 1), unembed, targets.flatten(), temperature, with_entropy=True,
-                            chunk_logits=args.logits_per_chunk(hidden.device.type), **ref).reshape(*targets.shape)
-    kl = per_token.kl if full else calc_k2_kl(per_token.logprobs, mb.ref_logprobs)
-    terms = {
-        "clipped_surrogate": calc_clipped_sur_obj(per_token.logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),
-        "value_loss": calc_value_fn_loss(values[:, gen], mb.returns, args.vf_coef, mask=mask),
-        "entropy_bonus": args.ent_coef * masked_mean(per_token.entropy, mask),
-        "kl_penalty": beta * masked_mean(kl, mask),
-        "logprobs": per_token.logprobs,
-    }
-    total = terms["clipped_surrogate"] - terms["value_loss"] + terms["entropy_bonus"] - terms["kl_penalty"]
-    return total, terms
-
 
 class RLHFTrainer(Trainer):
     """PPO RLHF of `args.model` toward the reward of `args.task` (or `reward_fn`)."""
@@ -126,9 +68,8 @@ class RLHFTrainer(Trainer):
         self.beta = args.beta  # this phase's β (moved by the adaptive controller when it is on)
         self.kl_ctl = AdaptiveKLController(args.beta, args.target_kl, args.kl_horizon) if args.adaptive_kl else None
 
-    def build_policy(self, lm: HookedTransformer) -> TransformerWithValueHead:
-        """The LM with the blog's value head on its final normalised residual: trained and saved together."""
-        return TransformerWithValueHead(lm, detach_value_head=self.args.detach_value_head).train()
+    policy: TransformerWithValueHead
+    """The LM with the blog's value head (built by the registry's `policy` hook, `ppo/policy.py`)."""
 
     @property
     def model(self) -> TransformerWithValueHead:
@@ -161,7 +102,7 @@ class RLHFTrainer(Trainer):
         mask, ref_hidden = attention_mask_or_none(mb.attention_mask), mb.ref_hidden
         if ref_hidden is None and self.args.kl_estimator == "full":  # not kept: a float32 reference forward per minibatch
             with (timed("reference_forward"), torch.no_grad(), torch.autocast(torch.device(self.device).type, enabled=False),
-                  adapters_off(self.ref_model)):  # a LoRA run's reference is the policy's LM, its adapters off
+                  as_reference(self.ref_model)):
                 prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
                 ref_hidden = final_hidden(self.ref_model, mb.sample_ids, mask)[:, generated_span(prefix_len)]
         hidden, values = self.learner(mb.sample_ids, attention_mask=mask, return_hidden=True)

@@ -1,28 +1,5 @@
-"""`OnlineDPOTrainer`: Online DPO (Guo et al. 2024, "Direct Language Model Alignment from Online
-AI Feedback"), TRL's names.
-
-    for phase in range(total_phases):
-        rollout = rollout_phase()       # two completions of each prompt from the CURRENT policy
-        learning_phase(rollout)         # a reward model or a judge picks the winner; DPO loss
-
-No critic and no reward inside the loss: the preference is all the loss sees. With h the
-policy's log-ratio margin over the reference's,
-
-    h    = (log π(y_c) − log π(y_r)) − (log π_ref(y_c) − log π_ref(y_r))     (summed, masked log-probs)
-    sigmoid (DPO):  loss = −log σ(β h)
-    ipo:            loss = (h − 1/(2β))²
-
-Layout: pairs are consecutive rows — the two completions of prompt i are rows 2i and 2i+1 of the
-rollout (`make_rollout(num_generations=2)` is prompt-major). The reference's sequence log-probs
-come from the rollout (`rollout.ref_logprobs`), so learning needs no second reference forward.
-
-Pairs a judge cannot decide (−1) stay in the batch with weight 0 (`pair_weights`): every process
-then runs the same minibatches and the same backward passes, which DDP's all-reduces need.
-
-Logged with TRL's names and TRL's meanings (docs/fidelity.md): objective/kl is the mean over
-completions of the SEQUENCE sum of log π_old − log π_ref, objective/entropy the mean of −Σ_t log π_old,
-objective/scores the reward after the missing-EOS penalty. Masked: TRL's sums run over the padding
-after EOS too. (The loop's rollout/kl_full_vocab is our own per-token, full-vocabulary number.)
+"""Online DPO's formulas: the DPO (and IPO) loss on a pair's log-ratios, its implicit rewards, and how
+a pair's winner is chosen (by the reward or by a judge); tests/test_online_dpo.py checks each.
 """
 
 from __future__ import annotations
@@ -34,35 +11,10 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from rlhf_scratch.config import OnlineDPOArgs
-from rlhf_scratch.core.memory import minibatch_rows
 from rlhf_scratch.core.objectives import sequence_log_probs
 from rlhf_scratch.engine import distributed as dist
-from rlhf_scratch.engine.trainer import Trainer
-from rlhf_scratch.reward.judges import Judge, make_judge
-from rlhf_scratch.reward.tasks import RewardFn
+from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.rollout.phase import Rollout
-
-# Logged by Online DPO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
-DPO_METRICS = (
-    "loss/dpo",  # mean DPO loss over minibatches
-    "rewards/chosen",  # implicit reward β (log π(y_c) − log π_ref(y_c)), mean
-    "rewards/rejected",
-    "rewards/margins",  # chosen − rejected implicit reward
-    "rewards/accuracies",  # fraction of pairs whose chosen implicit reward is the larger
-    "logps/chosen",  # summed log π of the chosen completions
-    "logps/rejected",
-    "objective/kl",  # mean over completions of Σ_t (log π_old − log π_ref) on kept tokens (TRL's)
-    "objective/entropy",  # mean over completions of −Σ_t log π_old on kept tokens (TRL's)
-    "objective/non_score_reward",  # −β · objective/kl (TRL's)
-    "objective/rlhf_reward",  # mean of reward − β Σ_t (log π_old − log π_ref) (TRL's)
-    "objective/scores",  # mean reward, after the missing-EOS penalty (TRL's)
-    "objective/scores_margin",  # mean (chosen − rejected) reward over the decided pairs (what picked them)
-    "val/contain_eos_token",  # fraction of completions that produced EOS
-    "beta",
-    "judge/skipped",  # pairs the judge could not decide (-1) this phase, every rank's total (weight 0 in the loss)
-    "charts/skipped_steps",  # optimizer steps skipped this phase for a non-finite loss or gradient
-)
 
 
 class DPOLoss(NamedTuple):
@@ -196,64 +148,3 @@ def rollout_objective_stats(
     if decided > 0:
         stats["objective/scores_margin"] = (margin_sum / decided).item()
     return stats
-
-
-class OnlineDPOTrainer(Trainer):
-    """Online DPO of `args.model`: the reward of `args.task` (or `reward_fn`), or a judge, picks winners."""
-
-    METRICS = DPO_METRICS
-    args: OnlineDPOArgs
-
-    def __init__(self, args: OnlineDPOArgs, reward_fn: RewardFn | None = None, judge: Judge | None = None,
-                 quiet: bool = False):
-        super().__init__(args, reward_fn, quiet)
-        self.judge = judge or make_judge(args.judge, args.direction, self.device)
-
-    def rollout_phase(self) -> Rollout:
-        """Two completions of each of batch_size / 2 prompts, scored by the policy, the reference and the reward."""
-        return self.sample(num_generations=2)
-
-    def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        """Pick winners (reward or judge), then num_iterations passes over the pairs in minibatches,
-        each one ascent step on −loss; one scheduler step.
-
-        Every rank runs the same minibatches (a judge's undecided pairs weigh 0, they are not
-        dropped), and the loss of a step is normalised by the decided pairs of every rank, so
-        that DDP's mean of the ranks' gradients is the gradient of Σ_decided ℓ / #decided over
-        the global minibatch: what one process computes on all the pairs. A step with no decided
-        pair on any rank is skipped on every rank."""
-        args = self.args
-        if self.judge is None:
-            chosen, rejected = select_chosen(rollout.rewards)
-            weights = torch.ones(len(chosen), device=chosen.device)
-        else:
-            chosen, rejected, weights = select_chosen_by_judge(self.judge, rollout)
-        ref_logps = sequence_log_probs(rollout.ref_logprobs, rollout.completion_mask)
-
-        def objective(idx: Tensor) -> tuple[Tensor, dict[str, float]] | None:
-            c, r, w = chosen[idx], rejected[idx], weights[idx]
-            decided = w.sum()
-            decided_everywhere = dist.all_gather(decided.view(1)).sum()  # this step's decided pairs, all ranks
-            if decided_everywhere == 0:
-                return None  # the same on every rank: nobody steps
-            logps = self.sequence_log_probs(rollout, torch.cat([c, r]))
-            out = calc_dpo_loss(logps[: len(c)], logps[len(c):], ref_logps[c], ref_logps[r], args.beta, args.loss_type,
-                                weights=w)
-            # DDP averages the ranks' gradients: scale each rank's weighted mean by its share of the
-            # decided pairs (× 1.0 exactly in one process)
-            share = decided * dist.world_size() / decided_everywhere
-            if decided == 0:  # this rank steps with the others; its diagnostics are over decided pairs only
-                return -out.loss * share, {}
-            keep = w > 0
-            return -out.loss * share, {  # the optimizer ascends (maximize=True)
-                "loss/dpo": out.loss.item(),
-                **implicit_reward_stats(out.chosen_rewards[keep], out.rejected_rewards[keep]),
-                "logps/chosen": logps[: len(c)][keep].mean().item(),
-                "logps/rejected": logps[len(c):][keep].mean().item(),
-            }
-
-        pairs_per_minibatch = max(1, args.minibatch_size() // 2 // dist.world_size())  # this rank's share
-        num_minibatches = len(chosen) // pairs_per_minibatch
-        learned = self.ascend(minibatch_rows(len(chosen), num_minibatches, args.num_iterations), objective,
-                              total=num_minibatches * args.num_iterations)
-        return {**learned, **rollout_objective_stats(rollout, chosen, rejected, weights, args.beta), "beta": args.beta}
