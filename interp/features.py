@@ -26,13 +26,14 @@ corpus, cached under `$RLHF_SCRATCH_CACHE/saes`. The method and what it found: d
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+import tyro
 from transformer_lens import HookedTransformer
 
 from interp.crosscoder import CrosscoderSettings
@@ -50,8 +51,11 @@ from interp.sae import (
     site_hook,
 )
 from interp.sampling import SampleSettings
+from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
+from rlhf_scratch.config import ConfigError
+from rlhf_scratch.config.cli import parse_dataclass
+from rlhf_scratch.config.command import command
 from rlhf_scratch.engine.runs import LoadedRun, load_run
-from rlhf_scratch.models.policy import TransformerWithValueHead
 from rlhf_scratch.reward.model import is_reward_model_run, load_reward_model_run
 from rlhf_scratch.reward.tasks import make_reward_fn
 from rlhf_scratch.rollout.corpus import CorpusUnavailableError, cache_dir, lm_texts
@@ -114,114 +118,141 @@ def heads_of_run(run: LoadedRun, device: str = "cpu") -> HeadReads:
 # --- command line ---------------------------------------------------------------------------------
 
 
-def make_parser() -> argparse.ArgumentParser:
-    """The command's flags (`compare --features-crosscoder` builds each run's argv for it)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m interp.features",
-        description="What did RLHF change, in SAE features? Trains (or loads from the cache) an SAE on the reference "
-                    "model's activations at one site, diffs the tuned model's features against the reference's, "
-                    "steers and ablates; writes RUN_DIR/interp/features.html. Needs the `sae` extra.")
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by `python -m rlhf_scratch.train`")
-    parser.add_argument("--layer", type=int, default=None, help="block of the site (default n_layers // 2)")
-    parser.add_argument("--hook", default="resid_post", choices=HOOKS, help="the site's hook (default resid_post)")
-    parser.add_argument("--out", default=None, help="output folder (default RUN_DIR/interp)")
-    parser.add_argument("--cache-dir", default=None, help="SAE cache (default $RLHF_SCRATCH_CACHE/saes or ~/.cache/rlhf_scratch/saes)")
-    parser.add_argument("--dictionary", default=ARCHITECTURES[0], choices=ARCHITECTURES,
-                        help="SAE Lens architecture of the SAE (default %(default)s; standard = L1)")
-    parser.add_argument("--l1-coefficient", type=float, default=SAESettings.l1_coefficient,
-                        help="L1 penalty of --dictionary standard (default %(default)s, SAE Lens's)")
-    parser.add_argument("--d-sae", type=int, default=SAESettings.d_sae, help="SAE features (default %(default)s)")
-    parser.add_argument("--k", type=float, default=SAESettings.k, help="BatchTopK mean active features (default %(default)s)")
-    parser.add_argument("--training-tokens", type=int, default=SAESettings.training_tokens, help="default %(default)s")
-    parser.add_argument("--eval-batches", type=int, default=SAESettings.eval_batches, help="default %(default)s")
-    parser.add_argument("--top-n", type=int, default=10, help="top changed features shown, steered and ablated (default 10)")
-    parser.add_argument("--n-samples", type=int, default=64, help="samples per steering/ablation condition (default 64)")
-    parser.add_argument("--n-diff", type=int, default=64, help="completions per model for the diff (default 64)")
-    parser.add_argument("--n-snippets", type=int, default=300, help="validation snippets searched for examples (default 300)")
-    parser.add_argument("--no-reward", action="store_true", help="skip steering and ablation")
-    parser.add_argument("--crosscoder", action="store_true",
-                        help="also train a BatchTopK crosscoder on reference vs tuned at the site (shared / reference-only / "
-                             "tuned-only latents with latent scaling)")
-    parser.add_argument("--cc-latents", type=int, default=CrosscoderSettings.d_latent, help="crosscoder latents (default %(default)s)")
-    parser.add_argument("--cc-k", type=float, default=CrosscoderSettings.k, help="crosscoder BatchTopK k (default %(default)s)")
-    parser.add_argument("--cc-tokens", type=int, default=400_000,
-                        help="positions the crosscoder trains on, epochs over the cached ones (default %(default)s)")
-    parser.add_argument("--cc-positions", type=int, default=DiffLevels.crosscoder_positions,
-                        help="distinct train-split positions cached for the crosscoder (default %(default)s)")
-    parser.add_argument("--adl-k", type=int, default=DiffLevels.adl_k,
-                        help="first tokens per text the Activation Difference Lens averages (default %(default)s)")
-    parser.add_argument("--adl-texts", type=int, default=1000, help="validation snippets the ADL reads (default %(default)s; 0: none)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1; 0 = torch's default)")
-    return parser
+@dataclass
+class FeaturesArgs:
+    """What did RLHF change, in SAE features? Trains (or loads from the cache) an SAE on the reference
+    model's activations at one site, diffs the tuned model's features against the reference's, steers
+    and ablates; writes RUN_DIR/interp/features.html. Needs the `sae` extra."""
+
+    run_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")] = tyro.MISSING
+    """A run folder written by `python -m rlhf_scratch.train`."""
+    layer: int | None = None
+    """Block of the site (None: n_layers // 2)."""
+    hook: str = "resid_post"
+    """The site's hook, one of interp.sae.HOOKS."""
+    out: str | None = None
+    """Output folder (None: RUN_DIR/interp)."""
+    cache_dir: str | None = None
+    """SAE cache (None: $RLHF_SCRATCH_CACHE/saes or ~/.cache/rlhf_scratch/saes)."""
+    dictionary: str = ARCHITECTURES[0]
+    """SAE Lens architecture of the SAE, one of interp.sae.ARCHITECTURES (standard = L1)."""
+    l1_coefficient: float = SAESettings.l1_coefficient
+    """L1 penalty of --dictionary standard (SAE Lens's)."""
+    d_sae: int = SAESettings.d_sae
+    """SAE features."""
+    k: float = float(SAESettings.k)
+    """BatchTopK mean active features."""
+    training_tokens: int = SAESettings.training_tokens
+    """Tokens the SAE trains on."""
+    eval_batches: int = SAESettings.eval_batches
+    """Batches the SAE's quality is measured on."""
+    top_n: int = 10
+    """Top changed features shown, steered and ablated."""
+    n_samples: int = 64
+    """Samples per steering/ablation condition."""
+    n_diff: int = 64
+    """Completions per model for the diff."""
+    n_snippets: int = 300
+    """Validation snippets searched for examples."""
+    no_reward: bool = False
+    """Skip steering and ablation."""
+    crosscoder: bool = False
+    """Also train a BatchTopK crosscoder on reference vs tuned at the site (shared / reference-only /
+    tuned-only latents with latent scaling)."""
+    cc_latents: int = CrosscoderSettings.d_latent
+    """Crosscoder latents."""
+    cc_k: float = float(CrosscoderSettings.k)
+    """Crosscoder BatchTopK k."""
+    cc_tokens: int = 400_000
+    """Positions the crosscoder trains on, epochs over the cached ones."""
+    cc_positions: int = DiffLevels.crosscoder_positions
+    """Distinct train-split positions cached for the crosscoder."""
+    adl_k: int = DiffLevels.adl_k
+    """First tokens per text the Activation Difference Lens averages."""
+    adl_texts: int = 1000
+    """Validation snippets the ADL reads (0: none)."""
+    device: str = "cpu"
+    """Where the models run."""
+    threads: int = 1
+    """Torch CPU threads (0 = torch's default)."""
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
-
-    def fail(message: str) -> int:
-        print(f"interp.features: error: {message}", file=sys.stderr)
-        return 2
-
-    run_dir = Path(args.run_dir)
+def parse_args(argv: list[str]) -> FeaturesArgs:
+    """The command's flags (tyro; `compare --features-crosscoder` builds each run's argv for it),
+    every one checked before anything is loaded: one ConfigError line naming the flag."""
+    args = parse_dataclass(FeaturesArgs, argv, default=None, prog="python -m interp.features",
+                           description=" ".join(FeaturesArgs.__doc__.split()))
+    for name, allowed in (("hook", HOOKS), ("dictionary", ARCHITECTURES)):
+        if getattr(args, name) not in allowed:
+            raise ConfigError(f"--{name}: must be one of {', '.join(allowed)}; got {getattr(args, name)!r}")
     for name in ("d_sae", "training_tokens", "top_n", "n_samples", "n_diff", "eval_batches", "cc_latents", "cc_tokens",
                  "cc_positions", "adl_k"):
         if getattr(args, name) < 1:
-            return fail(f"--{name.replace('_', '-')}: must be >= 1; got {getattr(args, name)}")
+            raise ConfigError(f"--{name.replace('_', '-')}: must be >= 1; got {getattr(args, name)}")
     if args.k <= 0 or args.k > args.d_sae:
-        return fail(f"--k: must be in (0, --d-sae]; got {args.k}")
+        raise ConfigError(f"--k: must be in (0, --d-sae]; got {args.k}")
     if args.cc_k <= 0 or args.cc_k > args.cc_latents:
-        return fail(f"--cc-k: must be in (0, --cc-latents]; got {args.cc_k}")
+        raise ConfigError(f"--cc-k: must be in (0, --cc-latents]; got {args.cc_k}")
     if args.l1_coefficient < 0:
-        return fail(f"--l1-coefficient: must be >= 0; got {args.l1_coefficient}")
+        raise ConfigError(f"--l1-coefficient: must be >= 0; got {args.l1_coefficient}")
     if args.n_snippets < 0 or args.threads < 0 or args.adl_texts < 0:
-        return fail("--n-snippets, --adl-texts and --threads: must be >= 0")
+        raise ConfigError("--n-snippets, --adl-texts and --threads: must be >= 0")
+    run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
-        return fail(f"{run_dir}: no such run folder")
+        raise ConfigError(f"{run_dir}: no such run folder")
     if not (run_dir / "config.json").is_file():
-        return fail(f"{run_dir} is not a run folder (no config.json)")
+        raise ConfigError(f"{run_dir} is not a run folder (no config.json)")
     out = Path(args.out) if args.out else run_dir / "interp"
     if out.exists() and not out.is_dir():
-        return fail(f"--out: {out} is a file, not a folder")
+        raise ConfigError(f"--out: {out} is a file, not a folder")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command: `command()` owns its one-line errors and exit codes."""
+    return command(parse_args, run, argv)
+
+
+def run(args: FeaturesArgs) -> int:
+    """Train or load the SAE, diff, steer and ablate; write features.html."""
+
+    run_dir = Path(args.run_dir)
+    out = Path(args.out) if args.out else run_dir / "interp"
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    try:
-        require_sae_lens()
-        run = load_run(run_dir, device=args.device)
-        n_layers = run.reference.cfg.n_layers
-        layer = n_layers // 2 if args.layer is None else args.layer
-        if not 0 <= layer < n_layers:
-            return fail(f"--layer: must be in 0..{n_layers - 1}; got {layer}")
-        hook_name = site_hook(layer, args.hook)
-        prompts = load_prompts(run.args.prompts, run.args.prefix, run.args.seed)[:256]
-        reward_fn = None
-        if not args.no_reward:
-            reward_fn = make_reward_fn(run.args, device=args.device)
-        settings = SAESettings(d_sae=args.d_sae, k=args.k, training_tokens=args.training_tokens,
-                               eval_batches=args.eval_batches, architecture=args.dictionary,
-                               l1_coefficient=args.l1_coefficient)
-        sae, quality, folder, cached = load_or_train_sae(run.reference, hook_name, settings, args.cache_dir)
-        print(f"SAE {'loaded from' if cached else 'trained and cached in'} {folder}", file=sys.stderr)
-        val = review_texts("val")
-        quality_tuned = evaluate_sae(sae, run.tuned, val, settings)  # the same SAE on the tuned model's activations
-        snippets = val[: args.n_snippets] if args.n_snippets else []
-        crosscoder = None
-        if args.crosscoder:
-            crosscoder = CrosscoderSettings(d_latent=args.cc_latents, k=args.cc_k, training_tokens=args.cc_tokens,
-                                            seed=run.args.seed)
-        levels = DiffLevels(adl_texts=val[: args.adl_texts], adl_k=args.adl_k, crosscoder=crosscoder,
-                            crosscoder_texts=review_texts("train") if args.crosscoder else (),
-                            crosscoder_positions=args.cc_positions, heads=heads_of_run(run, args.device))
-        out.mkdir(parents=True, exist_ok=True)
-        summary = make_features_report(
-            run.reference, run.tuned, sae, quality, prompts, out, reward_fn,
-            SampleSettings.from_args(run.args, args.n_samples, run.args.seed), n_diff=args.n_diff,
-            top_n=args.top_n, snippet_texts=snippets, title=f"What did RLHF change? Features: {run_dir.name}",
-            extra={"run": str(run_dir), "algo": run.args.algo, "sae_cache": str(folder)}, levels=levels,
-            quality_tuned=quality_tuned)
-    except (FeaturesError, ValueError, OSError, RuntimeError) as err:  # RunFolderError, PromptError, corpus, Hub
-        print(f"interp.features: error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
-        return 2
+    require_sae_lens()
+    run = load_run(run_dir, device=args.device)
+    n_layers = run.reference.cfg.n_layers
+    layer = n_layers // 2 if args.layer is None else args.layer
+    if not 0 <= layer < n_layers:
+        raise ConfigError(f"--layer: must be in 0..{n_layers - 1}; got {layer}")
+    hook_name = site_hook(layer, args.hook)
+    prompts = load_prompts(run.args.prompts, run.args.prefix, run.args.seed)[:256]
+    reward_fn = None
+    if not args.no_reward:
+        reward_fn = make_reward_fn(run.args, device=args.device)
+    settings = SAESettings(d_sae=args.d_sae, k=args.k, training_tokens=args.training_tokens,
+                           eval_batches=args.eval_batches, architecture=args.dictionary,
+                           l1_coefficient=args.l1_coefficient)
+    sae, quality, folder, cached = load_or_train_sae(run.reference, hook_name, settings, args.cache_dir)
+    print(f"SAE {'loaded from' if cached else 'trained and cached in'} {folder}", file=sys.stderr)
+    val = review_texts("val")
+    quality_tuned = evaluate_sae(sae, run.tuned, val, settings)  # the same SAE on the tuned model's activations
+    snippets = val[: args.n_snippets] if args.n_snippets else []
+    crosscoder = None
+    if args.crosscoder:
+        crosscoder = CrosscoderSettings(d_latent=args.cc_latents, k=args.cc_k, training_tokens=args.cc_tokens,
+                                        seed=run.args.seed)
+    levels = DiffLevels(adl_texts=val[: args.adl_texts], adl_k=args.adl_k, crosscoder=crosscoder,
+                        crosscoder_texts=review_texts("train") if args.crosscoder else (),
+                        crosscoder_positions=args.cc_positions, heads=heads_of_run(run, args.device))
+    out.mkdir(parents=True, exist_ok=True)
+    summary = make_features_report(
+        run.reference, run.tuned, sae, quality, prompts, out, reward_fn,
+        SampleSettings.from_args(run.args, args.n_samples, run.args.seed), n_diff=args.n_diff,
+        top_n=args.top_n, snippet_texts=snippets, title=f"What did RLHF change? Features: {run_dir.name}",
+        extra={"run": str(run_dir), "algo": run.args.algo, "sae_cache": str(folder)}, levels=levels,
+        quality_tuned=quality_tuned)
     for line in summary["headline"]:
         print(line)
     print(f"wrote {out / 'features.html'} in {summary['seconds']:.1f} s")

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
+from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
 from rlhf_scratch.core.objectives import generated_span
 from rlhf_scratch.models.loading import load_lm
-from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
 from rlhf_scratch.models.static_cache import StaticCacheDecoder, unsupported_reason
 from rlhf_scratch.rollout.generation import (
     TransformerLensCacheDecoder,

@@ -15,9 +15,9 @@ from interp.features import heads_of_run
 from interp.head_reads import HEAD_SITE, HeadReader, HeadReads, head_reads, read_direction, site_direction
 from interp.levels import DiffLevels, levels_headline, levels_html, other_levels
 from interp.toy import toy_model, toy_tokenizer
+from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
 from rlhf_scratch.config import CommonArgs
 from rlhf_scratch.engine.runs import LoadedRun
-from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
 
 
 @pytest.fixture(scope="module")
