@@ -186,19 +186,22 @@ def test_the_dictionary_and_crosscoder_flags_reach_each_runs_features_command(tm
     """What compare hands `python -m interp.features` for each run, parsed by that command's own parser
     (its features.json then records them: sae.settings.architecture, crosscoder.settings — pinned in
     test_interp_features' end-to-end test)."""
-    from interp.features import make_parser
+    from interp.features import parse_args
     from rlhf_scratch.studies.compare_features import run_pages_argv
 
     args = compare_args(["sentiment", "--features", "--features-dictionary", "standard", "--features-crosscoder",
                          "--features-cc-latents", "32", "--features-cc-k", "4", "--features-cc-tokens", "4096",
                          "--features-d-sae", "64", "--features-tokens", "4096", "--features-layer", "1",
                          "--features-top", "3", "--features-eval-batches", "2", "--threads", "2"])
-    got = make_parser().parse_args(run_pages_argv(args, tmp_path / "runs" / "ppo-s1"))
+    for run in (tmp_path / "runs" / "ppo-s1", tmp_path):  # the command checks it is given a run folder
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "config.json").write_text("{}")
+    got = parse_args(run_pages_argv(args, tmp_path / "runs" / "ppo-s1"))
     assert got.run_dir == str(tmp_path / "runs" / "ppo-s1")
     assert (got.dictionary, got.crosscoder, got.cc_latents, got.cc_k, got.cc_tokens) == ("standard", True, 32, 4, 4096)
     assert (got.d_sae, got.training_tokens, got.layer, got.top_n, got.eval_batches, got.threads) == (64, 4096, 1, 3, 2, 2)
     assert got.cache_dir is None, "the comparison's SAE cache: each run's page loads the view's SAE"
-    default = make_parser().parse_args(run_pages_argv(compare_args(["sentiment", "--features"]), tmp_path))
+    default = parse_args(run_pages_argv(compare_args(["sentiment", "--features"]), tmp_path))
     assert (default.dictionary, default.crosscoder, default.layer) == ("batchtopk", False, None)
 
 
