@@ -179,7 +179,7 @@ def asset_folder(name: str) -> Path:
 def tiny_sentiment_reward(device: str):
     """The tiny classifier's P(positive | prompt + completion) as a TRL reward function: our
     `train sentiment` reward (rewards.SentimentReward("tiny")), built from transformers alone so the
-    TRL process imports nothing TRL would not (tests/test_bench_summary.py checks the two agree)."""
+    TRL process imports nothing TRL would not (tests/unit/test_bench_summary.py checks the two agree)."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 

@@ -56,7 +56,7 @@ if [ "$DEVICE" = cpu ]; then SHAPE=tiny; QUICK=--quick; SYSTEMS=ours-ppo; ROUNDS
 else SHAPE=gpt2-small; QUICK=; SYSTEMS=ours-ppo,ours-rloo,ours-grpo,trl-rloo,trl-grpo; ROUNDS=4; PHASES=100; fi
 
 run "1. cuda tests" 80 python3 -m pytest -p no:cacheprovider -o addopts="" -q -m cuda -rA \
-  tests/test_generation.py tests/test_fast_forward.py
+  tests/integration/test_generation.py tests/integration/test_fast_forward.py
 run "2. gpu_speed ($SHAPE)" 100 python3 benchmarks/gpu_speed.py --device "$DEVICE" --shape "$SHAPE" $QUICK \
   --sections peak,learn,decode,round --json "$OUT/gpu_speed.json"
 run "3. beside TRL, tiny preset" 150 python3 benchmarks/bench_trl.py --device "$DEVICE" --threads 0 --repeats 1 \

@@ -11,7 +11,7 @@ each is a Python → C++ round trip), on a 16 × 35 batch with two left-padded r
 
 A forward is tokens → logits [batch, pos, d_vocab] in float32 (for ours: `fast_final_hidden`, then
 the unembedding); the backward is that of `logits.sum()`. The models are in eval mode (no dropout,
-so HF's count has no dropout ops) with gradients on. tests/test_fast_forward.py fails if ours rises
+so HF's count has no dropout ops) with gradients on. tests/integration/test_fast_forward.py fails if ours rises
 above the count recorded in benchmarks/kernel_count_tiny.json.
 """
 

@@ -267,7 +267,7 @@ for name in ("k1_reward", "k1_reward_sampler", "k1_reward_is"):
     print(f"  {name:18s} error {e['rel_error']:.2e}, variance per completion {e['variance']:.2f}")"""),
     ("md", "offpolicy-answer-2", """\
 No weight fixes top-k. The completions the sampler cuts are never drawn, so full IS follows the
-gradient of J restricted to the sampler's support, not ∇J (`tests/test_exact_offpolicy.py` checks
+gradient of J restricted to the sampler's support, not ∇J (`tests/unit/test_exact_offpolicy.py` checks
 this identity exactly). The fix is to score with the distribution sampled. For the KL, only
 the weighted one is exact: E_q[w k1 ∇log π] = Σ_y π k1 ∇log π = ∇KL(π‖π_ref). This is an unbiased
 off-policy, sequence-level reverse-KL gradient, and it costs variance. The full off-policy tables,

@@ -1,4 +1,11 @@
-"""Shared test setup: the Hub is never reached, and small random models for unit tests."""
+"""Shared test setup: the Hub is never reached, and small random models for unit tests.
+
+The suite in three tiers, one folder each (README "Test" and CONTRIBUTING state their times):
+    tests/unit/         functions against hand-worked numbers, no whole runs: the contributor's loop
+    tests/integration/  whole runs, commands, resume, the controller, pages (its `slow` tests marked)
+    tests/slow/         notebooks, torchrun, the TRL peer check (every test marked slow by this file)
+The support modules (toy_algorithm, distributed_worker, kill_sweep) stay in tests/, on sys.path.
+"""
 
 import os
 
@@ -28,6 +35,8 @@ def pytest_collection_modifyitems(config, items):
     run longer), so that the two workers finish together instead of one executing five notebooks at
     the end."""
     for item in items:
+        if item.path.parent.name == "slow":  # tests/slow/: the tier is the marker (-m "not slow" leaves it out)
+            item.add_marker(pytest.mark.slow)
         notebook = item.path.name == "test_notebooks.py" and "[" in item.nodeid
         item.add_marker(pytest.mark.xdist_group(item.nodeid if notebook else item.path.name))
     notebooks = [item for item in items if item.path.name == "test_notebooks.py"]

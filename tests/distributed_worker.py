@@ -1,4 +1,4 @@
-"""Run by tests/test_distributed.py, under torchrun or alone: one learning phase of `algo` on a
+"""Run by tests/slow/test_distributed.py, under torchrun or alone: one learning phase of `algo` on a
 saved rollout, each process on its contiguous share of the rows; rank 0 saves the gradients.
 
     torchrun --nproc-per-node 2 tests/distributed_worker.py ALGO ROLLOUT.pt GRADS.pt

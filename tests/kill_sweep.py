@@ -4,7 +4,7 @@ as its docs and its error line say, and its output is checked against an uninter
     python tests/kill_sweep.py --instants 3 --json benchmarks/kill_sweep_<date>.json   # every case
     python tests/kill_sweep.py --cases train-ppo --instants 1                          # one
 
-tests/test_kill_sweep.py runs a quick version (one case, one instant) in the default tier and the
+tests/integration/test_kill_sweep.py runs a quick version (one case, one instant) in the default tier and the
 whole sweep at fewer instants in the slow tier. For each case:
 
 1. the command runs uninterrupted once (the reference, and its wall time W);

@@ -1,7 +1,7 @@
 """A toy algorithm, registered only while a test runs it: the proof that every test list of
 algorithms comes from the registry. A registered algorithm — this one — goes through the contract
-test (tests/test_contract.py), the resume test (tests/test_resume.py) and the two-process test
-(tests/test_distributed.py) with no line of those tests naming it.
+test (tests/integration/test_contract.py), the resume test (tests/integration/test_resume.py) and the two-process test
+(tests/slow/test_distributed.py) with no line of those tests naming it.
 
 REINFORCE with the batch-mean baseline, the smallest whole algorithm over the shared scaffolding:
 

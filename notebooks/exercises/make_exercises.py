@@ -3,7 +3,7 @@
 Each exercise is three cells: the formula and what to watch for (markdown), a stub with the
 solution's signature and docstring that raises NotImplementedError (tagged `exercise`), and
 `check_<name>(<name>)` (tagged `check`); both code cells carry `metadata["exercise"] = <name>`.
-The tags are what tests/test_course_checks.py reads: it swaps each stub for the package's solution
+The tags are what tests/integration/test_course_checks.py reads: it swaps each stub for the package's solution
 and executes the notebook, and it checks that every shipped stub still raises.
 
 Edit the text here, not in the notebooks, then run this file (the test compares the two).

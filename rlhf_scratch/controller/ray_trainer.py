@@ -13,7 +13,7 @@ trainer/ppo/ray_trainer.py, written from scratch over the package's own pieces).
 Each line is one call on the driver; the worker group splits the batch over its ranks, runs the
 method on each and collects in order (`decorator.register`). The metrics are the in-process
 loop's (`loop.rollout_metrics`, `heldout.heldout_metrics`, the trainer's learning phase), so a run
-here and an in-process run at the same seed log the same numbers (tests/test_controller.py).
+here and an in-process run at the same seed log the same numbers (tests/integration/test_controller.py).
 
 Placement: `colocated` — every role in one process per rank (`create_colocated_worker_cls`), the
 default; `split` — the reward model in a pool of its own processes, the actor (with its rollout,

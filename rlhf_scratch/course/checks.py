@@ -68,7 +68,7 @@ REFERENCES: dict[str, Reference] = {
     "calc_reward_model_loss": Reference(
         "rlhf_scratch.reward.model", "(chosen_rewards, rejected_rewards, margin=None, center_rewards_coefficient=None)"),
     # exercises 03: the solutions are written for reading in course/solutions.py (plain torch, a loop where
-    # the formula is a loop); tests/test_course_checks.py checks each against the package's function
+    # the formula is a loop); tests/integration/test_course_checks.py checks each against the package's function
     "compute_gae_advantages": Reference(
         "rlhf_scratch.course.solutions", "(values, rewards, prefix_len, gamma, gae_lambda, mask=None)"),
     "explained_variance": Reference("rlhf_scratch.course.solutions", "(values, returns, mask=None)"),

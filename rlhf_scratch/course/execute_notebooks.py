@@ -47,11 +47,11 @@ NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 
 EXCLUDED: dict[str, str] = {
     "exercises/01_ppo_objective_exercises.ipynb":
-        "stubs raise NotImplementedError; tests/test_course_checks.py executes it with the solutions",
+        "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
     "exercises/02_beyond_ppo_exercises.ipynb":
-        "stubs raise NotImplementedError; tests/test_course_checks.py executes it with the solutions",
+        "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
     "exercises/03_components_exercises.ipynb":
-        "stubs raise NotImplementedError; tests/test_course_checks.py executes it with the solutions",
+        "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
 }
 """Notebooks (path relative to `notebooks/`) the suite does not execute as they are, each with why."""
 

@@ -1,7 +1,7 @@
 """Solutions of exercises 03, written to be read: plain torch, one step per line, a loop where the
 formula is a loop. The package's own versions do the same work for every shape and device
 (`rlhf_scratch.core.advantages.compute_gae_advantages`, `rlhf_scratch.core.objectives.explained_variance`,
-`interp.residual.component_logit_diff` on a whole cache); tests/test_course_checks.py checks that
+`interp.residual.component_logit_diff` on a whole cache); tests/integration/test_course_checks.py checks that
 each solution passes its check and agrees with the package's on random inputs.
 
 Read one after your own passes its check.

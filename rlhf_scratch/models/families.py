@@ -7,7 +7,7 @@ it through TransformerLens exactly as it would load the real checkpoint (`loadin
 Two shapes per family:
 - `tiny`: 2 layers, d_model 64, the family's real features switched on (rotary, RMSNorm, grouped
   K/V heads, gated MLP, parallel attention, tied or untied embeddings) and the shipped tiny
-  tokenizer: the offline test matrix (tests/test_model_families.py), seconds a run.
+  tokenizer: the offline test matrix (tests/integration/test_model_families.py), seconds a run.
 - `real`: the published shape of one checkpoint of the family (GPT-2 small, Pythia-160M/410M,
   Qwen2.5-0.5B, Llama-3.2-1B, Gemma-2B), with its real vocabulary size: what docs/models.md
   measures parameters, memory and time on. The weights are random, so only sizes and speed mean

@@ -230,7 +230,7 @@ def unreadable_weights(folder: Path, field: str):
 
 
 # model_type of a local --model folder -> its family, as docs/models.md names it. Each is tested
-# offline (tests/test_model_families.py): loaded, equal to the HF model's log-probs, trained.
+# offline (tests/integration/test_model_families.py): loaded, equal to the HF model's log-probs, trained.
 LOCAL_FAMILIES = {"gpt2": "GPT-2", "gpt_neox": "GPT-NeoX (Pythia)", "llama": "Llama", "qwen2": "Qwen2",
                   "gemma": "Gemma"}
 

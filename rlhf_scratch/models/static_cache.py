@@ -41,7 +41,7 @@ It uses the HookedTransformer's own modules for the token embedding, the LayerNo
 MLPs, and its own W_pos, W_Q/W_K/W_V/W_O/b_* and W_U/b_U, the last two sets laid out once per
 `generate` call for plain matrix products (`DecodeWeights`). Hooks do not run: a model with hooks attached
 decodes through TransformerLens (see `generation.generate`). It equals TransformerLens' full
-forward to < 1e-5 (4e-6 measured) on the tiny LM (tests/test_generation.py).
+forward to < 1e-5 (4e-6 measured) on the tiny LM (tests/integration/test_generation.py).
 
 Supported: what GPT-2 is — LayerNorm (folded or not), learned absolute positions, a dense MLP
 module, causal multi-head attention with one K/V per head. Anything else (`unsupported_reason`)

@@ -40,7 +40,7 @@ the usual planning figure (t's in place of the normal z's of the textbook n = ((
 **t's quantile and CDF** come from scipy.stats.t when scipy is installed (it is not a dependency
 of the package), else from `_t_sf` here: the regularized incomplete beta function by its continued
 fraction (Numerical Recipes §6.4), P(T > t) = ½ I_{ν/(ν+t²)}(ν/2, ½), and the quantile by bisection.
-The two agree to 1e-8 (tests/test_study_stats.py).
+The two agree to 1e-8 (tests/unit/test_study_stats.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Online DPO's formulas: the DPO (and IPO) loss on a pair's log-ratios, its implicit rewards, and how
-a pair's winner is chosen (by the reward or by a judge); tests/test_online_dpo.py checks each.
+a pair's winner is chosen (by the reward or by a judge); tests/integration/test_online_dpo.py checks each.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """RLOO's formulas: the KL-shaped reward, the leave-one-out advantage and the clipped sequence-ratio
-objective (the table in `rloo/trainer.py`'s docstring; tests/test_rloo.py checks each by hand).
+objective (the table in `rloo/trainer.py`'s docstring; tests/integration/test_rloo.py checks each by hand).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The over-optimisation study's formulas, each checked by hand in tests/test_overoptimization.py:
+"""The over-optimisation study's formulas, each checked by hand in tests/integration/test_overoptimization.py:
 best-of-n's KL and its exact expectation over n-subsets, Gao et al.'s functional forms fitted by
 least squares (and when such a fit may be reported), a curve read at a given d, and the standard
 error of one evaluation's gold. Pure Python (numpy for the fit): no torch, no files.

@@ -23,7 +23,7 @@ from nbclient import NotebookClient
 
 from rlhf_scratch.course import checks
 
-EXERCISES = Path(__file__).parent.parent / "notebooks" / "exercises"
+EXERCISES = Path(__file__).parents[2] / "notebooks" / "exercises"
 EXERCISE_NOTEBOOKS = sorted(EXERCISES.glob("*.ipynb"))
 
 

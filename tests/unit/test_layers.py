@@ -16,7 +16,7 @@ import pytest
 
 import rlhf_scratch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RANK = {
     "config": 0, "core": 1, "pages": 1, "models": 2, "rollout": 3, "reward": 4, "engine": 5,
     "algorithms": 6, "controller": 7, "interp": 8, "microscope": 8, "course": 9, "studies": 10, "commands": 10,

@@ -15,14 +15,14 @@ import torch
 from rlhf_scratch.config import ConfigError, make_args, registry
 from rlhf_scratch.engine import distributed as dist
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the support modules
 from distributed_worker import make_trainer  # noqa: E402
 from toy_algorithm import TOY, algorithms, registered, small_settings  # noqa: E402
 
 pytestmark = pytest.mark.slow  # whole processes: the quick loop (-m 'not slow') skips them
 
-WORKER = Path(__file__).parent / "distributed_worker.py"
-TOY_FILE = Path(__file__).parent / "toy_algorithm.py"
+WORKER = Path(__file__).parents[1] / "distributed_worker.py"
+TOY_FILE = Path(__file__).parents[1] / "toy_algorithm.py"
 TIMEOUT = 240  # seconds: a hang (a rank waiting on a collective the other never joins) fails, not blocks
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: kill_sweep.py
 
 
 def kill_sweep():

@@ -21,7 +21,7 @@ import torch
 
 from rlhf_scratch.models.loading import asset_path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY_RUN = ["--total-phases", "1", "--batch-size", "8", "--num-minibatches", "2", "--gen-len", "5",
             "--warmup-steps", "0", "--threads", "1", "--save-every", "1"]
 

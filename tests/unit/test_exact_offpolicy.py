@@ -2,7 +2,7 @@
 is not the learner, checked against exact numbers, and TRL 1.16's importance-sampling correction run
 from TRL's own source on the same numbers.
 
-The environment is the small one of tests/test_exact.py (4 tokens with EOS, at most 3, 2 prompts: 80
+The environment is the small one of tests/integration/test_exact.py (4 tokens with EOS, at most 3, 2 prompts: 80
 completions), under the sentiment reward (every token matters, so a step along ∇J moves every row
 and the stale samplers differ from the learner at every position). The learner is the end of a
 history of 4 steps of length 0.6 along the true gradient. Expectations over the sampler are exact sums

@@ -95,7 +95,7 @@ GEN_LEN = 8
 
 
 def test_the_pinned_trl_is_installed():
-    assert trl.__version__ == TRL_VERSION, f"tests/test_vs_trl.py reads TRL {TRL_VERSION}'s code; found {trl.__version__}"
+    assert trl.__version__ == TRL_VERSION, f"tests/slow/test_vs_trl.py reads TRL {TRL_VERSION}'s code; found {trl.__version__}"
 
 
 # --- models ---------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from rlhf_scratch.course import execute_notebooks as ex
 
-NOTEBOOK_DIR = Path(__file__).parent.parent / "notebooks"
+NOTEBOOK_DIR = Path(__file__).parents[2] / "notebooks"
 
 PLOT = "import matplotlib.pyplot as plt\nplt.figure(figsize=(2, 1)); plt.plot([0, 1]); plt.show()"
 

@@ -14,7 +14,7 @@ from nbclient import NotebookClient
 
 from rlhf_scratch.course.execute_notebooks import EXCLUDED, notebook_paths, notebooks_in
 
-NOTEBOOK_DIR = Path(__file__).parent.parent / "notebooks"
+NOTEBOOK_DIR = Path(__file__).parents[2] / "notebooks"
 
 NOTEBOOKS = notebook_paths(NOTEBOOK_DIR)  # discovery and EXCLUDED: rlhf_scratch/course/execute_notebooks.py
 

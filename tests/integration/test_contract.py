@@ -14,7 +14,7 @@ from rlhf_scratch.config import registry
 from rlhf_scratch.core.memory import minibatch_rows
 from rlhf_scratch.engine.contract import TrainerContract
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = dict(batch_size=8, num_minibatches=2, gen_len=5, total_phases=1, save_every=0, save_model=False)
 
 

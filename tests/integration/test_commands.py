@@ -13,7 +13,7 @@ from rlhf_scratch.commands.main import COMMANDS, main
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.config.command import command
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 NOT_COMMANDS = {  # modules run with `python -m` that are not a user's command, and why
     "rlhf_scratch/commands/main.py": "the front door itself",

@@ -3,7 +3,7 @@ LUSPO's sum, CISPO's capped weight, SAPO's gate, VESPO's Gamma weight), two-side
 entropy bonus, the k3 KL and TRL's ratio-weighted k3 (value and gradient) by hand; the clip metrics;
 truncated completions masked; the clipped side has no gradient; a bandit that learns (and one with
 the sign flipped that does not); TRL's start warnings; the trainer's learning phase checked by hand;
-an end-to-end run from the command line. (TRL's own code against ours: tests/test_vs_trl.py.)"""
+an end-to-end run from the command line. (TRL's own code against ours: tests/slow/test_vs_trl.py.)"""
 
 import json
 import math
@@ -502,7 +502,7 @@ def test_a_bad_field_is_one_line_naming_it(field, value):
 
 def test_steps_per_generation_is_trls_name_for_our_minibatches():
     """No gradient accumulation here: TRL's steps_per_generation (optimizer steps per generation batch)
-    is num_minibatches. Given, it sets it; unset, our 4 stand (TRL's own default is 1: tests/test_vs_trl.py)."""
+    is num_minibatches. Given, it sets it; unset, our 4 stand (TRL's own default is 1: tests/slow/test_vs_trl.py)."""
     assert make_args("tiny", "grpo").num_minibatches == 4
     args = make_args("tiny", "grpo", steps_per_generation=1)
     assert (args.num_minibatches, args.minibatch_size()) == (1, 64), "one on-policy step on the whole batch, as TRL"

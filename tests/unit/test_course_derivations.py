@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PAGE = Path(__file__).parent.parent / "docs" / "derivations.md"
+PAGE = Path(__file__).parents[2] / "docs" / "derivations.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
 
 

@@ -234,7 +234,7 @@ def test_interp_report_runs_on_every_family(family, ppo_run, capsys):
     is finite, and the summary's own identities hold on this family — the residual decomposition adds
     up to the logit difference, and the logit lens at the last site is the model's output (reference
     and tuned; the values are rounded to 4 decimals and random-init logit differences are ~0.02 nats,
-    so these catch a lost block, not a lost bias: tests/test_interp_families.py checks every sum
+    so these catch a lost block, not a lost bias: tests/unit/test_interp_families.py checks every sum
     exactly, on scaled-up weights). Red if: an analysis crashes or refuses on rotary, RMSNorm, grouped
     K/V heads, gated MLPs or parallel blocks, or the CLI's pieces disagree with each other."""
     from interp.report import main
@@ -261,7 +261,7 @@ SMALL_SAE = ["--layer", "1", "--d-sae", "64", "--k", "4", "--training-tokens", "
 
 # Found by this test (2026-11-27): interp.model_diff.as_matrix took TransformerLens' grouped K/V
 # biases _b_K/_b_V for matrices and the page could not format their infinite relative update (a
-# TypeError on Llama, Qwen2 and Gemma); fixed there (tests/test_interp_model_diff.py pins it).
+# TypeError on Llama, Qwen2 and Gemma); fixed there (tests/unit/test_interp_model_diff.py pins it).
 
 
 @pytest.mark.slow

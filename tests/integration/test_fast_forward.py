@@ -38,7 +38,7 @@ from rlhf_scratch.models.fast_forward import (
 from rlhf_scratch.models.loading import load_lm
 from rlhf_scratch.models.lora import adapters, add_lora
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
