@@ -4,7 +4,7 @@
     P(chosen ≻ rejected) = σ(r_θ(chosen) − r_θ(rejected))                    (Bradley–Terry)
     loss = mean −log σ(r_c − r_r − m) + c · mean((r_c + r_r)²)               (TRL's RewardTrainer)
 
-The head reads the same vector as PPO's value head (`model.TransformerWithValueHead`) and the
+The head reads the same vector as PPO's value head (`algorithms.ppo.policy.TransformerWithValueHead`) and the
 unembedding: the residual stream after the final LayerNorm. It reads it at the last token the
 tokenizer kept (right padding, so the causal mask alone keeps the padding out of every kept
 token's computation), which is where `GPT2ForSequenceClassification` reads its `score` head too,
