@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reward-model": ("rlhf_scratch.commands.reward_model", "a Bradley-Terry reward model trained on preference pairs"),
     "overoptimization": ("rlhf_scratch.commands.overoptimization", "the Gao et al. reward over-optimisation study"),
     "length": ("rlhf_scratch.studies.length", "GRPO's length bias on a right/wrong task, over seeds"),
+    "features-seeds": ("rlhf_scratch.studies.features_seeds", "the features view's claims over seeds, replicated or not"),
     "report": ("interp.report", "the interpretability report of a run: logits, residual, heads, neurons"),
     "features": ("interp.features", "sparse-autoencoder features of what RLHF changed"),
     "exact": ("rlhf_scratch.microscope.cli", "every gradient estimator against the exact gradient (the microscope)"),

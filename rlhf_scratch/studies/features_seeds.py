@@ -19,11 +19,17 @@ over the seeds (`stats.verdict`'s rule: its interval excludes 0, or the two inte
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
+import tyro
+
+from rlhf_scratch.config import ConfigError
+from rlhf_scratch.config.cli import parse_dataclass
+from rlhf_scratch.config.command import command
 from rlhf_scratch.studies.stats import mean_interval, paired_difference
 
 FEATURES_JSON = Path("interp") / "features" / "features.json"
@@ -104,27 +110,50 @@ def report(runs: list[Path], summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders, each with interp/features/features.json")
-    parser.add_argument("--out", type=Path, help="write the page here (markdown) and its JSON beside it")
-    opts = parser.parse_args(argv)
+@dataclass
+class FeaturesSeedsArgs:
+    """The features view over seeds: which of its claims replicate across runs of one recipe."""
+
+    runs: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="RUN ...")] = tyro.MISSING
+    """Run folders, each with interp/features/features.json (one per seed of the same recipe)."""
+    out: str | None = None
+    """Write the page here (markdown) and its JSON beside it; an existing file is never overwritten."""
+
+
+def parse_args(argv: list[str]) -> FeaturesSeedsArgs:
+    """The flags (tyro), checked before anything is read: one ConfigError line naming the field."""
+    args = parse_dataclass(FeaturesSeedsArgs, argv, default=None, prog="python -m rlhf_scratch.studies.features_seeds",
+                           description=" ".join(FeaturesSeedsArgs.__doc__.split()))
+    if not args.runs:
+        raise ConfigError("runs: give at least one run folder")
+    if args.out and Path(args.out).exists():
+        raise ConfigError(f"out: {args.out} exists; not overwritten")
+    return args
+
+
+def run(args: FeaturesSeedsArgs) -> int:
+    """Read each run's features.json, print the page, and write it (with its JSON) to --out."""
+    runs = [Path(r) for r in args.runs]
     try:
-        rows = [read_run(r) for r in opts.runs]
-    except (FileNotFoundError, ValueError, json.JSONDecodeError) as e:
-        print(f"features_seeds: {e}", file=sys.stderr)
-        return 2
+        rows = [read_run(r) for r in runs]
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"features.json: not JSON ({e})") from None
+    except FileNotFoundError as e:
+        raise ConfigError(str(e)) from None
     summary = summarise(rows)
-    page = report(opts.runs, summary)
+    page = report(runs, summary)
     print(page)
-    if opts.out:
-        if opts.out.exists():
-            print(f"features_seeds: {opts.out} exists; not overwritten", file=sys.stderr)
-            return 2
-        opts.out.write_text(page)
-        opts.out.with_suffix(".json").write_text(json.dumps({"runs": [str(r) for r in opts.runs], "per_run": rows,
-                                                             **summary}, indent=1, default=str))
+    if args.out:
+        out = Path(args.out)
+        out.write_text(page)
+        out.with_suffix(".json").write_text(json.dumps({"runs": [str(r) for r in runs], "per_run": rows, **summary},
+                                                       indent=1, default=str))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command: `command()` owns its one-line errors and exit codes."""
+    return command(parse_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ NOT_COMMANDS = {  # modules run with `python -m` that are not a user's command, 
     "rlhf_scratch/studies/compare.py": "run as `rlhf compare` (commands/compare.py)",
     "rlhf_scratch/studies/overoptimization/study.py": "run as `rlhf overoptimization` (commands/overoptimization.py)",
     "rlhf_scratch/studies/overoptimization/run.py": "one unit of the study, its argv a JSON plan written by the study",
-    "rlhf_scratch/studies/features_seeds.py": "a study script of docs/features.md, still argparse (issue 43 item 4, left)",
 }
 
 
@@ -60,6 +59,7 @@ def test_every_command_refuses_a_bad_flag_in_one_line(name, capsys):
     ("notebooks", ["--jobs", "0", "notebooks/01_ppo_objective_math.ipynb"], "error: --jobs 0: at least 1"),
     ("report", [], "error: the following arguments are required: RUN_DIR"),
     ("features", ["/nowhere", "--hook", "x"], "error: --hook: must be one of resid_pre,"),
+    ("features-seeds", [], "error: runs: give at least one run folder"),
 ])
 def test_a_bad_value_names_its_field_in_the_one_line(name, argv, message, capsys):
     assert main([name, *argv]) == 2
