@@ -44,8 +44,8 @@ def command(parse: Callable[[list[str]], A], run: Callable[[A], int | None],
         return run(parse(argv)) or 0
     except SystemExit as e:  # --help (0)
         return e.code if isinstance(e.code, int) else 0
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # (its message, if any, says how to continue: a study's)
+        print("interrupted" + (f"; {e}" if str(e) else ""), file=sys.stderr)
         return INTERRUPTED
     except Exception as e:
         code = exit_code(e)

@@ -59,6 +59,7 @@ from typing import Any, TypeVar
 
 from rlhf_scratch.config import CommonArgs, ConfigError, check_seed
 from rlhf_scratch.config.cli import parse_dataclass
+from rlhf_scratch.config.command import command
 from rlhf_scratch.pages.html import esc, page
 from rlhf_scratch.studies.stats import Number, mean_interval
 
@@ -76,32 +77,32 @@ def parse_study(cls: type[A], argv: list[str], *, default: A, prog: str, descrip
                            aliases=aliases).validate()
 
 
+class StudyStopped(RuntimeError):
+    """A study's unit failed or a run refused: one line, and the same command continues the study (exit 1)."""
+
+
+AGAIN = "run the same command again to continue"
+
+
 def study_main(parse: Callable[[], A], run: Callable[[A], None]) -> int:
-    """A study's error contract, for every study alike. `parse()` fails with one ConfigError line
-    (exit 2, before anything is written; `--help` exits 0); `run(args)` may still refuse bad input
-    the same way (its folder, a layer a model lacks: exit 2), or fail in a unit (exit 1) or stop
-    at Ctrl-C (exit 130), both with one line that says the same command continues it."""
-    try:
-        args = parse()
-    except ConfigError as e:
-        return _say(f"error: {first_line(e)}", 2)
-    except SystemExit as e:  # --help
-        return int(e.code or 0)
-    again = "run the same command again to continue"
-    try:
-        run(args)
-    except ConfigError as e:  # bad input found once the study looked: nothing to continue
-        return _say(f"error: {first_line(e)}", 2)
-    except KeyboardInterrupt:
-        return _say(f"interrupted; {again}", 130)
-    except (RuntimeError, OSError, ValueError) as e:
-        return _say(f"error: {first_line(e)}; {again}", 1)
-    return 0
+    """A study's error contract, for every study alike, through the one wrapper every command uses
+    (`config.command.command`). `parse()` fails with one ConfigError line (exit 2, before anything is
+    written; `--help` exits 0); `run(args)` may still refuse bad input the same way (its folder, a
+    layer a model lacks: exit 2), or fail in a unit (exit 1) or stop at Ctrl-C (exit 130), both with
+    one line that says the same command continues it."""
 
+    def run_study(args: A) -> int:
+        try:
+            run(args)
+        except ConfigError:  # bad input found once the study looked: nothing to continue
+            raise
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(AGAIN) from None
+        except (RuntimeError, OSError, ValueError) as e:
+            raise StudyStopped(f"{first_line(e)}; {AGAIN}") from e
+        return 0
 
-def _say(line: str, code: int) -> int:
-    print(line, file=sys.stderr)
-    return code
+    return command(lambda argv: parse(), run_study, [])
 
 
 def first_line(err: BaseException) -> str:
