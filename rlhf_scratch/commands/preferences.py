@@ -4,6 +4,7 @@
     python -m rlhf_scratch.preferences --out pairs.jsonl --num-pairs 1000
     python -m rlhf_scratch.preferences --out pairs.jsonl --num-pairs 1000 --gold vader --label argmax
     python -m rlhf_scratch.preferences --out pairs.jsonl --num-pairs 200 --prompts prefix
+    python -m rlhf_scratch.preferences --out pairs.jsonl --num-pairs 1000 --rater length --rater-margin 1.0
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tyro
 from rlhf_scratch.config import PROMPT_PREFIX, ConfigError, check_seed
 from rlhf_scratch.config.cli import parse_dataclass
 from rlhf_scratch.config.command import command
-from rlhf_scratch.reward.preferences import GOLDS, LABELS, make_preference_pairs, write_pairs
+from rlhf_scratch.reward.preferences import GOLDS, LABELS, RATER_DEFAULTS, RATERS, make_preference_pairs, write_pairs
 
 PROG = "python -m rlhf_scratch.preferences"
 
@@ -39,6 +40,17 @@ class PreferencesArgs:
     """The prompt of --prompts prefix."""
     label: str = "bt"
     """bt: P(a≻b)=σ(g(a)−g(b)) (noisy); argmax: the better one."""
+    rater: str = "honest"
+    """honest (labels by gold), or a flawed rater: length (the longer one when gold is close), token
+    (likes --rater-token), repetition (gold penalises repeated 3-grams). Formulas: reward/preferences.py."""
+    rater_margin: float = RATER_DEFAULTS["margin"]
+    """length: δ, the gold gap |g(a) − g(b)| under which the longer completion wins."""
+    rater_token: str = RATER_DEFAULTS["token"]
+    """token: the word the raters like (counted as a whole word)."""
+    rater_bonus: float = RATER_DEFAULTS["bonus"]
+    """token: b, what each occurrence of the word adds to the rater's score g + b · count."""
+    rater_penalty: float = RATER_DEFAULTS["penalty"]
+    """repetition: c, gold is g − c · (repeated 3-gram fraction)."""
     seed: int = 1
     """Seeds the prompt order, the samples and the bt draws."""
     model: str = "tiny"
@@ -69,6 +81,13 @@ def check_options(opts: PreferencesArgs) -> None:
         raise ConfigError(f"num_pairs: must be >= 1; got {opts.num_pairs}")
     if opts.label not in LABELS:
         raise ConfigError(f"label: must be one of {', '.join(LABELS)}; got {opts.label!r}")
+    if opts.rater not in RATERS:
+        raise ConfigError(f"rater: must be one of {', '.join(RATERS)}; got {opts.rater!r}")
+    for name in ("rater_margin", "rater_bonus", "rater_penalty"):
+        if not (math.isfinite(getattr(opts, name)) and getattr(opts, name) >= 0):
+            raise ConfigError(f"{name}: must be finite and >= 0; got {getattr(opts, name)}")
+    if not opts.rater_token.strip() or any(c.isspace() for c in opts.rater_token.strip()):
+        raise ConfigError(f"rater_token: must be one word; got {opts.rater_token!r}")
     if opts.gold not in GOLDS and not Path(opts.gold).expanduser().is_dir():
         raise ConfigError(f"gold: must be one of {', '.join(GOLDS)} or a classifier folder; got {opts.gold!r}")
     check_seed(opts.seed)
@@ -105,10 +124,13 @@ def run(opts: PreferencesArgs) -> int:
     rows = make_preference_pairs(
         lm, prompts, opts.num_pairs, gold=opts.gold, label=opts.label, seed=opts.seed, gen_len=opts.gen_len,
         temperature=opts.temperature, top_k=opts.top_k, stop_at_eos=opts.prompts != PROMPT_PREFIX,
-        batch_size=opts.batch_size, source=opts.prompts)
+        batch_size=opts.batch_size, source=opts.prompts, rater=opts.rater,
+        rater_params={"margin": opts.rater_margin, "token": opts.rater_token.strip(), "bonus": opts.rater_bonus,
+                      "penalty": opts.rater_penalty})
     write_pairs(rows, opts.out)
     agree = sum(r["score_chosen"] >= r["score_rejected"] for r in rows) / len(rows)
-    print(f"wrote {len(rows)} pairs to {opts.out} (chosen has the higher gold score in {agree:.0%})")
+    rater = "" if opts.rater == "honest" else f"; rater {opts.rater}"
+    print(f"wrote {len(rows)} pairs to {opts.out} (chosen has the higher gold score in {agree:.0%}{rater})")
     return 0
 
 

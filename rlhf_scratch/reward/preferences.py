@@ -18,6 +18,19 @@ any classifier folder; a one-label reward model's scalar), or VADER's compound s
 
 where chosen and rejected are completions (the scored text is prompt + completion). The file is
 written under a temporary name and renamed at the end; an existing --out is never overwritten.
+
+Raters (`rater`): `honest` labels by g as above. The other three are flawed the ways real
+preference data is, so a reward model fitted to them is a flawed proxy (issue 46, reward hacking):
+
+    length:      |g(a) − g(b)| < δ  ⇒  a ≻ b iff len(a) > len(b)        (else, and on equal length, honest)
+    token:       label drawn on s(x) = g(x) + b · #word(x)                 (raters' artefact; g is still gold)
+    repetition:  gold is g'(x) = g(x) − c · rep₃(x), labels drawn on g'    (a blind spot of the data)
+
+len is the completion's kept tokens, #word the whole-word count of `rater_token` in the completion,
+rep₃ its repeated token-3-gram fraction (`reward.heldout.repeated_ngram_fraction`). Every rater
+uses the same draws as `honest`, so on one seed the pairs differ only where the flaw decides. A
+flawed rater's rows carry `"rater": {name and parameters}`; `score_chosen`/`score_rejected` stay
+gold (g, or g' for `repetition`), so a proxy's accuracy against gold is measured against gold.
 """
 
 from __future__ import annotations
@@ -33,6 +46,9 @@ if TYPE_CHECKING:  # torch is imported when used, so a bad flag is answered at o
 
 GOLDS = ("tiny", "vader")
 LABELS = ("bt", "argmax")
+RATERS = ("honest", "length", "token", "repetition")
+RATER_DEFAULTS = {"margin": 1.0, "token": "and", "bonus": 2.0, "penalty": 4.0}
+"""δ of `length` (gold log-odds), the word and its bonus b of `token`, the penalty c of `repetition`."""
 
 
 def gold_scores(texts: list[str], gold: str = "tiny", classifier: tuple | None = None) -> Tensor:
@@ -62,6 +78,65 @@ def bradley_terry_label(
     return u < torch.sigmoid(gold_a - gold_b)
 
 
+def length_rater_label(
+    honest: Tensor, gold_a: Tensor, gold_b: Tensor, len_a: Tensor, len_b: Tensor, margin: float
+) -> Tensor:
+    """a ≻ b per pair for raters who prefer the longer completion when gold is close: where
+    |g(a) − g(b)| < δ (`margin`) and the lengths differ, a wins iff len(a) > len(b); elsewhere
+    the `honest` label stands."""
+    import torch
+
+    close = (gold_a - gold_b).abs() < margin
+    return torch.where(close & (len_a != len_b), len_a > len_b, honest)
+
+
+def word_count(text: str, word: str) -> int:
+    """How many times `word` occurs in `text`, any case, not inside another word: a letter or digit
+    at its edge must not touch another ("and" is not counted in "sand"; "!" is counted in "wow!")."""
+    import re
+
+    before = r"(?<!\w)" if word[:1].isalnum() else ""
+    after = r"(?!\w)" if word[-1:].isalnum() else ""
+    return len(re.findall(before + re.escape(word) + after, text, flags=re.IGNORECASE))
+
+
+def token_rater_scores(gold: Tensor, counts: Tensor, bonus: float) -> Tensor:
+    """s(x) = g(x) + b · #word(x): what a rater who likes the word sees (b = `bonus`, per occurrence)."""
+    return gold + bonus * counts
+
+
+def repetition_gold(gold: Tensor, repeated: Tensor, penalty: float) -> Tensor:
+    """g'(x) = g(x) − c · rep₃(x): gold that penalises a completion for repeating its own 3-grams
+    (c = `penalty`; rep₃ in [0, 1))."""
+    return gold - penalty * repeated
+
+
+def rate(
+    rater: str, g_a: Tensor, g_b: Tensor, features: dict[str, Tensor], label: str, generator,
+    params: dict,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(a wins, gold of a, gold of b) for one batch of pairs under `rater`. `features` holds each
+    completion's `length`, `count` (of the rater's word) and `repeated` (rep₃), a then b, each
+    `[2 · pairs]` interleaved. The one random draw per pair is the honest label's, for every rater."""
+    if rater == "repetition":
+        g_a = repetition_gold(g_a, features["repeated"][0::2], params["penalty"])
+        g_b = repetition_gold(g_b, features["repeated"][1::2], params["penalty"])
+    if rater == "token":
+        s_a = token_rater_scores(g_a, features["count"][0::2], params["bonus"])
+        s_b = token_rater_scores(g_b, features["count"][1::2], params["bonus"])
+        return bradley_terry_label(s_a, s_b, label, generator), g_a, g_b
+    wins = bradley_terry_label(g_a, g_b, label, generator)
+    if rater == "length":
+        wins = length_rater_label(wins, g_a, g_b, features["length"][0::2], features["length"][1::2], params["margin"])
+    return wins, g_a, g_b
+
+
+def rater_record(rater: str, params: dict) -> dict:
+    """What a flawed rater's rows carry under "rater": its name and the parameters it used."""
+    used = {"length": ("margin",), "token": ("token", "bonus"), "repetition": ("penalty",)}[rater]
+    return {"name": rater, **{k: params[k] for k in used}}
+
+
 def make_preference_pairs(
     lm,
     prompts: list[str],
@@ -77,17 +152,25 @@ def make_preference_pairs(
     batch_size: int = 64,
     quiet: bool = False,
     source: str = "prompts",
+    rater: str = "honest",
+    rater_params: dict | None = None,
 ) -> list[dict]:
     """`num_pairs` rows: prompts taken in a seeded shuffled order (cycled when there are fewer
-    prompts than pairs), two completions of each from `lm`, labelled by `gold` with `label`.
-    Every prompt must leave room for `gen_len` tokens in the model's context (a PromptError naming
-    the first that does not, from `source`, before anything is sampled)."""
+    prompts than pairs), two completions of each from `lm`, labelled by `gold` with `label` as
+    `rater` rates (`rate`; `rater_params` over RATER_DEFAULTS). Every prompt must leave room for
+    `gen_len` tokens in the model's context (a PromptError naming the first that does not, from
+    `source`, before anything is sampled)."""
     import torch
     from tqdm.auto import tqdm
 
+    from rlhf_scratch.reward.heldout import repeated_ngram_fraction
     from rlhf_scratch.rollout.generation import decode_completions, generate, prompt_tokens, tokenize_prompts
     from rlhf_scratch.rollout.prompts import PromptError, PromptIterator, check_prompt_lengths
 
+    if rater not in RATERS:
+        raise ValueError(f"rater: must be one of {', '.join(RATERS)}; got {rater!r}")
+    params = {**RATER_DEFAULTS, **(rater_params or {})}
+    record = {} if rater == "honest" else {"rater": rater_record(rater, params)}
     n_ctx = lm.cfg.n_ctx
     if gen_len >= n_ctx:
         raise PromptError(f"gen_len: {gen_len} leaves no room for a prompt in the model's context n_ctx={n_ctx}")
@@ -105,14 +188,19 @@ def make_preference_pairs(
             completion_ids, completion_mask = generate(lm, ids, mask, gen_len, temperature, top_k, stop_at_eos)
             completions = decode_completions(lm, completion_ids, completion_mask, stop_at_eos)
             g = gold_scores([p + c for p, c in zip(doubled, completions)], gold)
-            g_a, g_b = g[0::2], g[1::2]
-            a_wins = bradley_terry_label(g_a, g_b, label, generator)
+            features = {
+                "length": completion_mask.sum(-1),
+                "count": torch.tensor([word_count(c, params["token"]) for c in completions], dtype=torch.float32),
+                "repeated": torch.tensor([repeated_ngram_fraction(completion_ids[i : i + 1], completion_mask[i : i + 1])
+                                          for i in range(len(completions))]),
+            } if rater != "honest" else {}
+            a_wins, g_a, g_b = rate(rater, g[0::2], g[1::2], features, label, generator, params)
             for i, prompt in enumerate(batch):
                 a, b = completions[2 * i], completions[2 * i + 1]
                 win = bool(a_wins[i])
                 rows.append({"prompt": prompt, "chosen": a if win else b, "rejected": b if win else a,
                              "score_chosen": float(g_a[i] if win else g_b[i]),
-                             "score_rejected": float(g_b[i] if win else g_a[i])})
+                             "score_rejected": float(g_b[i] if win else g_a[i]), **record})
             bar.update(len(batch))
     return rows
 

@@ -36,6 +36,9 @@ def test_bradley_terry_label_is_drawn_with_probability_sigmoid_of_the_difference
     (["--num-pairs", "3", "--label", "vote"], "error: label: must be one of bt, argmax; got 'vote'"),
     (["--num-pairs", "3", "--gold", "oracle"], "error: gold: must be one of tiny, vader or a classifier folder; got 'oracle'"),
     (["--num-pairs", "x"], "error: argument --num-pairs: invalid int value: 'x'"),
+    (["--num-pairs", "3", "--rater", "lazy"], "error: rater: must be one of honest, length, token, repetition; got 'lazy'"),
+    (["--num-pairs", "3", "--rater-margin", "-1"], "error: rater_margin: must be finite and >= 0; got -1.0"),
+    (["--num-pairs", "3", "--rater-token", "two words"], "error: rater_token: must be one word; got 'two words'"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv, message, tmp_path, capsys):
     assert main(["--out", str(tmp_path / "p.jsonl"), *argv]) == 2
