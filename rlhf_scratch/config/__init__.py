@@ -31,12 +31,10 @@ from typing import Any, ClassVar, Literal
 
 from rlhf_scratch.config import registry
 
-TASKS = ("sentiment", "vader", "periods", "first_token")
 DIRECTIONS = ("pos", "neg")
 KV_CACHES = ("auto", "static", "transformer_lens")
 CHAT_TEMPLATES = ("auto", "none")
 LORA_TARGETS = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")  # the block weights LoRA can adapt (lora.LAYOUTS)
-SCORED_BY = {"vader": "VADER", "periods": "counting periods", "first_token": "its first token"}
 """What scores each task that reads no reward model (a refused --reward-model names it)."""
 PROMPT_PREFIX = "prefix"  # --prompts prefix: every sample continues args.prefix (the blog)
 
@@ -247,7 +245,7 @@ class CommonArgs:
 
     def validate(self) -> "CommonArgs":
         """Check every field; raise ConfigError with one line naming the first bad one."""
-        _check(self.task in TASKS, "task", f"must be one of {', '.join(TASKS)}; got {self.task!r}")
+        _check(self.task in registry.task_names(), "task", f"must be one of {', '.join(registry.task_names())}; got {self.task!r}")
         _check(self.preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}; got {self.preset!r}")
         _check(self.direction in DIRECTIONS, "direction", f"must be 'pos' or 'neg'; got {self.direction!r}")
         _check(self.chunk_logits >= -1, "chunk_logits", f"must be >= 0 (0 = no chunking) or -1 (auto); got {self.chunk_logits}")
@@ -284,9 +282,10 @@ class CommonArgs:
                f"must be a finite number; got {self.reward_threshold}")
         _check(self.missing_eos_penalty is None or (_finite(self.missing_eos_penalty) and self.missing_eos_penalty >= 0),
                "missing_eos_penalty", f"must be a finite number >= 0; got {self.missing_eos_penalty}")
-        _check(self.task == "sentiment" or self.reward_model == PRESETS[self.preset]["reward_model"], "reward_model",
+        task = registry.TASKS[self.task]
+        _check(task.reads_reward_model or self.reward_model == PRESETS[self.preset]["reward_model"], "reward_model",
                f"only task sentiment reads a reward model; task {self.task} is scored by "
-               f"{SCORED_BY.get(self.task)}: drop --reward-model, or use task sentiment")
+               f"{task.scored_by}: drop --reward-model, or use task sentiment")
         _check(self.prompts != "", "prompts", "must name a source: prefix, rt, a .txt/.jsonl file or a dataset")
         _check(self.prompts != PROMPT_PREFIX or self.prefix != "" or self.prepend_bos, "prefix",
                "must be non-empty when prepend_bos is False (generation needs at least one token)")
@@ -418,6 +417,10 @@ class GroupArgs(CommonArgs):
 def __getattr__(name: str) -> Any:
     """An algorithm's args class or choice list (`RLHFArgs`, `GRPO_LOSS_TYPES`), from the args module
     its registry entry names (imported on first use: torch-free, as this module is)."""
+    if name == "TASKS":  # the registered tasks (config/registry.py), read when asked
+        return registry.task_names()
+    if name == "SCORED_BY":
+        return {task.name: task.scored_by for task in registry.TASKS.values() if task.scored_by}
     if not name.startswith("_"):
         for entry in registry.ALGORITHMS.values():
             module = importlib.import_module(entry.args_module)

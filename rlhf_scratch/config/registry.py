@@ -20,6 +20,7 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,67 @@ def get(name: str) -> Algorithm:
     if name not in ALGORITHMS:
         raise ValueError(f"algo: must be one of {', '.join(ALGORITHMS)}; got {name!r}")
     return ALGORITHMS[name]
+
+
+# --- tasks: a name on the command line -> the reward it means --------------------------------------
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: `python -m rlhf_scratch.train TASK`. Adding one is a function in `reward/` that makes
+    its reward and one `register_task(Task(...))` (CONTRIBUTING.md, "Adding a task")."""
+
+    name: str
+    """The TASK argument; also the run folder's `task`."""
+    reward: str | Callable
+    """"module:function" (or the function): `make(args, device) -> reward_fn` under either reward
+    contract (rollout/reward_call.py); `reward.tasks.make_reward_fn` calls it."""
+    scored_by: str | None = None
+    """What scores it, for messages, when it reads no reward model; None: it reads `--reward-model`
+    (the classifier or reward-model run of task sentiment)."""
+
+    def reward_factory(self) -> Callable:
+        return resolve(self.reward)
+
+    @property
+    def reads_reward_model(self) -> bool:
+        return self.scored_by is None
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register_task(task: Task) -> Task:
+    """Add `task` to the table (a name already taken is an error: unregister_task it first)."""
+    if task.name in TASKS:
+        raise ValueError(f"register_task: a task named {task.name!r} is registered already")
+    TASKS[task.name] = task
+    return task
+
+
+def unregister_task(name: str) -> None:
+    TASKS.pop(name, None)
+
+
+def task_names() -> tuple[str, ...]:
+    """Every registered TASK, in registration order."""
+    load_plugins()
+    return tuple(TASKS)
+
+
+def get_task(name: str) -> Task:
+    """The entry of task `name`; a ValueError naming the choices for an unknown one."""
+    load_plugins()
+    if name not in TASKS:
+        raise ValueError(f"task: must be one of {', '.join(TASKS)}; got {name!r}")
+    return TASKS[name]
+
+
+_REWARD = "rlhf_scratch.reward.tasks"
+register_task(Task("sentiment", f"{_REWARD}:sentiment_reward"))
+register_task(Task("vader", f"{_REWARD}:vader_reward", scored_by="VADER"))
+register_task(Task("periods", f"{_REWARD}:periods_reward", scored_by="counting periods"))
+register_task(Task("first_token", f"{_REWARD}:first_token_reward", scored_by="its first token"))
 
 
 _PKG = "rlhf_scratch.algorithms"

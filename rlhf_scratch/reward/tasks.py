@@ -13,7 +13,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from rlhf_scratch.config import CommonArgs
+from rlhf_scratch.config import CommonArgs, registry
 from rlhf_scratch.models.loading import weights_digest
 from rlhf_scratch.reward.functions import SentimentReward, reward_fn_char_count, reward_fn_vader
 from rlhf_scratch.rollout.reward_call import (  # noqa: F401  (the contract, read from here too)
@@ -34,7 +34,7 @@ def _named_partial(func: Callable, **kwargs: Any) -> partial:
 
 
 def make_reward_fn(args: CommonArgs, device: str = "cpu") -> RewardFn:
-    """The reward of `args.task`, a blog-style callable `(samples) -> Tensor[batch]`:
+    """The reward of `args.task`, as its entry in the task table makes it (`config.registry.TASKS`):
 
     - `sentiment`: the classifier `args.reward_model`'s softmax probability of `args.direction`
       (the blog's `reward_fn_sentiment_imdb`);
@@ -43,18 +43,30 @@ def make_reward_fn(args: CommonArgs, device: str = "cpu") -> RewardFn:
     - `first_token`: 1 if the first generated token is one of `FIRST_TOKENS`, else 0
       (`reward_fn_first_token`: right/wrong and blind to length, the GRPO length study's reward).
     """
-    if args.task == "sentiment":
-        fn = SentimentReward(args.reward_model, direction=args.direction, device=device)
-    elif args.task == "vader":
-        fn = _named_partial(reward_fn_vader, direction=args.direction)
-    elif args.task == "periods":
-        fn = _named_partial(reward_fn_char_count, char=".")
-    elif args.task == "first_token":
-        fn = partial(reward_fn_first_token, right_ids=first_token_ids(args.model))
-        fn.__name__ = "reward_fn_first_token"
-    else:
-        raise ValueError(f"task: unknown task {args.task!r}")
+    fn = registry.get_task(args.task).reward_factory()(args, device)
     fn.made_for = _task_key(args)  # so `rewarded_by` recognises the task's own reward
+    return fn
+
+
+def sentiment_reward(args: CommonArgs, device: str = "cpu") -> RewardFn:
+    """Task sentiment: the classifier (or reward-model run) `args.reward_model` toward `args.direction`."""
+    return SentimentReward(args.reward_model, direction=args.direction, device=device)
+
+
+def vader_reward(args: CommonArgs, device: str = "cpu") -> RewardFn:
+    """Task vader: VADER's compound score toward `args.direction`, in [0, 1]."""
+    return _named_partial(reward_fn_vader, direction=args.direction)
+
+
+def periods_reward(args: CommonArgs, device: str = "cpu") -> RewardFn:
+    """Task periods: the number of '.' in the sample."""
+    return _named_partial(reward_fn_char_count, char=".")
+
+
+def first_token_reward(args: CommonArgs, device: str = "cpu") -> RewardFn:
+    """Task first_token: right iff the first generated token is one of `FIRST_TOKENS` in `args.model`'s tokenizer."""
+    fn = partial(reward_fn_first_token, right_ids=first_token_ids(args.model))
+    fn.__name__ = "reward_fn_first_token"
     return fn
 
 
