@@ -21,8 +21,10 @@ import json
 import logging
 import os
 import shutil
+import socket
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -214,6 +216,49 @@ def evaluate_sae(sae, model: HookedTransformer, texts: list[str], settings: SAES
     }
 
 
+OWNER_FILE = "owner"
+"""In an SAE being trained into the cache: `HOST PID` of the process writing it."""
+STALE_AFTER_S = 24 * 3600
+"""A temp folder with no readable owner (or another host's) is stale after this long."""
+
+
+def clean_stale_temp_folders(root: Path) -> list[Path]:
+    """Remove the cache's half-written SAE folders (`.KEY-XXXX`) whose writer is gone — a process
+    killed while it trained or saved one (kill -9, a power cut) leaves its folder behind — and return
+    them. The writer is the folder's `owner` (HOST PID): on this host, the folder goes as soon as that
+    process is gone; another host's folder, or one without a readable owner (the instant between
+    its creation and its owner line, or a cache written before owners were recorded), once it is
+    older than STALE_AFTER_S."""
+    removed = []
+    for tmp in root.glob(".*-*"):
+        try:
+            if not tmp.is_dir():
+                continue
+            old = time.time() - tmp.stat().st_mtime >= STALE_AFTER_S
+        except OSError:  # removed meanwhile
+            continue
+        try:
+            host, pid = (tmp / OWNER_FILE).read_text().split()
+            stale = not _alive(int(pid)) if host == socket.gethostname() else old
+        except (OSError, ValueError):
+            stale = old
+        if stale:
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
 def load_or_train(reference: HookedTransformer, hook_name: str, settings: SAESettings, cache_root: str | Path,
                   texts: Texts, progress: bool = True) -> tuple[Any, dict, Path, bool]:
     """The SAE for (reference, site, settings) from `cache_root`, or trained on `texts("train")`,
@@ -231,7 +276,9 @@ def load_or_train(reference: HookedTransformer, hook_name: str, settings: SAESet
     if quality_file.is_file():
         return SAE.load_from_disk(folder, device=str(reference.cfg.device)), json.loads(quality_file.read_text()), folder, True
     root.mkdir(parents=True, exist_ok=True)
+    clean_stale_temp_folders(root)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=root))
+    (tmp / OWNER_FILE).write_text(f"{socket.gethostname()} {os.getpid()}\n")
     try:
         sae = train_sae(reference, hook_name, texts("train"), settings, tmp, progress)
         quality = evaluate_sae(sae, reference, texts("val"), settings)

@@ -122,4 +122,11 @@ def load_latest_checkpoint(run_dir: Path, say=print) -> dict:
             return torch.load(path / CHECKPOINT_FILE, map_location="cpu", weights_only=False)
         except Exception as e:  # truncated, corrupt or missing file
             say(f"resume: {path} is unreadable ({type(e).__name__}); falling back to the previous checkpoint")
+    from rlhf_scratch.engine.runs import POLICY_FILE, read_status  # (runs imports this module)
+
+    if read_status(run_dir).get("status") == "finished" and (Path(run_dir) / POLICY_FILE).is_file():
+        raise CheckpointError(
+            f"resume: {run_dir} finished, but its only checkpoint is unreadable, so it cannot be continued "
+            f"(its {POLICY_FILE} is intact: sample, export and interpret it as it is); to train on from its weights, "
+            f"start a new run: python -m rlhf_scratch.export {run_dir} OUT, then train ... --model OUT")
     raise CheckpointError(f"resume: no readable checkpoint in {Path(run_dir) / CHECKPOINTS_DIR}")

@@ -44,6 +44,23 @@ def test_a_crash_mid_write_leaves_the_previous_checkpoint_as_latest(tmp_path):
     assert ck.load_latest_checkpoint(tmp_path)["phase"] == 1
 
 
+def test_a_finished_runs_only_checkpoint_unreadable_says_it_cannot_be_continued_and_how(tmp_path):
+    """A finished run keeps one checkpoint; if that one is truncated, --resume --total-phases cannot
+    extend the run: one line says so, that policy.pt is intact, and how to train on from it."""
+    ck.save_checkpoint(tmp_path, 4, {"phase": 4}, keep=1)
+    path = tmp_path / "checkpoints" / "phase-0004" / "checkpoint.pt"
+    path.write_bytes(path.read_bytes()[:20])
+    with pytest.raises(ck.CheckpointError, match=r"^resume: no readable checkpoint in"):
+        ck.load_latest_checkpoint(tmp_path, lambda _: None)  # not finished: the plain line
+    (tmp_path / "status.json").write_text('{"status": "finished", "phase": 4}')
+    (tmp_path / "policy.pt").write_bytes(b"weights")
+    with pytest.raises(ck.CheckpointError) as e:
+        ck.load_latest_checkpoint(tmp_path, lambda _: None)
+    line = str(e.value)
+    assert "\n" not in line and "finished, but its only checkpoint is unreadable, so it cannot be continued" in line
+    assert "policy.pt is intact" in line and f"python -m rlhf_scratch.export {tmp_path} OUT" in line
+
+
 def test_no_checkpoints_is_one_line(tmp_path):
     with pytest.raises(ck.CheckpointError, match=r"^resume: .* has no checkpoints \(was it saved with --save-every\?\)$"):
         ck.load_latest_checkpoint(tmp_path)
