@@ -52,10 +52,10 @@ PSEUDOCODE = r"""## The algorithm, and where each line lives
 | 1 | $\theta$ ← the pretrained LM + a fresh value head $\phi$; $\theta_{\text{ref}}$ ← a frozen copy of the LM | `TransformerWithValueHead` (`algorithms/ppo/policy.py`), `ppo.policy.build_policy`; `models.policy.load_reference` | `build` |
 | 2 | AdamW, `maximize=True`: trunk at `base_lr`, value head at `head_lr`; learning rate × $m(k)$: linear warmup, then linear decay | `optim.get_optimizer_and_scheduler` (`get_optimizer`, `get_lr_scheduler`) | `build`, `lr_multiplier` |
 | 3 | **for** phase $k = 1 \dots$ `total_phases` **do** | `loop.run_training` | `train` |
-| 4 | &nbsp;&nbsp; sample `batch_size` completions of the prompts from $\pi_\theta$ (top-k, `gen_len` tokens) | `RLHFTrainer.rollout_phase` → `Trainer.sample` → `rollout.make_rollout` → `generation.generate` | `make_rollout` |
+| 4 | &nbsp;&nbsp; sample `batch_size` completions of the prompts from $\pi_\theta$ (top-k, `gen_len` tokens) | `Trainer.generate_sequences` → `rollout.generate_sequences` → `generation.generate` | `make_rollout` |
 | 5 | &nbsp;&nbsp; score them, no gradients: $\log \pi_{\text{old}}(o_t)$, $V_{\text{old}}(s_t)$, $\mathrm{KL}(\pi_{\text{old}} \Vert \pi_{\text{ref}})$; the reward $R$ | `rollout.score_tokens`, `rollout.reward_call.score_completions` | `make_rollout` |
-| 6 | &nbsp;&nbsp; $R \leftarrow (R - \bar R) / (\mathrm{std}\,R + \epsilon)$ | `RLHFTrainer.rollout_advantages` → `reward.functions.normalize_reward` | `learning_phase` |
-| 7 | &nbsp;&nbsp; $A_t \leftarrow V(s_{t+1}) - V(s_t)$; $A_{\text{last}} \leftarrow R - V(s_{\text{last}})$ | `RLHFTrainer.rollout_advantages` → `advantages.compute_advantages` | `learning_phase` |
+| 6 | &nbsp;&nbsp; $R \leftarrow (R - \bar R) / (\mathrm{std}\,R + \epsilon)$ | `RLHFTrainer.compute_advantages` → `reward.functions.normalize_reward` | `learning_phase` |
+| 7 | &nbsp;&nbsp; $A_t \leftarrow V(s_{t+1}) - V(s_t)$; $A_{\text{last}} \leftarrow R - V(s_{\text{last}})$ | `RLHFTrainer.compute_advantages` → `advantages.compute_advantages` | `learning_phase` |
 | 8 | &nbsp;&nbsp; returns $R_t \leftarrow A_t + V_{\text{old}}(s_t)$ | `memory.ReplayMemory` | `ReplayMemory` |
 | 9 | &nbsp;&nbsp; **for** epoch $= 1 \dots$ `batches_per_learning_phase`, **for** each of `num_minibatches` shuffled minibatches **do** | `ReplayMemory.get_minibatches` → `memory.minibatch_rows` (torch's global RNG) | `learning_phase` |
 | 10 | &nbsp;&nbsp;&nbsp;&nbsp; forward $\pi_\theta$: $\log \pi_\theta(o_t)$, $V(s_t)$, $H$; the reference: $\mathrm{KL}(\pi_\theta \Vert \pi_{\text{ref}})$ | `RLHFTrainer.minibatch_objective` (`vocab_terms.token_terms`, a chunk of positions at a time) | `minibatch_objective` |

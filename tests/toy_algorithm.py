@@ -21,9 +21,8 @@ from typing import ClassVar
 
 from rlhf_scratch.config import CommonArgs, registry
 from rlhf_scratch.core.memory import minibatch_rows
-from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.engine.batch import Batch
 from rlhf_scratch.engine.trainer import Trainer
-from rlhf_scratch.rollout.phase import Rollout
 
 TOY = "toy"
 
@@ -41,12 +40,12 @@ class ToyArgs(CommonArgs):
 class ToyTrainer(Trainer):
     METRICS = ("objective/toy", "advantages/abs_mean", "charts/skipped_steps")
 
-    def rollout_phase(self) -> Rollout:
-        return self.sample(num_generations=1)
+    def compute_advantages(self, batch: Batch) -> None:
+        rewards = batch.everyone.rewards  # the global batch's baseline: the same on every rank
+        batch.advantages = rewards - rewards.mean()
 
-    def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        rewards = dist.all_gather(rollout.rewards)  # the global batch's baseline: the same on every rank
-        advantages = dist.local_rows(rewards - rewards.mean())
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        rollout, advantages = batch.rollout, batch.local_advantages
 
         def objective(rows):
             J = (advantages[rows] * self.sequence_log_probs(rollout, rows)).mean()

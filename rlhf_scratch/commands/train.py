@@ -149,7 +149,8 @@ def run(parsed: tuple[CommonArgs, str | None, ControllerArgs]) -> int:
     from pathlib import Path
 
     from rlhf_scratch.engine import distributed
-    from rlhf_scratch.engine.loop import TrainingStopped, run_training
+    from rlhf_scratch.engine.lifecycle import TrainingStopped
+    from rlhf_scratch.engine.run import run as run_trainer
     from rlhf_scratch.engine.runs import check_new_run_dir, finished_summary
 
     rank0 = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0 (or no torchrun): the one that prints
@@ -161,7 +162,7 @@ def run(parsed: tuple[CommonArgs, str | None, ControllerArgs]) -> int:
         elif rank0:  # (under torchrun rank 0 creates it)
             check_new_run_dir(args.run_dir)  # before the models load: refuse to overwrite at once
         trainer = registry.get(args.algo).trainer_class()(args)  # run setup: models, prompts, reward
-        run_dir = run_training(trainer, run_dir, trainer.quiet, resume=resume is not None)  # the phase loop
+        run_dir = run_trainer(trainer, run_dir, resume=resume is not None)  # the phase loop (engine.run: the one front door)
         finished = True
     except TrainingStopped as e:
         if rank0:

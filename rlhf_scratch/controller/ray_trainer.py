@@ -7,7 +7,7 @@ trainer/ppo/ray_trainer.py, written from scratch over the package's own pieces).
         batch    |= actor_rollout_ref.compute_log_prob(batch)             # timing/ref: log π_old, log π_ref, KL, V
         batch    |= rm.compute_rm_score(batch)                            # timing/reward
         rewards   = scores − missing-EOS penalty                          # on the driver
-        batch    |= advantages (PPO: the trainer's own rollout_advantages) # timing/adv, on the driver
+        batch    |= advantages (PPO: the trainer's own compute_advantages) # timing/adv, on the driver
         metrics   = actor_rollout_ref.update_actor(batch)                  # timing/update_actor
 
 Each line is one call on the driver; the worker group splits the batch over its ranks, runs the
@@ -41,6 +41,7 @@ from rlhf_scratch.controller.worker_group import (
     create_colocated_worker_cls,
 )
 from rlhf_scratch.controller.workers import ActorRolloutRefWorker, RewardModelWorker, to_rollout
+from rlhf_scratch.engine.batch import batch_of
 from rlhf_scratch.engine.logger import Metrics
 from rlhf_scratch.engine.loop import rollout_metrics
 from rlhf_scratch.engine.run_setup import resolve_device
@@ -67,9 +68,11 @@ def _timer(name: str, times: dict[str, float]) -> Iterator[None]:
 
 
 def ppo_advantages(args: CommonArgs, rollout: Rollout) -> torch.Tensor:
-    """PPO's advantages, on the driver: `RLHFTrainer.rollout_advantages` itself (it reads only the
-    args), over the whole batch — the global batch a torchrun run gathers first."""
-    return RLHFTrainer.rollout_advantages(SimpleNamespace(args=args), rollout)
+    """PPO's advantages, on the driver: `RLHFTrainer.compute_advantages` itself (it reads only the
+    args), over the whole batch — the batch an in-process run gathers first."""
+    batch = batch_of(rollout)
+    RLHFTrainer.compute_advantages(SimpleNamespace(args=args), batch)
+    return batch.advantages
 
 
 class RayPPOTrainer:
@@ -107,12 +110,9 @@ class RayPPOTrainer:
         args, times = self.args, {}
         start = time.perf_counter()
         prompts = DataProto(non_tensor_batch={"prompts": self.prompts.next_batch(args.batch_size // self.num_generations)},
-                            meta_info={"num_generations": self.num_generations,
-                                       "keep_ref_hidden": args.algo == "ppo" and args.cache_ref_logprobs
-                                       and args.kl_estimator == "full"})  # as RLHFTrainer.rollout_phase asks
+                            meta_info={"num_generations": self.num_generations})
         with _timer("gen", times):
             batch = self.actor_rollout_wg.generate_sequences(prompts)
-        batch.meta_info["keep_ref_hidden"] = prompts.meta_info["keep_ref_hidden"]
         with _timer("ref", times):
             batch.union(self.actor_rollout_wg.compute_log_prob(batch))
         with _timer("reward", times):

@@ -1,6 +1,8 @@
 """The trainer contract: everything the phase loop (`loop.run_training`) reads or calls on an
-algorithm's trainer, and nothing else. `trainer.Trainer` implements the shared part of it; an
-algorithm adds its two phases (see docs/architecture.md).
+algorithm's trainer, and nothing else. `trainer.Trainer` implements the shared part of it (the
+rollout's three roles, resume as one dict); an algorithm adds `compute_advantages` and
+`update_actor` (see docs/architecture.md). The role methods carry verl's names: the controller's
+workers call the very same methods, remote instead of local.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import torch
 from transformer_lens import HookedTransformer
 
 from rlhf_scratch.config import CommonArgs
+from rlhf_scratch.engine.batch import Batch
 from rlhf_scratch.models.policy import Policy
 from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.reward.tasks import RewardFn
@@ -25,6 +28,8 @@ class TrainerContract(Protocol):
 
     args: CommonArgs
     device: str
+    quiet: bool
+    """No progress bars nor notes (every process but rank 0 is quiet)."""
     lm: HookedTransformer
     """The language model being tuned: what samples, what is unembedded, what interp reads."""
     policy: Policy
@@ -42,7 +47,14 @@ class TrainerContract(Protocol):
     METRICS: ClassVar[tuple[str, ...]]
     """The names learning_phase may return (besides the loop's shared ones): the loop refuses any other."""
 
-    def rollout_phase(self) -> Rollout: ...
-    def learning_phase(self, rollout: Rollout) -> dict[str, float]: ...
-    def extra_state(self) -> dict[str, Any]: ...
-    def load_extra_state(self, state: dict[str, Any]) -> None: ...
+    # the phase's dataflow, in order (verl's names)
+    def next_prompts(self) -> list[str]: ...
+    def generate_sequences(self, prompts: list[str]) -> Rollout: ...
+    def compute_log_prob(self, rollout: Rollout) -> Rollout: ...
+    def compute_scores(self, rollout: Rollout) -> Rollout: ...
+    def compute_advantages(self, batch: Batch) -> None: ...
+    def update_actor(self, batch: Batch) -> dict[str, float]: ...
+    # resume as one dict (nanoGPT's way); `weights_state` is its large part, for a failure's checkpoint
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def weights_state(self) -> dict[str, Any]: ...

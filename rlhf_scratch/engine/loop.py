@@ -1,16 +1,22 @@
 """The phase loop every algorithm runs in, and what it writes: the run folder, metrics, samples,
 checkpoints, status, W&B, the progress bar.
 
-    for phase in 1..total_phases:
-        rollout = trainer.rollout_phase()            # sample, score, reward — no gradients
-        stats   = trainer.learning_phase(rollout)    # the algorithm's own objective
-        log(shared metrics of the rollout + stats), sample table every table_every phases
-        early stopping (optional)
+    for phase in 1..total_phases:                    # `_one_phase`: verl's RayPPOTrainer.fit, in process
+        prompts  = trainer.next_prompts()                     # this process's share
+        rollout  = trainer.generate_sequences(prompts)        # time/generation
+        rollout  = trainer.compute_log_prob(rollout)          # time/policy_forward, time/reference_forward (PPO: V too)
+        rollout  = trainer.compute_scores(rollout)            # time/reward
+        batch    = gather_batch(rollout)                      # every process's columns, once
+        trainer.compute_advantages(batch)                     # on the whole batch
+        stats    = trainer.update_actor(batch)                # time/learning_forward, backward, optimizer_step
+        log(shared metrics of the batch + stats), sample table every table_every phases
+        early stopping (optional); checkpoint: trainer.state_dict() + the phase + early stopping
 
 A trainer (`RLHFTrainer`, `RLOOTrainer`, `OnlineDPOTrainer`, `GRPOTrainer`) holds its algorithm;
 this module holds the loop around it, so no trainer knows about files, W&B or progress bars. The
 loop touches a trainer only through `contract.TrainerContract`; run setup (seeds, device, models,
-prompts) is `run_setup`'s, before the loop starts.
+prompts) is `run_setup`'s, before the loop starts. The controller's driver
+(controller/ray_trainer.py) calls the same role methods on remote workers.
 """
 
 from __future__ import annotations
@@ -21,18 +27,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+import torch
 from tqdm.auto import tqdm
 
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.core.kl_control import EarlyStopping
 from rlhf_scratch.core.timing import PARTS, take_times, timed
 from rlhf_scratch.engine import distributed as dist
-from rlhf_scratch.engine.checkpoint import list_checkpoints, load_latest_checkpoint, rng_state, set_rng_state
+from rlhf_scratch.engine.batch import Gathered, gather_batch
+from rlhf_scratch.engine.checkpoint import list_checkpoints, load_latest_checkpoint
 from rlhf_scratch.engine.contract import TrainerContract
 from rlhf_scratch.engine.lifecycle import RunLife, TrainingStopped
 from rlhf_scratch.engine.logger import Metrics, RunLogger
 from rlhf_scratch.engine.runs import describe_rewarded_by, load_rewarded_by, new_run_dir, read_status, save_run_policy
-from rlhf_scratch.models.policy import load_saved_state, saved_state
 from rlhf_scratch.reward.heldout import HELDOUT_METRICS, heldout_metrics
 from rlhf_scratch.reward.tasks import rewarded_by
 from rlhf_scratch.rollout.phase import Rollout
@@ -61,16 +68,13 @@ SHARED_METRICS = (
 )
 
 
-def rollout_metrics(rollout: Rollout) -> Metrics:
+def rollout_metrics(rollout: Rollout | Gathered) -> Metrics:
     """The shared per-phase numbers of a rollout, every mean over kept tokens only (over the
-    whole global batch in a distributed run: each rank's tensors are gathered first)."""
-    mask = dist.all_gather(rollout.completion_mask)
-    lengths = dist.all_gather(rollout.lengths).float()
-    terminated = dist.all_gather(rollout.is_terminated)
-    rewards = dist.all_gather(rollout.rewards)
-    entropy = dist.all_gather(rollout.entropy)
+    whole global batch in a distributed run: pass `batch.everyone`, every process's rows)."""
+    mask, lengths, terminated = rollout.completion_mask, rollout.lengths.float(), rollout.is_terminated
+    rewards, entropy = rollout.rewards, rollout.entropy
     # no reference forward (GRPO at β = 0): the KL was not measured, logged as NaN
-    kl = dist.all_gather(rollout.kl)[mask].mean().item() if rollout.kl is not None else float("nan")
+    kl = rollout.kl[mask].mean().item() if rollout.kl is not None else float("nan")
     return {
         "rewards/mean": rewards.mean().item(),
         "rewards/std": rewards.std().item() if len(rewards) > 1 else 0.0,
@@ -117,38 +121,17 @@ def check_declared(stats: dict[str, float], declared: Sequence[str], who: str) -
 
 
 def capture_state(trainer: TrainerContract, phase: int, early_stopping: EarlyStopping | None) -> dict:
-    """Everything a bit-exact resume needs after `phase` completed phases (see `checkpoint`). The
-    policy's weights as `models.policy.saved_state` gives them."""
-    return {
-        "phase": phase,
-        "algo": trainer.args.algo,
-        "policy": saved_state(trainer.policy),
-        "optimizer": trainer.optimizer.state_dict(),
-        "scheduler": trainer.scheduler.state_dict(),
-        "prompts": trainer.prompts.state_dict(),
-        "trainer": trainer.extra_state(),
-        "skipped_in_a_row": trainer.skipped_in_a_row,
-        "early_stopping": vars(early_stopping).copy() if early_stopping is not None else None,
-        "rng": rng_state(),
-        "rng_per_rank": dist.gather_objects(rng_state()),  # every rank's, in a distributed run
-    }
+    """The checkpoint after `phase` completed phases (see `checkpoint`): the trainer's one dict
+    (`trainer.state_dict()`, nanoGPT's way) and the loop's own two entries."""
+    return {"phase": phase, **trainer.state_dict(),
+            "early_stopping": vars(early_stopping).copy() if early_stopping is not None else None}
 
 
 def restore_state(trainer: TrainerContract, state: dict, early_stopping: EarlyStopping | None) -> int:
-    """Put `state` back into the trainer; return the number of completed phases."""
-    load_saved_state(trainer.policy, state["policy"])  # adapters: refused if the base's hash differs
-    trainer.optimizer.load_state_dict(state["optimizer"])
-    trainer.scheduler.load_state_dict(state["scheduler"])
-    trainer.prompts.load_state_dict(state["prompts"])
-    trainer.load_extra_state(state["trainer"])
-    trainer.skipped_in_a_row = state["skipped_in_a_row"]
+    """Put a checkpoint back (`trainer.load_state_dict` and the loop's entries); return the completed phases."""
+    trainer.load_state_dict(state)
     if early_stopping is not None and state["early_stopping"] is not None:
         vars(early_stopping).update(state["early_stopping"])
-    per_rank = state.get("rng_per_rank", [state["rng"]])
-    if len(per_rank) != dist.world_size():
-        raise ConfigError(f"resume: the checkpoint was written by {len(per_rank)} process(es); "
-                          f"resume it with the same number (torchrun --nproc-per-node {len(per_rank)})")
-    set_rng_state(per_rank[dist.rank()])
     return int(state["phase"])
 
 
@@ -186,8 +169,7 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
     steps = [0]  # optimizer steps taken: with the scheduler's, whether the weights moved since a phase ended
     counter = trainer.optimizer.register_step_post_hook(lambda *_: steps.__setitem__(0, steps[0] + 1))
     life = RunLife(run_dir, args.total_phases, args.keep_checkpoints, main=main,
-                   state_now=lambda: {"policy": saved_state(trainer.policy), "optimizer": trainer.optimizer.state_dict(),
-                                      "scheduler": trainer.scheduler.state_dict()},
+                   state_now=trainer.weights_state,
                    moved=lambda: (steps[0], trainer.scheduler.last_epoch))
     finished_before = resume and read_status(run_dir)["status"] == "finished"
     with life, counter:  # (a RemovableHandle removes its hook when the block ends)
@@ -252,14 +234,20 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
 
 
 def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook], run_dir: Path) -> tuple[Metrics, Rollout]:
-    """One rollout phase and one learning phase: every number logged about them, and the rollout
-    (for the sample table)."""
+    """One phase as verl's `fit` runs it, step by step (each step's clocks are `time/<part>`):
+    every number logged about it, and the rollout (for the sample table)."""
     start = time.perf_counter()
     lr = trainer.optimizer.param_groups[0]["lr"]
-    rollout = trainer.rollout_phase()
+    with torch.no_grad():
+        prompts = trainer.next_prompts()
+        rollout = trainer.generate_sequences(prompts)
+        rollout = trainer.compute_log_prob(rollout)
+        rollout = trainer.compute_scores(rollout)
     rollout_time = time.perf_counter() - start
-    learn_stats = trainer.learning_phase(rollout)
-    check_declared(learn_stats, trainer.METRICS, f"{type(trainer).__name__}.learning_phase")
+    batch = gather_batch(rollout)
+    trainer.compute_advantages(batch)
+    learn_stats = trainer.update_actor(batch)
+    check_declared(learn_stats, trainer.METRICS, f"{type(trainer).__name__}.update_actor")
     seconds = time.perf_counter() - start
     hook_stats: Metrics = {}
     for hook in hooks:
@@ -268,7 +256,7 @@ def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook],
         hook_stats.update(stats)
     metrics: Metrics = {
         "phase": phase,
-        **rollout_metrics(rollout),
+        **rollout_metrics(batch.everyone),
         **dist.mean_over_ranks(heldout_metrics(rollout, trainer.args.direction)),  # judges never trained on
         **dist.mean_over_ranks(learn_stats),
         "charts/learning_rate": lr,

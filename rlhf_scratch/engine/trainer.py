@@ -1,31 +1,38 @@
-"""The scaffolding every algorithm shares, written once; an algorithm adds its two phases.
+"""The scaffolding every algorithm shares, written once; an algorithm adds its advantages and its update.
 
-    class RLOOTrainer(Trainer):                       # one file under algorithms/
-        METRICS = ("reward", "kl", ...)              # what learning_phase returns (TRL's names)
+    class RLOOTrainer(Trainer):                       # one folder under algorithms/
+        METRICS = ("reward", "kl", ...)              # what update_actor returns (TRL's names)
 
-        def rollout_phase(self) -> Rollout:          # sample, score, reward: no gradients
-            return self.sample(num_generations=self.args.num_generations)
+        def compute_advantages(self, batch):         # over every process's rows (batch.everyone)
+            batch.advantages = compute_rloo_advantages(...)
 
-        def learning_phase(self, rollout) -> dict:   # the algorithm: its advantages and its loss
-            advantages = ...
+        def update_actor(self, batch) -> dict:       # the algorithm's loss on this process's rows
             def objective(rows):                     # one minibatch, MAXIMISED
-                seq_logprobs = self.sequence_log_probs(rollout, rows)
+                seq_logprobs = self.sequence_log_probs(batch.rollout, rows)
                 return calc_rloo_objective(...), {"objective/rloo": ...}
             return {**self.ascend(minibatch_rows(...), objective), ...}
 
-`loop.run_training` knows an algorithm only through `contract.TrainerContract` (a Protocol: the
-attributes and methods it touches, nothing else). `Trainer` implements the shared part of it: run
-setup (seed, threads, device), the policy and the frozen reference, the prompts, the reward, the
-optimizer and scheduler, the learning forward (DDP, torch.compile), the rollout's arguments from
-the config, and the carrier of the learning phase:
+The engine drives a phase through the trainer's role methods, verl's names (`loop._one_phase`;
+the controller's workers call the same ones remotely): `next_prompts` → `generate_sequences` →
+`compute_log_prob` (log π_old, log π_ref, KL, entropy, and PPO's values from the same trunk, in the
+same call) → `compute_scores` (the reward, the missing-EOS penalty, a judge's verdicts) → the
+engine's one gather (`batch.gather_batch`) → `compute_advantages` → `update_actor`.
+`loop.run_training` knows an algorithm only through `contract.TrainerContract`. `Trainer`
+implements the shared part of it: run setup (seed, threads, device), the policy and the frozen
+reference, the prompts, the reward, the optimizer and scheduler, the learning forward (DDP,
+torch.compile), the three rollout roles from the config, resume as one dict (`state_dict` /
+`load_state_dict`), and the carrier of the learning phase:
 
     token_log_probs / sequence_log_probs   log π of a minibatch now, with gradient, through the
                                            learner, at the rollout's temperature, --chunk-logits at a time
+    hidden_and_extras                      ĥ and the extras' output (PPO's values) from one learning
+                                           forward through the learner; `chunk_logits` for their terms
     ascend(minibatches, objective)         the minibatch loop: bar, the learning forward's clock and
                                            precision, one guarded optimizer step each, one scheduler step
 
 so a setting of the learning phase is read in one place and no algorithm can miss it. A subclass
 holds no scaffolding and the base holds no algorithm math; algorithms never import each other.
+The base does not import the loop: `train()` goes through `engine.run.run`, the one front door.
 """
 
 from __future__ import annotations
@@ -42,21 +49,24 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
-from rlhf_scratch.config import CommonArgs
+from rlhf_scratch.config import CommonArgs, ConfigError
 from rlhf_scratch.core.timing import timed
 from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.accel import compiled, learning_autocast
-from rlhf_scratch.engine.loop import PhaseHook, run_training
+from rlhf_scratch.engine.batch import Batch, gather_batch
+from rlhf_scratch.engine.checkpoint import rng_state, set_rng_state
 from rlhf_scratch.engine.optim import clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.engine.run_setup import load_policy, make_prompt_iterator, setup_torch
 from rlhf_scratch.models.fast_forward import HiddenForward, fast_path_note
-from rlhf_scratch.models.policy import Policy, build_policy, reference_of, trainable_lm
+from rlhf_scratch.models.policy import Policy, build_policy, load_saved_state, reference_of, saved_state, trainable_lm
 from rlhf_scratch.models.static_cache import DecoderCache
 from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.reward.tasks import RewardFn, make_reward_fn
 from rlhf_scratch.rollout.phase import (
     Rollout,
-    make_rollout,
+    compute_log_prob,
+    compute_scores,
+    generate_sequences,
     policy_sequence_log_probs,
     policy_token_log_probs,
     policy_token_terms,
@@ -116,29 +126,100 @@ class Trainer:
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Put back what `extra_state` returned."""
 
+    def keeps_ref_hidden(self) -> bool:
+        """Whether the rollout keeps the reference's ĥ for the learning phase (PPO's --cache-ref-logprobs)."""
+        return False
+
+    def compute_advantages(self, batch: Batch) -> None:
+        """Set `batch.advantages` over every process's rows (`batch.everyone`): the algorithm's part."""
+        raise NotImplementedError(f"{type(self).__name__} must define compute_advantages")
+
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        """Ascend on this process's rows of `batch`; return the phase's metrics (its `METRICS`)."""
+        raise NotImplementedError(f"{type(self).__name__} must define update_actor")
+
+    # ------------------------------------------------------------------ the roles (verl's names)
+    num_generations: int = 1
+    """G, the completions sampled per prompt (a subclass sets it: RLOO and GRPO from their args)."""
+
+    def next_prompts(self) -> list[str]:
+        """This phase's prompts: batch_size / G of them, this process's share."""
+        return dist.shard(self.prompts.next_batch(self.args.batch_size // self.num_generations))
+
+    def generate_sequences(self, prompts: list[str]) -> Rollout:
+        """G completions of each prompt, sampled from the policy (`rollout.generate_sequences`)."""
+        args = self.args
+        return generate_sequences(
+            self.lm, prompts, num_generations=self.num_generations, gen_len=args.gen_len,
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, prepend_bos=args.prepend_bos,
+            stop_at_eos=args.eos_stops(), kv_cache=args.kv_cache, cuda_graph=args.cuda_graph, decoders=self.decoders,
+        )
+
+    def compute_log_prob(self, rollout: Rollout) -> Rollout:
+        """log π_old, log π_ref, the per-token KL, the entropy and (with extras: PPO's value head on
+        the same trunk) V(s_t), one pass at the sampling temperature in the learning phase's
+        precision (`rollout.compute_log_prob`): values come from this call, not a separate one."""
+        return compute_log_prob(self.policy, self.ref_model, rollout, chunk_size=self.args.minibatch_size(),
+                                keep_ref_hidden=self.keeps_ref_hidden(), policy_precision=self.learning_precision,
+                                chunk_logits=self.chunk_logits)
+
+    def compute_scores(self, rollout: Rollout) -> Rollout:
+        """The reward of each completion, less the missing-EOS penalty (`rollout.compute_scores`),
+        and a judge's verdicts on its pairs where the algorithm has one (`judge_pairs`)."""
+        return self.judge_pairs(compute_scores(rollout, self.reward_fn, self.args.missing_eos_penalty))
+
+    def judge_pairs(self, rollout: Rollout) -> Rollout:
+        """Set `rollout.verdicts` from the judge, if the algorithm asks one (Online DPO); else nothing."""
+        return rollout
+
+    # ------------------------------------------------------------------ the two phases, composed
     def rollout_phase(self) -> Rollout:
-        raise NotImplementedError(f"{type(self).__name__} must define rollout_phase")
+        """This phase's rollout: prompts → generate_sequences → compute_log_prob → compute_scores
+        (no gradients; `rollout.make_rollout` in the trainer's settings)."""
+        with torch.no_grad():
+            return self.compute_scores(self.compute_log_prob(self.generate_sequences(self.next_prompts())))
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        raise NotImplementedError(f"{type(self).__name__} must define learning_phase")
+        """The rollout gathered over processes once (`batch.gather_batch`), its advantages, the update."""
+        batch = gather_batch(rollout)
+        self.compute_advantages(batch)
+        return self.update_actor(batch)
 
-    # ------------------------------------------------------------------ shared pieces
-    @torch.no_grad()
-    def sample(self, num_generations: int, keep_ref_hidden: bool = False) -> Rollout:
-        """This phase's rollout: batch_size / num_generations prompts (this rank's share), G
-        completions of each, scored by the policy (and the reference) at the sampling
-        temperature, in the learning phase's precision, and rewarded."""
-        args = self.args
-        prompts = dist.shard(self.prompts.next_batch(args.batch_size // num_generations))
-        return make_rollout(
-            self.policy, self.ref_model, prompts, self.reward_fn, num_generations=num_generations,
-            gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-            prepend_bos=args.prepend_bos,
-            stop_at_eos=args.eos_stops(), missing_eos_penalty=args.missing_eos_penalty,
-            chunk_size=args.minibatch_size(), keep_ref_hidden=keep_ref_hidden, chunk_logits=self.chunk_logits,
-            kv_cache=args.kv_cache, cuda_graph=args.cuda_graph, decoders=self.decoders,
-            policy_precision=self.learning_precision,
-        )
+    # ------------------------------------------------------------------ resume as one dict (nanoGPT's way)
+    def weights_state(self) -> dict[str, Any]:
+        """The large part of `state_dict`: the policy's weights (as `models.policy.saved_state` gives
+        them), the optimizer's and the scheduler's state."""
+        return {"policy": saved_state(self.policy), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a bit-exact resume needs of the trainer, as one plain dict: weights, optimizer,
+        scheduler, the prompts' position, the algorithm's state (`extra_state`), skipped steps, every
+        process's RNG (a collective in a distributed run: every rank calls it)."""
+        return {
+            "algo": self.args.algo,
+            **self.weights_state(),
+            "prompts": self.prompts.state_dict(),
+            "trainer": self.extra_state(),
+            "skipped_in_a_row": self.skipped_in_a_row,
+            "rng": rng_state(),
+            "rng_per_rank": dist.gather_objects(rng_state()),  # every rank's, in a distributed run
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back what `state_dict` returned (a checkpoint of any earlier version: the same keys;
+        one without `rng_per_rank` holds one process's RNG)."""
+        load_saved_state(self.policy, state["policy"])  # adapters: refused if the base's hash differs
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.prompts.load_state_dict(state["prompts"])
+        self.load_extra_state(state["trainer"])
+        self.skipped_in_a_row = state["skipped_in_a_row"]
+        per_rank = state.get("rng_per_rank", [state["rng"]])
+        if len(per_rank) != dist.world_size():
+            raise ConfigError(f"resume: the checkpoint was written by {len(per_rank)} process(es); "
+                              f"resume it with the same number (torchrun --nproc-per-node {len(per_rank)})")
+        set_rng_state(per_rank[dist.rank()])
 
     def learning_precision(self):
         """The context the learning forward runs in (bf16 autocast with --bf16, else nothing)."""
@@ -158,6 +239,14 @@ class Trainer:
         forward (`rollout.policy_token_terms`): for an entropy bonus in the objective."""
         terms = policy_token_terms(self.learner, rollout, rows, chunk_logits=self.chunk_logits, with_entropy=True)
         return terms.logprobs, terms.entropy
+
+    def hidden_and_extras(
+        self, ids: Int[Tensor, "rows seq"], attention_mask: Tensor | None
+    ) -> tuple[Float[Tensor, "rows seq d_model"], Tensor]:
+        """ĥ at every position and the policy's extras' output (PPO's V(s_t)), with gradient, from one
+        forward through the learner (compiled / DDP): for an algorithm whose policy has extras. Their
+        vocabulary terms are then taken `self.chunk_logits` logits at a time."""
+        return self.learner(ids, attention_mask=attention_mask, return_hidden=True)
 
     def sequence_log_probs(self, rollout: Rollout, rows: Int[Tensor, " rows"]) -> Float[Tensor, " rows"]:
         """log π(o | q) of the rollout's `rows` now, with gradient: `token_log_probs` summed over kept tokens."""
@@ -201,11 +290,13 @@ class Trainer:
         self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
         return stepped
 
-    def train(self, run_dir: str | Path | None = None, resume: bool = False, hooks: Sequence[PhaseHook] = ()) -> Path:
-        """Run every phase (`loop.run_training`): a new run folder (or `run_dir`), or with
-        `resume=True` continue the run in `run_dir` from its latest checkpoint. `hooks` run after
-        every phase and log beside it (`loop.PhaseHook`). Returns the folder."""
-        return run_training(self, None if run_dir is None else Path(run_dir), self.quiet, resume, hooks)
+    def train(self, run_dir: str | Path | None = None, resume: bool = False, hooks: Sequence[Any] = ()) -> Path:
+        """Run every phase (`engine.run.run`, the one front door): a new run folder (or `run_dir`),
+        or with `resume=True` continue the run in `run_dir` from its latest checkpoint. `hooks` run
+        after every phase and log beside it (`loop.PhaseHook`). Returns the folder."""
+        from rlhf_scratch.engine.run import run  # the engine runs a trainer; the trainer does not import the loop
+
+        return run(self, run_dir, resume=resume, hooks=hooks)
 
 
 def mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:

@@ -1,10 +1,13 @@
 """The rollout every algorithm starts from: sample, score with the policy and the reference, reward.
 
     prompts (one per group) ──repeat G times──► left-padded prompt_ids
-        ──generate (KV cache, top-k, EOS)──► completion_ids, completion_mask
-        ──policy forward──► log π_old(o_t)  [and V(s_t) for PPO]
+        ──generate (KV cache, top-k, EOS)──► completion_ids, completion_mask     generate_sequences
+        ──policy forward──► log π_old(o_t)  [and V(s_t) for PPO]                 compute_log_prob
         ──reference forward──► log π_ref(o_t), per-token KL(π_old‖π_ref), entropy
-        ──reward function──► scores; rewards = scores − missing_eos_penalty·[no EOS]
+        ──reward function──► scores; rewards = scores − missing_eos_penalty·[no EOS]   compute_scores
+
+Each arrow group is one function, named as verl names the role that runs it; `make_rollout` is
+the three in order (the trainer's role methods of the same names call them one at a time).
 
 Every log-prob, KL and entropy here is of the distribution that was sampled, softmax(z / T)
 (`objectives.temperature_scaled`), and the learning phase scores with the same T (the rollout
@@ -52,9 +55,11 @@ from rlhf_scratch.rollout.generation import (
 from rlhf_scratch.rollout.reward_call import score_completions
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Rollout:
-    """One phase's samples and everything the learning phase needs about them (no gradients)."""
+    """One phase's samples and everything the learning phase needs about them (no gradients).
+    `generate_sequences` fills the samples; `compute_log_prob` the log-probs, KL, entropy and values;
+    `compute_scores` the scores and rewards (None until then)."""
 
     prompt_ids: Int[Tensor, "batch prompt_len"]
     """Left-padded prompt tokens (BOS first when prepend_bos; through the chat template when the
@@ -65,20 +70,20 @@ class Rollout:
     """False on the prompt's left padding, True elsewhere (seq_len = prompt_len + gen_len)."""
     completion_mask: Bool[Tensor, "batch gen_len"]
     """True for the tokens the policy chose (up to and including the first EOS when stopping)."""
-    logprobs: Float[Tensor, "batch gen_len"]
+    logprobs: Float[Tensor, "batch gen_len"] | None = None
     """log π_old(o_t | q, o_<t) of each completion token, from the policy that sampled it, at the
     sampling temperature (every log-prob, KL and entropy of a rollout is of softmax(z / T))."""
-    ref_logprobs: Float[Tensor, "batch gen_len"] | None
+    ref_logprobs: Float[Tensor, "batch gen_len"] | None = None
     """log π_ref(o_t | q, o_<t) from the frozen reference model; None when the rollout was made
     without one (`ref_model=None`: GRPO at β = 0 runs no reference forward)."""
-    kl: Float[Tensor, "batch gen_len"] | None
+    kl: Float[Tensor, "batch gen_len"] | None = None
     """KL(π_old ‖ π_ref) over the full vocabulary at each completion position (a diagnostic);
     None without a reference."""
-    entropy: Float[Tensor, "batch gen_len"]
+    entropy: Float[Tensor, "batch gen_len"] | None = None
     """Entropy of π_old at each completion position, nats (a diagnostic)."""
-    scores: Float[Tensor, " batch"]
+    scores: Float[Tensor, " batch"] | None = None
     """What the reward function returned."""
-    rewards: Float[Tensor, " batch"]
+    rewards: Float[Tensor, " batch"] | None = None
     """scores − missing_eos_penalty for each completion without EOS (= scores without a penalty)."""
     prompts: list[str]
     """The prompt of each completion (each repeated num_generations times), as given: the plain
@@ -103,6 +108,9 @@ class Rollout:
     with it the learning phase's KL needs no reference logits at all (`token_terms(ref_lse=...)`)."""
     temperature: float = 1.0
     """T the completions were sampled at: every log-prob of them, old and new, is of softmax(z / T)."""
+    verdicts: Int[Tensor, " batch"] | None = None
+    """A judge's verdict on each row's pair (0: the first completion wins, 1: the second, −1:
+    undecided), on both rows of the pair; None when no judge scored the rollout (Online DPO's)."""
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -189,6 +197,84 @@ def score_tokens(
 
 
 @torch.no_grad()
+def generate_sequences(
+    lm: HookedTransformer,
+    prompts: list[str],
+    *,
+    num_generations: int = 1,
+    gen_len: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    prepend_bos: bool = True,
+    stop_at_eos: bool = False,
+    kv_cache: str = "auto",
+    cuda_graph: bool = True,
+    decoders: DecoderCache | None = None,
+) -> Rollout:
+    """`num_generations` completions of each prompt, sampled from `lm` (verl's generate_sequences):
+    a `Rollout` with its samples and their text, not yet scored (`compute_log_prob`) nor rewarded
+    (`compute_scores`). An instruct model is prompted through its chat template
+    (`generation.tokenize_prompts`) and stops at its generation config's EOS; the completions' text
+    is the generated tokens only, without the EOS that ended them (`decode_completions`)."""
+    group_prompts = [p for p in prompts for _ in range(num_generations)]
+    prompt_ids, prompt_mask = tokenize_prompts(lm, group_prompts, prepend_bos)
+    with timed("generation"):
+        completion_ids, completion_mask = generate(
+            lm, prompt_ids, prompt_mask, gen_len, temperature, top_k, stop_at_eos, kv_cache=kv_cache, cuda_graph=cuda_graph,
+            top_p=top_p, decoders=decoders,
+        )
+    with timed("reward"):  # decoding is the reward's part of the clock (timing.PARTS)
+        completions = decode_completions(lm, completion_ids.cpu(), completion_mask.cpu(), stop_at_eos)
+    return Rollout(
+        prompt_ids=prompt_ids, completion_ids=completion_ids, completion_mask=completion_mask,
+        attention_mask=torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1),
+        prompts=group_prompts, completions=completions, num_generations=num_generations,
+        eos_token_id=eos_token_ids(lm), temperature=temperature,
+    )
+
+
+@torch.no_grad()
+def compute_log_prob(
+    policy: Policy,
+    ref_model: HookedTransformer | None,
+    rollout: Rollout,
+    *,
+    chunk_size: int = 16,
+    keep_ref_hidden: bool = False,
+    policy_precision: Callable[[], AbstractContextManager] = nullcontext,
+    chunk_logits: int = LOGITS_PER_CHUNK,
+) -> Rollout:
+    """Score the rollout's completions (verl's compute_log_prob, its reference and its values in
+    one call, as the blog's value head shares the policy's trunk): `score_tokens` fills log π_old,
+    the entropy, and with a reference log π_ref and the per-token KL (PPO: V(s_t); with
+    `keep_ref_hidden`, ĥ_ref and its logsumexp). Returns the same rollout, filled in."""
+    scored = score_tokens(policy, ref_model, rollout.sample_ids, rollout.attention_mask, rollout.prefix_len, chunk_size,
+                          keep_ref_hidden, rollout.temperature, policy_precision, chunk_logits)
+    rollout.logprobs, rollout.entropy = scored["logprobs"], scored["entropy"]
+    rollout.ref_logprobs, rollout.kl, rollout.values = scored.get("ref_logprobs"), scored.get("kl"), scored.get("values")
+    rollout.ref_hidden, rollout.ref_lse = scored.get("ref_hidden"), scored.get("ref_lse")
+    return rollout
+
+
+@torch.no_grad()
+def compute_scores(rollout: Rollout, reward_fn, missing_eos_penalty: float | None = None) -> Rollout:
+    """Reward the rollout's completions (verl's compute_rm_score and the driver's reward shaping):
+    `reward_fn` (either contract of `rollout.reward_call.score_completions`) gives the scores;
+    rewards = scores − missing_eos_penalty for each completion without EOS. Returns the same rollout."""
+    with timed("reward"):
+        ids_cpu, mask_cpu = rollout.completion_ids.cpu(), rollout.completion_mask.cpu()  # per-row work on the host
+        rollout.scores = score_completions(
+            reward_fn, rollout.prompts, rollout.completions,
+            [ids[keep].tolist() for ids, keep in zip(ids_cpu, mask_cpu)],
+        ).to(rollout.completion_ids.device)
+    rollout.rewards = rollout.scores
+    if missing_eos_penalty:
+        rollout.rewards = rollout.scores - missing_eos_penalty * (~rollout.is_terminated).float()
+    return rollout
+
+
+@torch.no_grad()
 def make_rollout(
     policy: Policy,
     ref_model: HookedTransformer | None,
@@ -211,8 +297,9 @@ def make_rollout(
     cuda_graph: bool = True,
     decoders: DecoderCache | None = None,
 ) -> Rollout:
-    """Sample `num_generations` completions of each prompt and score them: the one function that
-    builds a `Rollout`, for every algorithm.
+    """Sample `num_generations` completions of each prompt, score and reward them: the three roles
+    in order, `generate_sequences` → `compute_log_prob` → `compute_scores` (the trainer's role
+    methods call them one at a time, and so does the controller's driver, remotely).
 
     `policy` is the HookedTransformer being tuned, or a `models.policy.PolicyWithExtras` (then the
     rollout also keeps its extras' output, PPO's V(s_t)). `reward_fn` follows either contract of `rollout.reward_call.score_completions`.
@@ -228,37 +315,14 @@ def make_rollout(
     generation config's EOS; `reward_fn` still receives the plain prompts and the completions' own
     text (`decode_completions`: the generated tokens only, without the EOS that ended them).
     """
-    lm = language_model(policy)
-    group_prompts = [p for p in prompts for _ in range(num_generations)]
-    prompt_ids, prompt_mask = tokenize_prompts(lm, group_prompts, prepend_bos)
-    with timed("generation"):
-        completion_ids, completion_mask = generate(
-            lm, prompt_ids, prompt_mask, gen_len, temperature, top_k, stop_at_eos, kv_cache=kv_cache, cuda_graph=cuda_graph,
-            top_p=top_p, decoders=decoders,
-        )
-    sample_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    attention_mask = torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1)
-    scored = score_tokens(policy, ref_model, sample_ids, attention_mask, prompt_ids.shape[1], chunk_size,
-                          keep_ref_hidden, temperature, policy_precision, chunk_logits)
-
-    with timed("reward"):
-        ids_cpu, mask_cpu = completion_ids.cpu(), completion_mask.cpu()  # per-row work on the host, one copy each
-        completions = decode_completions(lm, ids_cpu, mask_cpu, stop_at_eos)
-        scores = score_completions(
-            reward_fn, group_prompts, completions,
-            [ids[keep].tolist() for ids, keep in zip(ids_cpu, mask_cpu)],
-        ).to(sample_ids.device)
-    rollout = Rollout(
-        prompt_ids=prompt_ids, completion_ids=completion_ids, attention_mask=attention_mask,
-        completion_mask=completion_mask, logprobs=scored["logprobs"], ref_logprobs=scored.get("ref_logprobs"),
-        kl=scored.get("kl"), entropy=scored["entropy"], scores=scores, rewards=scores,
-        prompts=group_prompts, completions=completions, num_generations=num_generations,
-        eos_token_id=eos_token_ids(lm), values=scored.get("values"),
-        ref_hidden=scored.get("ref_hidden"), ref_lse=scored.get("ref_lse"), temperature=temperature,
+    rollout = generate_sequences(
+        language_model(policy), prompts, num_generations=num_generations, gen_len=gen_len, temperature=temperature,
+        top_k=top_k, top_p=top_p, prepend_bos=prepend_bos, stop_at_eos=stop_at_eos, kv_cache=kv_cache,
+        cuda_graph=cuda_graph, decoders=decoders,
     )
-    if missing_eos_penalty:
-        rollout.rewards = scores - missing_eos_penalty * (~rollout.is_terminated).float()
-    return rollout
+    compute_log_prob(policy, ref_model, rollout, chunk_size=chunk_size, keep_ref_hidden=keep_ref_hidden,
+                     policy_precision=policy_precision, chunk_logits=chunk_logits)
+    return compute_scores(rollout, reward_fn, missing_eos_penalty)
 
 
 def policy_token_log_probs(

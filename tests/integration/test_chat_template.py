@@ -209,7 +209,7 @@ def test_a_trainers_rollouts_follow_the_flag(chat_template, chat_folder, one_thr
     args = make_args("tiny", "grpo", model=str(chat_folder), chat_template=chat_template, batch_size=4,
                      num_generations=2, num_minibatches=1, gen_len=3, threads=1, seed=0)
     trainer = registry.get("grpo").trainer_class()(args, quiet=True)
-    rollout = trainer.sample(args.num_generations)
+    rollout = trainer.rollout_phase()
     tok = trainer.lm.tokenizer
     if chat_template == "auto":
         expected = tok.encode(RENDERED, add_special_tokens=False)

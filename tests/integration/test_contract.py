@@ -34,12 +34,17 @@ def test_smoke_an_object_missing_a_member_is_not_a_trainer():
 
     class NoJudge:
         args = device = lm = policy = optimizer = scheduler = prompts = reward_fn = None
-        skipped_in_a_row, METRICS = 0, ()
+        skipped_in_a_row, METRICS, quiet = 0, (), True
 
-        def rollout_phase(self): ...
-        def learning_phase(self, rollout): ...
-        def extra_state(self): ...
-        def load_extra_state(self, state): ...
+        def next_prompts(self): ...
+        def generate_sequences(self, prompts): ...
+        def compute_log_prob(self, rollout): ...
+        def compute_scores(self, rollout): ...
+        def compute_advantages(self, batch): ...
+        def update_actor(self, batch): ...
+        def state_dict(self): ...
+        def load_state_dict(self, state): ...
+        def weights_state(self): ...
 
     assert not isinstance(NoJudge(), TrainerContract)
     NoJudge.judge = None
@@ -87,11 +92,11 @@ def test_an_undeclared_metric_stops_the_run_naming_it(tmp_path, one_thread):
     from rlhf_scratch.engine.loop import UndeclaredMetricError
 
     class Sloppy(RLOOTrainer):
-        def learning_phase(self, rollout):
-            return {**super().learning_phase(rollout), "objective/rlo": 0.0}
+        def update_actor(self, batch):
+            return {**super().update_actor(batch), "objective/rlo": 0.0}
 
     trainer = Sloppy(make_args("tiny", algo="rloo", num_generations=4, **SMALL), quiet=True)
-    with pytest.raises(UndeclaredMetricError, match=r"^Sloppy.learning_phase returned objective/rlo, not among its METRICS"):
+    with pytest.raises(UndeclaredMetricError, match=r"^Sloppy.update_actor returned objective/rlo, not among its METRICS"):
         trainer.train(tmp_path / "run")
 
 
@@ -186,7 +191,9 @@ def test_calc_reinforce_objective_of_the_example_by_hand(reinforce_example):
     namespace = reinforce_example
     logp = torch.tensor([-1.0, -2.0, -4.0], requires_grad=True)
     rewards = torch.tensor([3.0, 0.0, 0.0])  # mean 1: advantages [2, -1, -1]
-    objective = namespace["calc_reinforce_objective"](logp, rewards)
+    advantages = namespace["calc_reinforce_advantages"](rewards)
+    assert advantages.tolist() == [2.0, -1.0, -1.0]
+    objective = namespace["calc_reinforce_objective"](logp, advantages)
     assert objective.item() == pytest.approx((2 * -1 + -1 * -2 + -1 * -4) / 3)
     objective.backward()
     assert logp.grad.tolist() == pytest.approx([2 / 3, -1 / 3, -1 / 3])

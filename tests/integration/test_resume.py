@@ -49,15 +49,15 @@ def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, prompts_file, on
     straight.train(tmp_path / "a")
 
     interrupted = RLHFTrainer(small_args(tmp_path / "b", prompts_file), quiet=True)
-    learn = interrupted.learning_phase
+    learn = interrupted.update_actor
 
-    def learn_then_ctrl_c(rollout):  # Ctrl-C arrives during phase 2's learning
-        stats = learn(rollout)
+    def learn_then_ctrl_c(batch):  # Ctrl-C arrives during phase 2's learning
+        stats = learn(batch)
         if interrupted.scheduler.last_epoch == 2:
             os.kill(os.getpid(), signal.SIGINT)
         return stats
 
-    interrupted.learning_phase = learn_then_ctrl_c
+    interrupted.update_actor = learn_then_ctrl_c
     with pytest.raises(TrainingStopped, match=r"^interrupted after phase 2 \(SIGINT\); resume it from phase 2 with: "
                                               rf"python -m rlhf_scratch.train --resume {tmp_path / 'b'}$"):
         interrupted.train(tmp_path / "b")  # (Ctrl-C in Python: the message says how to continue)
@@ -160,15 +160,15 @@ def test_every_other_algorithm_resumes_bit_identical(tmp_path, prompts_file, one
     straight = cls(args(tmp_path / "a"), quiet=True)
     straight.train(tmp_path / "a")
     interrupted = cls(args(tmp_path / "b"), quiet=True)
-    learn = interrupted.learning_phase
+    learn = interrupted.update_actor
 
-    def learn_then_sigterm(rollout):
-        stats = learn(rollout)
+    def learn_then_sigterm(batch):
+        stats = learn(batch)
         if interrupted.scheduler.last_epoch == 1:
             os.kill(os.getpid(), signal.SIGTERM)
         return stats
 
-    interrupted.learning_phase = learn_then_sigterm
+    interrupted.update_actor = learn_then_sigterm
     with pytest.raises(TrainingStopped, match=r"interrupted after phase 1 \(SIGTERM\)") as err:
         interrupted.train(tmp_path / "b")
     assert err.value.exit_code == 128 + signal.SIGTERM
@@ -245,15 +245,15 @@ def test_a_lora_run_resumes_bit_identical_from_its_adapters_and_base_hash(tmp_pa
     straight = RLHFTrainer(args(tmp_path / "a"), quiet=True)
     straight.train(tmp_path / "a")
     interrupted = RLHFTrainer(args(tmp_path / "b"), quiet=True)
-    learn = interrupted.learning_phase
+    learn = interrupted.update_actor
 
-    def learn_then_sigterm(rollout):
-        stats = learn(rollout)
+    def learn_then_sigterm(batch):
+        stats = learn(batch)
         if interrupted.scheduler.last_epoch == 2:
             os.kill(os.getpid(), signal.SIGTERM)
         return stats
 
-    interrupted.learning_phase = learn_then_sigterm
+    interrupted.update_actor = learn_then_sigterm
     with pytest.raises(TrainingStopped, match=r"interrupted after phase 2 \(SIGTERM\)"):
         interrupted.train(tmp_path / "b")
     saved = load_latest_checkpoint(tmp_path / "b")["policy"]

@@ -4,9 +4,10 @@ variants TRL 1.16 offers as `loss_type`, as TRL 1.16 computes them (`GRPOTrainer
 al. 2025), GSPO (Zheng et al. 2025) and LUSPO, and the other surrogates CISPO (MiniMax-M1), SAPO
 and VESPO (papers and formulas: docs/grpo.md).
 
-    for phase in range(total_phases):
-        rollout = rollout_phase()       # G completions of each prompt, scored (no reference at β = 0)
-        learning_phase(rollout)         # group-relative advantages → per-token surrogate → ascent
+    for phase in range(total_phases):           # the engine's phase (loop.py), verl's names
+        batch = generate_sequences → compute_log_prob → compute_scores   # G completions each (no reference at β = 0)
+        compute_advantages(batch)               # group-relative advantages, over the whole batch
+        update_actor(batch)                     # per-token surrogate → minibatch ascent
 
 RLOO's sibling (algorithms/rloo.py): G completions per prompt, no critic. Where they differ:
 
@@ -54,8 +55,8 @@ from rlhf_scratch.core.advantages import (
 )
 from rlhf_scratch.core.memory import minibatch_rows
 from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.engine.batch import Batch
 from rlhf_scratch.engine.trainer import Trainer
-from rlhf_scratch.rollout.phase import Rollout
 
 # Logged by GRPO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names, then ours).
 GRPO_METRICS = (
@@ -126,23 +127,28 @@ class GRPOTrainer(Trainer):
         """As TRL: at β = 0 the reference is never loaded nor run (unless asked to measure the KL)."""
         return self.args.beta > 0 or self.args.measure_kl
 
-    def rollout_phase(self) -> Rollout:
-        """G completions of each of batch_size / G prompts, scored by the policy (and the reference if any) and the reward."""
-        return self.sample(num_generations=self.args.num_generations)
+    @property
+    def num_generations(self) -> int:
+        return self.args.num_generations
 
-    def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        """Group-relative advantages → num_iterations passes of minibatch ascent on J, each pass
+    def compute_advantages(self, batch: Batch) -> None:
+        """Group-relative advantages from the whole batch's rewards (a group never splits over
+        processes; the batch std spans all of them)."""
+        batch.advantages = compute_grpo_advantages(batch.everyone.rewards, self.args.num_generations,
+                                                   self.args.scale_rewards)
+
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        """num_iterations passes of minibatch ascent on J over this process's rows, each pass
         num_minibatches (= steps_per_generation) optimizer steps.
 
-        The advantages are computed from the GLOBAL batch's rewards (every rank's; a group never
-        splits over ranks, the batch std spans all of them) and so is dapo's token count N. Then a
-        row stands alone: minibatches are drawn from all rows shuffled, as in RLOO."""
-        args = self.args
+        dapo's token count N is the whole batch's. A row stands alone: minibatches are drawn from
+        all rows shuffled, as in RLOO. The clip counts of each optimizer step are summed over the
+        processes after the phase: they are of the new policy's log-probs, which no gathered rollout holds."""
+        args, rollout, everyone = self.args, batch.rollout, batch.everyone
         mask = loss_mask(rollout.completion_mask, rollout.is_terminated, args.mask_truncated_completions)
-        all_rewards = dist.all_gather(rollout.rewards)
-        all_advantages = compute_grpo_advantages(all_rewards, args.num_generations, args.scale_rewards)
-        advantages = dist.local_rows(all_advantages)
-        num_items_in_batch = dist.all_gather(mask.sum().view(1)).sum()  # the loss's tokens, whole generation batch
+        every_mask = loss_mask(everyone.completion_mask, everyone.is_terminated, args.mask_truncated_completions)
+        advantages = batch.local_advantages
+        num_items_in_batch = every_mask.sum()  # the loss's tokens, whole generation batch
         use_ref = args.beta != 0.0
         settings = grpo_loss_settings(args)
         counts: list[Tensor] = []  # per step on this rank: [clip low, clip high, clip n, KL-term sum, kept tokens, φ sum, rows]
@@ -156,7 +162,7 @@ class GRPOTrainer(Trainer):
             terms = calc_grpo_terms(
                 logprobs, rollout.logprobs[rows], advantages[rows], mask[rows], max_completion_length=args.gen_len,
                 ref_logprobs=rollout.ref_logprobs[rows] if use_ref else None, num_items_in_batch=num_items_in_batch,
-                num_splits=args.num_minibatches * dist.world_size(), entropies=entropies, **settings,
+                num_splits=args.num_minibatches * batch.world_size, entropies=entropies, **settings,
             )
             counts.append(torch.cat([terms.clip_counts, torch.stack([terms.kl_sum, mask[rows].sum().float(),
                                                                      terms.phi_sum, logprobs.new_tensor(len(rows))])]))
@@ -165,17 +171,17 @@ class GRPOTrainer(Trainer):
 
         learned = self.ascend(minibatch_rows(len(rollout), args.num_minibatches, args.num_iterations), objective,
                               total=args.num_minibatches * args.num_iterations)
-        world, n_steps = dist.world_size(), len(counts)
+        world, n_steps = batch.world_size, len(counts)
         steps = dist.all_gather(torch.stack(counts)).view(world, n_steps, 7).sum(0)  # [steps, 7], every process's
         step_extremes = dist.all_gather(torch.stack(extremes)).view(world, n_steps, 2)
         return {
-            **group_reward_stats(dist.all_gather(rollout.scores), all_rewards, args.num_generations),
+            **group_reward_stats(everyone.scores, everyone.rewards, args.num_generations),
             **({KL_METRIC: (steps[:, 3] / steps[:, 4].clamp(min=1.0)).mean().item()} if use_ref else {}),
-            "entropy": dist.all_gather(rollout.entropy)[dist.all_gather(mask)].mean().item(),
+            "entropy": everyone.entropy[every_mask].mean().item(),
             **ratio_metrics(args.loss_type, steps, step_extremes),
             **learned,
             "objective/beta": args.beta,
-            **mean_length_by_advantage_sign(dist.all_gather(rollout.lengths), all_advantages),
+            **mean_length_by_advantage_sign(everyone.lengths, batch.advantages),
         }
 
 

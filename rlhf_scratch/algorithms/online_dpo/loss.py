@@ -12,7 +12,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from rlhf_scratch.core.objectives import sequence_log_probs
-from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.engine.batch import Gathered
 from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.rollout.phase import Rollout
 
@@ -112,11 +112,11 @@ def select_chosen_by_judge(
 
 @torch.no_grad()
 def rollout_objective_stats(
-    rollout: Rollout, chosen: Int[Tensor, " pairs"], rejected: Int[Tensor, " pairs"], weights: Float[Tensor, " pairs"],
-    beta: float,
+    rollout: Rollout | Gathered, chosen: Int[Tensor, " pairs"], rejected: Int[Tensor, " pairs"],
+    weights: Float[Tensor, " pairs"], beta: float,
 ) -> dict[str, float]:
-    """TRL's per-batch objective/* numbers of Online DPO, over every rank's completions:
-
+    """TRL's per-batch objective/* numbers of Online DPO, over `rollout`'s completions (the loop
+    passes every process's: `batch.everyone`, with the pairs' rows in it):
         kl_i = Σ_t m_t (log π_old(o_t) − log π_ref(o_t))       (the sampled log-ratio, a sequence sum)
         objective/kl                = mean_i kl_i
         objective/entropy           = mean_i −Σ_t m_t log π_old(o_t)
@@ -125,25 +125,23 @@ def rollout_objective_stats(
         objective/rlhf_reward       = mean_i (R_i − β kl_i)
         objective/scores_margin     = mean over decided pairs of R_chosen − R_rejected
         val/contain_eos_token       = mean_i [o_i has an EOS]
-        judge/skipped               = number of pairs of weight 0 (the judge said −1), every rank's total
-
+        judge/skipped               = number of pairs of weight 0 (the judge said −1)
     m masks the padding after EOS (TRL's sums include it). Every log-prob is at the sampling temperature.
     """
     mask = rollout.completion_mask
-    kl = dist.all_gather(sequence_log_probs(rollout.logprobs - rollout.ref_logprobs, mask))  # [batch]
-    neg_logp = dist.all_gather(-sequence_log_probs(rollout.logprobs, mask))
-    rewards = dist.all_gather(rollout.rewards)
-    margin = (rollout.rewards[chosen] - rollout.rewards[rejected]) * weights
-    margin_sum, decided = dist.all_gather(torch.stack([margin.sum(), weights.sum()])[None]).sum(dim=0)
+    kl = sequence_log_probs(rollout.logprobs - rollout.ref_logprobs, mask)  # [batch]
+    neg_logp = -sequence_log_probs(rollout.logprobs, mask)
+    rewards = rollout.rewards
+    margin_sum = ((rewards[chosen] - rewards[rejected]) * weights).sum()
+    decided = weights.sum()
     stats = {
         "objective/kl": kl.mean().item(),
         "objective/entropy": neg_logp.mean().item(),
         "objective/non_score_reward": (-beta * kl).mean().item(),
         "objective/rlhf_reward": (rewards - beta * kl).mean().item(),
         "objective/scores": rewards.mean().item(),
-        "val/contain_eos_token": dist.all_gather(rollout.is_terminated).float().mean().item(),
-        "judge/skipped": int(round((dist.all_gather(torch.tensor([float(len(weights))], device=weights.device)).sum()
-                                    - decided).item())),
+        "val/contain_eos_token": rollout.is_terminated.float().mean().item(),
+        "judge/skipped": int(round(len(weights) - decided.item())),
     }
     if decided > 0:
         stats["objective/scores_margin"] = (margin_sum / decided).item()

@@ -1,9 +1,11 @@
 """`OnlineDPOTrainer`: Online DPO (Guo et al. 2024, "Direct Language Model Alignment from Online
 AI Feedback"), TRL's names.
 
-    for phase in range(total_phases):
-        rollout = rollout_phase()       # two completions of each prompt from the CURRENT policy
-        learning_phase(rollout)         # a reward model or a judge picks the winner; DPO loss
+    for phase in range(total_phases):           # the engine's phase (loop.py), verl's names
+        batch = generate_sequences → compute_log_prob → compute_scores   # a pair per prompt from the CURRENT
+                                                # policy; a judge's verdicts, if any, with the scores
+        compute_advantages(batch)               # the winner of each pair: +1 chosen, −1 rejected, 0 undecided
+        update_actor(batch)                     # DPO loss, minibatch ascent
 
 No critic and no reward inside the loss: the preference is all the loss sees. With h the
 policy's log-ratio margin over the reference's,
@@ -40,7 +42,9 @@ from rlhf_scratch.algorithms.online_dpo.loss import (
 )
 from rlhf_scratch.core.memory import minibatch_rows
 from rlhf_scratch.core.objectives import sequence_log_probs
+from rlhf_scratch.core.timing import timed
 from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.engine.batch import Batch
 from rlhf_scratch.engine.trainer import Trainer
 from rlhf_scratch.reward.judges import Judge, make_judge
 from rlhf_scratch.reward.tasks import RewardFn
@@ -79,25 +83,46 @@ class OnlineDPOTrainer(Trainer):
         super().__init__(args, reward_fn, quiet)
         self.judge = judge or make_judge(args.judge, args.direction, self.device)
 
-    def rollout_phase(self) -> Rollout:
-        """Two completions of each of batch_size / 2 prompts, scored by the policy, the reference and the reward."""
-        return self.sample(num_generations=2)
+    num_generations = 2
 
-    def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        """Pick winners (reward or judge), then num_iterations passes over the pairs in minibatches,
-        each one ascent step on −loss; one scheduler step.
+    def judge_pairs(self, rollout: Rollout) -> Rollout:
+        """With a judge, its verdict on each of this process's pairs (`Rollout.verdicts`), asked once
+        the completions are scored; without one, the reward picks (in `compute_advantages`)."""
+        if self.judge is not None and rollout.verdicts is None:
+            with timed("reward"):
+                chosen, _, weights = select_chosen_by_judge(self.judge, rollout)
+                first = torch.arange(0, len(rollout), 2, device=chosen.device)
+                rollout.verdicts = torch.where(weights > 0, chosen - first, -1).repeat_interleave(2)
+        return rollout
+
+    def compute_advantages(self, batch: Batch) -> None:
+        """The winner of every pair of the whole batch, as a per-row sign (`pair_advantages`): by
+        reward (after the missing-EOS penalty), or by the judge's verdicts."""
+        everyone = batch.everyone
+        if everyone.verdicts is None:
+            chosen, rejected = select_chosen(everyone.rewards)
+            weights = torch.ones(len(chosen), device=chosen.device)
+        else:
+            first = torch.arange(0, len(everyone), 2, device=everyone.verdicts.device)
+            verdicts = everyone.verdicts[first]
+            second = verdicts == 1
+            chosen, rejected = torch.where(second, first + 1, first), torch.where(second, first, first + 1)
+            weights = (verdicts != -1).float()
+        batch.advantages = pair_advantages(chosen, rejected, weights, len(everyone))
+
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        """num_iterations passes over this process's pairs in minibatches, each one ascent step on
+        −loss; one scheduler step.
 
         Every rank runs the same minibatches (a judge's undecided pairs weigh 0, they are not
         dropped), and the loss of a step is normalised by the decided pairs of every rank, so
         that DDP's mean of the ranks' gradients is the gradient of Σ_decided ℓ / #decided over
         the global minibatch: what one process computes on all the pairs. A step with no decided
-        pair on any rank is skipped on every rank."""
-        args = self.args
-        if self.judge is None:
-            chosen, rejected = select_chosen(rollout.rewards)
-            weights = torch.ones(len(chosen), device=chosen.device)
-        else:
-            chosen, rejected, weights = select_chosen_by_judge(self.judge, rollout)
+        pair on any rank is skipped on every rank. (That count is the one cross-process call left
+        here: each rank draws its minibatches from its own RNG, so no gathered batch knows which
+        pairs the other ranks hold in a given step.)"""
+        args, rollout = self.args, batch.rollout
+        chosen, rejected, weights = pairs_of(batch.local_advantages)
         ref_logps = sequence_log_probs(rollout.ref_logprobs, rollout.completion_mask)
 
         def objective(idx: Tensor) -> tuple[Tensor, dict[str, float]] | None:
@@ -111,7 +136,7 @@ class OnlineDPOTrainer(Trainer):
                                 weights=w)
             # DDP averages the ranks' gradients: scale each rank's weighted mean by its share of the
             # decided pairs (× 1.0 exactly in one process)
-            share = decided * dist.world_size() / decided_everywhere
+            share = decided * batch.world_size / decided_everywhere
             if decided == 0:  # this rank steps with the others; its diagnostics are over decided pairs only
                 return -out.loss * share, {}
             keep = w > 0
@@ -122,8 +147,26 @@ class OnlineDPOTrainer(Trainer):
                 "logps/rejected": logps[len(c):][keep].mean().item(),
             }
 
-        pairs_per_minibatch = max(1, args.minibatch_size() // 2 // dist.world_size())  # this rank's share
+        pairs_per_minibatch = max(1, args.minibatch_size() // 2 // batch.world_size)  # this rank's share
         num_minibatches = len(chosen) // pairs_per_minibatch
         learned = self.ascend(minibatch_rows(len(chosen), num_minibatches, args.num_iterations), objective,
                               total=num_minibatches * args.num_iterations)
-        return {**learned, **rollout_objective_stats(rollout, chosen, rejected, weights, args.beta), "objective/beta": args.beta}
+        every_chosen, every_rejected, every_weight = pairs_of(batch.advantages)
+        stats = rollout_objective_stats(batch.everyone, every_chosen, every_rejected, every_weight, args.beta)
+        return {**learned, **stats, "objective/beta": args.beta}
+
+
+def pair_advantages(chosen: Tensor, rejected: Tensor, weights: Tensor, rows: int) -> Tensor:
+    """A per-row sign of the pairs' outcome: +w on the chosen row, −w on the rejected (w = 0 for a
+    pair the judge could not decide): Online DPO's advantage, what the batch carries to update_actor."""
+    signs = torch.zeros(rows, device=weights.device)
+    signs[chosen], signs[rejected] = weights, -weights
+    return signs
+
+
+def pairs_of(signs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """`pair_advantages` read back: the rows of the chosen and rejected completion of each pair (rows
+    2i, 2i+1) and its weight (an undecided pair: first, second, weight 0, as `select_chosen_by_judge`)."""
+    first = torch.arange(0, signs.shape[0], 2, device=signs.device)
+    second = signs[first + 1] > 0
+    return torch.where(second, first + 1, first), torch.where(second, first, first + 1), signs[first].abs()

@@ -29,6 +29,7 @@ def compute_rlhf_objective(
     temperature: float,
     unembed: Unembedding,
     ref_unembed: Unembedding,
+    chunk_logits: int | None = None,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
     """The PPO objective of one minibatch from the policy's final normalised residual ĥ (and values)
     and the reference's ĥ_ref at the completion's positions:
@@ -38,7 +39,8 @@ def compute_rlhf_objective(
     Every term is taken over the generated span only (position t = prefix_len−1 … seq_len−2
     predicts the completion) and over the kept completion tokens (`mb.completion_mask`). The
     vocabulary-wide quantities — log π(o_t), H[π] and KL(π ‖ π_ref) at each position — come from
-    `token_terms`, `args.logits_per_chunk(device)` logits at a time (recomputed in backward, not kept); then
+    `token_terms`, `chunk_logits` logits at a time (the trainer's carrier passes its own; by default
+    `args.logits_per_chunk(device)`; recomputed in backward, not kept); then
 
         entropy_bonus = c_ent · mean_kept H[π]            (= calc_entropy_bonus on the whole logits)
         kl_penalty    = β · mean_kept KL(π ‖ π_ref)         (= calc_kl_penalty on the whole logits)
@@ -61,7 +63,7 @@ def compute_rlhf_objective(
     ref = dict(ref_hidden=ref_hidden.flatten(0, 1), ref_unembed=ref_unembed,
                ref_lse=None if mb.ref_lse is None else mb.ref_lse.flatten()) if full else {}
     per_token = token_terms(hidden[:, gen].flatten(0, 1), unembed, targets.flatten(), temperature, with_entropy=True,
-                            chunk_logits=args.logits_per_chunk(hidden.device.type), **ref).reshape(*targets.shape)
+                            chunk_logits=args.logits_per_chunk(hidden.device.type) if chunk_logits is None else chunk_logits, **ref).reshape(*targets.shape)
     kl = per_token.kl if full else calc_k2_kl(per_token.logprobs, mb.ref_logprobs)
     terms = {
         "clipped_surrogate": calc_clipped_sur_obj(per_token.logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),

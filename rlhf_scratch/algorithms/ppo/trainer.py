@@ -1,8 +1,10 @@
 """`RLHFTrainer`: PPO on a language model, reading like the blog.
 
-    for phase in range(total_phases):
-        rollout = rollout_phase()       # sample, score, reward — no gradients
-        learning_phase(rollout)         # advantages, then epochs of minibatch ascent on J
+    for phase in range(total_phases):                 # the engine's phase (loop.py), verl's names
+        batch = generate_sequences → compute_log_prob (log π_old, log π_ref, V from the shared trunk)
+                → compute_scores                      # no gradients
+        compute_advantages(batch)                     # on the whole batch
+        update_actor(batch)                           # critic and actor in one step: epochs of minibatch ascent on J
 
 The objective maximised on each minibatch (`compute_rlhf_objective`) is
 
@@ -32,7 +34,7 @@ from rlhf_scratch.core.objectives import (
 )
 from rlhf_scratch.core.timing import timed
 from rlhf_scratch.core.vocab_terms import unembedding
-from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.engine.batch import Batch, batch_of
 from rlhf_scratch.engine.trainer import Trainer
 from rlhf_scratch.models.fast_forward import final_hidden
 from rlhf_scratch.models.policy import as_reference
@@ -76,24 +78,30 @@ class RLHFTrainer(Trainer):
         """The blog's name for the policy with its value head."""
         return self.policy
 
-    # ------------------------------------------------------------------ the two phases
-    def rollout_phase(self) -> Rollout:
-        """Sample a batch (one completion per prompt), score it with the policy, its value head
-        and the reference, and reward it."""
-        return self.sample(num_generations=1,
-                           keep_ref_hidden=self.args.cache_ref_logprobs and self.args.kl_estimator == "full")
+    # ------------------------------------------------------------------ the roles
+    num_generations = 1
+
+    def keeps_ref_hidden(self) -> bool:
+        """With --cache-ref-logprobs (and the full-vocabulary KL) the rollout keeps ĥ_ref for the learning phase."""
+        return self.args.cache_ref_logprobs and self.args.kl_estimator == "full"
 
     @torch.no_grad()
+    def compute_advantages(self, batch: Batch) -> None:
+        """Per-token advantages of every process's rows, from the values and the (normalised: over
+        the whole batch) rewards."""
+        args, everyone = self.args, batch.everyone
+        rewards = normalize_reward(everyone.rewards) if args.normalize_reward else everyone.rewards
+        if args.advantage == "gae":  # value_span starts at the last prompt position: prefix_len 1
+            batch.advantages = compute_gae_advantages(everyone.value_span, rewards, 1, args.gamma, args.gae_lambda,
+                                                      mask=everyone.completion_mask)
+        else:
+            batch.advantages = compute_advantages(everyone.value_span, rewards, 1, mask=everyone.completion_mask)
+
     def rollout_advantages(self, rollout: Rollout) -> Float[Tensor, "batch gen_len"]:
-        """Per-token advantages from the rollout's values and (normalised) rewards."""
-        args = self.args
-        rewards = rollout.rewards
-        if args.normalize_reward:  # mean and std of the global batch (every rank's rewards)
-            rewards = dist.local_rows(normalize_reward(dist.all_gather(rewards)))
-        if args.advantage == "gae":
-            return compute_gae_advantages(rollout.values, rewards, rollout.prefix_len, args.gamma,
-                                          args.gae_lambda, mask=rollout.completion_mask)
-        return compute_advantages(rollout.values, rewards, rollout.prefix_len, mask=rollout.completion_mask)
+        """Per-token advantages of `rollout`'s rows alone (`compute_advantages` on a batch of it)."""
+        batch = batch_of(rollout)
+        self.compute_advantages(batch)
+        return batch.advantages
 
     def minibatch_objective(self, mb: ReplayMinibatch, temperature: float) -> tuple[Tensor, dict[str, float]]:
         """J on one minibatch: policy forward to ĥ (and values), the reference's ĥ_ref (kept by the
@@ -105,22 +113,23 @@ class RLHFTrainer(Trainer):
                   as_reference(self.ref_model)):
                 prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
                 ref_hidden = final_hidden(self.ref_model, mb.sample_ids, mask)[:, generated_span(prefix_len)]
-        hidden, values = self.learner(mb.sample_ids, attention_mask=mask, return_hidden=True)
+        hidden, values = self.hidden_and_extras(mb.sample_ids, mask)  # the carrier's learning forward
         total, terms = compute_rlhf_objective(hidden, values, ref_hidden, mb, self.args, self.beta, temperature,
-                                              unembedding(self.lm), unembedding(self.ref_model))
+                                              unembedding(self.lm), unembedding(self.ref_model),
+                                              chunk_logits=self.chunk_logits)
         logprobs = terms.pop("logprobs")
         stats = {"objective/total": total.item(), **{f"losses/{k}": v.item() for k, v in terms.items()},
                  "losses/clipfrac": calc_clip_fraction(logprobs, mb.logprobs, self.args.clip_coef, mask=mb.completion_mask),
                  "losses/approx_kl": calc_approx_kl(logprobs, mb.logprobs, mask=mb.completion_mask)}
         return total, stats
 
-    def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        """Advantages, then gradient ascent on J over every minibatch of every PPO epoch; one scheduler step."""
-        args = self.args
-        advantages = self.rollout_advantages(rollout)
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        """Critic and actor in one step (the value head shares the trunk): gradient ascent on J over
+        every minibatch of every PPO epoch of this process's rows; one scheduler step."""
+        args, rollout = self.args, batch.rollout
         memory = ReplayMemory(
             rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
-            advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase,
+            batch.local_advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase,
             ref_hidden=rollout.ref_hidden, ref_lse=rollout.ref_lse,
             ref_logprobs=rollout.ref_logprobs if args.kl_estimator == "k2" else None,
         )
@@ -131,7 +140,7 @@ class RLHFTrainer(Trainer):
                  "losses/explained_variance": explained_variance(rollout.values[:, gen], memory.returns,
                                                                  mask=rollout.completion_mask)}
         if self.kl_ctl is not None:  # β for the next phase, from this rollout's KL
-            kl = dist.all_gather(rollout.kl)[dist.all_gather(rollout.completion_mask)].mean().item()
+            kl = batch.everyone.kl[batch.everyone.completion_mask].mean().item()
             self.beta = self.kl_ctl.update(kl, args.batch_size)
         return stats
 

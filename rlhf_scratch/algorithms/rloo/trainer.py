@@ -1,8 +1,9 @@
 """`RLOOTrainer`: REINFORCE Leave-One-Out (Ahmadian et al. 2024, "Back to Basics"), TRL's names.
 
-    for phase in range(total_phases):
-        rollout = rollout_phase()       # G completions of each prompt, scored — no gradients
-        learning_phase(rollout)         # KL-shaped rewards → leave-one-out advantages → ascent
+    for phase in range(total_phases):           # the engine's phase (loop.py), verl's names
+        batch = generate_sequences → compute_log_prob → compute_scores   # G completions of each prompt, no gradients
+        compute_advantages(batch)               # KL-shaped rewards → leave-one-out advantages (whole batch)
+        update_actor(batch)                     # minibatch ascent on J
 
 No critic: the baseline of a completion is the mean reward of the other G − 1 completions of the
 same prompt. The KL to the reference is folded into the reward (sequence level, k1 estimator);
@@ -37,9 +38,8 @@ from rlhf_scratch.core.advantages import (
 )
 from rlhf_scratch.core.memory import minibatch_rows
 from rlhf_scratch.core.objectives import sequence_log_probs
-from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.engine.batch import Batch
 from rlhf_scratch.engine.trainer import Trainer
-from rlhf_scratch.rollout.phase import Rollout
 
 # Logged by RLOO's learning phase each phase, besides loop.SHARED_METRICS (TRL's names).
 RLOO_METRICS = (
@@ -65,22 +65,28 @@ class RLOOTrainer(Trainer):
     METRICS = RLOO_METRICS
     args: RLOOArgs
 
-    def rollout_phase(self) -> Rollout:
-        """G completions of each of batch_size / G prompts, scored by the policy, the reference and the reward."""
-        return self.sample(num_generations=self.args.num_generations)
+    @property
+    def num_generations(self) -> int:
+        return self.args.num_generations
 
-    def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        """Shaped rewards → leave-one-out advantages → num_iterations passes of minibatch ascent on J.
+    def shaped_rewards(self, batch: Batch) -> Tensor:
+        """R − β·KL of every process's rows: what the advantages are built from."""
+        e = batch.everyone
+        return compute_kl_shaped_rewards(e.rewards, e.logprobs, e.ref_logprobs, e.completion_mask, self.args.beta)
+
+    def compute_advantages(self, batch: Batch) -> None:
+        """Shaped rewards → leave-one-out advantages (normalised over the whole batch if asked)."""
+        advantages = compute_rloo_advantages(self.shaped_rewards(batch), self.args.num_generations)
+        batch.advantages = normalize_advantages(advantages) if self.args.normalize_advantages else advantages
+
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        """num_iterations passes of minibatch ascent on J over this process's rows.
 
         Once the advantages are computed a row stands alone, so minibatches are drawn from all rows
         shuffled (a prompt's G completions need not share a minibatch)."""
-        args = self.args
-        mask = rollout.completion_mask
-        shaped = compute_kl_shaped_rewards(rollout.rewards, rollout.logprobs, rollout.ref_logprobs, mask, args.beta)
-        advantages = compute_rloo_advantages(shaped, args.num_generations)
-        if args.normalize_advantages:  # over the global batch (every rank's advantages)
-            advantages = dist.local_rows(normalize_advantages(dist.all_gather(advantages)))
-        old_seq_logprobs = sequence_log_probs(rollout.logprobs, mask)
+        args, rollout, everyone = self.args, batch.rollout, batch.everyone
+        advantages = batch.local_advantages
+        old_seq_logprobs = sequence_log_probs(rollout.logprobs, rollout.completion_mask)
 
         def objective(rows: Tensor) -> tuple[Tensor, dict[str, float]]:
             seq_logprobs = self.sequence_log_probs(rollout, rows)
@@ -90,13 +96,14 @@ class RLOOTrainer(Trainer):
 
         learned = self.ascend(minibatch_rows(len(rollout), args.num_minibatches, args.num_iterations), objective,
                               total=args.num_minibatches * args.num_iterations)
-        token_kl = dist.all_gather(rollout.logprobs - rollout.ref_logprobs)[dist.all_gather(mask)]  # k1 per kept token
+        mask, shaped = everyone.completion_mask, self.shaped_rewards(batch)
+        token_kl = (everyone.logprobs - everyone.ref_logprobs)[mask]  # k1 per kept token
         return {
-            **group_reward_stats(dist.all_gather(rollout.scores), dist.all_gather(shaped), args.num_generations),
+            **group_reward_stats(everyone.scores, shaped, args.num_generations),
             "kl": token_kl.mean().item(),
-            "entropy": dist.all_gather(rollout.entropy)[dist.all_gather(mask)].mean().item(),
-            "rewards/shaped_mean": dist.all_gather(shaped).mean().item(),
+            "entropy": everyone.entropy[mask].mean().item(),
+            "rewards/shaped_mean": shaped.mean().item(),
             **learned,
             "objective/beta": args.beta,
-            **mean_length_by_advantage_sign(dist.all_gather(rollout.lengths), dist.all_gather(advantages)),
+            **mean_length_by_advantage_sign(everyone.lengths, batch.advantages),
         }
