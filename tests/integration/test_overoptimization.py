@@ -250,7 +250,7 @@ def test_a_sweep_of_beta_zero_alone_draws_its_curve_and_no_table(tmp_path):
 
 def _fake_evaluation(calls):
     """evaluate_policy's stand-in: records which model it evaluated; 3 prompts × 2 samples."""
-    def evaluate(lm, ref, prompts, proxy_fn, gen_len, per_prompt):
+    def evaluate(lm, ref, prompts, proxy_fn, gen_len, per_prompt, word="and"):
         calls.append(lm)
         samples = [{"prompt": p, "completion": f"c{i}", "gold": 0.5, "proxy": 1.0} for p in prompts for i in range(per_prompt)]
         return {"study/gold": 0.5, "study/proxy": 1.0, "study/kl": 0.25, "study/d": 0.5}, samples

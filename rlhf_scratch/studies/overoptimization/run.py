@@ -4,7 +4,8 @@ a proxy reward model, and after every phase the policy judged on held-out prompt
     python -m rlhf_scratch.studies.overoptimization.run SPEC_JSON    # what `rl_command(spec)` runs
 
 The judging is `HeldOutEvaluation`, a `loop.PhaseHook`: the loop calls it once per phase and logs
-what it returns (study/gold, study/gold_se, study/proxy, study/kl, study/d) in metrics.jsonl beside
+what it returns (study/gold, study/gold_se, study/proxy, study/kl, study/d, and the flaw measures of the
+hacking pilot: study/length, study/word_count, study/repeated_3grams) in metrics.jsonl beside
 the phase's own numbers, every `eval_every`-th phase and the last (the others log nothing of it). The
 study (`studies.overoptimization`) reads those back into its curves.
 """
@@ -17,22 +18,28 @@ import sys
 from pathlib import Path
 
 from rlhf_scratch.config import registry
+from rlhf_scratch.reward.preferences import RATER_DEFAULTS
 from rlhf_scratch.studies.overoptimization.formulas import gold_standard_error
 
-STUDY_METRICS = ("study/gold", "study/gold_se", "study/proxy", "study/kl", "study/d")  # logged by every RL run
+STUDY_METRICS = ("study/gold", "study/gold_se", "study/proxy", "study/kl", "study/d",  # logged by every RL run
+                 "study/length", "study/word_count", "study/repeated_3grams")
 """What an evaluated phase logs (`evaluate_policy`)."""
 SAMPLES_FILE = "study_samples.jsonl"
 START_FILE = "study_start.json"  # the reference policy's evaluation (phase 0)
 
 
-def evaluate_policy(lm, ref, prompts: list[str], proxy_fn, gen_len: int, per_prompt: int, chunk_size: int = 32):
+def evaluate_policy(lm, ref, prompts: list[str], proxy_fn, gen_len: int, per_prompt: int, chunk_size: int = 32,
+                    word: str = RATER_DEFAULTS["token"]):
     """Sample `per_prompt` completions of each held-out prompt (temperature 1, whole vocabulary,
     stop at EOS), and return (metrics, samples): mean gold, its standard error (`gold_standard_error`),
     mean proxy, and KL = mean over samples of Σ_t KL(π(·|s_t) ‖ π_ref(·|s_t)) over the kept completion
-    tokens (the full-vocabulary per-token KL of the rollout, summed), d = √KL."""
+    tokens (the full-vocabulary per-token KL of the rollout, summed), d = √KL; and the flawed raters'
+    measures (`reward.preferences`), each a mean over samples: kept completion tokens, whole-word
+    count of `word`, repeated 3-gram fraction."""
     import torch
 
-    from rlhf_scratch.reward.preferences import gold_scores
+    from rlhf_scratch.reward.heldout import repeated_ngram_fraction
+    from rlhf_scratch.reward.preferences import gold_scores, word_count
     from rlhf_scratch.rollout.phase import make_rollout
 
     with torch.no_grad():
@@ -42,7 +49,10 @@ def evaluate_policy(lm, ref, prompts: list[str], proxy_fn, gen_len: int, per_pro
     gold = gold_scores(rollout.texts)
     metrics = {"study/gold": gold.mean().item(), "study/gold_se": gold_standard_error(gold.tolist(), per_prompt),
                "study/proxy": rollout.scores.mean().item(),
-               "study/kl": kl.mean().item(), "study/d": math.sqrt(max(kl.mean().item(), 0.0))}
+               "study/kl": kl.mean().item(), "study/d": math.sqrt(max(kl.mean().item(), 0.0)),
+               "study/length": rollout.completion_mask.sum(-1).float().mean().item(),
+               "study/word_count": sum(word_count(c, word) for c in rollout.completions) / len(rollout.completions),
+               "study/repeated_3grams": repeated_ngram_fraction(rollout.completion_ids, rollout.completion_mask)}
     samples = [{"prompt": p, "completion": c, "gold": g, "proxy": r}
                for p, c, g, r in zip(rollout.prompts, rollout.completions, gold.tolist(), rollout.scores.tolist())]
     return metrics, samples
@@ -56,12 +66,16 @@ class HeldOutEvaluation:
     run draws no random numbers the interrupted one did not and stays bit-exact."""
 
     METRICS = STUDY_METRICS
+    word = RATER_DEFAULTS["token"]
+    """The word whose count is logged (study/word_count): the token rater's."""
 
-    def __init__(self, trainer, prompts: list[str], per_prompt: int, every: int = 1):
+    def __init__(self, trainer, prompts: list[str], per_prompt: int, every: int = 1,
+                 word: str = RATER_DEFAULTS["token"]):
         from rlhf_scratch.models.loading import load_lm
         from rlhf_scratch.reward.tasks import make_reward_fn
 
         self.trainer, self.prompts, self.per_prompt, self.every = trainer, prompts, per_prompt, every
+        self.word = word
         self.ref = load_lm(trainer.args.model).eval()
         self.proxy_fn = make_reward_fn(trainer.args)  # the proxy: the run's own reward
 
@@ -80,7 +94,7 @@ class HeldOutEvaluation:
             return {}
 
         metrics, samples = evaluate_policy(language_model(self.trainer.policy), self.ref, self.prompts, self.proxy_fn,
-                                           self.trainer.args.gen_len, self.per_prompt)
+                                           self.trainer.args.gen_len, self.per_prompt, word=self.word)
         with open(run_dir / SAMPLES_FILE, "a") as f:
             f.write(json.dumps({"phase": phase, **metrics, "samples": samples[:: self.per_prompt][:6]}) + "\n")
         return metrics
@@ -102,7 +116,7 @@ def train_against_proxy(spec: dict) -> int:
             run_dir=str(run_dir), **spec["train_fields"])
         trainer = registry.get(args.algo).trainer_class()(args, quiet=True)
         hook = HeldOutEvaluation(trainer, Path(spec["eval_prompts"]).read_text().splitlines(), spec["per_prompt"],
-                                 spec.get("eval_every", 1))
+                                 spec.get("eval_every", 1), spec.get("word", RATER_DEFAULTS["token"]))
         trainer.train(run_dir, resume=resume, hooks=[hook])
     except (ValueError, OSError, RuntimeError) as e:  # TrainingStopped (Ctrl-C) too: its line says how to resume
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)

@@ -1,0 +1,8 @@
+"""Reward hacking (issue 46): flawed proxies made by flawed raters (`reward.preferences`), their
+accuracy against gold (`formulas.wilson_interval`) and whether RL against them raises the proxy
+while gold falls (`formulas.gold_fall`). The pilot's numbers and commands: docs/human-feedback.md,
+"Reward hacking: flawed proxies"."""
+
+from rlhf_scratch.studies.hacking.formulas import gold_fall, wilson_interval
+
+__all__ = ["gold_fall", "wilson_interval"]
