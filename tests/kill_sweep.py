@@ -43,7 +43,7 @@ import torch
 
 PY = sys.executable
 START_OVER = "remove the folder"  # the error line of a run killed before its first checkpoint
-TIMING_KEYS = ("time/", "charts/rollout_time", "charts/phase_time", "charts/tokens_per_s", "elapsed", "seconds")
+TIMING_KEYS = ("time/", "timing/", "charts/rollout_time", "charts/phase_time", "charts/tokens_per_s", "elapsed", "seconds")
 
 
 @dataclass
@@ -102,6 +102,64 @@ def prepare_out(start: Callable[[Path, Path], list[str]]) -> Callable[[Path, Pat
     return argv
 
 
+def study(out: Path, shared: Path) -> list[str]:
+    return [PY, "-m", "rlhf_scratch.compare", "periods", "--quick", "--seeds", "1", "--algos", "ppo,rloo",
+            "--out", str(out)]
+
+
+def units_match(run: Path, reference: Path) -> str | None:
+    """Each unit of a study (runs/<unit>/) finished, with the uninterrupted study's metrics and weights,
+    and the study's table (its numbers over the units) the same."""
+    units = sorted(p.name for p in (reference / "runs").iterdir())
+    for unit in units:
+        mine, ref = run / "runs" / unit, reference / "runs" / unit
+        try:
+            status = json.loads((mine / "status.json").read_text())["status"]
+        except (OSError, json.JSONDecodeError, KeyError) as e:
+            return f"{unit}: status.json unreadable ({e})"
+        if status != "finished":
+            return f"{unit}: status {status!r}"
+        rows, bad = read_lines(mine / "metrics.jsonl")
+        if bad or [without_timings(r) for r in rows] != [without_timings(r) for r in read_lines(ref / "metrics.jsonl")[0]]:
+            return f"{unit}: metrics.jsonl differs from the uninterrupted study's" + (f" ({bad})" if bad else "")
+        a, b = tensors(mine / "policy.pt"), tensors(ref / "policy.pt")
+        if a.keys() != b.keys() or any(not torch.equal(a[k], b[k]) for k in b):
+            return f"{unit}: policy.pt differs from the uninterrupted study's"
+    measured = ("wall_s", "peak_mib", "tokens_per_s")  # the machine's, not the study's: they differ run to run
+    groups = [{label: {k: v for k, v in numbers.items() if k not in measured} for label, numbers in
+               json.loads((folder / "table.json").read_text())["groups"].items()} for folder in (run, reference)]
+    if groups[0] != groups[1]:
+        return "table.json's groups differ from the uninterrupted study's"
+    return None
+
+
+def features(out: Path, shared: Path) -> list[str]:
+    """interp.features on a finished run (made once in `shared`), small settings, its SAE cache in `out`."""
+    return [PY, "-m", "interp.features", str(shared / "ppo-run"), "--out", str(out / "page"), "--cache-dir",
+            str(out / "saes"), "--d-sae", "32", "--k", "4", "--training-tokens", "8192", "--eval-batches", "2",
+            "--top-n", "2", "--n-samples", "8", "--n-diff", "8", "--n-snippets", "20", "--adl-texts", "0",
+            "--threads", "1"]
+
+
+def features_match(run: Path, reference: Path) -> str | None:
+    """The page's features.json as the uninterrupted command's (its numbers; not its timings), and no
+    half-written SAE left in the cache (a `.KEY-XXXX` folder)."""
+    stale = [p.name for p in (run / "saes").glob(".*")] if (run / "saes").is_dir() else []
+    if stale:
+        return f"half-written SAE folders left in the cache: {stale}"
+    found = [sorted(folder.glob("page/**/features.json")) for folder in (run, reference)]
+    if not found[0]:
+        return "features.json missing"
+    a, b = (json.loads(f[0].read_text()) for f in found)
+    drop = ("seconds", "time", "wall", "cache", "path", "folder", "generated")
+    clean = lambda d: {k: v for k, v in d.items() if not any(w in k for w in drop)}
+    return None if clean(a) == clean(b) else f"features.json differs in {sorted(k for k in clean(b) if clean(a).get(k) != b[k])[:5]}"
+
+
+def controller(out: Path, shared: Path) -> list[str]:
+    return [*train("--controller", "ray", "--workers", "1")(out, shared)]
+
+
 CASES = {
     "train-ppo": Case("train-ppo", train(), resume_train, weights=("policy.pt",)),
     "train-grpo": Case("train-grpo", train("--algo", "grpo", "--num-generations", "2"), resume_train, weights=("policy.pt",)),
@@ -113,6 +171,15 @@ CASES = {
     # unless the file is there (then it is whole, and the command would refuse to overwrite it)
     "preferences": Case("preferences", prepare_out(preferences), prepare_out(unless_written("pairs.jsonl", preferences)),
                         metrics=None, status=False, extra_checks=[same_file("pairs.jsonl")]),
+    # a study: "run the same command again to continue" (its units resume from their checkpoints)
+    "study-quick": Case("study-quick", study, study, metrics=None, status=False, extra_checks=[units_match]),
+    # a page: the same command again; the SAE it was training when killed is trained anew
+    "interp-features": Case("interp-features", features, features, metrics=None, status=False,
+                            extra_checks=[features_match]),
+    # the single controller on Ray: --resume, as the in-process run
+    "train-controller": Case("train-controller", controller,
+                             lambda out, shared: [*resume_train(out, shared), "--controller", "ray", "--workers", "1"],
+                             weights=("policy.pt",)),
 }
 
 
@@ -120,6 +187,8 @@ def prepare_shared(shared: Path) -> None:
     """What the cases read: a prompts file and a small set of preference pairs (made once)."""
     shared.mkdir(parents=True, exist_ok=True)
     (shared / "prompts.txt").write_text("The movie was\nI think that\nIn the end\nThe actors\n")
+    if not (shared / "ppo-run" / "status.json").exists():  # the run interp-features reads
+        subprocess.run(train()(shared / "ppo-run", shared), check=True, capture_output=True, timeout=300)
     if not (shared / "pairs.jsonl").exists():
         subprocess.run([PY, "-m", "rlhf_scratch.preferences", "--out", str(shared / "pairs.jsonl"), "--num-pairs", "96",
                         "--gen-len", "8", "--threads", "1"], check=True, capture_output=True, timeout=300)

@@ -33,6 +33,7 @@ import torch
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
 from rlhf_scratch.config import CommonArgs, ConfigError
 from rlhf_scratch.controller.command import PLACEMENTS
+from rlhf_scratch.controller.fate import start_reaper
 from rlhf_scratch.controller.protocol import DataProto
 from rlhf_scratch.controller.worker_group import (
     RayClassWithInitArgs,
@@ -164,6 +165,12 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     if this process is connected already. Returns whether it connected now (then the caller shuts it down)."""
     if ray.is_initialized():
         return False
+    if address is None and not REAPERS:  # the local Ray will be this process's: none of it outlives it (controller/fate.py)
+        REAPERS.append(start_reaper())  # (before ray.init: a kill while Ray starts is covered too)
     ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
              log_to_driver=False, configure_logging=False)
     return True
+
+
+REAPERS: list = []
+"""The reaper of this process's local Ray (started once; kept so it is not collected while it runs)."""
