@@ -61,9 +61,13 @@ def exercise_cells(ex: Exercise) -> list:
     ]
 
 
-def notebook(intro: str, exercises: list[Exercise], outro: str, how: str = HOW) -> nbformat.NotebookNode:
+def notebook(intro: str, exercises: list[Exercise], outro: str, how: str = HOW, imports: str = "") -> nbformat.NotebookNode:
+    """`imports`: lines added to the setup cell after the torch imports (what the stubs' signatures name)."""
     checks = "\n".join(f"    check_{ex.name}," for ex in exercises)
-    cells = [new_markdown_cell(intro + "\n\n" + how, id="intro"), new_code_cell(SETUP.format(checks=checks), id="setup")]
+    setup = SETUP.format(checks=checks)
+    if imports:
+        setup = setup.replace("from torch import Tensor\n", "from torch import Tensor\n" + imports + "\n")
+    cells = [new_markdown_cell(intro + "\n\n" + how, id="intro"), new_code_cell(setup, id="setup")]
     for ex in exercises:
         cells += exercise_cells(ex)
     cells.append(new_markdown_cell(outro, id="outro"))
@@ -505,8 +509,338 @@ region), each ending in a check you run: `docs/derivations.md`.""",
     how=HOW_03,
 )
 
+# --- 04: sampling, the replay memory, the reward model ----------------------------------------
+
+NEXT_TOKEN_PROBS = Exercise("next_token_probs", r"""## 1 · `next_token_probs`: what the next token is drawn from
+
+The rollout draws each token from the logits after three filters, in `transformers`' order:
+
+$$z \leftarrow z / T \qquad\text{then top-}k\text{: } z_v \leftarrow -\infty \text{ unless } z_v \text{ is among the } k \text{ largest} \qquad p = \mathrm{softmax}(z)$$
+
+then top-$p$ (the nucleus): keep a token while the tokens **more** likely than it hold less than
+`top_p` of the mass (so the token that crosses `top_p` is in), zero the rest, renormalise.
+`top_k = 0` and `top_p = 1` switch a filter off. Return the probabilities over the whole vocabulary,
+in its order, 0 for a token left out.
+
+Watch for: divide by $T$; a left-out logit is $-\infty$ (exp gives 0), not 0 (exp gives 1);
+renormalise after zeroing; the nucleus is measured on the **tempered** distribution.
+
+**Predict:** logits $\ln[1, 2, 3, 4]$, `top_p = 0.6`. Which tokens survive?
+
+<details><summary>Answer</summary>
+
+$p = [.1, .2, .3, .4]$. From the top: $.4$ (mass above it 0), $.3$ (mass above it $.4 < .6$): both in;
+$.2$ has $.7 \ge .6$ above it: out. So $[0, 0, 3/7, 4/7]$ — the check's third case. Cutting at
+"cumulative $\le$ top_p" instead would keep $.4$ alone.
+</details>
+
+Solution: `rlhf_scratch.course.solutions.next_token_probs`; the package draws with
+`rlhf_scratch.rollout.generation.sample_next_token` (its top-k draws among the k alone, the same
+distribution), and a test checks the two agree on 20,000 draws.""", '''\
+def next_token_probs(
+    logits: Float[Tensor, "batch d_vocab"], temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> Float[Tensor, "batch d_vocab"]:
+    """softmax of logits / temperature, restricted to the top_k logits (0: all), then to the top_p nucleus, renormalised."""
+    raise NotImplementedError''')
+
+COMPLETION_MASK = Exercise("completion_mask", r"""## 2 · `completion_mask`: which generated tokens are actions
+
+A completion ends at its **first** EOS. The EOS itself is the policy's last action (the reward
+arrives there, its log-prob is trained); every token after it is padding. Rows that never say EOS
+keep all their tokens. Every mean in the objectives of exercises 1 runs over this mask.
+
+Watch for: `ids != eos` (GPT-2's pad **is** its EOS, and a row may say EOS twice); the EOS must be
+kept; `argmax` of an all-False row is 0. A running count of the EOS tokens *before* each position
+(`cumsum` minus the token itself) does it without a loop.
+
+Solution: `rlhf_scratch.course.solutions.completion_mask`; the package builds the mask inside its
+sampling loop, `rlhf_scratch.rollout.generation.generate` (a test checks the two agree).""", '''\
+def completion_mask(completion_ids: Int[Tensor, "batch gen_len"], eos_id: int) -> Bool[Tensor, "batch gen_len"]:
+    """True up to and including each row's first eos_id; all True for a row without one."""
+    raise NotImplementedError''')
+
+LEFT_PAD = Exercise("left_pad", r"""## 3 · `left_pad`: a batch of prompts of different lengths
+
+The next token is drawn after each prompt's last token, for the whole batch at once: so every prompt
+must **end** at the same column. Pad on the left with `pad_id`, and return the attention mask (True on
+the real tokens), which hides the padding from every query.
+
+Watch for: right padding (a short prompt's next token would follow a pad); building the mask as
+`ids != pad_id` — GPT-2's BOS, EOS and pad are one id (50256), so that drops the BOS of every prompt.
+Build the mask from the lengths.
+
+Solution: `rlhf_scratch.course.solutions.left_pad`; the package's: `interp.sampling.left_padded` and
+`rlhf_scratch.rollout.generation.tokenize_prompts`.""", '''\
+def left_pad(prompts: list[Int[Tensor, " _"]], pad_id: int) -> tuple[Int[Tensor, "batch width"], Bool[Tensor, "batch width"]]:
+    """(ids, mask): the prompts right-aligned to the longest, pad_id before them; mask True on the real tokens."""
+    raise NotImplementedError''')
+
+POSITION_IDS = Exercise("position_ids", r"""## 4 · `position_ids`: where a padded prompt's tokens are
+
+A left-padded prompt must get the positions it would get alone: its first **real** token is position
+0. TransformerLens numbers them as $\mathrm{cumsum}(\text{mask}) - 1$ and puts 0 on the padding
+(any valid index: the padding is never attended to).
+
+**Predict:** without this (positions `0 .. seq-1` for every row), would a padded prompt's
+completion change? Would the attention mask alone save it?
+
+<details><summary>Answer</summary>
+
+It would change: the positional embedding of every real token is shifted by the pad count, so the
+model reads a different input; the mask only hides the pad columns, it does not renumber the rest.
+The package tests that a padded prompt's logits equal the unpadded prompt's to 1e-4.
+</details>
+
+Solution: `rlhf_scratch.course.solutions.position_ids`; TransformerLens':
+`transformer_lens.utilities.get_offset_position_ids`.""", '''\
+def position_ids(attention_mask: Bool[Tensor, "batch seq"]) -> Int[Tensor, "batch seq"]:
+    """cumsum(mask) - 1 per row (the first real token is position 0); 0 on the padding."""
+    raise NotImplementedError''')
+
+MINIBATCH_ROWS = Exercise("minibatch_rows", r"""## 5 · `minibatch_rows`: how the replay memory cuts a rollout
+
+PPO's learning phase runs `passes` (= `batches_per_learning_phase`) passes over one rollout. Each
+pass is a **new** random permutation of the rows, cut into `num_minibatches` equal minibatches, so
+each row is used exactly once per pass. Yield each minibatch's row indices. Draw the permutation with
+`torch.randperm(batch, generator=generator)` when the pass begins: the check compares your rows with
+the package's under the same seeded generator (as `check_learning_phase` compares whole phases).
+
+Watch for: one permutation reused for every pass; a permutation per minibatch (rows repeat within a
+pass); `num_minibatches` is how many minibatches, not their size.
+
+Solution: `rlhf_scratch.course.solutions.minibatch_rows`; the package's:
+`rlhf_scratch.core.memory.minibatch_rows`, which `ReplayMemory.get_minibatches` gathers the rollout
+with (read `core/memory.py`: the returns it stores are `advantages + values[:, -gen_len-1:-1]`).""", '''\
+def minibatch_rows(
+    batch: int, num_minibatches: int, passes: int = 1, generator: torch.Generator | None = None
+) -> Iterator[Int[Tensor, " minibatch"]]:
+    """`passes` permutations of range(batch), each cut into num_minibatches equal minibatches; yield each one's rows."""
+    raise NotImplementedError''')
+
+REWARD_HEAD = Exercise("reward_at_last_token", r"""## 6 · `reward_at_last_token`: the reward model's head
+
+A reward model is the language model with a scalar head: $r(x) = w \cdot \hat h_\text{last}(x) + b$,
+with $\hat h$ = `ln_final.hook_normalized` (the vector the unembedding reads) at the **last kept token**
+of each right-padded text. In a causal model only the last token has seen the whole text.
+
+Watch for: position $-1$ is padding in a right-padded row (`attention_mask.sum() - 1` is the last
+kept one); not the first token, not a mean over tokens; the bias.
+
+Solution: `rlhf_scratch.course.solutions.reward_at_last_token`; the package's:
+`rlhf_scratch.reward.model.RewardModel.forward` (a test checks the two agree on a toy LM).""", '''\
+def reward_at_last_token(
+    hidden: Float[Tensor, "batch seq d_model"],
+    attention_mask: Bool[Tensor, "batch seq"],
+    weight: Float[Tensor, " d_model"],
+    bias: Float[Tensor, ""],
+) -> Float[Tensor, " batch"]:
+    """weight . hidden[b, last kept token of row b] + bias for each row (right padding)."""
+    raise NotImplementedError''')
+
+REWARD_STEP = Exercise("reward_model_step", r"""## 7 · `reward_model_step`: one Bradley–Terry step
+
+Exercises 2 wrote the loss, $\mathrm{mean}\,{-\log\sigma(r_c - r_r)}$. Now the step that trains with it:
+score both sides with `model(chosen)` and `model(rejected)`, compute the loss, then
+`optimizer.zero_grad()`, `loss.backward()`, `optimizer.step()`; return `loss.item()`. The check runs
+two steps of SGD on a linear scorer and compares its parameters afterwards.
+
+Watch for: zero the gradients (`.grad` accumulates across steps); the optimizer **descends** the loss;
+chosen minus rejected; the mean over pairs.
+
+Why this likelihood: `docs/derivations.md` §2. Solution: `rlhf_scratch.course.solutions.reward_model_step`;
+the package's loop: `rlhf_scratch.engine.reward_model.train_reward_model` (it also clips the
+gradient norm).""", '''\
+def reward_model_step(model: nn.Module, chosen: Tensor, rejected: Tensor, optimizer: torch.optim.Optimizer) -> float:
+    """loss = mean -log sigmoid(model(chosen) - model(rejected)); zero_grad, backward, step; return loss.item()."""
+    raise NotImplementedError''')
+
+HOW_SOLUTIONS = HOW_03.replace("`rlhf_scratch/course/solutions.py`", "`rlhf_scratch/course/solutions.py`{extra}")
+
+ROLLOUT = notebook(
+    """# Exercises 4 · The rollout's parts: sampling, the replay memory, the reward model
+
+Exercises 1–3 wrote what the learning phase computes. These are the parts around it: how a token is
+drawn (temperature, top-k, top-p), which generated tokens count, how prompts of different lengths
+share a batch, how the replay memory cuts the rollout into minibatches, and the reward model's head
+and training step. Notebook `../06_build_the_ppo_loop.ipynb` puts them together.""",
+    [NEXT_TOKEN_PROBS, COMPLETION_MASK, LEFT_PAD, POSITION_IDS, MINIBATCH_ROWS, REWARD_HEAD, REWARD_STEP],
+    """## All seven pass?
+
+Read `rlhf_scratch/course/solutions.py`, then `rlhf_scratch/rollout/generation.py` (the sampling loop
+with its KV cache), `rlhf_scratch/core/memory.py` and `rlhf_scratch/reward/model.py`. Train a reward
+model: `python -m rlhf_scratch.preferences` then `python -m rlhf_scratch.reward_model`
+(`docs/human-feedback.md`).""",
+    how=HOW_SOLUTIONS.format(extra=""),
+    imports="from collections.abc import Iterator\n\nfrom torch import nn",
+)
+
+# --- 05: interpretability ---------------------------------------------------------------------
+
+LOGIT_DIFF = Exercise("logit_diff", r"""## 1 · `logit_diff`: the one number the interp notebooks read
+
+$$\text{logit diff} = \mathrm{mean}_{t \in \text{pos}}\, z_t - \mathrm{mean}_{t \in \text{neg}}\, z_t$$
+
+at each prompt's last real token (`last_pos[b]`; the last position when `None`): how much more the
+model says the positive words than the negative ones, in nats of log-odds.
+
+Watch for: right-padded rows end before the last position; the mean over each word set (sets differ
+in size); logits, not probabilities (the difference is the same under `log_softmax`, not under `softmax`).
+
+Solution: `rlhf_scratch.course.solutions_interp.logit_diff`; the package's: `interp.logits.logit_diff`.""", '''\
+def logit_diff(
+    logits: Float[Tensor, "batch pos d_vocab"],
+    pos_ids: list[int],
+    neg_ids: list[int],
+    last_pos: Int[Tensor, " batch"] | None = None,
+) -> Float[Tensor, " batch"]:
+    """mean logit of pos_ids - mean logit of neg_ids at each row's last_pos (the last position if None)."""
+    raise NotImplementedError''')
+
+LOGIT_LENS = Exercise("logit_lens_logit_diff", r"""## 2 · `logit_lens_logit_diff`: what would the model say if it stopped here?
+
+The logit lens reads the residual stream at each site (the input of each block, then the final
+residual) as if it were the last: through the model's **own** final LayerNorm and unembedding,
+
+$$\text{LN}(x) = \frac{x - \bar x}{\sqrt{\mathrm{Var}[x] + \epsilon}} \odot w + b, \qquad
+\text{lens}(x) = \text{LN}(x) \cdot d + \Delta b_U$$
+
+with $d = \mathrm{mean}\, W_U[:, \text{pos}] - \mathrm{mean}\, W_U[:, \text{neg}]$ and $\Delta b_U$ the same
+difference of the unembedding's bias. `resid` is `[site, batch, d_model]` at the last position.
+
+Watch for: each site normalised with its **own** statistics (the frozen final scale is DLA's, a
+different question — exercises 3); centre first; the LayerNorm's weight **and** bias.
+
+**Predict:** what is the lens at the last site?
+
+<details><summary>Answer</summary>
+
+The model's own logit difference: the last site is the final residual, and the lens applies exactly
+what the model applies to it (the package's test and the check's planted model both hold it to 1e-5).
+</details>
+
+Solution: `rlhf_scratch.course.solutions_interp.logit_lens_logit_diff`; the package's, on a whole
+cache: `interp.residual.logit_lens_logit_diff` (notebook `../04_interp_walkthrough.ipynb` plots it).""", '''\
+def logit_lens_logit_diff(
+    resid: Float[Tensor, "site batch d_model"],
+    ln_weight: Float[Tensor, " d_model"],
+    ln_bias: Float[Tensor, " d_model"],
+    direction: Float[Tensor, " d_model"],
+    unembed_bias_diff: Float[Tensor, ""],
+    eps: float = 1e-5,
+) -> Float[Tensor, "site batch"]:
+    """ln_final(resid) . direction + unembed_bias_diff, each site normalised with its own mean and variance."""
+    raise NotImplementedError''')
+
+PATCHING = Exercise("residual_patching", r"""## 3 · `residual_patching`: where does the tuned model's change live?
+
+Run the **reference** model, but at one residual site replace its residual (every position) by the
+**tuned** model's on the same tokens, and measure how much of the tuned behaviour comes back:
+
+$$\text{effect}_s = \text{metric}(\text{reference with the tuned residual at } s) - \text{metric}(\text{reference})$$
+
+for $s = 0 .. n_\text{layers}$: `blocks.{s}.hook_resid_pre`, and for the last, `blocks.{n-1}.hook_resid_post`.
+Get the tuned residuals with `tuned.run_with_cache(tokens)`; patch with
+`reference.run_with_hooks(tokens, fwd_hooks=[(name, hook)])`, a hook returning the replacement.
+
+The check's pair is **planted**: the tuned model is the reference with one attention head changed.
+**Predict** before you run: with the head at layer 0 of a 2-layer model, what are the three effects?
+
+<details><summary>Answer</summary>
+
+$[0, \text{gap}, \text{gap}]$: before layer 0 the two residuals are identical (nothing to patch); from
+site 1 on, the patched residual already carries the head's change and the rest of the reference is
+the tuned model's too. With the head at layer 1: $[0, 0, \text{gap}]$.
+</details>
+
+Watch for: the direction (tuned into reference); every position; the effect, not the patched metric.
+
+Solution: `rlhf_scratch.course.solutions_interp.residual_patching`; the package's:
+`interp.residual.residual_patching` (notebook 04's patching figure).""", '''\
+@torch.no_grad()
+def residual_patching(
+    reference: HookedTransformer,
+    tuned: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    metric: Callable[[Tensor], Tensor],
+) -> Float[Tensor, " site"]:
+    """metric(reference patched with tuned's residual at site s, every position) - metric(reference), s = 0..n_layers."""
+    raise NotImplementedError''')
+
+FEATURE_CHANGE = Exercise("feature_change", r"""## 4 · `feature_change`: which features did RLHF turn up?
+
+A sparse autoencoder trained on the reference encodes a residual $x$ into features $a(x) \ge 0$. Run
+the same tokens through both models, encode both models' activations with the **same** SAE, and compare
+each feature's mean over the real positions (`mask`; padding is not text):
+
+$$\Delta a(f) = \mathrm{mean}_p\, a_f(x_\text{tuned}[p]) - \mathrm{mean}_p\, a_f(x_\text{ref}[p])$$
+
+Watch for: encode each position, then average (the encoder has a ReLU: $a(\bar x) \ne \overline{a(x)}$);
+tuned minus reference; keep the sign (rank by $|\Delta a|$ afterwards).
+
+Solution: `rlhf_scratch.course.solutions_interp.feature_change`; the package's:
+`interp.feature_diff.feature_diff` (`.change`), shown in notebook `../05_sae_features.ipynb`.""", '''\
+def feature_change(
+    x_ref: Float[Tensor, "batch pos d_model"],
+    x_tuned: Float[Tensor, "batch pos d_model"],
+    mask: Bool[Tensor, "batch pos"],
+    encode: Callable[[Tensor], Tensor],
+) -> Float[Tensor, " d_sae"]:
+    """mean over mask of encode(x_tuned) - mean over mask of encode(x_ref), per feature."""
+    raise NotImplementedError''')
+
+STEERING = Exercise("steered_logits", r"""## 5 · `steered_logits`: push the reference along the features
+
+If those features carry the reward, adding them to the **reference** should move it the way RLHF
+did. Build $v = \sum_i c_i\, W_\text{dec}[f_i]$ (a decoder row is the direction a feature writes)
+and add it to the activations at `hook_name`, at every position, with a hook:
+`model.run_with_hooks(tokens, fwd_hooks=[(hook_name, lambda x, hook: x + v)])`.
+
+Watch for: every position; the rows as they are (not normalised); every feature; the coefficients.
+
+**Predict:** the check steers a planted model at `blocks.1.hook_resid_pre`. Do the logits at the
+first position change?
+
+<details><summary>Answer</summary>
+
+Yes: the vector is added at every position, the first included, so even the first token's
+prediction moves. Steering the last position alone would leave the others as they were and reach
+the last one's prediction only through itself — the check recognises that mistake by it.
+</details>
+
+Solution: `rlhf_scratch.course.solutions_interp.steered_logits`; the package's:
+`interp.causal.steering_vector` and `add_vector_hook` (the features page's causal checks).""", '''\
+def steered_logits(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    hook_name: str,
+    W_dec: Float[Tensor, "d_sae d_model"],
+    features: list[int],
+    coefficients: Float[Tensor, " n"],
+) -> Float[Tensor, "batch pos d_vocab"]:
+    """model's logits with sum_i coefficients[i] * W_dec[features[i]] added at hook_name, every position."""
+    raise NotImplementedError''')
+
+INTERP = notebook(
+    """# Exercises 5 · Interpretability: the logit difference, the lens, patching, features, steering
+
+Notebooks `../04_interp_walkthrough.ipynb` and `../05_sae_features.ipynb` ask what RLHF changed inside
+the model. Here you write their tools. Three checks run your function on a **planted** pair (a tiny
+random model and a copy with one attention head changed, `rlhf_scratch.course.checks_interp.planted`),
+where the answer is known, and compare with the package's `interp` functions.""",
+    [LOGIT_DIFF, LOGIT_LENS, PATCHING, FEATURE_CHANGE, STEERING],
+    """## All five pass?
+
+Read `rlhf_scratch/course/solutions_interp.py`, then the package's versions (`interp/logits.py`,
+`interp/residual.py`, `interp/feature_diff.py`, `interp/causal.py`), and run them on a real run:
+`python -m interp.report RUN_DIR` and `python -m interp.features RUN_DIR` (`docs/interp.md`).""",
+    how=HOW_SOLUTIONS.format(extra=" and `solutions_interp.py`"),
+    imports="from collections.abc import Callable\n\nfrom transformer_lens import HookedTransformer",
+)
+
+
 NOTEBOOKS = {"01_ppo_objective_exercises.ipynb": PPO, "02_beyond_ppo_exercises.ipynb": BEYOND,
-             "03_components_exercises.ipynb": COMPONENTS}
+             "03_components_exercises.ipynb": COMPONENTS, "04_rollout_exercises.ipynb": ROLLOUT,
+             "05_interp_exercises.ipynb": INTERP}
 """Every exercise notebook of this folder, by file name."""
 
 

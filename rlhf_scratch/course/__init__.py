@@ -7,8 +7,12 @@ Each `check_<name>(fn)` (`checks.py`) runs your `fn`, which has the signature of
 `<name>` (the solution), on small cases worked out by hand; when the answer is wrong it recognises
 the classic mistake by the number it produced (logits and tokens off by one, a missing coefficient,
 the KL the wrong way round, padding counted in a mean, log(softmax) at logits x 100, ...) and says
-so. `notebooks/exercises/` holds a stub and its check for every function. The other modules of this
-package (the learning-phase check of notebook 06, re-executing the notebooks) are imported by name.
+so. `notebooks/exercises/` holds a stub and its check for every function. The checks live by topic:
+`checks.py` (exercises 01-03), `checks_sampling.py` and `checks_reward.py` (04: sampling, the replay
+memory, the reward model), `checks_interp.py` (05: interpretability on a planted model); `catalogue.py`
+lists them all. The solutions written to be read: `solutions.py`, `solutions_interp.py`. The other
+modules of this package (the learning-phase check of notebook 06, re-executing the notebooks) are
+imported by name.
 
 The checks are imported on first use (PEP 562), as the package's top-level names are, so that
 importing a sibling module does not import torch.
@@ -16,29 +20,47 @@ importing a sibling module does not import torch.
 
 import importlib
 
-_CHECKS = (
-    "check_calc_clipped_sur_obj",
-    "check_calc_dpo_loss",
-    "check_calc_entropy_bonus",
-    "check_calc_kl_penalty",
-    "check_calc_reward_model_loss",
-    "check_calc_value_fn_loss",
-    "check_compute_advantages",
-    "check_compute_grpo_advantages",
-    "check_compute_gae_advantages",
-    "check_compute_rloo_advantages",
-    "check_direct_logit_attribution",
-    "check_explained_variance",
-    "check_get_log_probs",
-    "check_normalize_reward",
-)
+_CHECKS_BY_MODULE = {
+    "checks": (  # exercises 01-03: one formula each, and GAE, explained variance, DLA
+        "check_calc_clipped_sur_obj",
+        "check_calc_dpo_loss",
+        "check_calc_entropy_bonus",
+        "check_calc_kl_penalty",
+        "check_calc_reward_model_loss",
+        "check_calc_value_fn_loss",
+        "check_compute_advantages",
+        "check_compute_grpo_advantages",
+        "check_compute_gae_advantages",
+        "check_compute_rloo_advantages",
+        "check_direct_logit_attribution",
+        "check_explained_variance",
+        "check_get_log_probs",
+        "check_normalize_reward",
+    ),
+    "checks_sampling": (  # exercises 04: sampling and the replay memory
+        "check_completion_mask",
+        "check_left_pad",
+        "check_minibatch_rows",
+        "check_next_token_probs",
+        "check_position_ids",
+    ),
+    "checks_reward": ("check_reward_at_last_token", "check_reward_model_step"),  # exercises 04: the reward model
+    "checks_interp": (  # exercises 05: interpretability on a planted model
+        "check_feature_change",
+        "check_logit_diff",
+        "check_logit_lens_logit_diff",
+        "check_residual_patching",
+        "check_steered_logits",
+    ),
+}
+_CHECKS = {name: module for module, names in _CHECKS_BY_MODULE.items() for name in names}
 __all__ = list(_CHECKS)
 
 
 def __getattr__(name: str):
     if name not in _CHECKS:
         raise AttributeError(f"module 'rlhf_scratch.course' has no attribute {name!r}")
-    value = getattr(importlib.import_module("rlhf_scratch.course.checks"), name)
+    value = getattr(importlib.import_module(f"rlhf_scratch.course.{_CHECKS[name]}"), name)
     globals()[name] = value
     return value
 

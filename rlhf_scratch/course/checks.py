@@ -153,8 +153,8 @@ def _judge(case: Case, out: Any) -> str | None:
     return got + "\n  (not a mistake this check knows: go through the formula step by step on these inputs)"
 
 
-def _check_signature(name: str, fn: object) -> None:
-    ref = REFERENCES[name]
+def _check_signature(name: str, fn: object, ref: Reference | None = None) -> None:
+    ref = ref or REFERENCES[name]  # the checks of another module pass their own Reference
     if not callable(fn):  # check_normalize_reward(42): say what to pass, not "'int' object is not callable"
         raise AssertionError(f"check_{name}: pass your function itself, {name}{ref.signature}; "
                              f"got {type(fn).__name__} {str(fn)[:40]!r}")
@@ -167,9 +167,10 @@ def _check_signature(name: str, fn: object) -> None:
                              f"yours is ({', '.join(params)})")
 
 
-def _run(name: str, fn: Callable, cases: list[Case]) -> None:
-    """Run every case; raise at the first wrong one with its hint, or print the one pass line."""
-    _check_signature(name, fn)
+def _run(name: str, fn: Callable, cases: list[Case], ref: Reference | None = None) -> None:
+    """Run every case; raise at the first wrong one with its hint, or print the one pass line.
+    `ref`: the solution's Reference, for the checks of the other modules (`checks_sampling`, ...)."""
+    _check_signature(name, fn, ref)
     for i, case in enumerate(cases, 1):
         problem = _judge(case, case.run(fn))
         if problem is not None:

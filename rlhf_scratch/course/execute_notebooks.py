@@ -52,6 +52,10 @@ EXCLUDED: dict[str, str] = {
         "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
     "exercises/03_components_exercises.ipynb":
         "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
+    "exercises/04_rollout_exercises.ipynb":
+        "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
+    "exercises/05_interp_exercises.ipynb":
+        "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
 }
 """Notebooks (path relative to `notebooks/`) the suite does not execute as they are, each with why."""
 
