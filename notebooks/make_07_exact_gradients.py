@@ -68,17 +68,20 @@ for i in q[: len(q) // 2].argsort(descending=True)[:5].tolist():
 ## The truth
 
 The reward is right/wrong: 1 if the first token is `a`, whatever follows. Before running the next
-cell, **predict**: which rows of the table does ∇J touch?
-
-Only the two roots (the first token's logits): nothing after the first token changes the reward, so
-the exact gradient is zero on every other row. That is what makes this reward a clean test of *length
-bias*: an update that changes how long answers are, after the first token, is not following ∇J."""),
+cell, **predict**: which rows of the table does ∇J touch?"""),
     ("code", "truth-code", """\
 grad = sc.truths["J"].grad
 after_first = sc.parts["after_first"]
 print(f"J = {sc.truths['J'].value:.4f}, ‖∇J‖ = {grad.norm():.4f}, E[len] = {sc.truths['length'].value:.4f}")
 print(f"largest |∂J/∂θ| on a row after the first token: {grad[after_first].abs().max():.1e}")
 assert grad[after_first].abs().max() < 1e-6"""),
+    ("md", "truth-answer", """\
+<details><summary>Answer</summary>
+
+Only the two roots (the first token's logits): nothing after the first token changes the reward, so
+the exact gradient is zero on every other row. That is what makes this reward a clean test of *length
+bias*: an update that changes how long answers are, after the first token, is not following ∇J.
+</details>"""),
     ("md", "reinforce", """\
 ## REINFORCE is unbiased: exactly
 
@@ -98,19 +101,22 @@ A batch here is G = 8 completions of each of the two prompts. **Predict** the si
 
 * RLOO, A_i = r_i − mean of the *other* G − 1 rewards;
 * GRPO's advantage without the std, A_i = r_i − mean of *all* G (r_i included);
-* GRPO's default, (r_i − mean) / (std of the group + 1e-4).
-
-RLOO's baseline does not depend on y_i, so it adds nothing in expectation: size 1. The group mean
-contains r_i/G, which correlates with y_i: E[(r_i − mean) ∇log π(y_i)] = (1 − 1/G) ∇J, size 7/8,
-pointing the right way. The std division scales each group by 1/σ: a group of the hard prompt
-(π(a) = 0.2) has a smaller σ than one of the medium prompt (0.6), so the hard prompt's gradient is
-blown up; the direction now weighs prompts by difficulty, which ∇J does not (the Dr. GRPO critique)."""),
+* GRPO's default, (r_i − mean) / (std of the group + 1e-4)."""),
     ("code", "baselines-code", """\
 draws = sc.draws(3000, seed=1)  # 3,000 batches, shared by every estimator below
 for name in ("rloo", "grpo_adv_none", "grpo_adv_group"):
     e = sc.measure(name, draws)
     print(f"{name:15s} size along ∇J {e['norm_ratio_along_true']:.4f} ± {e['norm_ratio_along_true_se']:.4f}"
           f"   cos {e['cos_to_true']:.5f}   (noise alone would leave 1 − cos ≈ {e['bias_se']**2 / 2:.0e})")"""),
+    ("md", "baselines-answer", """\
+<details><summary>Answer</summary>
+
+RLOO's baseline does not depend on y_i, so it adds nothing in expectation: size 1. The group mean
+contains r_i/G, which correlates with y_i: E[(r_i − mean) ∇log π(y_i)] = (1 − 1/G) ∇J, size 7/8,
+pointing the right way. The std division scales each group by 1/σ: a group of the hard prompt
+(π(a) = 0.2) has a smaller σ than one of the medium prompt (0.6), so the hard prompt's gradient is
+blown up; the direction now weighs prompts by difficulty, which ∇J does not (the Dr. GRPO critique).
+</details>"""),
     ("md", "lesson", """\
 ## The length lesson: GRPO's per-sequence mean
 
@@ -142,6 +148,14 @@ for ax, p in zip(axes, (0.2, 0.8)):
 axes[0].legend(fontsize=8)
 plt.tight_layout()
 plt.show()"""),
+    ("md", "lesson-answer", """\
+<details><summary>Answer</summary>
+
+GRPO: after a **wrong** first token (A < 0) E[len] goes up, after a **right** one it goes down, at
+both policies: the sign is the advantage's, not the policy's. `dr_grpo` and RLOO: 0 on
+both sides, as ∇J (a constant weight per token, or summed log-probs, puts no 1/|y| into the
+expectation). `dapo`: small, of GRPO's kind — its divisor holds |y|.
+</details>"""),
     ("md", "kl", """\
 ## The KL estimators: which KL does each one's gradient follow?
 
@@ -169,12 +183,15 @@ for name in names:
                      else f"{e['cos_kl_reverse']:.5f}, {e['cos_kl_forward']:.5f}")
     print(f"{name:20s}{cells[0]:>38s}{cells[1]:>38s}")"""),
     ("md", "kl-after", """\
+<details><summary>Answer</summary>
+
 One token: k2 and TRL's ρ-weighted k3 (`use_bias_correction_kl`, whose gradient at ρ = 1 is k2's)
 follow the reverse KL exactly, plain k3 the forward KL exactly, k1 as a loss nothing. Four tokens:
 only k1 in the reward is still exact; the per-token terms (and PPO's full-vocabulary per-position
 KL, which has k2's expected gradient with less variance) follow a "local" KL gradient that misses
 the effect on later prefixes (the test suite checks the identity ∇KL = E[∇Σ_t k2_t] + E[Σ_t ∇log π_t Σ_{t'>t} k1_{t'}] to
-float precision)."""),
+float precision).
+</details>"""),
     ("md", "sampling", """\
 ## Sampling: top-k and temperature
 
@@ -201,6 +218,13 @@ for reward in ("correct", "sentiment"):
     e = s.measure_dpo(beta=0.1, loss_type="sigmoid")
     print(f"{reward:10s} online DPO (sigmoid, β = 0.1) at π = π_ref: cos to ∇J {e['cos_to_true']:.5f}, "
           f"‖E g‖/‖∇J‖ {e['norm_ratio']:.5f}")"""),
+    ("md", "dpo-answer", """\
+<details><summary>Answer</summary>
+
+With the 0/1 reward, cosine 1 (and β ∇J in size). With the graded reward, below 1: the pair's winner
+depends on the order of the two rewards only, so Online DPO at π = π_ref climbs a rank-based objective,
+not J.
+</details>"""),
     ("md", "offpolicy", """\
 ## Off-policy: when the sampler is not the learner
 
@@ -241,6 +265,8 @@ for k in (0, 1, 2, 4, 8):
     print(f"{k:>2} {f['kl_sampler_learner']:8.4f} {f['w_max']:6.2f} {f['p_w_above_3']:7.3f}  "
           + "  ".join(f"{x:13.4f}" for x in errors))"""),
     ("md", "offpolicy-answer", """\
+<details><summary>Answer</summary>
+
 The error of no correction grows with every step of staleness. **Full sequence IS is ∇J exactly**
 at every k: E_q[(π/q) A ∇log π] = Σ_y π A ∇log π, and a constant baseline has mean 0 under π. Its
 cost is variance (`off.measure(...)["variance"]`). Per-token weights roughly halve the bias and stop
@@ -249,6 +275,7 @@ TRL's default is exact as long as no weight exceeds 3. At k = 8 it drops the com
 w > 3, the ones the learner moved toward, and is no longer exact. The clipped ratios are a trust
 region, not a correction: they zero the terms whose ratio has left 1 ± ε, which are the terms the
 learner's own updates moved, and what remains is not ∇J even at k = 1.
+</details>
 
 A different mismatch: the sampler uses **top-k 2** (or top-p) while the learner scores with the
 full softmax. **Predict**: can any importance weight fix that? And for the KL penalty at k = 8,
@@ -266,13 +293,16 @@ for name in ("k1_reward", "k1_reward_sampler", "k1_reward_is"):
     e = off.measure(kl[name], off.stale(8))
     print(f"  {name:18s} error {e['rel_error']:.2e}, variance per completion {e['variance']:.2f}")"""),
     ("md", "offpolicy-answer-2", """\
+<details><summary>Answer</summary>
+
 No weight fixes top-k. The completions the sampler cuts are never drawn, so full IS follows the
 gradient of J restricted to the sampler's support, not ∇J (`tests/unit/test_exact_offpolicy.py` checks
 this identity exactly). The fix is to score with the distribution sampled. For the KL, only
 the weighted one is exact: E_q[w k1 ∇log π] = Σ_y π k1 ∇log π = ∇KL(π‖π_ref). This is an unbiased
 off-policy, sequence-level reverse-KL gradient, and it costs variance. The full off-policy tables,
 with every IS mode over C, the Monte-Carlo group rows and one line of advice per knob, are in
-[docs/exact.md](../docs/exact.md#off-policy-the-sampler-is-not-the-learner)."""),
+[docs/exact.md](../docs/exact.md#off-policy-the-sampler-is-not-the-learner).
+</details>"""),
     ("md", "takeaways", """\
 ## What to take away
 
