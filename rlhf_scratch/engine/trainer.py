@@ -180,8 +180,9 @@ class Trainer:
             return self.compute_scores(self.compute_log_prob(self.generate_sequences(self.next_prompts())))
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        """The rollout gathered over processes once (`batch.gather_batch`), its advantages, the update."""
-        batch = gather_batch(rollout)
+        """The rollout gathered over processes once (`batch.gather_batch`), its advantages, the update.
+        A rollout not judged yet (one made elsewhere, given to a trainer with a judge) is judged first."""
+        batch = gather_batch(self.judge_pairs(rollout))
         self.compute_advantages(batch)
         return self.update_actor(batch)
 

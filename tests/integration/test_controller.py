@@ -226,7 +226,7 @@ def test_two_ranks_on_ray_equal_the_torchrun_run(local_ray, tmp_path):
     """2 ranks in one colocated group (gloo, the package's DDP inside the group) against
     `torchrun --nproc-per-node 2`: every number bit-equal but the held-out eval/* means, which
     torchrun averages per rank first and the driver takes over the whole batch (1e-6)."""
-    from test_distributed import torchrun
+    from processes import torchrun
 
     from rlhf_scratch.controller.ray_trainer import RayPPOTrainer
 

@@ -1,6 +1,5 @@
 """Data parallelism under torchrun, tested with two CPU processes (gloo) on the tiny preset."""
 
-import contextlib
 import json
 import os
 import subprocess
@@ -17,38 +16,13 @@ from rlhf_scratch.engine import distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: the support modules
 from distributed_worker import make_trainer  # noqa: E402
+from processes import TIMEOUT, run_bounded, torchrun  # noqa: E402,F401
 from toy_algorithm import TOY, algorithms, registered, small_settings  # noqa: E402
 
 pytestmark = pytest.mark.slow  # whole processes: the quick loop (-m 'not slow') skips them
 
 WORKER = Path(__file__).parents[1] / "distributed_worker.py"
 TOY_FILE = Path(__file__).parents[1] / "toy_algorithm.py"
-TIMEOUT = 240  # seconds: a hang (a rank waiting on a collective the other never joins) fails, not blocks
-
-
-def run_bounded(cmd: list[str], timeout: float = TIMEOUT, **kwargs) -> subprocess.CompletedProcess:
-    """`subprocess.run` that cannot block the suite: past TIMEOUT every process it started is killed —
-    torchrun *and* its workers, which torchrun starts in sessions of their own, so that neither a plain
-    timeout nor killing torchrun's process group reaches them (and a surviving worker would hold the
-    output pipes open for ever) — and the test fails with their output."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        for process in [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"hung for {timeout} s: {' '.join(cmd[2:])}\n{err[-2000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def torchrun(*args: str, cwd: Path, nproc: int = 2, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
-    return run_bounded(cmd, cwd=cwd, env=env)
-
-
 def test_a_hang_is_killed_with_the_workers_in_their_own_sessions():
     """What torchrun does: a worker in a session of its own, holding the output pipe. The hang must
     fail the test within the timeout and leave no process behind."""
