@@ -68,12 +68,12 @@ def run_controller(args: CommonArgs, controller: ControllerArgs, quiet: bool = F
     """The run through `RayPPOTrainer`, in a new run folder (or continuing `resume`'s from its latest
     checkpoint); a checkpoint every `save_every` phases and at the end, as the in-process loop
     writes it. Returns the folder."""
-    import ray
     from tqdm.auto import tqdm
 
-    from rlhf_scratch.controller.ray_trainer import RayPPOTrainer, init_ray
+    from rlhf_scratch.controller.ray_trainer import RayPPOTrainer, init_ray, shutdown_ray
+    from rlhf_scratch.engine.lifecycle import one_line
     from rlhf_scratch.engine.logger import RunLogger
-    from rlhf_scratch.engine.runs import check_new_run_dir, new_run_dir
+    from rlhf_scratch.engine.runs import check_new_run_dir, lock_run, new_run_dir, write_status
 
     if args.early_stopping:
         raise ConfigError("early_stopping: not run by --controller ray yet; use the in-process loop")
@@ -84,27 +84,42 @@ def run_controller(args: CommonArgs, controller: ControllerArgs, quiet: bool = F
     try:
         trainer = RayPPOTrainer(args, workers=controller.workers, placement=controller.placement)
         run_dir = Path(resume) if resume is not None else new_run_dir(trainer.args)
-        logger, done = RunLogger(run_dir, trainer.args, quiet), 0
-        if resume is not None:
-            done = trainer.load_checkpoint(run_dir)
-            if done >= args.total_phases:
-                raise ConfigError(f"total_phases: {run_dir} has completed {done} phases; give a larger --total-phases")
-            logger.resume_at(done)
-        bar = tqdm(range(done + 1, args.total_phases + 1), desc="phases", disable=quiet)
-        for phase in bar:
-            metrics, rollout = trainer.step(phase)
-            logger.log_phase(metrics)
-            last = phase == args.total_phases
-            logger.log_samples(phase, rollout, force=last)
-            if last or (args.save_every and phase % args.save_every == 0):
-                trainer.save_checkpoint(run_dir, phase)
-            bar.set_postfix(reward=f"{metrics['rewards/mean']:.3f}", kl=f"{metrics['rollout/kl_full_vocab']:.4f}")
-        logger.finish()
-        if args.save_model:
-            trainer.actor_rollout_wg.save_policy(str(run_dir))
+        lock = lock_run(run_dir)  # the folder is this driver's while it trains, as an in-process run's
+        try:
+            logger, done = RunLogger(run_dir, trainer.args, quiet), 0
+            if resume is not None:
+                done = trainer.load_checkpoint(run_dir)
+                if done >= args.total_phases:
+                    raise ConfigError(f"total_phases: {run_dir} has completed {done} phases; give a larger --total-phases")
+                logger.resume_at(done)
+            saved = done  # the phase of the newest checkpoint: where a failure leaves the run
+            write_status(run_dir, "running", done, args.total_phases)
+            try:
+                bar = tqdm(range(done + 1, args.total_phases + 1), desc="phases", disable=quiet)
+                for phase in bar:
+                    metrics, rollout = trainer.step(phase)
+                    logger.log_phase(metrics)
+                    last = phase == args.total_phases
+                    logger.log_samples(phase, rollout, force=last)
+                    if last or (args.save_every and phase % args.save_every == 0):
+                        trainer.save_checkpoint(run_dir, phase)
+                        saved = phase
+                    write_status(run_dir, "running", phase, args.total_phases)
+                    bar.set_postfix(reward=f"{metrics['rewards/mean']:.3f}", kl=f"{metrics['rollout/kl_full_vocab']:.4f}")
+                logger.finish()
+                if args.save_model:
+                    trainer.actor_rollout_wg.save_policy(str(run_dir))
+            except BaseException as err:  # status.json says what stopped it and where a --resume starts
+                status = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
+                write_status(run_dir, status, saved, args.total_phases,
+                             error=None if status == "interrupted" else one_line(err))
+                raise
+            write_status(run_dir, "finished", args.total_phases, args.total_phases)
+        finally:
+            lock.release()
         return run_dir
     finally:
         if trainer is not None:
             trainer.shutdown()
         if started:
-            ray.shutdown()
+            shutdown_ray()

@@ -6,8 +6,10 @@ driver's descendants. Most of them go when the driver goes, but Ray 2.60's two p
 raylet is gone, then wait on the dead GCS to report it, and stay (measured: still running 60 s after
 the kill, tests/kill_sweep.py's train-controller case). A reaper started beside the driver fixes that:
 
-    reaper   every POLL_S: note the driver's descendants (pid and start time: a reused pid is not ours)
-             the driver is gone: SIGKILL every noted process still alive, then exit
+    reaper   every POLL_S: note the driver's descendants that are Ray's (their command line says so;
+             with their start time: a reused pid is not ours)
+             the driver is gone, or the driver ended Ray itself (`shutdown_ray`: SIGTERM to the reaper):
+             SIGKILL every noted process still alive, then exit
 
 It runs only where the driver started the local Ray itself (not on a cluster it joined) and where
 /proc lists processes (Linux); elsewhere Ray's own clean-up is all there is.
@@ -24,6 +26,8 @@ from pathlib import Path
 
 POLL_S = 0.2
 PROC = Path("/proc")
+RAY_MARKS = ("ray::", "/ray/")
+"""A process is Ray's when its command line holds one of these (`ray::IDLE`, `…/site-packages/ray/…/raylet`)."""
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -53,13 +57,25 @@ def descendants(pid: int) -> dict[int, int]:
     return found
 
 
-def reap(driver: int, poll_s: float = POLL_S) -> list[int]:
-    """Watch `driver`; once it is gone, SIGKILL the descendants it had (each still alive with the
-    start time it was seen with). Returns the pids killed."""
+def _cmdline(pid: int) -> str:
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def reap(driver: int, marks: tuple[str, ...] = RAY_MARKS, poll_s: float = POLL_S) -> list[int]:
+    """Watch `driver`, noting its descendants whose command line holds one of `marks`; once the
+    driver is gone (or this process gets SIGTERM), SIGKILL those noted still alive with the start
+    time they were seen with. Returns the pids killed."""
     me = os.getpid()
     seen: dict[int, int] = {}
-    while _stat(driver) is not None:
-        seen.update({pid: start for pid, start in descendants(driver).items() if pid != me})
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    while _stat(driver) is not None and not stop:
+        for pid, start in descendants(driver).items():
+            if pid != me and pid not in seen and any(mark in _cmdline(pid) for mark in marks):
+                seen[pid] = start
         time.sleep(poll_s)
     killed = []
     for pid, start in seen.items():
@@ -73,15 +89,22 @@ def reap(driver: int, poll_s: float = POLL_S) -> list[int]:
     return killed
 
 
-def start_reaper(driver: int | None = None) -> subprocess.Popen | None:
+def start_reaper(driver: int | None = None, marks: tuple[str, ...] = RAY_MARKS) -> subprocess.Popen | None:
     """Start the reaper of `driver` (this process by default) as a process of its own; None where
     /proc is missing."""
     if not (PROC / str(os.getpid()) / "stat").is_file():
         return None
     driver = os.getpid() if driver is None else driver
-    return subprocess.Popen([sys.executable, "-m", "rlhf_scratch.controller.fate", str(driver)],
+    return subprocess.Popen([sys.executable, "-m", "rlhf_scratch.controller.fate", str(driver), *marks],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def stop_reaper(reaper: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
+    """After the driver ended Ray itself: the reaper kills what of Ray is still alive, and exits."""
+    if reaper is not None and reaper.poll() is None:
+        reaper.terminate()
+        reaper.wait(timeout=timeout_s)
+
+
 if __name__ == "__main__":
-    reap(int(sys.argv[1]))
+    reap(int(sys.argv[1]), tuple(sys.argv[2:]) or RAY_MARKS)

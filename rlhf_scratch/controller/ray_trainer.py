@@ -33,7 +33,7 @@ import torch
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
 from rlhf_scratch.config import CommonArgs, ConfigError
 from rlhf_scratch.controller.command import PLACEMENTS
-from rlhf_scratch.controller.fate import start_reaper
+from rlhf_scratch.controller.fate import start_reaper, stop_reaper
 from rlhf_scratch.controller.protocol import DataProto
 from rlhf_scratch.controller.worker_group import (
     RayClassWithInitArgs,
@@ -173,4 +173,11 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
 
 
 REAPERS: list = []
-"""The reaper of this process's local Ray (started once; kept so it is not collected while it runs)."""
+"""The reaper of this process's local Ray (kept so it is not collected while it runs)."""
+
+
+def shutdown_ray() -> None:
+    """`ray.shutdown()`, then the reaper ends what of the local Ray is still alive (controller/fate.py)."""
+    ray.shutdown()
+    while REAPERS:
+        stop_reaper(REAPERS.pop())

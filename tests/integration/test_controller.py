@@ -95,7 +95,9 @@ def local_ray():
     init_ray(num_cpus=2)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
     yield
-    ray.shutdown()
+    from rlhf_scratch.controller.ray_trainer import shutdown_ray
+
+    shutdown_ray()
     deadline = time.monotonic() + 10
     while (left := [p for p in psutil.Process().children(recursive=True) if p.is_running()]) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -33,7 +33,7 @@ def test_a_sigkilled_drivers_descendants_are_killed_by_its_reaper():
     assert wait_until(lambda: len(descendants(driver.pid)) == 2), "the driver's child and grandchild"
     family = set(descendants(driver.pid))
     assert child in family
-    reaper = start_reaper(driver.pid)
+    reaper = start_reaper(driver.pid, marks=("sleep(60)",))
     time.sleep(1.0)  # the reaper has seen them
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
@@ -59,3 +59,23 @@ def _zombie(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_stopping_the_reaper_kills_what_it_noted_and_only_that():
+    """`shutdown_ray`'s path: the driver lives on and stops its reaper; the reaper kills the marked
+    descendants still alive (Ray's leftovers) and spares an unmarked child."""
+    marked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(61)"])
+    unmarked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(62)"])
+    try:
+        reaper = start_reaper(marks=("sleep(61)",))
+        time.sleep(1.0)
+        from rlhf_scratch.controller.fate import stop_reaper
+
+        stop_reaper(reaper)
+        assert reaper.returncode == 0
+        assert marked.wait(timeout=5) == -signal.SIGKILL
+        assert unmarked.poll() is None, "not Ray's: left alone"
+    finally:
+        for proc in (marked, unmarked):
+            proc.kill()
+            proc.wait()
