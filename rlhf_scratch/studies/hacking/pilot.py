@@ -17,7 +17,7 @@ more raters). Every process is niced and runs on --threads torch threads, one at
 5. RL against each proxy, per seed: the over-optimisation study's RL process
    (studies/overoptimization/run.py) with its held-out hook, which logs gold, proxy, KL and the
    flaw measures (study/length, study/word_count, study/repeated_3grams) every --eval-every phases.
-6. OUT/pilot-<algo>.json: per run its curve and gold's fall (peak − final, `formulas.gold_fall`); per rater
+6. OUT/pilot-<algo>.json (and the curves in pilot-<algo>.png): per run its curve and gold's fall (peak − final, `formulas.gold_fall`); per rater
    the fall paired over seeds (`stats.paired_difference(peaks, finals)`: mean and 95 % interval).
    For `repetition`, gold at each point is g − c · rep₃ = study/gold − c · study/repeated_3grams
    (the mean of a difference is the difference of the means).
@@ -249,6 +249,26 @@ def summarise(runs: dict[str, dict[int, list[dict]]]) -> dict:
 FLAW_KEY = {r: m.removeprefix("study/") for r, m in FLAW_MEASURE.items()}
 
 
+def plot_pilot(runs: dict[str, dict[int, list[dict]]], path: Path) -> Path:
+    """A row per rater: gold (solid) and proxy (dashed) against phase, and the flaw's measure, one
+    colour per seed. Each seed's own line, no band: the hack sets in at a different phase per seed,
+    and a mean would draw a slow slide that no seed had."""
+    from rlhf_scratch.pages.html import new_figure, save_figure
+
+    fig, axes = new_figure(len(runs), 2, figsize=(9, 3.2 * len(runs)), squeeze=False)
+    for (left, right), (rater, by_seed) in zip(axes, runs.items()):
+        for i, (seed, c) in enumerate(sorted(by_seed.items())):
+            phases, colour = [p["phase"] for p in c], f"C{i}"
+            left.plot(phases, [p["gold"] for p in c], color=colour, label=f"gold, seed {seed}")
+            left.plot(phases, [p["proxy"] for p in c], color=colour, linestyle="--", label=f"proxy, seed {seed}")
+            right.plot(phases, [p[FLAW_KEY[rater]] for p in c], color=colour, label=f"seed {seed}")
+        gold = "gold g′ = g − c·rep₃" if rater == "repetition" else "gold"
+        left.set(title=f"{rater} proxy: {gold} (solid), proxy (dashed)", xlabel="phase", ylabel="mean score")
+        right.set(title=f"the flaw: {FLAW_KEY[rater]}", xlabel="phase")
+        left.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
 def run(args: PilotArgs) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -277,6 +297,7 @@ def run(args: PilotArgs) -> int:
                   f"d {c[-1]['d']:.2f}", flush=True)
     result = {"args": asdict(args), "accuracy": accuracy,
               "summary": summarise(runs), "curves": {r: {str(s): c for s, c in v.items()} for r, v in runs.items()}}
+    plot_pilot(runs, out / f"pilot-{args.algo}.png")
     result_file = out / f"pilot-{args.algo}.json"
     result_file.write_text(json.dumps(result, indent=1))
     print(f"wrote {result_file}")
