@@ -255,7 +255,7 @@ def plot_pilot(runs: dict[str, dict[int, list[dict]]], path: Path) -> Path:
     and a mean would draw a slow slide that no seed had."""
     from rlhf_scratch.pages.html import new_figure, save_figure
 
-    fig, axes = new_figure(len(runs), 2, figsize=(9, 3.2 * len(runs)), squeeze=False)
+    fig, axes = new_figure(len(runs), 2, figsize=(9.0, 3.2 * len(runs)), squeeze=False)
     for (left, right), (rater, by_seed) in zip(axes, runs.items()):
         for i, (seed, c) in enumerate(sorted(by_seed.items())):
             phases, colour = [p["phase"] for p in c], f"C{i}"
