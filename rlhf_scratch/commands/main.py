@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preferences": ("rlhf_scratch.commands.preferences", "preference pairs labelled by a gold reward"),
     "reward-model": ("rlhf_scratch.commands.reward_model", "a Bradley-Terry reward model trained on preference pairs"),
     "overoptimization": ("rlhf_scratch.commands.overoptimization", "the Gao et al. reward over-optimisation study"),
+    "hacking": ("rlhf_scratch.studies.hacking.__main__", "RL against flawed proxies over seeds: does gold fall as proxy rises?"),
     "hacking-pilot": ("rlhf_scratch.studies.hacking.pilot", "flawed raters' proxies, and whether RL hacks them (issue 46)"),
     "length": ("rlhf_scratch.studies.length", "GRPO's length bias on a right/wrong task, over seeds"),
     "features-seeds": ("rlhf_scratch.studies.features_seeds", "the features view's claims over seeds, replicated or not"),

@@ -48,17 +48,13 @@ FLAW_MEASURE = {"honest": "study/length", "length": "study/length", "token": "st
 
 
 @dataclass
-class PilotArgs:
-    """The reward-hacking pilot: flawed raters -> proxies -> RL against each, gold measured every few phases."""
+class HackSettings:
+    """What the pilot and the study (`studies.hacking.study`) share: the raters, their proxies and the RL runs."""
 
-    out: str = tyro.MISSING
-    """The pilot's folder; the same command again continues it."""
     raters: str = "length,token,repetition"
     """Comma-separated raters (reward/preferences.py): honest, length, token, repetition."""
     seeds: str = "1"
     """Comma-separated RL seeds (the pairs and proxies use the first)."""
-    algo: str = "ppo"
-    """The RL algorithm."""
     beta: float = 0.0
     """The KL coefficient β of every RL run (0: the policy may move as far as it likes)."""
     total_phases: int = 30
@@ -101,7 +97,7 @@ class PilotArgs:
         check_choices(raters, RATERS, "raters")
         return raters
 
-    def validate(self) -> PilotArgs:
+    def validate(self) -> HackSettings:
         self.rater_list()
         seed_list(self.seeds)
         for name in ("total_phases", "eval_every", "eval_prompts", "eval_per_prompt", "rm_pairs", "test_pairs",
@@ -111,6 +107,16 @@ class PilotArgs:
         if self.beta < 0:
             raise ConfigError(f"beta: must be >= 0; got {self.beta}")
         return self
+
+
+@dataclass
+class PilotArgs(HackSettings):
+    """The reward-hacking pilot: flawed raters -> proxies -> RL against each, gold measured every few phases."""
+
+    out: str = tyro.MISSING
+    """The pilot's folder; the same command again continues it."""
+    algo: str = "ppo"
+    """The RL algorithm."""
 
 
 def parse(argv: list[str]) -> PilotArgs:
@@ -125,7 +131,7 @@ def step(cmd: list[str], name: str) -> None:
         raise RuntimeError(f"{name} failed: {last}")
 
 
-def split_prompts(out: Path, args: PilotArgs) -> tuple[Path, Path]:
+def split_prompts(out: Path, args: HackSettings) -> tuple[Path, Path]:
     from rlhf_scratch.rollout.prompts import load_prompts
 
     train, held = out / "train.txt", out / "eval.txt"
@@ -136,7 +142,7 @@ def split_prompts(out: Path, args: PilotArgs) -> tuple[Path, Path]:
     return train, held
 
 
-def make_proxy(out: Path, args: PilotArgs, rater: str, train: Path) -> tuple[Path, list[dict]]:
+def make_proxy(out: Path, args: HackSettings, rater: str, train: Path) -> tuple[Path, list[dict]]:
     """The rater's pairs, its proxy's run folder and its test rows (steps 2 and 3)."""
     data_seed = str(seed_list(args.seeds)[0])
     pairs, subset, rm_dir = out / f"pairs-{rater}.jsonl", out / f"pairs-{rater}-train.jsonl", out / f"rm-{rater}"
@@ -168,17 +174,26 @@ def proxy_accuracy(rm_dir: Path, test_rows: list[dict]) -> dict:
     return {"accuracy": p, "low": low, "high": high, "n": len(judged)}
 
 
+def rl_fields(args: HackSettings, seed: int) -> dict:
+    """The train fields of every RL run (`rl_spec`)."""
+    return {"total_phases": args.total_phases, "batch_size": args.batch_size, "gen_len": args.gen_len, "top_k": 0,
+              "base_lr": args.base_lr, "warmup_steps": 2, "threads": args.threads, "seed": seed, "save_every": 5,
+              "table_every": 10**6, "plot_every": 10**6, "beta": args.beta}
+
+
+def rl_spec(args: HackSettings, algo: str, seed: int, run_dir: Path, rm_dir: Path, train: Path, held: Path) -> dict:
+    """One RL run against a proxy: the over-optimisation study's RL process's spec (`run.train_against_proxy`)."""
+    return {"run_dir": str(run_dir), "algo": algo, "proxy": str(rm_dir), "train_prompts": str(train),
+            "eval_prompts": str(held), "per_prompt": args.eval_per_prompt, "eval_every": args.eval_every,
+            "word": args.rater_token, "train_fields": rl_fields(args, seed)}
+
+
 def rl_run(out: Path, args: PilotArgs, rater: str, seed: int, rm_dir: Path, train: Path, held: Path) -> Path:
     """Step 5: one RL process against the rater's proxy (resumable; skipped when finished)."""
     from rlhf_scratch.studies.overoptimization.run import rl_command
 
     run_dir = out / f"{args.algo}-{rater}-s{seed}"
-    fields = {"total_phases": args.total_phases, "batch_size": args.batch_size, "gen_len": args.gen_len, "top_k": 0,
-              "base_lr": args.base_lr, "warmup_steps": 2, "threads": args.threads, "seed": seed, "save_every": 5,
-              "table_every": 10**6, "plot_every": 10**6, "beta": args.beta}
-    spec = {"run_dir": str(run_dir), "algo": args.algo, "proxy": str(rm_dir), "train_prompts": str(train),
-            "eval_prompts": str(held), "per_prompt": args.eval_per_prompt, "eval_every": args.eval_every,
-            "word": args.rater_token, "train_fields": fields}
+    spec = rl_spec(args, args.algo, seed, run_dir, rm_dir, train, held)
     status = run_dir / "status.json"
     if not (status.is_file() and json.loads(status.read_text()).get("status") == "finished"):
         step(rl_command(spec), run_dir.name)

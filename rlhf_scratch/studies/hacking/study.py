@@ -1,0 +1,217 @@
+"""Reward hacking over seeds (issue 46): RL algorithms against proxies made by flawed raters.
+
+    python -m rlhf_scratch.studies.hacking --out hack/ --seeds 1,2,3            # PPO and RLOO, the repetition-blind proxy
+    python -m rlhf_scratch.studies.hacking --out hack/ --raters length,token,repetition --algos ppo
+    python -m rlhf_scratch.studies.hacking --out q/ --quick --seeds 1,2         # tiny: tests (`QUICK`)
+
+The pilot's steps (`pilot.py`: pairs per rater, a proxy each, its accuracy against gold with Wilson's
+interval), then a unit per (algorithm, rater, seed): the over-optimisation study's RL process with its
+held-out hook (gold, proxy, KL and the flaw's measure every --eval-every phases), in OUT/runs/<unit>
+(`ppo-s1-repetition4`: the rater and its parameter), resumable, --jobs at a time. The report, per
+(algorithm, rater), over the seeds:
+
+- the proxy's rise (final − start) and gold's fall (peak − final), each paired over seeds with its
+  95 % interval; the fall also read at the peak the *other* seeds pick (`pilot.held_out_peaks`), which
+  a run's own noise cannot raise;
+- the verdict: "gold turns down while proxy rises" only when both intervals exclude 0 (the held-out
+  reading of the fall); else "not resolved at n" and the seeds it would take (`stats.seeds_needed`).
+
+Writes OUT/table.md, table.json, index.html and hacking-<algo>.png (`pilot.plot_pilot`). The same
+command again continues the study; more seeds later add only their units (`studies.base`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Annotated
+
+import tyro
+
+from rlhf_scratch.config import ConfigError, registry
+from rlhf_scratch.studies.base import Study
+from rlhf_scratch.studies.hacking.pilot import FLAW_KEY, HackSettings, rl_fields
+from rlhf_scratch.studies.runner import (
+    Job,
+    Ledger,
+    Unit,
+    by_group,
+    check_choices,
+    csv_list,
+    markdown_table,
+    plan_units,
+    run_jobs,
+    seed_list,
+    verdict_html,
+    write_report,
+)
+
+PROG = "python -m rlhf_scratch.studies.hacking"
+DESCRIPTION = __doc__.split("\n\n")[0]
+RATER_PARAMETER = {"honest": None, "length": "rater_margin", "token": "rater_bonus", "repetition": "rater_penalty"}
+"""The parameter that names a rater's units (`ppo-s1-token2`: b = 2)."""
+
+
+@dataclass
+class HackingArgs(HackSettings):
+    """The study: raters, algorithms and seeds; the rest as the pilot's."""
+
+    out: Annotated[str, tyro.conf.arg(help_behavior_hint="(required)")] = ""
+    """The study folder; the same command again continues the study there."""
+    raters: str = "repetition"
+    """Comma-separated raters (reward/preferences.py): honest, length, token, repetition."""
+    algos: str = "ppo,rloo"
+    """Comma-separated RL algorithms of the registry."""
+    total_phases: int = 45
+    """Phases per RL run."""
+    jobs: int = 1
+    """RL processes at a time."""
+    quick: bool = False
+    """Tiny settings, for tests (`QUICK`); flags given beside it still win."""
+
+    def algo_list(self) -> list[str]:
+        algos = csv_list(self.algos, str, "algos")
+        check_choices(algos, registry.names(), "algos")
+        return algos
+
+    def validate(self) -> HackingArgs:
+        if not self.out:
+            raise ConfigError("out: required (the study folder)")
+        super().validate()
+        if self.jobs < 1:
+            raise ConfigError(f"jobs: must be >= 1; got {self.jobs}")
+        from rlhf_scratch.config import make_args  # each RL run's own rules, before a folder is made
+
+        for unit in self.units():
+            try:
+                make_args("tiny", algo=unit.method, task="sentiment", **rl_fields(self, unit.seed))
+            except ConfigError as e:
+                raise ConfigError(f"run {unit.name}: {e}") from None
+        return self
+
+    def plan(self) -> dict:
+        """What makes the study (OUT/study.json): everything but the folder and how it is run."""
+        skip = ("out", "threads", "jobs", "quick")
+        return {**{k: v for k, v in asdict(self).items() if k not in skip}, "raters": self.rater_list(),
+                "algos": self.algo_list(), "seeds": seed_list(self.seeds)}
+
+    def units(self) -> list[Unit]:
+        """An RL run per (algorithm, rater, seed), the rater tagged with its parameter."""
+        settings = [(r, getattr(self, RATER_PARAMETER[r]) if RATER_PARAMETER[r] else 0) for r in self.rater_list()]
+        return plan_units(self.algo_list(), seed_list(self.seeds), settings)
+
+
+QUICK = {"raters": "token", "algos": "rloo", "total_phases": 2, "eval_every": 1, "eval_prompts": 2,
+         "eval_per_prompt": 2, "rm_pairs": 8, "test_pairs": 6, "rm_epochs": 1, "gen_len": 4, "batch_size": 8}
+"""`--quick`: a study of a minute (its verdicts, on 2 prompts, say nothing)."""
+
+
+def group_rows(summary: dict, accuracy: dict) -> tuple[list[list[str]], list[str]]:
+    """The table's rows, one per (algorithm, rater), and the verdict sentences."""
+    rows, verdicts = [], []
+    for (algo, rater), s in summary.items():
+        fall, held, rise = s["fall"], s["fall_held_out_peak"], s["proxy_rise"]
+        n = len(s["seeds"])
+
+        def cell(d: dict | None) -> str:
+            if d is None or d["low"] is None:
+                return "—" if d is None else f"{d['mean']:+.3f} (one seed)"
+            return f"{d['mean']:+.3f} ({d['low']:+.3f} to {d['high']:+.3f})"
+
+        a = accuracy[rater]
+        flaw = FLAW_KEY[rater]
+        finals = [v["flaw_final"] for v in s["per_seed"].values()]
+        rows.append([registry.get(algo).label, rater, f"{a['accuracy']:.3f} ({a['low']:.3f}–{a['high']:.3f}, n {a['n']})",
+                     str(n), cell(rise), cell(fall), cell(held), f"{flaw} {min(finals):.3f}–{max(finals):.3f}"])
+        rises = rise["low"] is not None and rise["low"] > 0
+        falls = held is not None and held["low"] is not None and held["low"] > 0
+        what = f"{registry.get(algo).label} against the {rater} proxy"
+        if rises and falls:
+            verdicts.append(f"{what}: gold turns down while proxy rises — decided at n = {n} (fall {cell(held)}).")
+        else:
+            need = s.get("seeds_needed")
+            more = f"; about {need} seeds at this spread" if need else ""
+            verdicts.append(f"{what}: gold turning down while proxy rises is not resolved at n = {n} "
+                            f"(proxy rise {cell(rise)}, fall at the other seeds' peak {cell(held)}{more}).")
+    return rows, verdicts
+
+
+NOTE = ("Gold is the tiny classifier’s log-odds; for the repetition rater g − c · rep₃. Falls and rises are "
+        "paired over seeds (Student t, 95 %).")
+HEADER = ["method", "rater", "proxy accuracy vs gold (Wilson 95 %)", "n seeds", "proxy rise (95 %)",
+          "gold fall, own peak (95 %)", "gold fall, other seeds' peak (95 %)", "flaw at the end (range)"]
+
+
+class HackingStudy(Study[HackingArgs]):
+    """The hacking study as a `Study`: proxies first (the pilot's steps), then RL processes of the
+    over-optimisation study's own kind, then the report."""
+
+    prog, description, args_class, quick, kind = PROG, DESCRIPTION, HackingArgs, QUICK, "hacking study"
+
+    def check(self, args: HackingArgs, out: Path) -> None:
+        """Every run was checked by `validate` (no train flags: the units are not `rlhf_scratch.train` runs)."""
+
+    def proxies(self, args: HackingArgs, out: Path, ledger: Ledger) -> dict[str, Path]:
+        """Pairs, a proxy and its accuracy (OUT/accuracy.json) per rater (`pilot.make_proxy`)."""
+        from rlhf_scratch.studies.hacking.pilot import make_proxy, proxy_accuracy, split_prompts
+
+        train, _ = split_prompts(out, args)
+        accuracy_file = out / "accuracy.json"
+        accuracy = json.loads(accuracy_file.read_text()) if accuracy_file.is_file() else {}
+        proxies = {}
+        for rater in args.rater_list():
+            with ledger.timing(f"proxy-{rater}"):
+                proxies[rater], test_rows = make_proxy(out, args, rater, train)
+                if rater not in accuracy:
+                    accuracy[rater] = proxy_accuracy(proxies[rater], test_rows)
+                    accuracy_file.write_text(json.dumps(accuracy, indent=1))
+        return proxies
+
+    def run_units(self, args: HackingArgs, out: Path, ledger: Ledger) -> None:
+        from rlhf_scratch.studies.hacking.pilot import rl_spec, split_prompts
+        from rlhf_scratch.studies.overoptimization.run import rl_command
+
+        proxies = self.proxies(args, out, ledger)
+        train, held = split_prompts(out, args)
+        jobs = []
+        for u in args.units():
+            run_dir = self.run_dir(out, u)
+            spec = rl_spec(args, u.method, u.seed, run_dir, proxies[u.setting[0]], train, held)
+            jobs.append(Job(u.name, partial(rl_command, spec), run_dir, args.total_phases, asdict(u)))
+        run_jobs(jobs, ledger, parallel=args.jobs, desc="phases, all runs", unit="phase")
+
+    def report(self, args: HackingArgs, out: Path, ledger: Ledger) -> str:
+        from rlhf_scratch.pages.html import esc, figure, table
+        from rlhf_scratch.studies.hacking.pilot import curve, held_out_peaks, plot_pilot, summarise
+        from rlhf_scratch.studies.stats import paired_difference
+
+        accuracy = json.loads((out / "accuracy.json").read_text())
+        summary, curves = {}, {}
+        for (algo, setting), units in by_group(args.units()).items():
+            rater = setting[0]
+            by_seed = {u.seed: curve(self.run_dir(out, u), rater, args.rater_penalty) for u in units}
+            curves.setdefault(algo, {})[rater] = by_seed
+            summary[(algo, rater)] = summarise({rater: by_seed})[rater]
+            if len(by_seed) > 1:
+                finals = [by_seed[s][-1]["gold"] for s in sorted(by_seed)]
+                held = held_out_peaks(by_seed)
+                summary[(algo, rater)]["seeds_needed"] = paired_difference(
+                    [held[s] for s in sorted(by_seed)], finals).seeds_needed()
+        rows, verdicts = group_rows(summary, accuracy)
+        figures = {algo: plot_pilot(by_rater, out / f"hacking-{algo}.png") for algo, by_rater in curves.items()}
+        table_md = markdown_table(HEADER, rows)
+        body = ["<h1>Reward hacking: flawed proxies</h1>", verdict_html(verdicts), table(rows, header=HEADER),
+                f"<p>{esc(NOTE)}</p>",
+                *[figure(path, registry.get(algo).label) for algo, path in figures.items()]]
+        data = {"verdicts": verdicts, "accuracy": accuracy, "settings": args.plan(), "times": ledger.seconds(),
+                "groups": [{"algo": a, "rater": r, **s} for (a, r), s in summary.items()],
+                "curves": {a: {r: {str(k): v for k, v in c.items()} for r, c in by.items()} for a, by in curves.items()}}
+        page = write_report(out, title="rlhf_scratch reward-hacking study", table_md=table_md, data=data, body=body)
+        return "\n".join([*verdicts, "", table_md, f"\nwrote {page}"])
+
+
+STUDY = HackingStudy()
+main = STUDY.main
+"""`python -m rlhf_scratch.studies.hacking` (the package's __main__.py), `rlhf hacking`."""
