@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 
-def resolve(target: str | type) -> Any:
-    """A "module:Name" string imported (or a class, returned as it is)."""
+def resolve(target: str | Callable[..., Any]) -> Any:
+    """A "module:Name" string imported (or a class or function, returned as it is)."""
     if not isinstance(target, str):
         return target
     module, _, name = target.partition(":")
