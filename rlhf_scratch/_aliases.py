@@ -35,7 +35,6 @@ MOVED = {
     "prompts": "rollout.prompts",
     "corpus": "rollout.corpus",
     "generation": "rollout.generation",
-    "rollout": "rollout.phase",
     "heldout": "reward.heldout",
     "loop": "engine.loop",
     "lifecycle": "engine.lifecycle",

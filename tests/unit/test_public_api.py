@@ -30,3 +30,21 @@ def test_importing_the_config_does_not_import_torch():
     code = "import sys, rlhf_scratch.config, rlhf_scratch.commands.train; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_module_paths_before_the_layers_are_the_same_modules():
+    """`import rlhf_scratch.loop` is `rlhf_scratch.engine.loop` itself (a monkeypatch of one patches
+    the other), for every moved module; `rlhf_scratch.rollout` (now a folder) still gives the old
+    module's names without importing torch for its own submodules."""
+    import importlib
+
+    from rlhf_scratch import _aliases
+
+    for old, new in _aliases.MOVED.items():
+        assert importlib.import_module(f"rlhf_scratch.{old}") is importlib.import_module(f"rlhf_scratch.{new}"), old
+    from rlhf_scratch.rollout import Rollout, make_rollout, phase
+
+    assert (make_rollout, Rollout) == (phase.make_rollout, phase.Rollout)
+    code = "import sys; from rlhf_scratch.rollout import corpus, prompts; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
