@@ -31,7 +31,7 @@ import ray
 import torch
 
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
-from rlhf_scratch.config import CommonArgs, ConfigError
+from rlhf_scratch.config import CommonArgs, ConfigError, registry
 from rlhf_scratch.controller.command import PLACEMENTS
 from rlhf_scratch.controller.fate import start_reaper, stop_reaper
 from rlhf_scratch.controller.protocol import DataProto
@@ -52,9 +52,9 @@ from rlhf_scratch.rollout.prompts import PromptIterator, load_prompts
 
 
 def num_generations(args: CommonArgs) -> int:
-    """G, the completions per prompt each algorithm's rollout_phase samples: PPO 1, Online DPO a pair,
-    RLOO and GRPO `--num-generations`."""
-    return {"ppo": 1, "online_dpo": 2}.get(args.algo) or args.num_generations
+    """G, the completions per prompt the algorithm samples, as its trainer class says
+    (`Trainer.generations`: PPO 1, Online DPO a pair, RLOO and GRPO `--num-generations`)."""
+    return registry.get(args.algo).trainer_class().generations(args)
 
 
 TIMING = ("gen", "ref", "reward", "adv", "update_actor")

@@ -139,8 +139,16 @@ class Trainer:
         raise NotImplementedError(f"{type(self).__name__} must define update_actor")
 
     # ------------------------------------------------------------------ the roles (verl's names)
-    num_generations: int = 1
-    """G, the completions sampled per prompt (a subclass sets it: RLOO and GRPO from their args)."""
+    @staticmethod
+    def generations(args: CommonArgs) -> int:
+        """G, the completions sampled per prompt, from the args alone (a driver that builds no trainer,
+        the controller, asks the trainer class): 1 here; a subclass says its own."""
+        return 1
+
+    @property
+    def num_generations(self) -> int:
+        """G of this run: `generations(args)`."""
+        return self.generations(self.args)
 
     def next_prompts(self) -> list[str]:
         """This phase's prompts: batch_size / G of them, this process's share."""

@@ -127,9 +127,10 @@ class GRPOTrainer(Trainer):
         """As TRL: at β = 0 the reference is never loaded nor run (unless asked to measure the KL)."""
         return self.args.beta > 0 or self.args.measure_kl
 
-    @property
-    def num_generations(self) -> int:
-        return self.args.num_generations
+    @staticmethod
+    def generations(args) -> int:
+        """G: `--num-generations` completions of each prompt."""
+        return args.num_generations
 
     def compute_advantages(self, batch: Batch) -> None:
         """Group-relative advantages from the whole batch's rewards (a group never splits over

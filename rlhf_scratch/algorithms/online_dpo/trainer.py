@@ -83,7 +83,10 @@ class OnlineDPOTrainer(Trainer):
         super().__init__(args, reward_fn, quiet)
         self.judge = judge or make_judge(args.judge, args.direction, self.device)
 
-    num_generations = 2
+    @staticmethod
+    def generations(args) -> int:
+        """G: a pair of completions of each prompt."""
+        return 2
 
     def judge_pairs(self, rollout: Rollout) -> Rollout:
         """With a judge, its verdict on each of this process's pairs (`Rollout.verdicts`), asked once

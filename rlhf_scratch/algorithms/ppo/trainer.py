@@ -79,8 +79,6 @@ class RLHFTrainer(Trainer):
         return self.policy
 
     # ------------------------------------------------------------------ the roles
-    num_generations = 1
-
     def keeps_ref_hidden(self) -> bool:
         """With --cache-ref-logprobs (and the full-vocabulary KL) the rollout keeps ĥ_ref for the learning phase."""
         return self.args.cache_ref_logprobs and self.args.kl_estimator == "full"

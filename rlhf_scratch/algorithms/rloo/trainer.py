@@ -65,9 +65,10 @@ class RLOOTrainer(Trainer):
     METRICS = RLOO_METRICS
     args: RLOOArgs
 
-    @property
-    def num_generations(self) -> int:
-        return self.args.num_generations
+    @staticmethod
+    def generations(args) -> int:
+        """G: `--num-generations` completions of each prompt."""
+        return args.num_generations
 
     def shaped_rewards(self, batch: Batch) -> Tensor:
         """R − β·KL of every process's rows: what the advantages are built from."""
