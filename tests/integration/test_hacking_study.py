@@ -11,6 +11,9 @@ from rlhf_scratch.studies.hacking.study import main
     ([], "error: out: required (the study folder)"),
     (["--out", "X", "--algos", "nope"], "error: algos: unknown nope; choose from "),
     (["--out", "X", "--raters", "lazy"], "error: raters: "),
+    (["--out", "X", "--peak-phases", "grpo:24"], "error: peak_phases: 'grpo' is not one of --algos (ppo, rloo)"),
+    (["--out", "X", "--peak-phases", "ppo:25"], "error: peak_phases: ppo:25 is not an evaluated phase (a multiple of"),
+    (["--out", "X", "--proxies", "nowhere"], "error: proxies: nowhere holds no accuracy.json"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -37,3 +40,11 @@ def test_the_quick_study_runs_end_to_end_and_more_seeds_continue_it(tmp_path, ca
     assert group["seeds"] == [1, 2] and group["fall_held_out_peak"]["n"] == 2
     assert (out / "rm-token" / "reward_model.pt").stat().st_mtime_ns == proxy, "the proxy is not retrained"
     assert "index.html" in capsys.readouterr().out
+    # another study on the first one's proxies, p* registered: its fall is read there, its bands drawn
+    other = tmp_path / "other"
+    assert main(["--out", str(other), "--quick", "--seeds", "3,4", "--proxies", str(out), "--peak-phases", "rloo:1"]) == 0
+    assert not (other / "rm-token").exists(), "the proxies are used where they are"
+    (group,) = json.loads((other / "table.json").read_text())["groups"]
+    assert group["peak_phase"] == 1 and group["fall_registered"]["n"] == 2
+    assert (other / "bands-token.png").is_file()
+    assert "fall from the pre-registered peak, phase 1," in capsys.readouterr().out

@@ -3,6 +3,8 @@
     python -m rlhf_scratch.studies.hacking --out hack/ --seeds 1,2,3            # PPO and RLOO, the repetition-blind proxy
     python -m rlhf_scratch.studies.hacking --out hack/ --raters length,token,repetition --algos ppo
     python -m rlhf_scratch.studies.hacking --out q/ --quick --seeds 1,2         # tiny: tests (`QUICK`)
+    python -m rlhf_scratch.studies.hacking --out test/ --proxies hack45/ --algos ppo,grpo --seeds 4,5,6 \
+        --peak-phases ppo:24,grpo:36                  # a pilot's proxies; p* chosen before these seeds
 
 The pilot's steps (`pilot.py`: pairs per rater, a proxy each, its accuracy against gold with Wilson's
 interval), then a unit per (algorithm, rater, seed): the over-optimisation study's RL process with its
@@ -13,10 +15,15 @@ held-out hook (gold, proxy, KL and the flaw's measure every --eval-every phases)
 - the proxy's rise (final − start) and gold's fall (peak − final), each paired over seeds with its
   95 % interval; the fall also read at the peak the *other* seeds pick (`pilot.held_out_peaks`), which
   a run's own noise cannot raise;
-- the verdict: "gold turns down while proxy rises" only when both intervals exclude 0 (the held-out
-  reading of the fall); else "not resolved at n" and the seeds it would take (`stats.seeds_needed`).
+- with --peak-phases, the pre-registered reading: gold(p*) − gold(final), p* chosen per algorithm
+  before these seeds ran (`bands.registered_fall`);
+- the verdict: "gold turns down while proxy rises" only when both intervals exclude 0 (the
+  pre-registered fall where there is one, else the held-out reading); else "not resolved at n" and
+  the seeds it would take (`stats.seeds_needed`).
 
-Writes OUT/table.md, table.json, index.html and hacking-<algo>.png (`pilot.plot_pilot`). The same
+Writes OUT/table.md, table.json, index.html, hacking-<algo>.png (`pilot.plot_pilot`: each seed's
+curve against phase) and bands-<rater>.png (`bands.plot_bands`: gold, proxy and the flaw against
+d, the seeds' mean with its 95 % band, every algorithm). The same
 command again continues the study; more seeds later add only their units (`studies.base`).
 """
 
@@ -70,6 +77,21 @@ class HackingArgs(HackSettings):
     """RL processes at a time."""
     quick: bool = False
     """Tiny settings, for tests (`QUICK`); flags given beside it still win."""
+    proxies: str = ""
+    """A folder whose prompts, pairs, proxies and accuracy.json to use (a pilot's or another study's
+    OUT) instead of making them in OUT; empty: made in OUT."""
+    peak_phases: str = ""
+    """Pre-registered peak phase p* per algorithm, `ppo:24,grpo:36` (evaluated phases, chosen before
+    these seeds): the fall read as gold(p*) − gold(final) (`bands.registered_fall`)."""
+
+    def data_dir(self) -> Path:
+        """Where the prompts, pairs and proxies are (--proxies, else OUT)."""
+        return Path(self.proxies or self.out)
+
+    def peaks(self) -> dict[str, int]:
+        from rlhf_scratch.studies.hacking.bands import peak_phases
+
+        return peak_phases(self.peak_phases, self.algo_list())
 
     def algo_list(self) -> list[str]:
         algos = csv_list(self.algos, str, "algos")
@@ -82,6 +104,12 @@ class HackingArgs(HackSettings):
         super().validate()
         if self.jobs < 1:
             raise ConfigError(f"jobs: must be >= 1; got {self.jobs}")
+        if self.proxies and not (Path(self.proxies) / "accuracy.json").is_file():
+            raise ConfigError(f"proxies: {self.proxies} holds no accuracy.json (a pilot's or a study's OUT)")
+        for algo, phase in self.peaks().items():
+            if phase > self.total_phases or phase % self.eval_every:
+                raise ConfigError(f"peak_phases: {algo}:{phase} is not an evaluated phase "
+                                  f"(a multiple of eval_every {self.eval_every}, at most total_phases {self.total_phases})")
         from rlhf_scratch.config import make_args  # each RL run's own rules, before a folder is made
 
         for unit in self.units():
@@ -93,7 +121,7 @@ class HackingArgs(HackSettings):
 
     def plan(self) -> dict:
         """What makes the study (OUT/study.json): everything but the folder and how it is run."""
-        skip = ("out", "threads", "jobs", "quick")
+        skip = ("out", "threads", "jobs", "quick", "peak_phases")  # p* reads the runs; it does not make them
         return {**{k: v for k, v in asdict(self).items() if k not in skip}, "raters": self.rater_list(),
                 "algos": self.algo_list(), "seeds": seed_list(self.seeds)}
 
@@ -124,24 +152,29 @@ def group_rows(summary: dict, accuracy: dict) -> tuple[list[list[str]], list[str
         flaw = FLAW_KEY[rater]
         finals = [v["flaw_final"] for v in s["per_seed"].values()]
         rows.append([registry.get(algo).label, rater, f"{a['accuracy']:.3f} ({a['low']:.3f}–{a['high']:.3f}, n {a['n']})",
-                     str(n), cell(rise), cell(fall), cell(held), f"{flaw} {min(finals):.3f}–{max(finals):.3f}"])
+                     str(n), cell(rise), cell(fall), cell(held), cell(s.get("fall_registered")),
+                     f"{flaw} {min(finals):.3f}–{max(finals):.3f}"])
+        read, how = ((s["fall_registered"], f"fall from the pre-registered peak, phase {s['peak_phase']},")
+                     if "fall_registered" in s else (held, "fall at the other seeds' peak"))
         rises = rise["low"] is not None and rise["low"] > 0
-        falls = held is not None and held["low"] is not None and held["low"] > 0
+        falls = read is not None and read["low"] is not None and read["low"] > 0
         what = f"{registry.get(algo).label} against the {rater} proxy"
         if rises and falls:
-            verdicts.append(f"{what}: gold turns down while proxy rises — decided at n = {n} (fall {cell(held)}).")
+            verdicts.append(f"{what}: gold turns down while proxy rises — decided at n = {n} "
+                            f"(proxy rise {cell(rise)}, {how} {cell(read)}).")
         else:
             need = s.get("seeds_needed")
             more = f"; about {need} seeds at this spread" if need else ""
             verdicts.append(f"{what}: gold turning down while proxy rises is not resolved at n = {n} "
-                            f"(proxy rise {cell(rise)}, fall at the other seeds' peak {cell(held)}{more}).")
+                            f"(proxy rise {cell(rise)}, {how} {cell(read)}{more}).")
     return rows, verdicts
 
 
 NOTE = ("Gold is the tiny classifier’s log-odds; for the repetition rater g − c · rep₃. Falls and rises are "
         "paired over seeds (Student t, 95 %).")
 HEADER = ["method", "rater", "proxy accuracy vs gold (Wilson 95 %)", "n seeds", "proxy rise (95 %)",
-          "gold fall, own peak (95 %)", "gold fall, other seeds' peak (95 %)", "flaw at the end (range)"]
+          "gold fall, own peak (95 %)", "gold fall, other seeds' peak (95 %)",
+          "gold fall, pre-registered peak p* (95 %)", "flaw at the end (range)"]
 
 
 class HackingStudy(Study[HackingArgs]):
@@ -157,13 +190,14 @@ class HackingStudy(Study[HackingArgs]):
         """Pairs, a proxy and its accuracy (OUT/accuracy.json) per rater (`pilot.make_proxy`)."""
         from rlhf_scratch.studies.hacking.pilot import make_proxy, proxy_accuracy, split_prompts
 
-        train, _ = split_prompts(out, args)
-        accuracy_file = out / "accuracy.json"
+        data = args.data_dir()
+        train, _ = split_prompts(data, args)
+        accuracy_file = data / "accuracy.json"
         accuracy = json.loads(accuracy_file.read_text()) if accuracy_file.is_file() else {}
         proxies = {}
         for rater in args.rater_list():
             with ledger.timing(f"proxy-{rater}"):
-                proxies[rater], test_rows = make_proxy(out, args, rater, train)
+                proxies[rater], test_rows = make_proxy(data, args, rater, train)
                 if rater not in accuracy:
                     accuracy[rater] = proxy_accuracy(proxies[rater], test_rows)
                     accuracy_file.write_text(json.dumps(accuracy, indent=1))
@@ -174,7 +208,7 @@ class HackingStudy(Study[HackingArgs]):
         from rlhf_scratch.studies.overoptimization.run import rl_command
 
         proxies = self.proxies(args, out, ledger)
-        train, held = split_prompts(out, args)
+        train, held = split_prompts(args.data_dir(), args)
         jobs = []
         for u in args.units():
             run_dir = self.run_dir(out, u)
@@ -184,27 +218,39 @@ class HackingStudy(Study[HackingArgs]):
 
     def report(self, args: HackingArgs, out: Path, ledger: Ledger) -> str:
         from rlhf_scratch.pages.html import esc, figure, table
-        from rlhf_scratch.studies.hacking.pilot import curve, held_out_peaks, plot_pilot, summarise
+        from rlhf_scratch.studies.hacking.bands import plot_bands, registered_fall
+        from rlhf_scratch.studies.hacking.pilot import curve, held_out_peaks, interval, plot_pilot, summarise
         from rlhf_scratch.studies.stats import paired_difference
 
-        accuracy = json.loads((out / "accuracy.json").read_text())
+        accuracy = json.loads((args.data_dir() / "accuracy.json").read_text())
+        peaks = args.peaks()
         summary, curves = {}, {}
         for (algo, setting), units in by_group(args.units()).items():
             rater = setting[0]
             by_seed = {u.seed: curve(self.run_dir(out, u), rater, args.rater_penalty) for u in units}
             curves.setdefault(algo, {})[rater] = by_seed
             summary[(algo, rater)] = summarise({rater: by_seed})[rater]
-            if len(by_seed) > 1:
+            if algo in peaks:
+                fall = registered_fall(by_seed, peaks[algo])
+                summary[(algo, rater)].update(peak_phase=peaks[algo], fall_registered=interval(fall),
+                                              seeds_needed=fall.seeds_needed())
+            elif len(by_seed) > 1:
                 finals = [by_seed[s][-1]["gold"] for s in sorted(by_seed)]
                 held = held_out_peaks(by_seed)
                 summary[(algo, rater)]["seeds_needed"] = paired_difference(
                     [held[s] for s in sorted(by_seed)], finals).seeds_needed()
         rows, verdicts = group_rows(summary, accuracy)
         figures = {algo: plot_pilot(by_rater, out / f"hacking-{algo}.png") for algo, by_rater in curves.items()}
+        for rater in args.rater_list():
+            by_algo = {registry.get(a).label: curves[a][rater] for a in curves}
+            figures[f"bands-{rater}"] = plot_bands(
+                by_algo, FLAW_KEY[rater], out / f"bands-{rater}.png",
+                {registry.get(a).label: p for a, p in peaks.items()},
+                f"{rater} proxy: the seeds' mean and its 95 % band (circle: the pre-registered peak p*)")
         table_md = markdown_table(HEADER, rows)
         body = ["<h1>Reward hacking: flawed proxies</h1>", verdict_html(verdicts), table(rows, header=HEADER),
                 f"<p>{esc(NOTE)}</p>",
-                *[figure(path, registry.get(algo).label) for algo, path in figures.items()]]
+                *[figure(path, registry.get(name).label if name in curves else name) for name, path in figures.items()]]
         data = {"verdicts": verdicts, "accuracy": accuracy, "settings": args.plan(), "times": ledger.seconds(),
                 "groups": [{"algo": a, "rater": r, **s} for (a, r), s in summary.items()],
                 "curves": {a: {r: {str(k): v for k, v in c.items()} for r, c in by.items()} for a, by in curves.items()}}
