@@ -1,23 +1,62 @@
-"""Writes notebooks/06_build_the_ppo_loop.ipynb (unexecuted): the cells are the strings below.
+"""Writes notebook 06 and its solutions (unexecuted): the cells are the strings below.
 
-    python notebooks/make_06_build_the_ppo_loop.py                                       # write it
-    python -m rlhf_scratch.course.execute_notebooks notebooks/06_build_the_ppo_loop.ipynb   # then run it, saving outputs
+    notebooks/06_build_the_ppo_loop.ipynb                          the learner's: three stubs to write
+    notebooks/solutions/06_build_the_ppo_loop_solutions.ipynb      the same cells with the stubs written out
 
-Edit the cells here, not in the notebook, so that the two never disagree.
+    python notebooks/make_06_build_the_ppo_loop.py                 # write both
+    python -m rlhf_scratch.course.execute_notebooks notebooks/solutions/06_build_the_ppo_loop_solutions.ipynb
+
+The learner writes `phase_advantages`, `minibatch_objective` and `learning_phase` (rows 6-13 of the
+pseudocode). Each is one `Exercise`: its signature and docstring are written once and shared by the
+stub, whose body raises NotImplementedError, and the solution. The stub cells carry
+`metadata["exercise"] = name` and the tag `exercise`, as in notebooks/exercises/; every other cell is
+the same in both notebooks. tests/integration/test_course_loop.py runs the cells: the stubs raise,
+and the solutions pass `check_learning_phase` and drive the loop. The learner's notebook is not
+executed as shipped (`EXCLUDED` in rlhf_scratch/course/execute_notebooks.py); the solutions are.
+
+Edit the cells here, not in the notebooks, so that the three never disagree.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 NOTEBOOK = Path(__file__).with_name("06_build_the_ppo_loop.ipynb")
+SOLUTIONS = Path(__file__).parent / "solutions" / "06_build_the_ppo_loop_solutions.ipynb"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """A function the learner writes: its signature and docstring (shared), the solution's body,
+    and what the stub's NotImplementedError says to write."""
+
+    name: str
+    signature: str
+    body: str
+    hint: str
+
+    @property
+    def stub(self) -> str:
+        return f'{self.signature}\n    raise NotImplementedError("write {self.name}, {self.hint}")'
+
+    @property
+    def solution(self) -> str:
+        return f"{self.signature}\n{self.body}"
+
 
 TITLE = r"""# 6 · Build the PPO loop yourself
 
-Notebook 01 computed every term of PPO's objective by hand; exercises 01 had you write each one, exercises 03 GAE and the explained variance, exercises 04 the parts around them (sampling, the EOS mask, the replay memory's minibatches). Here they meet the trainer that notebook 02 (next, step 8 of the README's graded path) runs end to end: you assemble the blog's functions into the whole PPO-RLHF training loop, in about 80 lines you can read top to bottom — the value head, the reference forward, phases, PPO epochs and minibatches, AdamW with two learning rates and `maximize=True`, the warmup-and-decay schedule, the four terms of the objective. Then `check_learning_phase` runs your learning phase beside the package's from the same state and says, to float precision, whether they did the same thing — and if not, which mistake yours looks like. Last, the loop trains the tiny model for a dozen phases (about 20 seconds on one CPU thread).
+Notebook 01 computed every term of PPO's objective by hand and exercises 01 had you write each one; the derivations said where the clip comes from; exercises 03 had you write GAE and the value head's explained variance, exercises 04 the parts around them (sampling, the EOS mask, the replay memory's minibatches). Here you put them together into PPO-RLHF's **learning phase**, written from the pseudocode below: the advantages of a rollout, the objective of one minibatch, and the epochs of shuffled minibatches around it — three functions, about 40 lines of code. The notebook gives you the rest of the loop: the policy with its value head, the frozen reference, AdamW with two learning rates and `maximize=True`, the warmup-and-decay schedule, the rollout.
 
-You need: PyTorch, the policy gradient, and notebook 01's terms."""
+Then `check_learning_phase` runs your learning phase beside the package's from the same state and says, to float precision, whether they did the same thing — and if not, which mistake yours looks like. Once it passes, your loop trains the tiny model for a dozen phases (about 20 seconds on one CPU thread), and you predict, then see, what the KL coefficient does. The next notebook, 02, runs the package's own trainer — this loop with a run folder, logging and checkpoints around it — end to end.
+
+You need: PyTorch, the policy gradient, and notebook 01's terms. Stuck, or done: [the solutions](solutions/06_build_the_ppo_loop_solutions.ipynb) hold the whole loop written out, to be read."""
+
+SOLUTIONS_TITLE = r"""# 6 · Build the PPO loop: the solutions
+
+[Notebook 06](../06_build_the_ppo_loop.ipynb) with its three functions written out — `phase_advantages`, `minibatch_objective`, `learning_phase` — in plain torch and the blog's functions, their lines marked with the rows of the pseudocode they do. Every other cell is notebook 06's. Read it once your `check_learning_phase` passes, or when it will not; the whole loop (setup, the three functions, `train`) is about 95 lines, docstrings included, that you can read top to bottom."""
 
 THEORY = r"""## A short theory primer
 
@@ -54,17 +93,17 @@ PSEUDOCODE = r"""## The algorithm, and where each line lives
 | 3 | **for** phase $k = 1 \dots$ `total_phases` **do** | `loop.run_training` | `train` |
 | 4 | &nbsp;&nbsp; sample `batch_size` completions of the prompts from $\pi_\theta$ (top-k, `gen_len` tokens) | `Trainer.generate_sequences` → `rollout.generate_sequences` → `generation.generate` | `make_rollout` |
 | 5 | &nbsp;&nbsp; score them, no gradients: $\log \pi_{\text{old}}(o_t)$, $V_{\text{old}}(s_t)$, $\mathrm{KL}(\pi_{\text{old}} \Vert \pi_{\text{ref}})$; the reward $R$ | `rollout.score_tokens`, `rollout.reward_call.score_completions` | `make_rollout` |
-| 6 | &nbsp;&nbsp; $R \leftarrow (R - \bar R) / (\mathrm{std}\,R + \epsilon)$ | `RLHFTrainer.compute_advantages` → `reward.functions.normalize_reward` | `learning_phase` |
-| 7 | &nbsp;&nbsp; $A_t \leftarrow V(s_{t+1}) - V(s_t)$; $A_{\text{last}} \leftarrow R - V(s_{\text{last}})$ | `RLHFTrainer.compute_advantages` → `advantages.compute_advantages` | `learning_phase` |
-| 8 | &nbsp;&nbsp; returns $R_t \leftarrow A_t + V_{\text{old}}(s_t)$ | `memory.ReplayMemory` | `ReplayMemory` |
-| 9 | &nbsp;&nbsp; **for** epoch $= 1 \dots$ `batches_per_learning_phase`, **for** each of `num_minibatches` shuffled minibatches **do** | `ReplayMemory.get_minibatches` → `memory.minibatch_rows` (torch's global RNG) | `learning_phase` |
-| 10 | &nbsp;&nbsp;&nbsp;&nbsp; forward $\pi_\theta$: $\log \pi_\theta(o_t)$, $V(s_t)$, $H$; the reference: $\mathrm{KL}(\pi_\theta \Vert \pi_{\text{ref}})$ | `RLHFTrainer.minibatch_objective` (`vocab_terms.token_terms`, a chunk of positions at a time) | `minibatch_objective` |
-| 11 | &nbsp;&nbsp;&nbsp;&nbsp; $J \leftarrow L_{\text{clip}} - \text{value loss} + \text{entropy bonus} - \beta\,\mathrm{KL}$ | `algorithms.ppo.compute_rlhf_objective` (`calc_clipped_sur_obj`, `calc_value_fn_loss`, …) | `minibatch_objective` |
-| 12 | &nbsp;&nbsp;&nbsp;&nbsp; zero the gradients; `J.backward()`; clip the gradient norm; step (skip it if $J$ or the norm is not finite) | `Trainer.optimizer_step` → `optim.clip_and_step` | `learning_phase` |
-| 13 | &nbsp;&nbsp; **end for**; `scheduler.step()` — once per phase | `Trainer.ascend` | `learning_phase` |
+| 6 | &nbsp;&nbsp; $R \leftarrow (R - \bar R) / (\mathrm{std}\,R + \epsilon)$ | `RLHFTrainer.compute_advantages` → `reward.functions.normalize_reward` | **`phase_advantages`** |
+| 7 | &nbsp;&nbsp; $A_t \leftarrow V(s_{t+1}) - V(s_t)$; $A_{\text{last}} \leftarrow R - V(s_{\text{last}})$ | `RLHFTrainer.compute_advantages` → `advantages.compute_advantages` | **`phase_advantages`** |
+| 8 | &nbsp;&nbsp; returns $R_t \leftarrow A_t + V_{\text{old}}(s_t)$ | `memory.ReplayMemory` | **`learning_phase`** (`ReplayMemory`) |
+| 9 | &nbsp;&nbsp; **for** epoch $= 1 \dots$ `batches_per_learning_phase`, **for** each of `num_minibatches` shuffled minibatches **do** | `ReplayMemory.get_minibatches` → `memory.minibatch_rows` (torch's global RNG) | **`learning_phase`** |
+| 10 | &nbsp;&nbsp;&nbsp;&nbsp; forward $\pi_\theta$: $\log \pi_\theta(o_t)$, $V(s_t)$, $H$; the reference: $\mathrm{KL}(\pi_\theta \Vert \pi_{\text{ref}})$ | `RLHFTrainer.minibatch_objective` (`vocab_terms.token_terms`, a chunk of positions at a time) | **`minibatch_objective`** |
+| 11 | &nbsp;&nbsp;&nbsp;&nbsp; $J \leftarrow L_{\text{clip}} - \text{value loss} + \text{entropy bonus} - \beta\,\mathrm{KL}$ | `algorithms.ppo.compute_rlhf_objective` (`calc_clipped_sur_obj`, `calc_value_fn_loss`, …) | **`minibatch_objective`** |
+| 12 | &nbsp;&nbsp;&nbsp;&nbsp; zero the gradients; `J.backward()`; clip the gradient norm; step (skip it if $J$ or the norm is not finite) | `Trainer.optimizer_step` → `optim.clip_and_step` | **`learning_phase`** |
+| 13 | &nbsp;&nbsp; **end for**; `scheduler.step()` — once per phase | `Trainer.ascend` | **`learning_phase`** |
 | 14 | **end for** | | |
 
-The package's learning phase, lines 6–13, is `RLHFTrainer.learning_phase` (`algorithms/ppo.py`); `Trainer.ascend` (`trainer.py`) is its minibatch loop."""
+You write the rows in **bold**, 6–13: the learning phase. The package's is `RLHFTrainer.learning_phase` (`algorithms/ppo/trainer.py`); `Trainer.ascend` (`engine/trainer.py`) is its minibatch loop."""
 
 IMPORTS = r"""from dataclasses import replace
 
@@ -117,63 +156,102 @@ def build(args):
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda phase: lr_multiplier(args, phase))
     return policy, ref_model, optimizer, scheduler"""
 
-OBJECTIVE_MD = r"""## 2 · The objective of one minibatch
+ADVANTAGES_MD = r"""## 2 · The advantages of a rollout (rows 6–7)
 
-One forward pass of `TransformerWithValueHead` gives the logits and $V(s_t)$ at every position (the value head reads `ln_final.hook_normalized`, detached when `args.detach_value_head`: then only the policy terms train the trunk). The positions `prefix_len-1 … seq_len-2` predict the completion (`generated_span`). The reference runs its own forward, without gradients. Every distribution is the one that was sampled, softmax(logits / T) (`temperature_scaled`; T = 1 here)."""
+The rollout holds what the sampling policy saw, without gradients: `rollout.rewards` $R$ `[batch]`, `rollout.values` $V_{\text{old}}$ at every position `[batch, seq_len]`, `rollout.completion_mask` `[batch, gen_len]` (False after an EOS), `rollout.prefix_len`. Normalise the rewards across the batch when `args.normalize_reward` (`normalize_reward`), then take the blog's one-step advantages (`compute_advantages`, yours from exercises 01). No gradient flows through either: they are targets."""
 
-OBJECTIVE = r"""def minibatch_objective(policy, ref_model, mb, args, temperature):
-    prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
-    gen, mask = generated_span(prefix_len), mb.completion_mask
+ADVANTAGES = Exercise("phase_advantages", r'''def phase_advantages(rollout, args):
+    """Rows 6-7: the advantage A_t of every generated token of `rollout`, [batch, gen_len], no gradients.
+
+    R <- (R - mean R) / (std R + eps) when args.normalize_reward (normalize_reward), then
+    A_t = V(s_{t+1}) - V(s_t) and A_last = R - V(s_last), 0 after an EOS
+    (compute_advantages(values, rewards, prefix_len, mask=completion_mask)).
+    """''', r"""    with torch.no_grad():
+        rewards = normalize_reward(rollout.rewards) if args.normalize_reward else rollout.rewards   # row 6
+        return compute_advantages(rollout.values, rewards, rollout.prefix_len,                     # row 7
+                                  mask=rollout.completion_mask)""",
+    "rows 6-7 of the table: normalize_reward, then compute_advantages")
+
+OBJECTIVE_MD = r"""## 3 · The objective of one minibatch (rows 10–11)
+
+One forward pass of `TransformerWithValueHead` gives the logits and $V(s_t)$ at every position (the value head reads `ln_final.hook_normalized`, detached when `args.detach_value_head`: then only the policy terms train the trunk). The logits at position $t$ predict token $t+1$, so the positions `prefix_len-1 … seq_len-2` predict the completion (`generated_span(prefix_len)`), for the log-probs and the values alike. The reference runs its own forward, without gradients. Every distribution is the one that was sampled, softmax(logits / T) (`temperature_scaled`; T = 1 here). Every term is a mean over the completion's kept tokens: pass `mask=mb.completion_mask`.
+
+The functions are yours from exercises 01: `get_log_probs`, `calc_clipped_sur_obj`, `calc_value_fn_loss`, `calc_entropy_bonus`, `calc_kl_penalty` (and `calc_clip_fraction`, `calc_approx_kl` for the statistics). Watch the order of the KL's arguments: the penalty is $\mathrm{KL}(\pi_\theta \| \pi_{\text{ref}})$."""
+
+OBJECTIVE = Exercise("minibatch_objective", r'''def minibatch_objective(policy, ref_model, mb, args, temperature):
+    """Rows 10-11: J on one minibatch, with a gradient, and its statistics (floats).
+
+    mb (a ReplayMinibatch)   sample_ids, attention_mask [mb, seq_len]; completion_mask, logprobs (log pi_old),
+                             advantages, returns [mb, gen_len]; prefix_len = seq_len - gen_len
+    policy(ids, attention_mask=attention_mask_or_none(mb.attention_mask))  ->  logits [mb, seq, vocab], V [mb, seq]
+    ref_model(ids, attention_mask=...)                                      ->  logits [mb, seq, vocab]
+
+    J = clipped surrogate - value loss + entropy bonus - beta * KL(pi_theta || pi_ref), coefficients from args
+    (clip_coef, vf_coef, ent_coef, beta). Returns (J, stats): stats["objective/total"] = J.item() at least;
+    the package also logs "losses/clipped_surrogate", "losses/value_loss", "losses/entropy_bonus",
+    "losses/kl_penalty" (each term as it enters J, before its sign), "losses/clipfrac", "losses/approx_kl".
+    """''', r"""    prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
+    gen, mask = generated_span(prefix_len), mb.completion_mask                   # positions prefix_len-1 ... seq-2
     attn = attention_mask_or_none(mb.attention_mask)
-    logits, values = policy(mb.sample_ids, attention_mask=attn)                 # [mb, seq, vocab], [mb, seq]
+    logits, values = policy(mb.sample_ids, attention_mask=attn)                 # row 10: [mb, seq, vocab], [mb, seq]
     with torch.no_grad():
         ref_logits = ref_model(mb.sample_ids, attention_mask=attn)             # the reference forward
-    logits_T = temperature_scaled(logits[:, gen], temperature)
+    logits_T = temperature_scaled(logits[:, gen], temperature)                 # the distributions that were sampled
     ref_logits_T = temperature_scaled(ref_logits[:, gen], temperature)
     logprobs = get_log_probs(logits, mb.sample_ids, prefix_len, temperature)   # log pi_theta(o_t), [mb, gen_len]
-    terms = {
+    terms = {                                                                  # row 11, term by term
         "clipped_surrogate": calc_clipped_sur_obj(logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),
         "value_loss": calc_value_fn_loss(values[:, gen], mb.returns, args.vf_coef, mask=mask),
         "entropy_bonus": calc_entropy_bonus(logits_T, args.ent_coef, mask=mask),
-        "kl_penalty": calc_kl_penalty(logits_T, ref_logits_T, args.beta, mask=mask),
+        "kl_penalty": calc_kl_penalty(logits_T, ref_logits_T, args.beta, mask=mask),   # KL(pi_theta || pi_ref)
     }
     J = terms["clipped_surrogate"] - terms["value_loss"] + terms["entropy_bonus"] - terms["kl_penalty"]
     stats = {"objective/total": J.item(), **{f"losses/{k}": v.item() for k, v in terms.items()},
              "losses/clipfrac": calc_clip_fraction(logprobs, mb.logprobs, args.clip_coef, mask=mask),
              "losses/approx_kl": calc_approx_kl(logprobs, mb.logprobs, mask=mask)}
-    return J, stats"""
+    return J, stats""",
+    "rows 10-11 of the table: the two forwards, the four terms, J")
 
-PHASE_MD = r"""## 3 · One learning phase
+PHASE_MD = r"""## 4 · One learning phase (rows 6–13)
 
-Advantages from the normalised rewards, then `batches_per_learning_phase` shuffles of the batch, each cut into `num_minibatches` minibatches (`ReplayMemory.get_minibatches` draws one `torch.randperm` per epoch from torch's global RNG), one guarded step each, and **one** scheduler step at the end of the phase. The statistics returned are each the mean over minibatches of the value before that minibatch's step (the package's `mean_stats`)."""
+The advantages, then the replay memory: `ReplayMemory(sample_ids, attention_mask, completion_mask, logprobs, advantages, values, num_minibatches, batches_per_learning_phase)` makes the returns $R_t = A_t + V_{\text{old}}(s_t)$ (row 8) and `memory.get_minibatches()` yields `batches_per_learning_phase` shuffles of the batch, each cut into `num_minibatches` minibatches. It draws one `torch.randperm` per epoch from torch's global RNG, as the package does: draw nothing else from it, or the check sees other minibatches. One guarded step per minibatch (row 12), and **one** scheduler step at the end of the phase (row 13). Return each statistic's mean over the minibatches, each taken before that minibatch's step (the package's `mean_stats`), as a dict of floats."""
 
-PHASE = r"""def learning_phase(policy, ref_model, rollout, args, optimizer, scheduler):
-    with torch.no_grad():
-        rewards = normalize_reward(rollout.rewards) if args.normalize_reward else rollout.rewards
-        advantages = compute_advantages(rollout.values, rewards, rollout.prefix_len, mask=rollout.completion_mask)
+PHASE = Exercise("learning_phase", r'''def learning_phase(policy, ref_model, rollout, args, optimizer, scheduler):
+    """Rows 6-13: one PPO learning phase on `rollout`, training `policy` in place; returns the mean stats.
+
+    optimizer: AdamW(maximize=True), trunk and value head; scheduler: LambdaLR, stepped once per phase.
+    Per minibatch: zero the gradients, J.backward(), clip the norm to args.max_grad_norm, and step only
+    when J and the norm are finite.
+    """''', r"""    advantages = phase_advantages(rollout, args)                                  # rows 6-7
     memory = ReplayMemory(rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
-                          advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase)
+                          advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase)  # row 8
     stats = []
-    for mb in memory.get_minibatches():                     # epochs x minibatches, shuffled
-        J, mb_stats = minibatch_objective(policy, ref_model, mb, args, rollout.temperature)
-        optimizer.zero_grad()
+    for mb in memory.get_minibatches():                     # row 9: epochs x minibatches, shuffled
+        J, mb_stats = minibatch_objective(policy, ref_model, mb, args, rollout.temperature)   # rows 10-11
+        optimizer.zero_grad()                               # row 12
         J.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
         if torch.isfinite(J) and torch.isfinite(grad_norm):  # one bad minibatch must not poison the weights
             optimizer.step()
         stats.append(mb_stats)
-    scheduler.step()                                         # once per phase: the schedule counts phases
-    return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}"""
+    scheduler.step()                                         # row 13: once per phase, the schedule counts phases
+    return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}""",
+    "rows 6-13 of the table: phase_advantages, ReplayMemory, a guarded step per minibatch, one scheduler step")
 
-CHECK_MD = r"""## 4 · Check it against the package
+EXERCISES = (ADVANTAGES, OBJECTIVE, PHASE)
+"""The three functions the learner writes, in the order of the notebook."""
 
-`check_learning_phase(learning_phase)` builds an `RLHFTrainer` on the tiny preset (seed 0, batch 16, 2 minibatches, 8 tokens, 2 epochs), trains it one phase so that the policy has left the reference, takes one rollout, and then runs *your* `learning_phase` on deep copies of that state and `trainer.learning_phase` on the original, torch's RNG in the same state before each (it shuffles the minibatches). It compares the scheduler exactly, each parameter group's update to a relative 1e-3, and the statistics both return. Your phase works on full logits with autograd, the package's a chunk of positions at a time with a hand-written backward, so the numbers differ in the last float32 digits — about 5e-5 of the update — while each classic mistake moves it by 1e-2 or more. On a mismatch it first looks at the first minibatch, before any optimizer step has mixed the errors: the gradient of your J there says whether the objective itself differs, and in which parameter group (trunk or value head). Then it names the planted mistake yours reproduces — the objective minimised, the KL penalty added or the wrong way round, the generated span off by one, value gradients into the trunk, and ten more.
+CHECK_MD = r"""## 5 · Check it against the package
 
-Try it: break one line above (`+ terms["kl_penalty"]`, `(-J).backward()`, no `scheduler.step()`, `policy.value_head(hidden)` on an undetached residual), rerun the cell, read the message, and put it back."""
+`check_learning_phase(learning_phase)` builds an `RLHFTrainer` on the tiny preset (seed 0, batch 16, 2 minibatches, 8 tokens, 2 epochs), trains it one phase so that the policy has left the reference, takes one rollout, and then runs *your* `learning_phase` on deep copies of that state and `trainer.learning_phase` on the original, torch's RNG in the same state before each (it shuffles the minibatches). It compares the scheduler exactly, each parameter group's update to a relative 1e-3, and the statistics both return. Your phase works on full logits with autograd, the package's a chunk of positions at a time with a hand-written backward, so the numbers differ in the last float32 digits — about 5e-5 of the update — while each classic mistake moves it by 1e-2 or more. On a mismatch it first looks at the first minibatch, before any optimizer step has mixed the errors: the gradient of your J there says whether the objective itself differs, and in which parameter group (trunk or value head). Then it names the planted mistake yours reproduces — the objective minimised, the KL penalty added or the wrong way round, the generated span off by one, value gradients into the trunk, and ten more."""
+
+CHECK_TODO = r"""Until all three functions are written the check stops at the first `NotImplementedError` and says which one to write. When it passes, run the loop below; when it fails, read the message: it names the row of the table to look at."""
+
+CHECK_TRY = r"""Try it: break one line above (`+ terms["kl_penalty"]`, `calc_kl_penalty(ref_logits_T, logits_T, …)`, `(-J).backward()`, no `scheduler.step()`), rerun the cell, read the message, and put it back."""
 
 CHECK = r"""print(check_learning_phase(learning_phase))"""
 
-LOOP_MD = r"""## 5 · The loop
+LOOP_MD = r"""## 6 · The loop
 
 A phase is a rollout (`make_rollout`: sample, score with the policy, its value head and the reference, reward) and one learning phase on it. The logged KL is the rollout's: the per-token full-vocabulary $\mathrm{KL}(\pi_{\text{old}} \| \pi_{\text{ref}})$ of the policy that *sampled* this phase, over its completions."""
 
@@ -216,11 +294,13 @@ SEE = r"""> **What you should see** (this notebook's settings, seed 1: one run, 
 > - **Reward** (the classifier's probability of *positive*, mean of 32 samples): 0.50 and 0.41 in phases 1 and 2 — both sampled by the reference itself (see below), so the 0.09 between them is the noise of a 32-sample mean — then 0.57–0.67 in phases 3–9 and 0.73–0.75 in phases 10–12.
 > - **KL** (nats per token): **exactly 0 in phases 1 and 2**, 0.10 in phase 3, then growing, with dips, to 0.26 in phase 12.
 > - **clipfrac**: 0 in phase 1; 0.54 in phase 2 and 0.45 in phase 3, the first phases whose steps move the weights (Adam moves every weight by about the learning rate per step, whatever the size of its gradient); then falling with the learning rate to 0.02 in phase 12. `approx_kl`, how far a phase's four steps move the policy from the one that sampled: 0.11 in phase 2, 0.002 in phase 12.
-> - The check above: relative update errors of 5.3e-5 (trunk) and 1.7e-6 (value head), tolerance 1e-3.
+> - The check above, with the solutions' three functions: relative update errors of 5.3e-5 (trunk) and 1.7e-6 (value head), tolerance 1e-3.
+>
+> These are the solutions' numbers. A correct phase of yours that adds its floats in another order agrees with them to about 1e-5 in the first phases, but sampling is discrete: after a few phases one token drawn differently makes another run, so expect the shape and the sizes, not every digit.
 >
 > **Why is the KL 0 twice?** The schedule warms up over `warmup_steps` = 2 phases: the multiplier of phase $k$ (counting from 0) is $k/2$, so **phase 1 trains at learning rate 0**. AdamW still runs — its moments fill up — but no weight moves, and clipfrac is 0 because every ratio $\pi_\theta / \pi_{\text{old}}$ stays exactly 1. Phase 2's rollout is therefore sampled by the reference itself: KL exactly 0. Phase 2 trains at half the learning rate, and phase 3 is the first to sample a changed policy. The package's 100-phase run (`python -m rlhf_scratch.train sentiment`, README) shows the same two zeros with its 10-phase warmup."""
 
-PREDICT = r"""## 6 · Predict, then run
+PREDICT = r"""## 7 · Predict, then run
 
 Before you run the cell below, write down what you expect the KL curve (and the reward) to do over these 12 phases with **β = 0** — no leash — and with **β = 1**, ten times the default. Then set `BETA` and run it (about 20 seconds a run); run both.
 
@@ -245,47 +325,71 @@ if BETA is not None:
 
 NEXT = r"""## Where next
 
-- Your loop is the package's `RLHFTrainer.learning_phase` (`rlhf_scratch/algorithms/ppo.py`) and `Trainer.ascend` (`rlhf_scratch/engine/trainer.py`) with the bookkeeping taken out; `loop.run_training` adds the run folder, checkpoints, logging and samples around the same two calls.
+- Your loop is the package's `RLHFTrainer.learning_phase` and `Trainer.ascend` (`rlhf_scratch/engine/trainer.py`), with PPO's `minibatch_objective` (`rlhf_scratch/algorithms/ppo/trainer.py`), the bookkeeping taken out; `loop.run_training` adds the run folder, checkpoints, logging and samples around the same two calls.
 - The package computes the vocabulary-wide terms a chunk of positions at a time (`vocab_terms.token_terms`) instead of materialising `[minibatch, seq, vocab]` logits as you did: the same numbers, less memory (GPT-2's vocabulary is 50,257).
-- Swap `compute_advantages` for `compute_gae_advantages` (`--advantage gae`) and see what the blog meant by GAE blowing up (exercises 03 has you write it, and the value head's explained variance); or drop the value head altogether: that is RLOO and GRPO (notebook 03)."""
+- Swap `compute_advantages` for `compute_gae_advantages` (`--advantage gae`) and see what the blog meant by GAE blowing up (you wrote it in exercises 03); or drop the value head altogether: that is RLOO and GRPO (notebook 03, after 02)."""
 
 
-def cells() -> list:
+def exercise_cell(ex: Exercise, solved: bool):
+    """The stub (the learner's notebook) or the solution, tagged as notebooks/exercises/ tags its stubs."""
+    meta = {"exercise": ex.name, "tags": ["exercise"]}
+    return new_code_cell(ex.solution if solved else ex.stub, id=f"{ex.name}-{'solution' if solved else 'stub'}",
+                         metadata=meta)
+
+
+def cells(solved: bool) -> list:
+    """Notebook 06's cells: with the three functions as stubs (`solved=False`) or written out."""
+    advantages, objective, phase = (exercise_cell(ex, solved) for ex in EXERCISES)
     return [
-        new_markdown_cell(TITLE),
-        new_markdown_cell(THEORY),
-        new_markdown_cell(PSEUDOCODE),
-        new_code_cell(IMPORTS),
-        new_markdown_cell(SETUP_MD),
-        new_code_cell(SETUP),
-        new_markdown_cell(OBJECTIVE_MD),
-        new_code_cell(OBJECTIVE),
-        new_markdown_cell(PHASE_MD),
-        new_code_cell(PHASE),
-        new_markdown_cell(CHECK_MD),
-        new_code_cell(CHECK),
-        new_markdown_cell(LOOP_MD),
-        new_code_cell(LOOP),
-        new_code_cell(PLOT),
-        new_markdown_cell(SEE),
-        new_markdown_cell(PREDICT),
-        new_code_cell(PREDICT_CODE),
-        new_markdown_cell(NEXT),
+        new_markdown_cell(SOLUTIONS_TITLE if solved else TITLE, id="title"),
+        new_markdown_cell(THEORY, id="theory"),
+        new_markdown_cell(PSEUDOCODE, id="pseudocode"),
+        new_code_cell(IMPORTS, id="imports"),
+        new_markdown_cell(SETUP_MD, id="setup-note"),
+        new_code_cell(SETUP, id="setup"),
+        new_markdown_cell(ADVANTAGES_MD, id="phase_advantages-note"),
+        advantages,
+        new_markdown_cell(OBJECTIVE_MD, id="minibatch_objective-note"),
+        objective,
+        new_markdown_cell(PHASE_MD, id="learning_phase-note"),
+        phase,
+        new_markdown_cell(CHECK_MD + "\n\n" + (CHECK_TRY if solved else CHECK_TODO), id="check-note"),
+        new_code_cell(CHECK, id="check", metadata={"tags": ["check"]}),
+        new_markdown_cell(LOOP_MD, id="loop-note"),
+        new_code_cell(LOOP, id="loop"),
+        new_code_cell(PLOT, id="plot"),
+        new_markdown_cell(SEE, id="see"),
+        new_markdown_cell(PREDICT, id="predict"),
+        new_code_cell(PREDICT_CODE, id="predict-code"),
+        new_markdown_cell(NEXT, id="next"),
     ]
 
 
-def loop_lines() -> int:
-    """Lines of code (not blank) in the cells that make up the loop: setup, objective, phase, train."""
-    return sum(1 for cell in (SETUP, OBJECTIVE, PHASE, LOOP) for line in cell.splitlines() if line.strip())
-
-
-def main() -> None:
-    nb = new_notebook(cells=cells())
+def notebook(solved: bool) -> nbformat.NotebookNode:
+    nb = new_notebook(cells=cells(solved))
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     nb.metadata["language_info"] = {"name": "python"}
     nbformat.validate(nb)
-    nbformat.write(nb, NOTEBOOK)
-    print(f"wrote {NOTEBOOK} ({len(nb.cells)} cells; the loop: {loop_lines()} lines of code)")
+    return nb
+
+
+NOTEBOOKS = {NOTEBOOK: False, SOLUTIONS: True}
+"""Each notebook this file writes, and whether its three functions are written out."""
+
+
+def loop_lines() -> int:
+    """Lines of code (not blank) in the solutions' loop: setup, the three functions, train."""
+    sources = (SETUP, *(ex.solution for ex in EXERCISES), LOOP)
+    return sum(1 for cell in sources for line in cell.splitlines() if line.strip())
+
+
+def main() -> None:
+    for path, solved in NOTEBOOKS.items():
+        path.parent.mkdir(exist_ok=True)
+        nb = notebook(solved)
+        nbformat.write(nb, path)
+        print(f"wrote {path} ({len(nb.cells)} cells)")
+    print(f"the loop, solved: {loop_lines()} lines of code")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,10 @@ NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 """The course's notebooks (a source checkout: the folder beside the package)."""
 
 EXCLUDED: dict[str, str] = {
+    "06_build_the_ppo_loop.ipynb":
+        "the learner's three functions are stubs that raise NotImplementedError; its solutions, "
+        "solutions/06_build_the_ppo_loop_solutions.ipynb, are executed, and tests/integration/test_course_loop.py "
+        "runs its cells with the solutions swapped in",
     "exercises/01_ppo_objective_exercises.ipynb":
         "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
     "exercises/02_beyond_ppo_exercises.ipynb":
@@ -55,6 +59,8 @@ EXCLUDED: dict[str, str] = {
     "exercises/04_rollout_exercises.ipynb":
         "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
     "exercises/05_interp_exercises.ipynb":
+        "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
+    "exercises/06_capstones_exercises.ipynb":
         "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
 }
 """Notebooks (path relative to `notebooks/`) the suite does not execute as they are, each with why."""

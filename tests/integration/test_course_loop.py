@@ -1,7 +1,18 @@
 """`check_learning_phase` (rlhf_scratch/course/loop_check.py): it passes the package's own PPO learning
 phase (bit for bit) and a correct one written from the blog's functions (within its tolerance), and
-fails, naming the cause, on the mistakes a learner makes when writing the loop by hand."""
+fails, naming the cause, on the mistakes a learner makes when writing the loop by hand.
 
+Notebook 06 and its solutions (notebooks/make_06_build_the_ppo_loop.py writes both): the learner's
+three stubs raise as shipped, the solutions' pass the check, and with them swapped in the notebook's
+loop trains. The cells are executed here one by one, not the notebooks (the solutions notebook is
+executed whole by tests/slow/test_notebooks.py)."""
+
+import importlib.util
+from dataclasses import replace
+from pathlib import Path
+
+import matplotlib
+import nbformat
 import numpy as np
 import pytest
 import torch
@@ -140,3 +151,98 @@ def test_a_planted_bug_fails_with_its_targeted_message(bug, message):
         assert str(failure.value).count("\n- ") == 1, failure.value
     if bug == "reversed KL":  # the value head's first gradient is right: the KL is the trunk's alone
         assert "value head's by" not in str(failure.value), failure.value
+
+
+# --- notebook 06 and its solutions --------------------------------------------------------------
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+STUB_NOTEBOOK = NOTEBOOKS / "06_build_the_ppo_loop.ipynb"
+SOLUTIONS_NOTEBOOK = NOTEBOOKS / "solutions" / "06_build_the_ppo_loop_solutions.ipynb"
+WRITTEN_BY_THE_LEARNER = ("phase_advantages", "minibatch_objective", "learning_phase")
+RUN_METADATA = ("rlhf_scratch", "execution", "ExecuteTime")  # added when a notebook is executed
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_06", NOTEBOOKS / "make_06_build_the_ppo_loop.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _source_metadata(cell) -> dict:
+    return {k: v for k, v in cell.metadata.items() if k not in RUN_METADATA}
+
+
+def _cells(path: Path) -> dict[str, nbformat.NotebookNode]:
+    return {cell.id: cell for cell in nbformat.read(path, as_version=4).cells}
+
+
+def _run(cells: dict, ids: list[str], namespace: dict | None = None) -> dict:
+    """Execute the cells `ids` in order in one namespace, as a kernel would."""
+    namespace = {} if namespace is None else namespace
+    for cell_id in ids:
+        exec(compile(cells[cell_id].source, f"<cell {cell_id}>", "exec"), namespace)
+    return namespace
+
+
+FUNCTIONS = ["imports", "setup", "phase_advantages-{}", "minibatch_objective-{}", "learning_phase-{}"]
+
+
+def test_notebook_06_and_its_solutions_are_what_the_generator_writes_and_differ_only_in_the_three_functions():
+    generator = _generator()
+    assert {p.resolve() for p in generator.NOTEBOOKS} == {STUB_NOTEBOOK, SOLUTIONS_NOTEBOOK}
+    for path, solved in generator.NOTEBOOKS.items():
+        on_disk, built = nbformat.read(path, as_version=4), generator.notebook(solved)
+        assert [(c.id, c.cell_type, c.source, _source_metadata(c)) for c in on_disk.cells] == \
+               [(c.id, c.cell_type, c.source, c.metadata) for c in built.cells], \
+               f"{path.name}: run python notebooks/make_06_build_the_ppo_loop.py"
+    stub, solved = nbformat.read(STUB_NOTEBOOK, as_version=4), nbformat.read(SOLUTIONS_NOTEBOOK, as_version=4)
+    differ = [a.id for a, b in zip(stub.cells, solved.cells, strict=True) if a.source != b.source]
+    assert differ == ["title", "phase_advantages-stub", "minibatch_objective-stub", "learning_phase-stub",
+                      "check-note"]
+
+
+def test_notebook_06_ships_its_three_functions_as_stubs_that_raise_and_no_solution():
+    cells = _cells(STUB_NOTEBOOK)
+    stubs = [c for c in cells.values() if c.metadata.get("exercise")]
+    assert [c.metadata["exercise"] for c in stubs] == list(WRITTEN_BY_THE_LEARNER)
+    shipped = {line.strip() for c in cells.values() if c.cell_type == "code" for line in c.source.splitlines()}
+    solution_lines = [line.strip() for ex in _generator().EXERCISES for line in ex.body.splitlines()]
+    assert len(solution_lines) > 30 and "J.backward()" in solution_lines
+    assert not shipped & set(solution_lines), f"notebook 06 ships solution lines: {shipped & set(solution_lines)}"
+    namespace = _run(cells, [i.format("stub") for i in FUNCTIONS])
+    for name in WRITTEN_BY_THE_LEARNER:  # each raises, whatever it is given, and says what to write
+        with pytest.raises(NotImplementedError, match=f"^write {name}, rows "):
+            namespace[name](*[None] * namespace[name].__code__.co_argcount)
+    with pytest.raises(NotImplementedError, match="^write learning_phase"):
+        namespace["check_learning_phase"](namespace["learning_phase"])
+
+
+def test_notebook_06s_solutions_pass_check_learning_phase_within_its_tolerance():
+    namespace = _run(_cells(SOLUTIONS_NOTEBOOK), [i.format("solution") for i in FUNCTIONS])
+    report = namespace["check_learning_phase"](namespace["learning_phase"])
+    assert 0 < max(report.update_errors.values()) <= UPDATE_RTOL / 5, report
+    assert set(report.stat_errors) >= {"objective/total", "losses/kl_penalty", "losses/clipfrac"}, report
+    assert max(report.stat_errors.values()) < 1e-6, report
+
+
+def test_notebook_06_with_the_solutions_swapped_in_trains_plots_and_predicts(monkeypatch):
+    """The learner's notebook, its stubs replaced by the solutions' cells, run past the check: three short
+    phases of the loop. The warmup over 2 phases is worked by hand: learning rate 0, then half, then the
+    last phase's final_scale; at rate 0 nothing moves, so the second rollout is the reference's own
+    (KL exactly 0 and every ratio exactly 1 in phase 1)."""
+    matplotlib.use("Agg")
+    monkeypatch.setattr("matplotlib.pyplot.show", lambda *a, **k: None)
+    cells, solved = _cells(STUB_NOTEBOOK), _cells(SOLUTIONS_NOTEBOOK)
+    for name in WRITTEN_BY_THE_LEARNER:
+        cells[f"{name}-stub"] = solved[f"{name}-solution"]
+    namespace = _run(cells, [i.format("stub") for i in FUNCTIONS])
+    args = namespace["args"] = replace(namespace["args"], total_phases=3, batch_size=4, num_minibatches=2, gen_len=4)
+    assert (args.warmup_steps, args.base_lr, args.final_scale) == (2, 3e-4, 0.1)
+    _run(cells, ["loop", "plot", "predict-code"], namespace)  # BETA = None: the prediction cell trains nothing
+    history = namespace["history"]
+    assert [h["phase"] for h in history] == [1, 2, 3]
+    assert [h["lr"] for h in history] == pytest.approx([0.0, 1.5e-4, 3e-5], abs=1e-12)
+    assert history[0]["kl"] == 0.0 and history[1]["kl"] == 0.0 and history[2]["kl"] > 0, history
+    assert history[0]["losses/clipfrac"] == 0.0 and history[1]["losses/clipfrac"] > 0, history
+    assert namespace["policy"] is not None and "BETA" in namespace and "beta_history" not in namespace
