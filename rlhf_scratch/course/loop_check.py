@@ -1,6 +1,7 @@
 """`check_learning_phase(fn)`: does your PPO learning phase do what `RLHFTrainer.learning_phase` does?
 
-Notebook 06 writes PPO's learning phase out by hand. Your function is called as
+In notebook 06 you write PPO's learning phase from its pseudocode (the whole loop written out:
+notebooks/solutions/06_build_the_ppo_loop_solutions.ipynb). Your function is called as
 
     stats = fn(policy, ref_model, rollout, args, optimizer, scheduler)
 
