@@ -14,12 +14,10 @@ minute; `python -m rlhf_scratch.exact` is the full measurement (docs/exact.md).
 import sys
 from pathlib import Path
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from notebook_generator import write
 
 HERE = Path(__file__).parent
 PATH = HERE / "07_exact_gradients.ipynb"
-KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
 CELLS = [
     ("md", "intro", """\
@@ -326,22 +324,5 @@ rewards, with n and standard errors — is [docs/exact.md](../docs/exact.md)."""
 ]
 
 
-def build() -> nbformat.NotebookNode:
-    cells = [new_markdown_cell(src, id=cid) if kind == "md" else new_code_cell(src, id=cid) for kind, cid, src in CELLS]
-    nb = new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = KERNEL
-    nb.metadata["language_info"] = {"name": "python"}
-    return nb
-
-
-def main(argv: list[str]) -> None:
-    nbformat.write(build(), PATH)
-    if "--no-run" not in argv:
-        from rlhf_scratch.course.execute_notebooks import execute
-
-        execute(PATH)
-    print(f"wrote {PATH}")
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    write(PATH, CELLS, sys.argv[1:])
