@@ -1,6 +1,6 @@
 """Writes notebooks/08_single_controller.ipynb and executes it (so the committed notebook shows its outputs):
 
-    python notebooks/make_08_single_controller.py            # write, then execute (~1 minute)
+    python notebooks/make_08_single_controller.py            # write, then execute (under 2 minutes)
     python notebooks/make_08_single_controller.py --no-run   # write only
 
 Executing is `rlhf_scratch.course.execute_notebooks`' (the suite's kernel environment, and each cell's
@@ -42,7 +42,7 @@ split the batch, run the same method and send back their pieces in order.
 5. the check that matters: the same run in-process and through the controller log **the same
    numbers**, key by key.
 
-It runs offline on a 2-core CPU in about a minute, and starts (and stops) a local Ray instance. You need notebook
+It runs offline on a 2-core CPU in under two minutes (most of it starting worker processes), and starts (and stops) a local Ray instance. You need notebook
 06's loop and a little Python (decorators, `setattr`). The reference page is
 [docs/distributed.md, the single controller](../docs/distributed.md#the-single-controller---controller-ray)."""),
     ("code", "setup", """\
