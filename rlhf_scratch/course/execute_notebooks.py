@@ -74,6 +74,9 @@ KERNEL_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "WANDB_MODE": "disabled",
     "OMP_NUM_THREADS": "1",  # one torch thread, as the suite's kernels: the same numbers as the tests see
+    # No progress bars: a saved notebook keeps every redraw of a bar as an output (notebook 03's
+    # comparison kept 76). tqdm (>= 4.66) reads it when imported, so it is set before the kernel starts.
+    "TQDM_DISABLE": "1",
     # ipykernel picks the inline backend only when MPLBACKEND is unset; an inherited `Agg` would
     # draw every figure into nothing. The inline backend saves each one as an image/png output.
     "MPLBACKEND": "module://matplotlib_inline.backend_inline",

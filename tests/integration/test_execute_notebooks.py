@@ -34,7 +34,8 @@ def executed(tmp_path_factory):
     folder = tmp_path_factory.mktemp("executed")
     here = str(folder.resolve())
     path = write_notebook(folder / "small.ipynb",
-                          f"import os\nprint(os.getcwd() == {here!r}, os.environ.get('OMP_NUM_THREADS'))",
+                          f"import os\nfrom tqdm.auto import tqdm\n"
+                          f"print(os.getcwd() == {here!r}, os.environ.get('OMP_NUM_THREADS'), tqdm(range(2)).disable)",
                           PLOT, "", "x = 6 * 7\nx")
     nb = nbformat.read(path, as_version=4)
     nb.cells[1].metadata["execution"] = {"iopub.status.busy": "2026-11-21T12:04:41.882407Z"}
@@ -49,11 +50,12 @@ def executed(tmp_path_factory):
 
 def test_execution_saves_outputs_figures_and_source_hashes(executed):
     """Red if outputs are not written back, the kernel runs elsewhere than the notebook's folder or
-    with more than one torch thread, a figure is not an image/png, a hash is missing or wrong, old
+    with more than one torch thread or tqdm's bars on, a figure is not an image/png, a hash is missing or wrong, old
     timings survive, or the file's permissions change (a temporary file's 0600)."""
     nb = nbformat.read(executed, as_version=4)
     env_cell, plot_cell, blank, answer = nb.cells[1:]
-    assert env_cell.outputs[0]["text"] == "True 1\n", "the kernel runs in the notebook's folder, with one thread"
+    printed = "".join(o.get("text", "") for o in env_cell.outputs if o.get("name") == "stdout")
+    assert printed == "True 1 True\n", "the kernel runs in the notebook's folder, one thread, no progress bars"
     assert any("image/png" in out.get("data", {}) for out in plot_cell.outputs), \
         f"the figure is not an image/png output (inline backend?): {plot_cell.outputs}"
     assert answer.outputs[0]["data"]["text/plain"] == "42"
