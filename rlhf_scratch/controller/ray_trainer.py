@@ -2,22 +2,27 @@
 trainer/ppo/ray_trainer.py, written from scratch over the package's own pieces).
 
     for phase in 1..total_phases:
-        prompts   = self.prompts.next_batch(...)                           # the driver's data
-        batch     = actor_rollout_ref.generate_sequences(prompts)         # timing/gen
-        batch    |= actor_rollout_ref.compute_log_prob(batch)             # timing/ref: log π_old, log π_ref, KL, V
-        batch    |= rm.compute_rm_score(batch)                            # timing/reward
-        rewards   = scores − missing-EOS penalty                          # on the driver
-        batch    |= advantages (PPO: the trainer's own compute_advantages) # timing/adv, on the driver
-        metrics   = actor_rollout_ref.update_actor(batch)                  # timing/update_actor
+        prompts   = self.prompts.next_batch(...)                            # the driver's data
+        batch     = actor_rollout_ref.generate_sequences(prompts)          # timing/gen
+        ref       = actor_rollout_ref.compute_ref_log_prob(batch)          # timing/ref: the reference's ĥ_ref
+        batch    |= actor_rollout_ref.compute_log_prob(batch, ref)         # timing/old_log_prob: log π_old, log π_ref, KL
+        batch    |= critic.compute_values(batch)                           # timing/values (PPO: the value head)
+        batch    |= generate_scores(batch)                                 # timing/reward: rm, missing-EOS penalty, judge
+        batch    |= compute_advantage(batch)                               # timing/adv, on the driver (Online DPO:
+                                                                           #   generate_pairwise_data)
+        metrics   = actor_rollout_ref.update_actor(batch)                   # timing/update_actor
 
 Each line is one call on the driver; the worker group splits the batch over its ranks, runs the
-method on each and collects in order (`decorator.register`). The metrics are the in-process
-loop's (`loop.rollout_metrics`, `heldout.heldout_metrics`, the trainer's learning phase), so a run
-here and an in-process run at the same seed log the same numbers (tests/integration/test_controller.py).
+method on each and collects in order (`decorator.register`). The advantages are the algorithm's
+own `compute_advantages` (PPO's one-step or GAE, RLOO's leave-one-out, GRPO's group-relative,
+Online DPO's pairs), run on the driver over the whole batch, so the workers only learn. The
+metrics are the in-process loop's (`loop.rollout_metrics`, `heldout.heldout_metrics`, the trainer's
+learning phase), so a run here and an in-process run at the same seed log the same numbers
+(tests/integration/test_controller.py).
 
 Placement: `colocated` — every role in one process per rank (`create_colocated_worker_cls`), the
 default; `split` — the reward model in a pool of its own processes, the actor (with its rollout,
-reference and the value head on its trunk) in another.
+its reference and the critic, the value head on its trunk) in another.
 """
 
 from __future__ import annotations
@@ -25,12 +30,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import SimpleNamespace
 
 import ray
 import torch
 
-from rlhf_scratch.algorithms.ppo import RLHFTrainer
 from rlhf_scratch.config import CommonArgs, ConfigError, registry
 from rlhf_scratch.controller.command import PLACEMENTS
 from rlhf_scratch.controller.fate import start_reaper, stop_reaper
@@ -41,13 +44,14 @@ from rlhf_scratch.controller.worker_group import (
     RayWorkerGroup,
     create_colocated_worker_cls,
 )
-from rlhf_scratch.controller.workers import ActorRolloutRefWorker, RewardModelWorker, to_rollout
+from rlhf_scratch.controller.workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker, to_rollout
 from rlhf_scratch.engine.batch import batch_of
 from rlhf_scratch.engine.logger import Metrics
 from rlhf_scratch.engine.loop import rollout_metrics
 from rlhf_scratch.engine.run_setup import resolve_device
+from rlhf_scratch.engine.trainer import Trainer
 from rlhf_scratch.reward.heldout import heldout_metrics
-from rlhf_scratch.rollout.phase import Rollout
+from rlhf_scratch.rollout.phase import Rollout, penalised_rewards
 from rlhf_scratch.rollout.prompts import PromptIterator, load_prompts
 
 
@@ -57,8 +61,19 @@ def num_generations(args: CommonArgs) -> int:
     return registry.get(args.algo).trainer_class().generations(args)
 
 
-TIMING = ("gen", "ref", "reward", "adv", "update_actor")
-"""The dataflow's steps, each logged as timing/<step> (seconds on the driver's clock, the call's wait included)."""
+TIMING = ("gen", "ref", "old_log_prob", "values", "reward", "adv", "update_actor")
+"""The dataflow's steps, each logged as timing/<step> (seconds on the driver's clock, the call's
+wait included); `values` only where the algorithm has a critic (`timing_steps`)."""
+
+
+def uses_critic(args: CommonArgs) -> bool:
+    """verl's use_critic: the algorithm's policy has extras (PPO's value head, `registry.Algorithm.policy`)."""
+    return registry.get(args.algo).policy is not None
+
+
+def timing_steps(args: CommonArgs) -> tuple[str, ...]:
+    """The timing/<step> names a phase of `args.algo` logs."""
+    return tuple(step for step in TIMING if step != "values" or uses_critic(args))
 
 
 @contextmanager
@@ -68,12 +83,28 @@ def _timer(name: str, times: dict[str, float]) -> Iterator[None]:
     times[f"timing/{name}"] = time.perf_counter() - start
 
 
-def ppo_advantages(args: CommonArgs, rollout: Rollout) -> torch.Tensor:
-    """PPO's advantages, on the driver: `RLHFTrainer.compute_advantages` itself (it reads only the
-    args), over the whole batch — the batch an in-process run gathers first."""
+def advantage_estimator(args: CommonArgs) -> Trainer:
+    """The algorithm's trainer on the driver, holding its args and nothing else (no model is loaded
+    here): its own `compute_advantages` reads only the args and the batch."""
+    estimator = object.__new__(registry.get(args.algo).trainer_class())
+    estimator.args = args
+    return estimator
+
+
+def compute_advantage(estimator: Trainer, rollout: Rollout) -> torch.Tensor:
+    """verl's compute_advantage, on the driver: the trainer's own `compute_advantages` over the whole
+    batch (the batch an in-process run gathers first) — PPO's per token, RLOO's and GRPO's per completion."""
     batch = batch_of(rollout)
-    RLHFTrainer.compute_advantages(SimpleNamespace(args=args), batch)
+    estimator.compute_advantages(batch)
     return batch.advantages
+
+
+def generate_pairwise_data(estimator: Trainer, rollout: Rollout) -> torch.Tensor:
+    """Online DPO's step of verl's guide, on the driver: the winner of each pair (consecutive rows) by
+    reward or by the judge's verdicts, as +w on the chosen row and −w on the rejected (w = 0 for a
+    pair the judge could not decide) — `OnlineDPOTrainer.compute_advantages`, the package's pair
+    selection, called as every algorithm's advantages are; the DPO actor reads the pairs back."""
+    return compute_advantage(estimator, rollout)
 
 
 class RayPPOTrainer:
@@ -86,25 +117,39 @@ class RayPPOTrainer:
             raise ConfigError(f"workers: must be at least 1; got {workers}")
         self.args = args.with_local_paths_resolved()
         self.num_generations = num_generations(args)
+        self.use_critic = uses_critic(args)
+        self.estimator = advantage_estimator(self.args)
+        self.pairwise = self.num_generations == 2 and args.algo == "online_dpo"
         self.prompts = PromptIterator(load_prompts(args.prompts, prefix=args.prefix, seed=args.seed), args.seed)
         actor = RayClassWithInitArgs(ActorRolloutRefWorker, self.args)
+        critic = RayClassWithInitArgs(CriticWorker)
         rm = RayClassWithInitArgs(RewardModelWorker, self.args)
         gpus = int(resolve_device(args.device).startswith("cuda"))  # a GPU per process: Ray hides the GPUs from workers without one
         self.pools = [RayResourcePool(process_on_nodes=[workers], num_gpus=gpus) for _ in range(1 + (placement == "split"))]
         self.groups: list[RayWorkerGroup] = []
         try:
-            if placement == "colocated":
-                colocated = RayWorkerGroup(self.pools[0], create_colocated_worker_cls({"actor_rollout_ref": actor, "rm": rm}))
-                self.groups = [colocated]
-                roles = colocated.spawn(["actor_rollout_ref", "rm"])
-                self.actor_rollout_wg, self.rm_wg = roles["actor_rollout_ref"], roles["rm"]
-            else:
-                self.groups.append(RayWorkerGroup(self.pools[0], actor, role="actor_rollout_ref"))
+            # the critic is the value head on the actor's trunk: in the actor's process whatever the placement
+            roles = {"actor_rollout_ref": actor, "critic": critic, **({"rm": rm} if placement == "colocated" else {})}
+            self.groups.append(RayWorkerGroup(self.pools[0], create_colocated_worker_cls(roles)))
+            views = self.groups[0].spawn(roles)
+            if placement == "split":
                 self.groups.append(RayWorkerGroup(self.pools[1], rm, role="rm"))
-                self.actor_rollout_wg, self.rm_wg = self.groups
+                views["rm"] = self.groups[1]
+            self.actor_rollout_wg, self.critic_wg, self.rm_wg = views["actor_rollout_ref"], views["critic"], views["rm"]
+            self.judged = self.actor_rollout_wg.has_judge()[0]
         except BaseException:  # a role that cannot start: end what did start, free every reservation
             self.shutdown()
             raise
+
+    def generate_scores(self, batch: DataProto) -> DataProto:
+        """verl's guide's generate_scores, on the driver: the reward model's score of each completion
+        (`compute_rm_score`), rewards = scores less the missing-EOS penalty (`rollout.penalised_rewards`,
+        as `compute_scores` in process), and the judge's verdict on each pair where the trainer has a judge."""
+        batch.union(self.rm_wg.compute_rm_score(batch))
+        batch.batch["rewards"] = penalised_rewards(to_rollout(batch), self.args.missing_eos_penalty)
+        if self.judged:
+            batch.union(self.actor_rollout_wg.judge_pairs(batch))
+        return batch
 
     def step(self, phase: int) -> tuple[Metrics, Rollout]:
         """One phase of the dataflow; its metrics (the in-process loop's names, and timing/*) and rollout."""
@@ -115,17 +160,18 @@ class RayPPOTrainer:
         with _timer("gen", times):
             batch = self.actor_rollout_wg.generate_sequences(prompts)
         with _timer("ref", times):
-            batch.union(self.actor_rollout_wg.compute_log_prob(batch))
+            ref = self.actor_rollout_wg.compute_ref_log_prob(batch)
+        with _timer("old_log_prob", times):
+            batch.union(self.actor_rollout_wg.compute_log_prob(batch, ref))
+        if self.use_critic:
+            with _timer("values", times):
+                batch.union(self.critic_wg.compute_values(batch))
         with _timer("reward", times):
-            batch.union(self.rm_wg.compute_rm_score(batch))
+            batch = self.generate_scores(batch)
         rollout = to_rollout(batch)
-        if args.missing_eos_penalty:  # make_rollout's rewards: the score less the penalty where no EOS came
-            rollout.rewards = rollout.scores - args.missing_eos_penalty * (~rollout.is_terminated).float()
-        batch.batch["rewards"] = rollout.rewards
         rollout_time = time.perf_counter() - start
         with _timer("adv", times):
-            if args.algo == "ppo":
-                batch.batch["advantages"] = ppo_advantages(args, rollout)
+            batch.batch["advantages"] = (generate_pairwise_data if self.pairwise else compute_advantage)(self.estimator, rollout)
         with _timer("update_actor", times):
             learned = self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]
         seconds = time.perf_counter() - start

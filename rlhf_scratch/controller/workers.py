@@ -4,11 +4,15 @@
                             its optimizer: one trainer of the package built in the worker process,
                             whose role methods of the same names each call runs
         generate_sequences    trainer.generate_sequences
-        compute_log_prob      trainer.compute_log_prob: log π_old, entropy, log π_ref, the per-token KL
-                              and V(s_t) in one pass
-        update_actor          trainer.judge_pairs (Online DPO's judge, if any), trainer.compute_advantages
-                              where the driver sent none, trainer.update_actor
+        compute_ref_log_prob  trainer.compute_ref_log_prob: the reference's forward, ĥ_ref
+        compute_log_prob      trainer.compute_log_prob(ref_hidden=ĥ_ref, with_values=False): log π_old,
+                              entropy, and from ĥ_ref beside the policy's ĥ log π_ref and the full-vocabulary KL
+        judge_pairs           trainer.judge_pairs (Online DPO's judge, if it has one): verdicts for the driver
+        update_actor          trainer.update_actor on the advantages the driver sent: it only learns
         save_checkpoint / load_checkpoint   trainer.state_dict / load_state_dict (with the phase)
+    CriticWorker            compute_values: trainer.compute_values, V(s_t) from the blog's value head on
+                            the actor's trunk (colocated: it reads the actor of its own process); a second
+                            trunk forward, the price of verl's separate call (the in-process run has one)
     RewardModelWorker       compute_rm_score: the task's reward (the classifier or a Bradley–Terry
                             run) through rollout.phase.compute_scores, the function trainer.compute_scores calls
 
@@ -81,25 +85,42 @@ class ActorRolloutRefWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @torch.no_grad()
-    def compute_log_prob(self, batch: DataProto) -> DataProto:
-        """The trainer's `compute_log_prob`: log π_old and the entropy of each completion token; with
-        the reference (colocated in this process) log π_ref and the full-vocabulary KL from the same
-        pass, and V(s_t) from the value head on the same trunk (PPO's --cache-ref-logprobs: ĥ_ref too)."""
-        scored = self.trainer.compute_log_prob(to_rollout(batch))
-        columns = ("logprobs", "entropy", "ref_logprobs", "kl", "values", "ref_hidden", "ref_lse")
+    def compute_ref_log_prob(self, batch: DataProto) -> DataProto:
+        """The reference's forward (`trainer.compute_ref_log_prob`): ĥ_ref at every position that
+        predicts a completion token, for `compute_log_prob` to unembed beside the policy's (the
+        full-vocabulary KL needs both distributions at once); no column without a reference."""
+        ref_hidden = self.trainer.compute_ref_log_prob(to_rollout(batch))
+        return DataProto() if ref_hidden is None else DataProto({"ref_hidden": ref_hidden})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @torch.no_grad()
+    def compute_log_prob(self, batch: DataProto, ref: DataProto) -> DataProto:
+        """The trainer's `compute_log_prob` without the values (`CriticWorker.compute_values` gives
+        them) and with the reference's ĥ_ref from `ref` (`compute_ref_log_prob`'s): log π_old and the
+        entropy of each completion token, log π_ref and the full-vocabulary KL (PPO's
+        --cache-ref-logprobs: ĥ_ref and its logsumexp kept for the learning phase)."""
+        scored = self.trainer.compute_log_prob(to_rollout(batch), ref_hidden=ref.batch.get("ref_hidden"), with_values=False)
+        columns = ("logprobs", "entropy", "ref_logprobs", "kl", "ref_hidden", "ref_lse")
         return DataProto({k: getattr(scored, k) for k in columns if getattr(scored, k) is not None})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def has_judge(self) -> bool:
+        """Whether the trainer asks a judge for its pairs' verdicts (Online DPO with --judge)."""
+        return self.trainer.judge is not None
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @torch.no_grad()
+    def judge_pairs(self, batch: DataProto) -> DataProto:
+        """The trainer's judge's verdict on each pair of this rank's rows (`trainer.judge_pairs`)."""
+        return DataProto({"verdicts": self.trainer.judge_pairs(to_rollout(batch)).verdicts})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, batch: DataProto) -> DataProto:
-        """The trainer's update on this rank's rows: its judge's verdicts if it asks one, its own
-        `compute_advantages` unless the driver computed them (`batch.batch["advantages"]`, PPO's),
-        then `update_actor`. Returns the phase's metrics and the learning rate it sampled with."""
+        """The trainer's `update_actor` on this rank's rows with the advantages the driver computed
+        (`batch.batch["advantages"]`: the algorithm's own `compute_advantages`, run there): the actor
+        only learns. Returns the phase's metrics and the learning rate it sampled with."""
         lr = self.trainer.optimizer.param_groups[0]["lr"]
-        rollout = self.trainer.judge_pairs(to_rollout(batch))
-        work = batch_of(rollout, batch.batch.get("advantages"))
-        if work.advantages is None:
-            self.trainer.compute_advantages(work)
-        stats = self.trainer.update_actor(work)
+        stats = self.trainer.update_actor(batch_of(to_rollout(batch), batch.batch["advantages"]))
         take_times()  # the worker's timing sections are reported by the driver's clock, not summed here
         return DataProto(meta_info={"metrics": {**stats, "charts/learning_rate": lr}})
 
@@ -131,6 +152,22 @@ class ActorRolloutRefWorker(Worker):
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The policy's weights (with PPO's value head), on the CPU."""
         return {k: v.detach().cpu().clone() for k, v in self.trainer.policy.state_dict().items()}
+
+
+class CriticWorker(Worker):
+    """verl's critic: here the blog's value head on the actor's own trunk, so it is colocated with
+    `ActorRolloutRefWorker` and reads that actor (`self.colocated`) rather than holding a model."""
+
+    ACTOR = "actor_rollout_ref"
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @torch.no_grad()
+    def compute_values(self, batch: DataProto) -> DataProto:
+        """V(s_t) at every position (`trainer.compute_values`: the value head on a forward of the trunk)."""
+        if self.ACTOR not in self.colocated:
+            raise RuntimeError(f"critic: the value head is on the actor's trunk; colocate it with {self.ACTOR!r}")
+        values = self.colocated[self.ACTOR].trainer.compute_values(to_rollout(batch))
+        return DataProto() if values is None else DataProto({"values": values})
 
 
 class RewardModelWorker(Worker):

@@ -70,6 +70,8 @@ from rlhf_scratch.rollout.phase import (
     policy_sequence_log_probs,
     policy_token_log_probs,
     policy_token_terms,
+    policy_values,
+    reference_hidden,
 )
 
 Minibatch = TypeVar("Minibatch")
@@ -163,13 +165,28 @@ class Trainer:
             stop_at_eos=args.eos_stops(), kv_cache=args.kv_cache, cuda_graph=args.cuda_graph, decoders=self.decoders,
         )
 
-    def compute_log_prob(self, rollout: Rollout) -> Rollout:
+    def compute_log_prob(self, rollout: Rollout, ref_hidden: Tensor | None = None, with_values: bool = True) -> Rollout:
         """log π_old, log π_ref, the per-token KL, the entropy and (with extras: PPO's value head on
         the same trunk) V(s_t), one pass at the sampling temperature in the learning phase's
-        precision (`rollout.compute_log_prob`): values come from this call, not a separate one."""
+        precision (`rollout.compute_log_prob`): values come from this call, not a separate one.
+        The single controller takes it apart as verl does: `ref_hidden` from `compute_ref_log_prob`,
+        `with_values=False` and `compute_values` — the same numbers, at the cost of a second trunk forward."""
         return compute_log_prob(self.policy, self.ref_model, rollout, chunk_size=self.args.minibatch_size(),
                                 keep_ref_hidden=self.keeps_ref_hidden(), policy_precision=self.learning_precision,
-                                chunk_logits=self.chunk_logits)
+                                chunk_logits=self.chunk_logits, ref_hidden=ref_hidden, with_values=with_values)
+
+    def compute_ref_log_prob(self, rollout: Rollout) -> Tensor | None:
+        """The reference's part of `compute_log_prob` alone: ĥ_ref at every position that predicts a
+        completion token (`rollout.reference_hidden`), for `compute_log_prob(ref_hidden=...)`, which
+        unembeds it beside the policy's (the full-vocabulary KL needs both); None without a reference."""
+        return None if self.ref_model is None else reference_hidden(self.ref_model, rollout, self.args.minibatch_size())
+
+    def compute_values(self, rollout: Rollout) -> Tensor | None:
+        """V(s_t) at every position from the policy's extras (PPO's value head), the values of
+        `compute_log_prob` by a forward of their own (`rollout.policy_values`); None without extras."""
+        if isinstance(self.policy, HookedTransformer):
+            return None
+        return policy_values(self.policy, rollout, self.args.minibatch_size(), self.learning_precision)
 
     def compute_scores(self, rollout: Rollout) -> Rollout:
         """The reward of each completion, less the missing-EOS penalty (`rollout.compute_scores`),

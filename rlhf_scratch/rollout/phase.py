@@ -151,11 +151,13 @@ def score_tokens(
     temperature: float = 1.0,
     policy_precision: Callable[[], AbstractContextManager] = nullcontext,
     chunk_logits: int = LOGITS_PER_CHUNK,
+    ref_hidden: Float[Tensor, "batch gen_len d_model"] | None = None,
 ) -> dict[str, Tensor]:
     """Per-token log π, log π_ref, KL, entropy (and values) of the completions, `chunk_size` rows
     at a time (their logits `chunk_logits` at a time, `token_terms`); with `keep_ref_hidden`,
     also the reference's ĥ_ref and the logsumexp of its logits. With `ref_model=None` the reference forward is skipped (no
-    ref_logprobs, kl or ref_hidden).
+    ref_logprobs, kl or ref_hidden). `ref_hidden` given (`reference_hidden`'s, run before: the
+    single controller's compute_ref_log_prob) stands in for the reference forward, row for row.
 
     Every distribution is at `temperature` (`temperature_scaled`), the one the tokens were drawn
     from. The policy's forward and unembedding run inside `policy_precision()` — the learning
@@ -165,13 +167,13 @@ def score_tokens(
                                      "ref_hidden": [], "ref_lse": []}
     span = generated_span(prefix_len)
     lm = language_model(policy)
+    given = ref_hidden
     for start in range(0, sample_ids.shape[0], chunk_size):
         ids, mask = sample_ids[start : start + chunk_size], attention_mask[start : start + chunk_size]
         tl_mask, targets = attention_mask_or_none(mask), ids[:, prefix_len:]
         ref_hidden = None
         if ref_model is not None:
-            with timed("reference_forward"), as_reference(ref_model):  # an adapted LM: its adapters off
-                ref_hidden = final_hidden(ref_model, ids, tl_mask)[:, span]
+            ref_hidden = _reference_forward(ref_model, ids, tl_mask, span) if given is None else given[start : start + chunk_size]
             if keep_ref_hidden:
                 out["ref_hidden"].append(ref_hidden)
         with timed("policy_forward"), policy_precision():
@@ -194,6 +196,39 @@ def score_tokens(
             if keep_ref_hidden:
                 out["ref_lse"].append(terms.ref_lse)
     return {k: torch.cat(v) for k, v in out.items() if v}
+
+
+def _reference_forward(ref_model: HookedTransformer, ids: Tensor, tl_mask: Tensor | None, span: slice) -> Tensor:
+    """ĥ_ref of one chunk of rows at the positions that predict a completion token."""
+    with timed("reference_forward"), as_reference(ref_model):  # an adapted LM: its adapters off
+        return final_hidden(ref_model, ids, tl_mask)[:, span]
+
+
+@torch.no_grad()
+def reference_hidden(
+    ref_model: HookedTransformer, rollout: Rollout, chunk_size: int
+) -> Float[Tensor, "batch gen_len d_model"]:
+    """`score_tokens`' reference forward alone, in the same chunks of rows: ĥ_ref at every position
+    that predicts a completion token (verl's compute_ref_log_prob; the log-probs and the full-vocabulary
+    KL are then unembedded beside the policy's, `score_tokens(ref_hidden=...)`)."""
+    span, ids, mask = generated_span(rollout.prefix_len), rollout.sample_ids, rollout.attention_mask
+    return torch.cat([_reference_forward(ref_model, ids[s : s + chunk_size], attention_mask_or_none(mask[s : s + chunk_size]), span)
+                      for s in range(0, len(rollout), chunk_size)])
+
+
+@torch.no_grad()
+def policy_values(
+    policy: Policy, rollout: Rollout, chunk_size: int, policy_precision: Callable[[], AbstractContextManager] = nullcontext
+) -> Float[Tensor, "batch seq_len"]:
+    """V(s_t) at every position from a policy with extras (PPO's value head on its trunk): `score_tokens`'
+    policy forward for the values alone, in the same chunks and precision (verl's compute_values; a
+    second forward of the trunk when `score_tokens` scored the LM without its extras)."""
+    ids, mask, values = rollout.sample_ids, rollout.attention_mask, []
+    for s in range(0, len(rollout), chunk_size):
+        with timed("policy_forward"), policy_precision():
+            values.append(policy(ids[s : s + chunk_size], attention_mask=attention_mask_or_none(mask[s : s + chunk_size]),
+                                 return_hidden=True)[1].float())
+    return torch.cat(values)
 
 
 @torch.no_grad()
@@ -244,15 +279,21 @@ def compute_log_prob(
     keep_ref_hidden: bool = False,
     policy_precision: Callable[[], AbstractContextManager] = nullcontext,
     chunk_logits: int = LOGITS_PER_CHUNK,
+    ref_hidden: Float[Tensor, "batch gen_len d_model"] | None = None,
+    with_values: bool = True,
 ) -> Rollout:
     """Score the rollout's completions (verl's compute_log_prob, its reference and its values in
     one call, as the blog's value head shares the policy's trunk): `score_tokens` fills log π_old,
     the entropy, and with a reference log π_ref and the per-token KL (PPO: V(s_t); with
-    `keep_ref_hidden`, ĥ_ref and its logsumexp). Returns the same rollout, filled in."""
-    scored = score_tokens(policy, ref_model, rollout.sample_ids, rollout.attention_mask, rollout.prefix_len, chunk_size,
-                          keep_ref_hidden, rollout.temperature, policy_precision, chunk_logits)
+    `keep_ref_hidden`, ĥ_ref and its logsumexp). Returns the same rollout, filled in.
+    Taken apart as verl's three calls: `ref_hidden` from `reference_hidden`, `with_values=False`
+    (the LM alone, no extras), and `policy_values` for V."""
+    scored = score_tokens(policy if with_values else language_model(policy), ref_model, rollout.sample_ids,
+                          rollout.attention_mask, rollout.prefix_len, chunk_size, keep_ref_hidden, rollout.temperature,
+                          policy_precision, chunk_logits, ref_hidden)
     rollout.logprobs, rollout.entropy = scored["logprobs"], scored["entropy"]
-    rollout.ref_logprobs, rollout.kl, rollout.values = scored.get("ref_logprobs"), scored.get("kl"), scored.get("values")
+    rollout.ref_logprobs, rollout.kl = scored.get("ref_logprobs"), scored.get("kl")
+    rollout.values = scored.get("values") if with_values else rollout.values
     rollout.ref_hidden, rollout.ref_lse = scored.get("ref_hidden"), scored.get("ref_lse")
     return rollout
 
@@ -268,10 +309,16 @@ def compute_scores(rollout: Rollout, reward_fn, missing_eos_penalty: float | Non
             reward_fn, rollout.prompts, rollout.completions,
             [ids[keep].tolist() for ids, keep in zip(ids_cpu, mask_cpu)],
         ).to(rollout.completion_ids.device)
-    rollout.rewards = rollout.scores
-    if missing_eos_penalty:
-        rollout.rewards = rollout.scores - missing_eos_penalty * (~rollout.is_terminated).float()
+    rollout.rewards = penalised_rewards(rollout, missing_eos_penalty)
     return rollout
+
+
+def penalised_rewards(rollout: Rollout, missing_eos_penalty: float | None) -> Float[Tensor, " batch"]:
+    """rewards = scores − missing_eos_penalty for each completion without EOS (the scores themselves
+    without a penalty): `compute_scores`' shaping, and the single controller driver's after its reward model scored."""
+    if not missing_eos_penalty:
+        return rollout.scores
+    return rollout.scores - missing_eos_penalty * (~rollout.is_terminated).float()
 
 
 @torch.no_grad()

@@ -2,6 +2,7 @@
 and the central check — a run driven through Ray worker groups equals the in-process trainer's run
 at the same seed, metric for metric and weight for weight."""
 
+import dataclasses
 import functools
 import json
 import os
@@ -19,7 +20,7 @@ import torch
 from rlhf_scratch.config import make_args
 from rlhf_scratch.controller.decorator import Dispatch, collect_dp_compute_proto, dispatch_dp_compute_proto, register
 from rlhf_scratch.controller.protocol import DataProto
-from rlhf_scratch.controller.ray_trainer import TIMING
+from rlhf_scratch.controller.ray_trainer import timing_steps
 from rlhf_scratch.controller.worker_group import (
     RayClassWithInitArgs,
     RayResourcePool,
@@ -85,6 +86,54 @@ def test_register_refuses_a_mode_that_is_not_a_dispatch():
     with pytest.raises(TypeError, match="dispatch_mode"):  # one line of ours, or the suite's type checker first
         register("one_to_all")
     assert register(Dispatch.ONE_TO_ALL)(lambda self: 1)._controller_dispatch is Dispatch.ONE_TO_ALL
+
+
+# ---------------------------------------------------------------------------------------- verl's three scoring calls
+@pytest.mark.parametrize("cache_ref_logprobs", [True, False])
+def test_ref_log_prob_then_log_prob_then_values_equal_the_one_pass_bit_for_bit(cache_ref_logprobs, one_thread):
+    """The trainer's compute_log_prob taken apart as the controller calls it (compute_ref_log_prob's
+    ĥ_ref, compute_log_prob without values, compute_values' own forward) gives every column of the
+    one pass exactly; and the ĥ_ref it is given is the one it uses (a scaled one moves log π_ref and KL only)."""
+    from rlhf_scratch.algorithms.ppo import RLHFTrainer
+
+    trainer = RLHFTrainer(args_for("ppo", batch_size=6, num_minibatches=3, cache_ref_logprobs=cache_ref_logprobs), quiet=True)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        sampled = trainer.generate_sequences(trainer.next_prompts())
+    columns = ("logprobs", "entropy", "ref_logprobs", "kl", "values", "ref_hidden", "ref_lse")
+    fresh = lambda: dataclasses.replace(sampled)  # noqa: E731  (a new rollout of the same samples)
+    with torch.no_grad():
+        one = trainer.compute_log_prob(fresh())
+        ref_hidden = trainer.compute_ref_log_prob(fresh())
+        apart = trainer.compute_log_prob(fresh(), ref_hidden=ref_hidden, with_values=False)
+        values = trainer.compute_values(fresh())
+        moved = trainer.compute_log_prob(fresh(), ref_hidden=ref_hidden * 1.25, with_values=False)
+    assert ref_hidden.shape == (6, sampled.completion_ids.shape[1], trainer.lm.cfg.d_model)
+    assert apart.values is None and values.shape == one.values.shape == sampled.attention_mask.shape
+    apart.values = values
+    for k in columns:
+        a, b = getattr(one, k), getattr(apart, k)
+        assert (a is None) == (b is None) == (k in ("ref_hidden", "ref_lse") and not cache_ref_logprobs), k
+        assert a is None or torch.equal(a, b), f"{k}: the three calls differ from the one pass"
+    assert torch.equal(moved.logprobs, one.logprobs) and torch.equal(moved.entropy, one.entropy)
+    assert not torch.equal(moved.ref_logprobs, one.ref_logprobs) and not torch.equal(moved.kl, one.kl)
+
+
+def test_the_driver_computes_every_algorithms_advantages_with_its_own_trainer_method():
+    """advantage_estimator holds only the args: RLOO's leave-one-out and Online DPO's pairs from
+    rewards worked by hand (G = 2: A_i = r_i − r_other; pair winners +1 / −1)."""
+    from rlhf_scratch.controller.ray_trainer import advantage_estimator, compute_advantage, generate_pairwise_data
+    from rlhf_scratch.rollout.phase import Rollout
+
+    rewards, zeros = torch.tensor([0.9, 0.2, -0.3, 0.5]), torch.zeros(4, 3)
+    rollout = Rollout(prompt_ids=torch.ones(4, 1, dtype=torch.long), completion_ids=torch.ones(4, 3, dtype=torch.long),
+                      attention_mask=torch.ones(4, 4, dtype=torch.bool), completion_mask=torch.ones(4, 3, dtype=torch.bool),
+                      logprobs=zeros, ref_logprobs=zeros, kl=zeros, entropy=zeros, scores=rewards, rewards=rewards,
+                      prompts=["a", "a", "b", "b"], completions=["x", "y", "z", "w"], num_generations=2, eos_token_id=0)
+    rloo = advantage_estimator(args_for("rloo", num_generations=2, normalize_advantages=False))
+    assert compute_advantage(rloo, rollout).tolist() == pytest.approx([0.7, -0.7, -0.8, 0.8])
+    dpo = advantage_estimator(args_for("online_dpo"))
+    assert generate_pairwise_data(dpo, rollout).tolist() == [1.0, -1.0, -1.0, 1.0]
 
 
 # ---------------------------------------------------------------------------------------- on Ray
@@ -216,7 +265,7 @@ def test_ray_run_equals_the_in_process_run(algo, placement, local_ray, tmp_path)
         assert keys <= set(g), f"phase {phase}: the controller did not log {sorted(keys - set(g))}"
         diff = {k: (g[k], e[k]) for k in keys if not (g[k] == e[k] or (g[k] != g[k] and e[k] != e[k]))}
         assert not diff, f"phase {phase}: the controller's numbers differ from the in-process run's: {diff}"
-        assert all(f"timing/{step}" in g for step in TIMING)
+        assert all(f"timing/{step}" in g for step in timing_steps(args))
     assert expected_weights.keys() == weights.keys()
     moved = [k for k in weights if not torch.equal(weights[k], expected_weights[k])]
     assert not moved, f"weights differ from the in-process run's: {moved[:5]}"
@@ -267,7 +316,7 @@ def test_train_controller_ray_and_its_resume_write_the_in_process_runs_metrics(l
     def check_run(when):
         got = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [{k: m[k] for k in m if not_timing(k)} for m in got] == [{k: m[k] for k in m if not_timing(k)} for m in expected], when
-        assert all(f"timing/{step}" in m for m in got for step in TIMING)
+        assert all(f"timing/{step}" in m for m in got for step in timing_steps(args_for("ppo")))
         saved = torch.load(run_dir / "policy.pt")
         assert all(torch.equal(saved[k], expected_weights[k]) for k in expected_weights), when
 
