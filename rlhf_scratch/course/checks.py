@@ -12,10 +12,10 @@ AssertionError names the mistake instead of only printing two numbers:
 
 A pass prints one line: `check_calc_kl_penalty: all 3 cases pass`.
 
-Your `fn` must have the signature of the package's function of the same name (the solution; its
-module is in `REFERENCES`): the check calls the required arguments by position and the optional
-ones by keyword, exactly as the trainers do. Only torch is imported here, so a notebook that
-imports the checks starts in a second.
+Your `fn` must have the signature of the solution of the same name (written to be read, in the
+`course/solutions*.py` module named in `REFERENCES`; the package's own has the same): the check
+calls the required arguments by position and the optional ones by keyword, exactly as the trainers
+do. Only torch is imported here, so a notebook that imports the checks starts in a second.
 
 Longer than 500 lines because it is one catalogue read by section: what a check is made of (the
 first 170 lines), then one section per exercise function — its cases with the hand computation in
@@ -51,24 +51,27 @@ class Reference:
         return tuple(p.split("=")[0].strip() for p in self.signature.strip("()").split(","))
 
 
+FORMULAS = "rlhf_scratch.course.solutions_formulas"
+"""Exercises 01 and 02's solutions, written to be read (the package's own is named under each exercise)."""
+
 REFERENCES: dict[str, Reference] = {
-    "get_log_probs": Reference("rlhf_scratch.core.objectives", "(logits, tokens, prefix_len=None, temperature=1.0)"),
-    "compute_advantages": Reference("rlhf_scratch.core.advantages", "(values, rewards, prefix_len, mask=None)"),
-    "normalize_reward": Reference("rlhf_scratch.reward.functions", "(reward, eps=1e-05)"),
+    "get_log_probs": Reference(FORMULAS, "(logits, tokens, prefix_len=None, temperature=1.0)"),
+    "compute_advantages": Reference(FORMULAS, "(values, rewards, prefix_len, mask=None)"),
+    "normalize_reward": Reference(FORMULAS, "(reward, eps=1e-05)"),
     "calc_clipped_sur_obj": Reference(
-        "rlhf_scratch.core.objectives", "(logprobs, mb_logprobs, mb_advantages, clip_coef, eps=1e-08, mask=None)"),
-    "calc_kl_penalty": Reference("rlhf_scratch.core.objectives", "(logits, ref_logits, beta, mask=None, from_logprobs=False)"),
-    "calc_entropy_bonus": Reference("rlhf_scratch.core.objectives", "(logits, ent_coef, mask=None, from_logprobs=False)"),
-    "calc_value_fn_loss": Reference("rlhf_scratch.core.objectives", "(values, mb_returns, vf_coef, mask=None)"),
-    "compute_rloo_advantages": Reference("rlhf_scratch.algorithms.rloo", "(rewards, num_generations)"),
-    "compute_grpo_advantages": Reference("rlhf_scratch.algorithms.grpo", "(rewards, num_generations, scale_rewards='group')"),
+        FORMULAS, "(logprobs, mb_logprobs, mb_advantages, clip_coef, eps=1e-08, mask=None)"),
+    "calc_kl_penalty": Reference(FORMULAS, "(logits, ref_logits, beta, mask=None, from_logprobs=False)"),
+    "calc_entropy_bonus": Reference(FORMULAS, "(logits, ent_coef, mask=None, from_logprobs=False)"),
+    "calc_value_fn_loss": Reference(FORMULAS, "(values, mb_returns, vf_coef, mask=None)"),
+    "compute_rloo_advantages": Reference(FORMULAS, "(rewards, num_generations)"),
+    "compute_grpo_advantages": Reference(FORMULAS, "(rewards, num_generations, scale_rewards='group')"),
     "calc_dpo_loss": Reference(
-        "rlhf_scratch.algorithms.online_dpo",
+        FORMULAS,
         "(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta, loss_type='sigmoid', weights=None)"),
     "calc_reward_model_loss": Reference(
-        "rlhf_scratch.reward.model", "(chosen_rewards, rejected_rewards, margin=None, center_rewards_coefficient=None)"),
-    # exercises 03: the solutions are written for reading in course/solutions.py (plain torch, a loop where
-    # the formula is a loop); tests/integration/test_course_checks.py checks each against the package's function
+        FORMULAS, "(chosen_rewards, rejected_rewards, margin=None, center_rewards_coefficient=None)"),
+    # exercises 03: in course/solutions.py (plain torch, a loop where the formula is a loop); every solution
+    # here is checked against the package's function (tests/integration/test_course_checks.py, test_course_solutions.py)
     "compute_gae_advantages": Reference(
         "rlhf_scratch.course.solutions", "(values, rewards, prefix_len, gamma, gae_lambda, mask=None)"),
     "explained_variance": Reference("rlhf_scratch.course.solutions", "(values, returns, mask=None)"),

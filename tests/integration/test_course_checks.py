@@ -92,7 +92,7 @@ def test_a_wrong_signature_is_named_before_anything_runs():
     def get_log_probs(logits, tokens):
         raise AssertionError("never called")
 
-    fails_with("get_log_probs", get_log_probs, "must have the signature of rlhf_scratch.core.objectives.get_log_probs("
+    fails_with("get_log_probs", get_log_probs, "must have the signature of rlhf_scratch.course.solutions_formulas.get_log_probs("
                                                "logits, tokens, prefix_len=None, temperature=1.0)")
 
 
@@ -433,7 +433,7 @@ def test_dpo_asks_for_the_implicit_rewards_too():
     def dpo_loss_only(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta,
                       loss_type="sigmoid", weights=None):
         return solution("calc_dpo_loss")(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps,
-                                         ref_rejected_logps, beta, loss_type, weights).loss
+                                         ref_rejected_logps, beta, loss_type, weights)[0]  # the loss
 
     fails_with("calc_dpo_loss", dpo_loss_only, "return (loss, chosen_rewards, rejected_rewards)")
 
