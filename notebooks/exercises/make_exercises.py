@@ -49,16 +49,21 @@ class Exercise:
     name: str
     note: str
     stub: str
+    after: str = ""
+    """A code cell after the check that uses the function once it passes (the capstones: train it, apply it)."""
 
 
 def exercise_cells(ex: Exercise) -> list:
-    """Formula, stub, check: three cells with stable ids (regenerating changes no diff)."""
+    """Formula, stub, check (and `after`, untagged): cells with stable ids (regenerating changes no diff)."""
     meta = {"exercise": ex.name}
-    return [
+    cells = [
         new_markdown_cell(ex.note, id=f"{ex.name}-note"),
         new_code_cell(ex.stub, id=f"{ex.name}-stub", metadata={**meta, "tags": ["exercise"]}),
         new_code_cell(f"check_{ex.name}({ex.name})", id=f"{ex.name}-check", metadata={**meta, "tags": ["check"]}),
     ]
+    if ex.after:
+        cells.append(new_code_cell(ex.after, id=f"{ex.name}-after", metadata=meta))
+    return cells
 
 
 def notebook(intro: str, exercises: list[Exercise], outro: str, how: str = HOW, imports: str = "") -> nbformat.NotebookNode:
@@ -838,9 +843,207 @@ Read `rlhf_scratch/course/solutions_interp.py`, then the package's versions (`in
 )
 
 
+# --- 06: the capstones ------------------------------------------------------------------------
+
+RLOO_TRAINER = Exercise("make_rloo_algorithm", r"""## 1 · `make_rloo_algorithm`: RLOO's trainer, written from the contract
+
+Exercises 2 wrote RLOO's advantage. Now write the whole algorithm the way the package adds one
+(`CONTRIBUTING.md`, "Adding an algorithm"; `tests/toy_algorithm.py` is a whole one, REINFORCE in 40
+lines): a subclass of the shared `Trainer` with two methods, and a **registry entry** that names it.
+The engine drives every phase through the same roles (verl's names):
+
+    batch = generate_sequences → compute_log_prob → compute_scores      # the base class does these
+    compute_advantages(batch)      # yours: set batch.advantages, one number per completion
+    update_actor(batch)            # yours: the minibatch ascent, return the phase's metrics
+
+What you have: `batch.everyone` holds every row's `rewards`, `logprobs` (log π_old per token),
+`ref_logprobs`, `completion_mask`; `batch.rollout` is the rows you learn on and `batch.local_advantages`
+their advantages. `self.sequence_log_probs(rollout, rows)` is log π(o|q) **now**, with gradient.
+`self.ascend(minibatches, objective)` runs the loop — for each minibatch `J, stats = objective(rows)`,
+one optimizer step **up** J — and one scheduler step. `minibatch_rows(n, num_minibatches, passes)` cuts
+the rows. `sequence_log_probs(logprobs, mask)` sums over the kept tokens. RLOO (TRL's names):
+
+$$r_i = R_i - \beta \sum_t \big(\log\pi_\text{old}(o_t) - \log\pi_\text{ref}(o_t)\big) \qquad
+A_i = r_i - \frac{1}{G-1}\sum_{j \ne i} r_j$$
+$$\rho_i = \exp\big(\log\pi(o_i|q) - \log\pi_\text{old}(o_i|q)\big) \qquad
+J = \mathrm{mean}_i \min\big(\rho_i A_i,\ \mathrm{clip}(\rho_i, 1-\epsilon_\text{low}, 1+\epsilon_\text{high})\, A_i\big)$$
+
+with the $G$ completions of a prompt **consecutive** rows, `args.num_iterations` passes of
+`args.num_minibatches` minibatches. `generations(args)` tells the engine to sample $G$ per prompt.
+
+The check registers your entry, builds its trainer with the package's RLOO settings on the tiny
+preset, and puts it in the state of a package `RLOOTrainer` one phase into training (so the KL in the
+reward is not 0). Both then learn on the same rollout with the same RNG, under plain SGD so that
+float rounding stays small: your advantages must equal the package's, and your update its update
+(projection 1, relative error 0, to 1e-4).
+
+Watch for: the baseline leaves the completion's **own** reward out; the groups are
+`view(-1, G)`; divide by $G - 1$; the KL is **subtracted**, with no gradient; $\rho$ is the whole
+**sequence's** ratio; `objective` returns $J$ to be **maximised**.
+
+**Predict:** on the first minibatch of a phase, $\rho = 1$ for every row. Does the clip change the
+gradient there? And on the second minibatch?
+
+<details><summary>Answer</summary>
+
+Not on the first: at $\rho = 1$ nothing is clipped and $\nabla J = \mathrm{mean}_i A_i \nabla\log\pi(o_i|q)$,
+REINFORCE with the leave-one-out baseline. On the second the policy has already stepped, so
+$\rho \ne 1$ and the clip can bind (the check's run clips some rows): leaving the clip out is a
+mistake the check names by the update it gives.
+</details>
+
+Solution: `rlhf_scratch.course.solutions_capstones.make_rloo_algorithm`; the package's:
+`rlhf_scratch.algorithms.rloo` (`objective.py` and `trainer.py`, with TRL's metrics).""", '''\\
+@dataclass
+class MyRLOOArgs(RLOOArgs):
+    """RLOO's fields (num_generations G, beta, epsilon_low, epsilon_high, num_iterations, ...) under our own name."""
+
+    ALGO: ClassVar[str] = "my_rloo"
+
+
+class MyRLOOTrainer(Trainer):
+    METRICS = ("objective/rloo", "charts/skipped_steps")  # what update_actor may return (the engine checks)
+    args: MyRLOOArgs
+
+    @staticmethod
+    def generations(args) -> int:
+        """G: completions sampled per prompt."""
+        raise NotImplementedError
+
+    def compute_advantages(self, batch: Batch) -> None:
+        """batch.advantages[i] = r_i - mean of the other G - 1 r_j of its prompt, r = R - beta * sum_t (log pi_old - log pi_ref)."""
+        raise NotImplementedError
+
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        """Ascend J = mean min(rho A, clip(rho) A), rho per sequence, over minibatch_rows(...); return self.ascend's stats."""
+        raise NotImplementedError
+
+
+def make_rloo_algorithm(name: str = "my_rloo") -> Algorithm:
+    """The registry entry: Algorithm(name, label, args=MyRLOOArgs, trainer=MyRLOOTrainer)."""
+    raise NotImplementedError''', after='''\\
+# train it: registered for the call, three phases on the tiny preset through the engine (about half a minute);
+# three phases show that it runs, not that it learns (the default runs take 100: docs/results.md)
+for m in train_phases(make_rloo_algorithm(), phases=3):
+    print(f"phase {m['phase']}: reward {m['rewards/mean']:.3f}, J {m['objective/rloo']:+.4f}")''')
+
+K3 = Exercise("calc_k3_kl", r"""## 2 · `calc_k3_kl`: an estimator, graded exactly by the microscope
+
+RLOO's reward and GRPO's loss estimate $\mathrm{KL}(\pi \,\|\, \pi_\text{ref})$ from the sampled tokens alone.
+With $r = \pi_\text{ref}(o_t) / \pi(o_t)$ at each sampled token, Schulman's three estimators are
+
+$$k_1 = -\log r \qquad k_2 = \tfrac12 (\log r)^2 \qquad k_3 = (r - 1) - \log r$$
+
+Write $k_3$, per token, from the log-probs (GRPO's KL term). Is it unbiased? A sampled run cannot
+settle that: the mean of a few thousand samples has noise of its own. The exact-gradient
+microscope can (`docs/exact.md`): its environment (3 words and EOS, up to 4 tokens) lists **every**
+completion with its exact probability, so $\mathbb{E}_\pi[\sum_t k(y_t)]$ is a weighted sum, not a
+sample, and so is $\mathrm{KL}(\pi \,\|\, \pi_\text{ref})$. The check says "unbiased" or "biased by X (exact)".
+
+Watch for: $r$ is $\pi_\text{ref} / \pi$ (then $\mathbb{E}_\pi[r] = \sum \pi_\text{ref} = 1$, which is
+what makes $r - 1$ a zero-mean correction); the $-1$; compute $r$ as `exp` of a difference of log-probs.
+
+**Predict:** which of $k_1, k_2, k_3$ are unbiased? Which is never negative?
+
+<details><summary>Answer</summary>
+
+$k_1$ and $k_3$ are unbiased ($\mathbb{E}_\pi[k_3] = \mathbb{E}_\pi[k_1] + \mathbb{E}_\pi[r] - 1$); $k_2$
+is biased (the cell after the check prints by how much, exactly), though as a **loss** its expected
+gradient is the KL's (`docs/exact.md`, "findings"). $k_2$ and $k_3$ are never negative ($e^x - 1 - x \ge 0$);
+$k_1$ is negative wherever $\pi_\text{ref} > \pi$ — the check's second case names it.
+</details>
+
+Solution: `rlhf_scratch.algorithms.grpo.calc_k3_kl`; the microscope: `rlhf_scratch.microscope`
+(`python -m rlhf_scratch.microscope` measures every estimator of the package this way).""", '''\\
+def calc_k3_kl(
+    logprobs: Float[Tensor, "batch gen_len"], ref_logprobs: Float[Tensor, "batch gen_len"]
+) -> Float[Tensor, "batch gen_len"]:
+    """k3 = (r - 1) - log r per token, r = pi_ref / pi = exp(ref_logprobs - logprobs)."""
+    raise NotImplementedError''', after='''\\
+# grade any estimator the same way: its exact mean over every completion against the exact KL
+kl = exact_kl()
+estimators = {"k1": lambda lp, rf: lp - rf, "k2": lambda lp, rf: 0.5 * (lp - rf) ** 2, "your k3": calc_k3_kl}
+for name, k in estimators.items():
+    bias = exact_mean(k) - kl
+    print(f"{name}: E = {exact_mean(k):.6f}, KL = {kl:.6f}: " + ("unbiased" if abs(bias) < 1e-6 else f"biased by {bias:+.6f} (exact)"))''')
+
+PAIRED = Exercise("paired_difference_interval", r"""## 3 · `paired_difference_interval`: decide on one seed, then on three
+
+A training run is one draw: its seed picks the prompts, the samples, the minibatches. Two methods run
+with the **same** seeds are compared seed by seed, $d_i = a_i - b_i$, and the 95 % interval of the mean
+difference is Student's
+
+$$\bar d \pm t_{(1+c)/2,\ n-1} \cdot \frac{s_d}{\sqrt n}, \qquad s_d = \sqrt{\frac{\sum_i (d_i - \bar d)^2}{n - 1}}$$
+
+(`rlhf_scratch.studies.stats` is the package's, with the verdict every study prints). A lesson is
+**decided** when the interval excludes 0. One seed has no spread: its interval is $(-\infty, +\infty)$.
+Return `(mean, low, high)`; Student's quantile is `scipy.stats.t.ppf(q, df)`.
+
+Watch for: pair by seed (the seeds share prompts, so the two sides move together); $t$ with $n - 1$
+degrees of freedom, not the normal's 1.96 ($t_{0.975, 2} = 4.30$); $n - 1$ in $s_d$; $s_d / \sqrt n$.
+
+**Predict:** the package's three-seed comparison of PPO and Online DPO (`benchmarks/compare_sentiment_2026-11-25_3seeds.json`,
+recorded, nothing re-run) has a held-out judge, the reference model's log-prob per token of the
+completions (higher: the text still reads like the language the model started from). On seed 1,
+Online DPO's text is the closer one: $-4.54$ against PPO's $-4.70$. Lesson: "Online DPO keeps its
+text closer to the reference than PPO". What do three seeds say?
+
+<details><summary>Answer</summary>
+
+The cell after the check prints it: seeds 2 and 3 go the other way, PPO − Online DPO = $-0.155$,
+$+0.809$, $+0.103$, a mean of $+0.252$ ($-0.988$ to $+1.492$): the one-seed lesson reversed its sign
+and is not resolved at $n = 3$. With 1.96 in place of $t$, the proxy reward's difference (+0.070)
+would be called decided; the package records it as not resolved ($-0.006$ to $+0.147$, `docs/results.md`).
+</details>
+
+Solution: `rlhf_scratch.course.solutions_capstones.paired_difference_interval`; the package's:
+`rlhf_scratch.studies.stats.paired_difference` (and `verdict`, with the seeds it would take).""", '''\\
+def paired_difference_interval(
+    a: list[float], b: list[float], confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """(mean d, low, high): d_i = a_i - b_i, mean d +- t_{(1+c)/2, n-1} * s_d / sqrt(n); one seed: (d, -inf, inf)."""
+    raise NotImplementedError''', after='''\\
+# the package's recorded three-seed comparison: what one seed says, and what three say
+runs = recorded_runs("compare_sentiment_2026-11-25_3seeds.json")["runs"]
+for metric in ("eval/ref_logprob_per_token_final", "eval/vader_final", "eval/repeated_3grams_final", "reward_final"):
+    ppo = [runs[f"ppo-s{seed}"][metric] for seed in (1, 2, 3)]
+    dpo = [runs[f"online_dpo-s{seed}"][metric] for seed in (1, 2, 3)]
+    mean, low, high = paired_difference_interval(ppo, dpo)
+    verdict = "decided" if low > 0 or high < 0 else "not resolved"
+    print(f"{metric}: PPO - Online DPO on seed 1 {ppo[0] - dpo[0]:+.3f}; "
+          f"on three seeds {mean:+.3f} ({low:+.3f} to {high:+.3f}), {verdict}")''')
+
+CAPSTONES = notebook(
+    """# Exercises 6 · Capstones: a trainer from the contract, the microscope as a grader, a verdict over seeds
+
+The course went formula (exercises 1–2) → component (3–4) → interpretability (5). These three are
+each a whole job: **write an algorithm** the way the package adds one and train it; **grade an
+estimator exactly** with the exact-gradient microscope instead of trusting a noisy run; and **decide
+a lesson** the way every study here does, over seeds with an interval — on the package's own
+recorded runs, where a one-seed lesson reversed. Each check compares with the package's own
+(`RLOOTrainer`, the microscope's exact KL, `studies.stats`). Notebook `../07_exact_gradient_microscope.ipynb`
+goes on to the open problems.""",
+    [RLOO_TRAINER, K3, PAIRED],
+    """## All three pass?
+
+Read `rlhf_scratch/course/solutions_capstones.py`, then `rlhf_scratch/algorithms/rloo/` (the same
+trainer with TRL's metrics), `rlhf_scratch/microscope/` (every estimator of the package, graded as
+yours was: `docs/exact.md`) and `rlhf_scratch/studies/stats.py` (`verdict`, `seeds_needed`). Your
+algorithm runs from the command line too, registered through the environment
+(`RLHF_SCRATCH_ALGORITHMS=my_module.py:register python -m rlhf_scratch.train sentiment --algo my_rloo`),
+and a study of it over seeds: `python -m rlhf_scratch.compare sentiment --algos my_rloo,rloo --seeds 1,2,3`
+(`docs/results.md` says how every lesson there was decided).""",
+    how=HOW_SOLUTIONS.format(extra=" and `solutions_capstones.py`"),
+    imports=("from dataclasses import dataclass\nfrom typing import ClassVar\n\n"
+             "from rlhf_scratch.course.capstone_kit import (\n"
+             "    Algorithm, Batch, RLOOArgs, Trainer, minibatch_rows, recorded_runs, sequence_log_probs, train_phases,\n"
+             ")\nfrom rlhf_scratch.course.checks_capstones import exact_kl, exact_mean"),
+)
+
+
 NOTEBOOKS = {"01_ppo_objective_exercises.ipynb": PPO, "02_beyond_ppo_exercises.ipynb": BEYOND,
              "03_components_exercises.ipynb": COMPONENTS, "04_rollout_exercises.ipynb": ROLLOUT,
-             "05_interp_exercises.ipynb": INTERP}
+             "05_interp_exercises.ipynb": INTERP, "06_capstones_exercises.ipynb": CAPSTONES}
 """Every exercise notebook of this folder, by file name."""
 
 

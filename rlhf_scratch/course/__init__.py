@@ -9,8 +9,10 @@ the classic mistake by the number it produced (logits and tokens off by one, a m
 the KL the wrong way round, padding counted in a mean, log(softmax) at logits x 100, ...) and says
 so. `notebooks/exercises/` holds a stub and its check for every function. The checks live by topic:
 `checks.py` (exercises 01-03), `checks_sampling.py` and `checks_reward.py` (04: sampling, the replay
-memory, the reward model), `checks_interp.py` (05: interpretability on a planted model); `catalogue.py`
-lists them all. The solutions written to be read: `solutions.py`, `solutions_interp.py`. The other
+memory, the reward model), `checks_interp.py` (05: interpretability on a planted model),
+`checks_capstones.py` (06: RLOO's trainer from the contract, a KL estimator graded by the microscope,
+a paired interval over seeds); `catalogue.py` lists them all. The solutions written to be read: `solutions.py`, `solutions_interp.py`,
+`solutions_capstones.py`; `capstone_kit.py` is what notebook 06 builds with. The other
 modules of this package (the learning-phase check of notebook 06, re-executing the notebooks) are
 imported by name.
 
@@ -51,6 +53,11 @@ _CHECKS_BY_MODULE = {
         "check_logit_lens_logit_diff",
         "check_residual_patching",
         "check_steered_logits",
+    ),
+    "checks_capstones": (  # exercises 06: a whole trainer, an estimator graded exactly, a verdict over seeds
+        "check_calc_k3_kl",
+        "check_make_rloo_algorithm",
+        "check_paired_difference_interval",
     ),
 }
 _CHECKS = {name: module for module, names in _CHECKS_BY_MODULE.items() for name in names}

@@ -1,5 +1,6 @@
 """Every exercise of the course in one place: its solution's `Reference`, its cases and its `check_*`,
-gathered from the topic modules (`checks`, `checks_sampling`, `checks_reward`, `checks_interp`).
+gathered from the topic modules (`checks`, `checks_sampling`, `checks_reward`, `checks_interp`,
+`checks_capstones`).
 
 The tests read this (every check passes its solution, no classic mistake gives the answer, every stub
 has its check), and so does `notebooks/exercises/make_exercises.py`'s test of which checks exist.
@@ -8,10 +9,10 @@ Importing it imports TransformerLens (the interp checks build a planted model on
 
 from collections.abc import Callable
 
-from rlhf_scratch.course import checks, checks_interp, checks_reward, checks_sampling
+from rlhf_scratch.course import checks, checks_capstones, checks_interp, checks_reward, checks_sampling
 from rlhf_scratch.course.checks import Case, Reference
 
-MODULES = (checks, checks_sampling, checks_reward, checks_interp)
+MODULES = (checks, checks_sampling, checks_reward, checks_interp, checks_capstones)
 
 REFERENCES: dict[str, Reference] = {name: ref for m in MODULES for name, ref in m.REFERENCES.items()}
 """Each exercise's solution: `from <module> import <name>`, with this signature."""
