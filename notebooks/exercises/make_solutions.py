@@ -131,6 +131,8 @@ def build(exercise: Path, previous: nbformat.NotebookNode | None = None) -> nbfo
         cells.append(cell)
     nb.cells = cells
     old = {c.id: c for c in previous.cells} if previous else {}
+    if previous and "language_info" in previous.metadata:
+        nb.metadata["language_info"] = previous.metadata["language_info"]  # what the kernel said when it ran
     for cell in nb.cells:
         before = old.get(cell.id)
         if cell.cell_type == "code" and before is not None and before.source == cell.source:

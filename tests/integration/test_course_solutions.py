@@ -63,7 +63,10 @@ def test_regenerating_keeps_the_outputs_of_unchanged_cells_only():
         cell.execution_count = 7
         cell.metadata["rlhf_scratch"] = {"source_sha256": "abc"}
     solution.source += "\n# edited since it ran"
-    again = {c.id: c for c in GENERATOR.build(exercise, executed).cells}
+    executed.metadata["language_info"] = {"name": "python", "version": "3.11.7"}  # nbclient fills it in
+    rebuilt = GENERATOR.build(exercise, executed)
+    assert rebuilt.metadata["language_info"] == {"name": "python", "version": "3.11.7"}
+    again = {c.id: c for c in rebuilt.cells}
     assert again[check.id].outputs == check.outputs and again[check.id].execution_count == 7
     assert again[check.id].metadata["rlhf_scratch"] == {"source_sha256": "abc"}
     assert again[solution.id].outputs == [] and again[solution.id].execution_count is None
