@@ -16,6 +16,9 @@ Presets fill in the model, the reward model and the hyper-parameters that suit t
 given on the command line wins over the preset. `validate()` is called once at start and fails
 with one line naming the field and the rule. This module imports nothing heavy (no torch), so a
 bad flag is answered at once.
+
+Longer than 500 lines because `CommonArgs` is every flag the algorithms share, each with the
+docstring tyro shows as its help: split up, one command's flags would be read from several files.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from rlhf_scratch.config import registry
 DIRECTIONS = ("pos", "neg")
 KV_CACHES = ("auto", "static", "transformer_lens")
 CHAT_TEMPLATES = ("auto", "none")
+TRUNCATIONS = ("error", "left", "right")  # verl's data.truncation for a prompt over max_prompt_length
 LORA_TARGETS = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")  # the block weights LoRA can adapt (lora.LAYOUTS)
 """What scores each task that reads no reward model (a refused --reward-model names it)."""
 PROMPT_PREFIX = "prefix"  # --prompts prefix: every sample continues args.prefix (the blog)
@@ -168,8 +172,8 @@ class CommonArgs:
     # --- the rollout -----------------------------------------------------------------------
     prompts: str = PROMPT_PREFIX
     """Prompt source: `prefix` (every sample continues --prefix, the blog), `rt` (review openings
-    from the Rotten Tomatoes train split), a local .txt (one per line) or .jsonl (`prompt` field)
-    file, or a Hugging Face dataset id or folder with a `prompt` column."""
+    from the Rotten Tomatoes train split), a local .txt (one per line), .jsonl (`prompt` field) or
+    .parquet file, or a Hugging Face dataset id or folder with a `prompt` column (--prompt-key)."""
     prefix: str = "This movie was really"
     """The prompt every sample continues when --prompts is `prefix`."""
     prepend_bos: bool = True
@@ -182,6 +186,18 @@ class CommonArgs:
     and tokenized as rendered (no --prepend-bos: the template writes the BOS where its model wants
     one); without a template (tiny, GPT-2), plain text. `none`: plain text always. The reward, the
     logs and samples.md still see the plain prompt and the completion's own text."""
+    prompt_key: str = "prompt"
+    """The column (.parquet, dataset) or field (.jsonl) holding the prompts (verl's `data.prompt_key`):
+    strings, or verl's chat format, lists of {"role", "content"} messages (rendered through the model's
+    chat template: rollout/rl_dataset.py)."""
+    max_prompt_length: int = 0
+    """Most tokens of a prompt as the model is given it (verl's `data.max_prompt_length`); a longer
+    one is refused, cut or dropped (--truncation, --filter-overlong-prompts). 0: no limit."""
+    truncation: Literal["error", "left", "right"] = "error"
+    """A prompt over --max-prompt-length: `error` (one line naming its row), `left` (keep its last
+    tokens) or `right` (keep its first), verl's `data.truncation`."""
+    filter_overlong_prompts: bool = False
+    """Drop the prompts over --max-prompt-length instead (verl's `data.filter_overlong_prompts`)."""
     gen_len: int = 30
     """New tokens generated per sample (the most, with stop_at_eos)."""
     temperature: float = 1.0
@@ -286,7 +302,13 @@ class CommonArgs:
         _check(task.reads_reward_model or self.reward_model == PRESETS[self.preset]["reward_model"], "reward_model",
                f"only task sentiment reads a reward model; task {self.task} is scored by "
                f"{task.scored_by}: drop --reward-model, or use task sentiment")
-        _check(self.prompts != "", "prompts", "must name a source: prefix, rt, a .txt/.jsonl file or a dataset")
+        _check(self.prompt_key != "", "prompt_key", "must name a column (verl's default: prompt)")
+        _check(self.max_prompt_length >= 0, "max_prompt_length", f"must be >= 0 (0 = no limit); got {self.max_prompt_length}")
+        _check(self.truncation in TRUNCATIONS, "truncation", f"must be one of {', '.join(TRUNCATIONS)}; got {self.truncation!r}")
+        for name in ("truncation", "filter_overlong_prompts"):  # without a limit nothing is too long: they would do nothing
+            _check(self.max_prompt_length > 0 or getattr(self, name) == self.__dataclass_fields__[name].default, name,
+                   f"needs --max-prompt-length N > 0; got {name} {getattr(self, name)!r} with no limit")
+        _check(self.prompts != "", "prompts", "must name a source: prefix, rt, a .txt/.jsonl/.parquet file or a dataset")
         _check(self.prompts != PROMPT_PREFIX or self.prefix != "" or self.prepend_bos, "prefix",
                "must be non-empty when prepend_bos is False (generation needs at least one token)")
         return self

@@ -52,7 +52,8 @@ from rlhf_scratch.engine.run_setup import resolve_device
 from rlhf_scratch.engine.trainer import Trainer
 from rlhf_scratch.reward.heldout import heldout_metrics
 from rlhf_scratch.rollout.phase import Rollout, penalised_rewards
-from rlhf_scratch.rollout.prompts import PromptIterator, load_prompts
+from rlhf_scratch.rollout.prompts import PromptIterator
+from rlhf_scratch.rollout.rl_dataset import run_prompts
 
 
 def num_generations(args: CommonArgs) -> int:
@@ -120,7 +121,7 @@ class RayPPOTrainer:
         self.use_critic = uses_critic(args)
         self.estimator = advantage_estimator(self.args)
         self.pairwise = self.num_generations == 2 and args.algo == "online_dpo"
-        self.prompts = PromptIterator(load_prompts(args.prompts, prefix=args.prefix, seed=args.seed), args.seed)
+        self.prompts = PromptIterator(run_prompts(self.args), args.seed)  # the in-process trainer's prompts (rl_dataset)
         actor = RayClassWithInitArgs(ActorRolloutRefWorker, self.args)
         critic = RayClassWithInitArgs(CriticWorker)
         rm = RayClassWithInitArgs(RewardModelWorker, self.args)

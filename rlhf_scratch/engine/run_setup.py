@@ -7,6 +7,7 @@ writes its folder)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -17,7 +18,8 @@ from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.models.loading import load_lm
 from rlhf_scratch.models.policy import ADAPTER_FIELDS, trainable_lm
 from rlhf_scratch.rollout.generation import prompt_tokens, use_chat_template
-from rlhf_scratch.rollout.prompts import PromptIterator, check_prompt_lengths, load_prompts
+from rlhf_scratch.rollout.prompts import PromptIterator, check_prompt_lengths
+from rlhf_scratch.rollout.rl_dataset import run_prompts
 
 
 def resolve_device(device: str) -> str:
@@ -55,15 +57,20 @@ def load_policy(model: str, device: str) -> HookedTransformer:
     return load_lm(model, device=device).train()
 
 
-def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIterator:
+def make_prompt_iterator(args: CommonArgs, model: HookedTransformer, say: Callable[[str], None] | None = None) -> PromptIterator:
     """The run's prompts, shuffled with the run's seed, in the format `model` will be given them:
     --chat-template is applied to it here (`generation.use_chat_template`: with `none` its tokenizer
     loses its template, for every rollout and evaluation of this run), and each prompt is checked
-    against the context length as the model will see it (template tokens included)."""
+    against the context length as the model will see it (template tokens included). Chat messages,
+    --max-prompt-length and its truncation: `rl_dataset.run_prompts`, with the model's tokenizer;
+    `say` hears how many over-long prompts it dropped."""
     if args.gen_len >= model.cfg.n_ctx:
         raise ConfigError(f"gen_len: {args.gen_len} leaves no room for a prompt in the model's context n_ctx={model.cfg.n_ctx}")
+    if args.max_prompt_length + args.gen_len > model.cfg.n_ctx:  # (then no prompt it lets through overflows)
+        raise ConfigError(f"max_prompt_length: {args.max_prompt_length} with gen_len {args.gen_len} exceeds the "
+                          f"model's context n_ctx={model.cfg.n_ctx}")
     use_chat_template(model, args.chat_template)
-    prompts = load_prompts(args.prompts, prefix=args.prefix, seed=args.seed)
+    prompts = run_prompts(args, model.tokenizer, say=say)
     check_prompt_lengths(
         prompts, lambda p: prompt_tokens(model, p, args.prepend_bos).shape[0],
         model.cfg.n_ctx, args.gen_len, "prefix" if args.prompts == PROMPT_PREFIX else args.prompts,
@@ -72,7 +79,7 @@ def make_prompt_iterator(args: CommonArgs, model: HookedTransformer) -> PromptIt
 
 
 MODEL_CHECKED = ("model", *ADAPTER_FIELDS, "gen_len", "prompts", "prefix", "prepend_bos",
-                 "chat_template")
+                 "chat_template", "prompt_key", "max_prompt_length", "truncation", "filter_overlong_prompts")
 """The fields `check_against_model` reads: runs equal in these need the check once."""
 
 

@@ -95,7 +95,7 @@ class Trainer:
         self.lm: HookedTransformer = lm
         """The language model being tuned (an algorithm's policy may hold more around it): what samples and what interp reads."""
         self.policy: Policy = self.build_policy(lm)
-        self.prompts = make_prompt_iterator(args, lm)
+        self.prompts = make_prompt_iterator(args, lm, say=None if self.quiet else lambda text: tqdm.write(f"note: {text}", file=sys.stderr))
         self.reward_fn = reward_fn or make_reward_fn(args, device=self.device)
         self.judge: Judge | None = None  # Online DPO may set one
         self.optimizer, self.scheduler = get_optimizer_and_scheduler(args, self.policy)

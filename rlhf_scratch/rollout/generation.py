@@ -67,6 +67,7 @@ from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from rlhf_scratch.core.objectives import temperature_scaled
 from rlhf_scratch.models.static_cache import DecoderCache, StaticCacheDecoder, has_hooks, unsupported_reason
+from rlhf_scratch.rollout.rl_dataset import TokenizedPrompt
 
 ChatTemplate = Literal["auto", "none"]
 
@@ -100,8 +101,11 @@ def prompt_tokens(model: HookedTransformer, prompt: str, prepend_bos: bool) -> I
 
         chat template:  tokens(render_prompt(p))  with no special token added (the template wrote them)
         otherwise:      [BOS if prepend_bos] + tokens(p)
+        a TokenizedPrompt (chat messages, or cut to --max-prompt-length: rl_dataset.py): its own ids
 
-    Not truncated: a prompt too long for the context is refused before sampling (`check_prompt_lengths`)."""
+    Not truncated here: a prompt too long for the context is refused before sampling (`check_prompt_lengths`)."""
+    if isinstance(prompt, TokenizedPrompt):
+        return torch.tensor(prompt.ids, dtype=torch.long, device=model.cfg.device)
     if not has_chat_template(model):
         return model.to_tokens(prompt, prepend_bos=prepend_bos, truncate=False)[0]
     ids = model.tokenizer.encode(render_prompt(model, prompt), add_special_tokens=False)

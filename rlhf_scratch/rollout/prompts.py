@@ -6,11 +6,17 @@ Sources:
 - `rt`: review openings — the first k words, k ~ U{2..8} (seeded), of each snippet of the
   Rotten Tomatoes TRAIN split the tiny preset was built from, as TRL's classic gpt2-sentiment
   example used IMDB review openings. Never the validation or test split;
-- a local `.txt` (one prompt per line; blank lines skipped) or `.jsonl` (a string `prompt` field
-  per line) file;
+- a local `.txt` (one prompt per line; blank lines skipped) or `.jsonl` (a `prompt` field per
+  line) file;
+- a local `.parquet` file (verl's data files), read with pyarrow: its `prompt` column;
 - anything else: a Hugging Face `datasets` dataset id, or a local folder (saved with
   `save_to_disk`, or of data files), with a `prompt` column: train split; a Hub id offline gives
   the same one-line `HubUnreachableError` as a Hub model.
+
+The column (or field) is `--prompt-key` (verl's `data.prompt_key`, default `prompt`). A prompt is a
+string, or, in the .jsonl, .parquet and dataset sources, verl's chat format: a list of
+{"role", "content"} messages (`load_prompt_rows`; `rl_dataset.run_prompts` renders them through the
+model's chat template). `load_prompts` gives strings only, for the commands that take no messages.
 
 Why shuffle and cycle: a rollout phase takes a batch of prompts. Taking them in file order would
 give phases whose prompts are correlated (a file sorted by topic trains on one topic at a time);
@@ -20,7 +26,8 @@ epoch), so every prompt is used equally often, and a resumed run continues exact
 stopped (`state_dict` is two integers: the permutation is recomputed from `(seed, epoch)`).
 
 Every bad source is one `PromptError` line naming the file and its 1-based line (or the dataset
-and its row), e.g. `prompts: data/p.jsonl line 3: no "prompt" field`.
+and its row), e.g. `prompts: data/p.jsonl line 3: no "prompt" field`, or its missing column with
+the columns it has.
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ from pathlib import Path
 from rlhf_scratch.config import PROMPT_PREFIX
 
 RT = "rt"
-FILE_SUFFIXES = (".txt", ".jsonl")
+FILE_SUFFIXES = (".txt", ".jsonl")  # sources named by line
+PARQUET = ".parquet"
 OPENING_WORDS = (2, 8)  # an `rt` prompt is the first k words of a snippet, k uniform in this range
 SAVED_DATASET_FILES = ("dataset_info.json", "state.json", "dataset_dict.json")  # what save_to_disk writes
 
@@ -80,33 +88,69 @@ def prompts_from_txt(path: Path) -> list[str]:
     return [line.strip() for _, line in _nonblank_lines(path)]
 
 
-def prompts_from_jsonl(path: Path) -> list[str]:
-    """One JSON object per non-blank line, each with a string `prompt` field (other fields ignored)."""
+Messages = list[dict[str, str]]
+"""verl's chat format: [{"role": "system"|"user"|..., "content": "..."}, ...]."""
+
+
+def _prompt_value(value: object, place: str, key: str) -> str | Messages:
+    """`value` as a prompt: a string, or a non-empty list of {"role", "content"} string messages
+    (extra keys dropped); anything else is one PromptError line starting with `place`."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, (list, tuple)) or not value:
+        kind = "an empty list" if isinstance(value, (list, tuple)) else type(value).__name__
+        raise PromptError(f'{place}: "{key}" is {kind}, not a string or a list of chat messages')
+    for number, message in enumerate(value, start=1):
+        if not (isinstance(message, dict) and isinstance(message.get("role"), str) and isinstance(message.get("content"), str)):
+            raise PromptError(f'{place}: "{key}" message {number} needs a "role" and a "content" string')
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def prompts_from_jsonl(path: Path, key: str = "prompt") -> list[str | Messages]:
+    """One JSON object per non-blank line, each with a `key` field (other fields ignored)."""
     prompts = []
     for number, line in _nonblank_lines(path):
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
             raise PromptError(f"prompts: {path} line {number}: not valid JSON ({e.msg})") from None
-        if not isinstance(record, dict) or "prompt" not in record:
-            raise PromptError(f'prompts: {path} line {number}: no "prompt" field')
-        if not isinstance(record["prompt"], str):
-            kind = type(record["prompt"]).__name__
-            raise PromptError(f'prompts: {path} line {number}: "prompt" is {kind}, not a string')
-        prompts.append(record["prompt"])
+        if not isinstance(record, dict) or key not in record:
+            raise PromptError(f'prompts: {path} line {number}: no "{key}" field')
+        prompts.append(_prompt_value(record[key], f"prompts: {path} line {number}", key))
     return prompts
 
 
-def prompts_from_dataset(name: str) -> list[str]:
-    """The `prompt` column of a `datasets` dataset's train split: a folder written by
-    `save_to_disk` (`load_from_disk`), else a Hub id or a folder of data files (`load_dataset`)."""
+def prompts_from_parquet(path: Path, key: str = "prompt") -> list[str | Messages]:
+    """The `key` column of a parquet file (verl's `data.train_files`), read with pyarrow: strings
+    or lists of messages; the error names the 1-based row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if path.is_dir():
+        raise PromptError(f"prompts: {path}: is a folder, not a .parquet file")
+    if not path.is_file():
+        raise PromptError(f"prompts: {path}: not found")
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        raise PromptError(f"prompts: {path}: not a readable parquet file ({first_line})") from None
+    if key not in table.column_names:
+        raise PromptError(f"prompts: {path}: no '{key}' column (columns: {', '.join(table.column_names)}); "
+                          f"name it with --prompt-key")
+    return [_prompt_value(v, f"prompts: {path} row {row}", key) for row, v in enumerate(table.column(key).to_pylist(), start=1)]
+
+
+def prompts_from_dataset(name: str, key: str = "prompt") -> list[str | Messages]:
+    """The `key` column of a `datasets` dataset's train split: a folder written by `save_to_disk`
+    (`load_from_disk`), else a Hub id or a folder of data files (`load_dataset`)."""
     import datasets
 
     from rlhf_scratch.models.loading import hub_errors, is_offline_error
 
     path = Path(name).expanduser()
     if path.is_file():
-        raise PromptError(f"prompts: {name}: a prompt file must be .txt or .jsonl")
+        raise PromptError(f"prompts: {name}: a prompt file must be .txt, .jsonl or .parquet")
     if not path.exists() and name.startswith(("/", "./", "../", "~")):
         raise PromptError(f"prompts: {name}: no such file or folder")
     with hub_errors(name):  # offline and not cached -> HubUnreachableError, at once
@@ -124,35 +168,46 @@ def prompts_from_dataset(name: str) -> list[str]:
                 raise  # (the Hub's absence is HubUnreachableError's job)
             first_line = (str(e).strip().splitlines() or [""])[0]
             raise PromptError(f"prompts: {name}: {type(e).__name__}: {first_line}".rstrip(": ")) from None
-    if "prompt" not in data.column_names:
-        raise PromptError(f"prompts: {name}: no 'prompt' column (columns: {', '.join(data.column_names)})")
-    prompts = list(data["prompt"])
-    for row, prompt in enumerate(prompts, start=1):
-        if not isinstance(prompt, str):
-            raise PromptError(f"prompts: {name} row {row}: prompt is {type(prompt).__name__}, not a string")
-    return prompts
+    if key not in data.column_names:
+        raise PromptError(f"prompts: {name}: no '{key}' column (columns: {', '.join(data.column_names)})")
+    return [_prompt_value(v, f"prompts: {name} row {row}", key) for row, v in enumerate(data[key], start=1)]
 
 
-def load_prompts(source: str, prefix: str = "This movie was really", seed: int = 0) -> list[str]:
-    """The prompts of `source` (see the module docstring), in file/dataset order (not shuffled)."""
+def load_prompt_rows(source: str, prefix: str = "This movie was really", seed: int = 0,
+                     key: str = "prompt") -> list[str | Messages]:
+    """The prompts of `source` (see the module docstring), in file/dataset order (not shuffled):
+    strings, and lists of chat messages where the source has them."""
     suffix = Path(source).suffix.lower()
     if source == PROMPT_PREFIX:
         return [prefix]
     if source == RT:
-        prompts = review_openings(seed)
+        prompts: list[str | Messages] = list(review_openings(seed))
     elif suffix == ".txt":
-        prompts = prompts_from_txt(Path(source).expanduser())
+        prompts = list(prompts_from_txt(Path(source).expanduser()))
     elif suffix == ".jsonl":
-        prompts = prompts_from_jsonl(Path(source).expanduser())
+        prompts = prompts_from_jsonl(Path(source).expanduser(), key)
+    elif suffix == PARQUET:
+        prompts = prompts_from_parquet(Path(source).expanduser(), key)
     else:
-        prompts = prompts_from_dataset(source)
+        prompts = prompts_from_dataset(source, key)
     if not prompts:
-        what = "file" if suffix in FILE_SUFFIXES else "dataset"
+        what = "file" if suffix in (*FILE_SUFFIXES, PARQUET) else "dataset"
         raise PromptError(f"prompts: {source}: no prompts ({what} is empty)")
     return prompts
 
 
-def _where(source: str, index: int) -> str:
+def load_prompts(source: str, prefix: str = "This movie was really", seed: int = 0, key: str = "prompt") -> list[str]:
+    """The prompts of `source` as strings (`load_prompt_rows`); a row of chat messages is one
+    PromptError line (they need a model's chat template: `rl_dataset.run_prompts`, as train does)."""
+    prompts = load_prompt_rows(source, prefix, seed, key)
+    for index, prompt in enumerate(prompts, start=1):
+        if not isinstance(prompt, str):
+            raise PromptError(f"{locate(source, index)}: chat messages need a model's chat template "
+                              f"(python -m rlhf_scratch.train renders them); this command takes strings")
+    return prompts  # type: ignore[return-value]
+
+
+def locate(source: str, index: int) -> str:
     """How an error names the `index`-th (1-based) prompt of `source`: the `prefix` field, a
     file's line number (blank lines count, as an editor shows them), or a dataset's row."""
     if source == PROMPT_PREFIX:
@@ -169,14 +224,14 @@ def check_prompt_lengths(
     prompts: list[str], count_tokens: Callable[[str], int], n_ctx: int, gen_len: int, source: str
 ) -> None:
     """Every prompt needs ≥ 1 token (something to continue) and must leave room for `gen_len`
-    new ones: tokens + gen_len ≤ n_ctx. The error names the first bad prompt (see `_where`)."""
+    new ones: tokens + gen_len ≤ n_ctx. The error names the first bad prompt (see `locate`)."""
     for index, prompt in enumerate(prompts, start=1):
         n = count_tokens(prompt)
         if n == 0:
-            raise PromptError(f"{_where(source, index)}: an empty prompt has no token to continue (use --prepend-bos)")
+            raise PromptError(f"{locate(source, index)}: an empty prompt has no token to continue (use --prepend-bos)")
         if n + gen_len > n_ctx:
             raise PromptError(
-                f"{_where(source, index)}: {n} tokens with gen_len {gen_len} exceed the model's context n_ctx={n_ctx}")
+                f"{locate(source, index)}: {n} tokens with gen_len {gen_len} exceed the model's context n_ctx={n_ctx}")
 
 
 class PromptIterator:

@@ -42,8 +42,8 @@ def test_jsonl_prompt_field_blank_lines_skipped_other_fields_ignored(tmp_path):
          "prompts: {path} line 2: not valid JSON (Expecting property name enclosed in double quotes)"),
         ("nofield.jsonl", '{"prompt": "a"}\n\n{"text": "c"}\n', 'prompts: {path} line 3: no "prompt" field'),
         ("list.jsonl", '["a prompt"]\n', 'prompts: {path} line 1: no "prompt" field'),
-        ("notstr.jsonl", '{"prompt": "a"}\n{"prompt": 7}\n', 'prompts: {path} line 2: "prompt" is int, not a string'),
-        ("null.jsonl", '{"prompt": null}\n', 'prompts: {path} line 1: "prompt" is NoneType, not a string'),
+        ("notstr.jsonl", '{"prompt": "a"}\n{"prompt": 7}\n', 'prompts: {path} line 2: "prompt" is int, not a string or a list of chat messages'),
+        ("null.jsonl", '{"prompt": null}\n', 'prompts: {path} line 1: "prompt" is NoneType, not a string or a list of chat messages'),
     ],
 )
 def test_bad_file_is_one_line_naming_file_and_line(tmp_path, name, text, message):
@@ -68,7 +68,7 @@ def test_other_local_paths_are_one_line_errors_not_hub_lookups(tmp_path):
     csv.write_text("prompt\nhello\n")
     with pytest.raises(PromptError) as err:
         load_prompts(str(csv))
-    assert str(err.value) == f"prompts: {csv}: a prompt file must be .txt or .jsonl"
+    assert str(err.value) == f"prompts: {csv}: a prompt file must be .txt, .jsonl or .parquet"
     with pytest.raises(PromptError) as err:
         load_prompts("./no/such/folder")
     assert str(err.value) == "prompts: ./no/such/folder: no such file or folder"
@@ -218,7 +218,7 @@ def test_bad_datasets_are_one_line_errors(tmp_path):
     datasets.Dataset.from_dict({"prompt": ["a", None]}).save_to_disk(str(tmp_path / "null"))
     with pytest.raises(PromptError) as err:
         load_prompts(str(tmp_path / "null"))
-    assert str(err.value) == f"prompts: {tmp_path / 'null'} row 2: prompt is NoneType, not a string"
+    assert str(err.value) == f"prompts: {tmp_path / 'null'} row 2: \"prompt\" is NoneType, not a string or a list of chat messages"
     datasets.Dataset.from_dict({"prompt": ["a"]}).select([]).save_to_disk(str(tmp_path / "empty"), num_shards=1)
     with pytest.raises(PromptError) as err:
         load_prompts(str(tmp_path / "empty"))
