@@ -893,7 +893,7 @@ mistake the check names by the update it gives.
 </details>
 
 Solution: `rlhf_scratch.course.solutions_capstones.make_rloo_algorithm`; the package's:
-`rlhf_scratch.algorithms.rloo` (`objective.py` and `trainer.py`, with TRL's metrics).""", '''\\
+`rlhf_scratch.algorithms.rloo` (`objective.py` and `trainer.py`, with TRL's metrics).""", '''\
 @dataclass
 class MyRLOOArgs(RLOOArgs):
     """RLOO's fields (num_generations G, beta, epsilon_low, epsilon_high, num_iterations, ...) under our own name."""
@@ -921,7 +921,7 @@ class MyRLOOTrainer(Trainer):
 
 def make_rloo_algorithm(name: str = "my_rloo") -> Algorithm:
     """The registry entry: Algorithm(name, label, args=MyRLOOArgs, trainer=MyRLOOTrainer)."""
-    raise NotImplementedError''', after='''\\
+    raise NotImplementedError''', after='''\
 # train it: registered for the call, three phases on the tiny preset through the engine (about half a minute);
 # three phases show that it runs, not that it learns (the default runs take 100: docs/results.md)
 for m in train_phases(make_rloo_algorithm(), phases=3):
@@ -954,12 +954,12 @@ $k_1$ is negative wherever $\pi_\text{ref} > \pi$ — the check's second case na
 </details>
 
 Solution: `rlhf_scratch.algorithms.grpo.calc_k3_kl`; the microscope: `rlhf_scratch.microscope`
-(`python -m rlhf_scratch.microscope` measures every estimator of the package this way).""", '''\\
+(`python -m rlhf_scratch.microscope` measures every estimator of the package this way).""", '''\
 def calc_k3_kl(
     logprobs: Float[Tensor, "batch gen_len"], ref_logprobs: Float[Tensor, "batch gen_len"]
 ) -> Float[Tensor, "batch gen_len"]:
     """k3 = (r - 1) - log r per token, r = pi_ref / pi = exp(ref_logprobs - logprobs)."""
-    raise NotImplementedError''', after='''\\
+    raise NotImplementedError''', after='''\
 # grade any estimator the same way: its exact mean over every completion against the exact KL
 kl = exact_kl()
 estimators = {"k1": lambda lp, rf: lp - rf, "k2": lambda lp, rf: 0.5 * (lp - rf) ** 2, "your k3": calc_k3_kl}
@@ -997,12 +997,12 @@ would be called decided; the package records it as not resolved ($-0.006$ to $+0
 </details>
 
 Solution: `rlhf_scratch.course.solutions_capstones.paired_difference_interval`; the package's:
-`rlhf_scratch.studies.stats.paired_difference` (and `verdict`, with the seeds it would take).""", '''\\
+`rlhf_scratch.studies.stats.paired_difference` (and `verdict`, with the seeds it would take).""", '''\
 def paired_difference_interval(
     a: list[float], b: list[float], confidence: float = 0.95
 ) -> tuple[float, float, float]:
     """(mean d, low, high): d_i = a_i - b_i, mean d +- t_{(1+c)/2, n-1} * s_d / sqrt(n); one seed: (d, -inf, inf)."""
-    raise NotImplementedError''', after='''\\
+    raise NotImplementedError''', after='''\
 # the package's recorded three-seed comparison: what one seed says, and what three say
 runs = recorded_runs("compare_sentiment_2026-11-25_3seeds.json")["runs"]
 for metric in ("eval/ref_logprob_per_token_final", "eval/vader_final", "eval/repeated_3grams_final", "reward_final"):
