@@ -229,11 +229,11 @@ def args_for(algo, **overrides):
 
 
 @functools.cache
-def in_process_run(algo, tmp_path):
+def in_process_run(algo, tmp_path, **overrides):
     """The in-process trainer's run (loop.run_training): metrics.jsonl and the final weights (once per algorithm)."""
     from rlhf_scratch.config import registry
 
-    args = args_for(algo)
+    args = args_for(algo, **overrides)
 
     trainer = registry.get(args.algo).trainer_class()(args, quiet=True)
     run_dir = trainer.train(tmp_path / "in_process")
@@ -245,14 +245,17 @@ def not_timing(key):
     return not key.startswith(("time/", "timing/", "charts/phase_time", "charts/rollout_time", "charts/tokens_per_s"))
 
 
-@pytest.mark.parametrize("algo, placement", [("online_dpo", "colocated"),  # PPO colocated: the command's test below
-                                             pytest.param("rloo", "split", marks=pytest.mark.slow),
-                                             pytest.param("grpo", "colocated", marks=pytest.mark.slow)])
-def test_ray_run_equals_the_in_process_run(algo, placement, local_ray, tmp_path):
+@pytest.mark.parametrize("algo, placement, overrides", [
+    pytest.param("online_dpo", "colocated", {}, id="online_dpo"),  # PPO colocated: the command's test below
+    pytest.param("online_dpo", "split", {"judge": "vader"}, marks=pytest.mark.slow,  # the judge's verdicts, then the pairs on the driver
+                 id="online_dpo-judge-split"),
+    pytest.param("rloo", "split", {}, marks=pytest.mark.slow, id="rloo-split"),
+    pytest.param("grpo", "colocated", {}, marks=pytest.mark.slow, id="grpo")])
+def test_ray_run_equals_the_in_process_run(algo, placement, overrides, local_ray, tmp_path):
     from rlhf_scratch.controller.ray_trainer import RayPPOTrainer
 
-    args = args_for(algo)
-    expected, expected_weights = in_process_run(algo, tmp_path.parent / algo)
+    args = args_for(algo, **overrides)
+    expected, expected_weights = in_process_run(algo, tmp_path.parent / "-".join([algo, *overrides.values()]), **overrides)
     controller = RayPPOTrainer(args, workers=1, placement=placement)
     try:
         got = controller.fit()
