@@ -10,7 +10,8 @@ trainer/ppo/ray_trainer.py, written from scratch over the package's own pieces).
         batch    |= generate_scores(batch)                                 # timing/reward: rm, missing-EOS penalty, judge
         batch    |= compute_advantage(batch)                               # timing/adv, on the driver (Online DPO:
                                                                            #   generate_pairwise_data)
-        metrics   = actor_rollout_ref.update_actor(batch)                   # timing/update_actor
+        metrics   = critic.update_critic(batch)    if phase <= critic_warmup # timing/update_critic (PPO)
+                    actor_rollout_ref.update_actor(batch)  otherwise        # timing/update_actor
 
 Each line is one call on the driver; the worker group splits the batch over its ranks, runs the
 method on each and collects in order (`decorator.register`). The advantages are the algorithm's
@@ -64,7 +65,8 @@ def num_generations(args: CommonArgs) -> int:
 
 TIMING = ("gen", "ref", "old_log_prob", "values", "reward", "adv", "update_actor")
 """The dataflow's steps, each logged as timing/<step> (seconds on the driver's clock, the call's
-wait included); `values` only where the algorithm has a critic (`timing_steps`)."""
+wait included); `values` only where the algorithm has a critic (`timing_steps`), and
+`timing/update_critic` instead of `timing/update_actor` in PPO's --critic-warmup phases."""
 
 
 def uses_critic(args: CommonArgs) -> bool:
@@ -173,8 +175,12 @@ class RayPPOTrainer:
         rollout_time = time.perf_counter() - start
         with _timer("adv", times):
             batch.batch["advantages"] = (generate_pairwise_data if self.pairwise else compute_advantage)(self.estimator, rollout)
-        with _timer("update_actor", times):
-            learned = self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]
+        if self.use_critic and phase <= getattr(args, "critic_warmup", 0):  # (an algorithm without the field has none)
+            with _timer("update_critic", times):  # verl's critic_warmup: only the critic learns
+                learned = self.critic_wg.update_critic(batch).meta_info["metrics"]
+        else:
+            with _timer("update_actor", times):  # PPO: the critic too, its loss a term of the one objective
+                learned = self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]
         seconds = time.perf_counter() - start
         metrics = {"phase": phase, **rollout_metrics(rollout), **heldout_metrics(rollout, args.direction), **learned,
                    "charts/rollout_time": rollout_time, "charts/phase_time": seconds, **times}

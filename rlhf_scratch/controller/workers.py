@@ -13,6 +13,7 @@
     CriticWorker            compute_values: trainer.compute_values, V(s_t) from the blog's value head on
                             the actor's trunk (colocated: it reads the actor of its own process); a second
                             trunk forward, the price of verl's separate call (the in-process run has one)
+        update_critic         trainer.update_critic: the value loss alone, in PPO's --critic-warmup phases
     RewardModelWorker       compute_rm_score: the task's reward (the classifier or a Bradley–Terry
                             run) through rollout.phase.compute_scores, the function trainer.compute_scores calls
 
@@ -119,10 +120,7 @@ class ActorRolloutRefWorker(Worker):
         """The trainer's `update_actor` on this rank's rows with the advantages the driver computed
         (`batch.batch["advantages"]`: the algorithm's own `compute_advantages`, run there): the actor
         only learns. Returns the phase's metrics and the learning rate it sampled with."""
-        lr = self.trainer.optimizer.param_groups[0]["lr"]
-        stats = self.trainer.update_actor(batch_of(to_rollout(batch), batch.batch["advantages"]))
-        take_times()  # the worker's timing sections are reported by the driver's clock, not summed here
-        return DataProto(meta_info={"metrics": {**stats, "charts/learning_rate": lr}})
+        return learn(self.trainer, self.trainer.update_actor, batch)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, run_dir: str, phase: int, prompts_state: dict) -> None:
@@ -154,20 +152,39 @@ class ActorRolloutRefWorker(Worker):
         return {k: v.detach().cpu().clone() for k, v in self.trainer.policy.state_dict().items()}
 
 
+def learn(trainer, update, batch: DataProto) -> DataProto:
+    """`update` (the trainer's update_actor or update_critic) on this rank's rows with the advantages
+    the driver computed; the phase's metrics and the learning rate it sampled with."""
+    lr = trainer.optimizer.param_groups[0]["lr"]
+    stats = update(batch_of(to_rollout(batch), batch.batch["advantages"]))
+    take_times()  # the worker's timing sections are reported by the driver's clock, not summed here
+    return DataProto(meta_info={"metrics": {**stats, "charts/learning_rate": lr}})
+
+
 class CriticWorker(Worker):
     """verl's critic: here the blog's value head on the actor's own trunk, so it is colocated with
-    `ActorRolloutRefWorker` and reads that actor (`self.colocated`) rather than holding a model."""
+    `ActorRolloutRefWorker` and reads that actor's trainer (`self.colocated`) rather than holding a model."""
 
     ACTOR = "actor_rollout_ref"
+
+    @property
+    def trainer(self):
+        if self.ACTOR not in self.colocated:
+            raise RuntimeError(f"critic: the value head is on the actor's trunk; colocate it with {self.ACTOR!r}")
+        return self.colocated[self.ACTOR].trainer
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @torch.no_grad()
     def compute_values(self, batch: DataProto) -> DataProto:
         """V(s_t) at every position (`trainer.compute_values`: the value head on a forward of the trunk)."""
-        if self.ACTOR not in self.colocated:
-            raise RuntimeError(f"critic: the value head is on the actor's trunk; colocate it with {self.ACTOR!r}")
-        values = self.colocated[self.ACTOR].trainer.compute_values(to_rollout(batch))
+        values = self.trainer.compute_values(to_rollout(batch))
         return DataProto() if values is None else DataProto({"values": values})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, batch: DataProto) -> DataProto:
+        """Only the critic learns (`trainer.update_critic`: the value loss alone), in a critic_warmup phase;
+        after it the critic learns inside `update_actor`, a term of PPO's one objective."""
+        return learn(self.trainer, self.trainer.update_critic, batch)
 
 
 class RewardModelWorker(Worker):

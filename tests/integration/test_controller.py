@@ -136,6 +136,38 @@ def test_the_driver_computes_every_algorithms_advantages_with_its_own_trainer_me
     assert generate_pairwise_data(dpo, rollout).tolist() == [1.0, -1.0, -1.0, 1.0]
 
 
+def test_critic_warmup_moves_only_the_value_head_then_the_policy(one_thread):
+    """PPO's --critic-warmup 2 (verl's critic_warmup): phases 1 and 2 descend the value loss alone —
+    the LM's weights stay exactly, the value head's move (in phase 2: under --warmup-steps the first
+    phase of a run is at learning rate 0), the clipped surrogate is not logged — and phase 3 is PPO's
+    whole objective; a negative count is one line."""
+    from rlhf_scratch.algorithms.ppo import RLHFTrainer
+    from rlhf_scratch.config import ConfigError
+    from rlhf_scratch.engine.batch import gather_batch
+
+    trainer = RLHFTrainer(args_for("ppo", critic_warmup=2), quiet=True)
+    lm_before = {k: v.clone() for k, v in trainer.lm.state_dict().items()}
+    head_before = {k: v.clone() for k, v in trainer.policy.value_head.state_dict().items()}
+
+    def phase():
+        batch = gather_batch(trainer.rollout_phase())
+        trainer.compute_advantages(batch)
+        return trainer.update_actor(batch)
+
+    for _ in range(2):
+        assert trainer.warming_up_critic
+        warm = phase()
+        assert warm["losses/value_loss"] > 0 and "losses/clipped_surrogate" not in warm
+    assert all(torch.equal(v, lm_before[k]) for k, v in trainer.lm.state_dict().items()), "the policy moved in the warmup"
+    assert not all(torch.equal(v, head_before[k]) for k, v in trainer.policy.value_head.state_dict().items()), \
+        "the critic did not learn in its warmup"
+    assert not trainer.warming_up_critic
+    assert "losses/clipped_surrogate" in phase()
+    assert not all(torch.equal(v, lm_before[k]) for k, v in trainer.lm.state_dict().items()), "the policy never learned"
+    with pytest.raises(ConfigError, match="^critic_warmup: must be >= 0 \\(0 = none\\); got -1$"):
+        args_for("ppo", critic_warmup=-1)
+
+
 # ---------------------------------------------------------------------------------------- on Ray
 @pytest.fixture(scope="module")
 def local_ray():
@@ -250,12 +282,13 @@ def not_timing(key):
     pytest.param("online_dpo", "split", {"judge": "vader"}, marks=pytest.mark.slow,  # the judge's verdicts, then the pairs on the driver
                  id="online_dpo-judge-split"),
     pytest.param("rloo", "split", {}, marks=pytest.mark.slow, id="rloo-split"),
-    pytest.param("grpo", "colocated", {}, marks=pytest.mark.slow, id="grpo")])
+    pytest.param("grpo", "colocated", {}, marks=pytest.mark.slow, id="grpo"),
+    pytest.param("ppo", "split", {"critic_warmup": 2}, marks=pytest.mark.slow, id="ppo-critic_warmup-split")])
 def test_ray_run_equals_the_in_process_run(algo, placement, overrides, local_ray, tmp_path):
     from rlhf_scratch.controller.ray_trainer import RayPPOTrainer
 
     args = args_for(algo, **overrides)
-    expected, expected_weights = in_process_run(algo, tmp_path.parent / "-".join([algo, *overrides.values()]), **overrides)
+    expected, expected_weights = in_process_run(algo, tmp_path.parent / "-".join([algo, *map(str, overrides.values())]), **overrides)
     controller = RayPPOTrainer(args, workers=1, placement=placement)
     try:
         got = controller.fit()
@@ -268,7 +301,9 @@ def test_ray_run_equals_the_in_process_run(algo, placement, overrides, local_ray
         assert keys <= set(g), f"phase {phase}: the controller did not log {sorted(keys - set(g))}"
         diff = {k: (g[k], e[k]) for k in keys if not (g[k] == e[k] or (g[k] != g[k] and e[k] != e[k]))}
         assert not diff, f"phase {phase}: the controller's numbers differ from the in-process run's: {diff}"
-        assert all(f"timing/{step}" in g for step in timing_steps(args))
+        warmup = phase <= overrides.get("critic_warmup", 0)  # only the critic learns: timing/update_critic instead
+        steps = [s for s in timing_steps(args) if s != "update_actor"] + ["update_critic" if warmup else "update_actor"]
+        assert all(f"timing/{step}" in g for step in steps) and ("timing/update_actor" in g) != warmup
     assert expected_weights.keys() == weights.keys()
     moved = [k for k in weights if not torch.equal(weights[k], expected_weights[k])]
     assert not moved, f"weights differ from the in-process run's: {moved[:5]}"

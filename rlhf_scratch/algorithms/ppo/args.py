@@ -61,6 +61,9 @@ class RLHFArgs(CommonArgs):
     """Target of the adaptive controller: mean per-token KL(π‖π_ref) of a rollout, in nats."""
     kl_horizon: int = 10000
     """Horizon (in samples) of the adaptive KL controller."""
+    critic_warmup: int = 0
+    """Phases at the start in which only the critic learns (verl's trainer.critic_warmup): the value
+    loss alone is descended, so the policy does not move while V catches up with it. 0: none."""
 
     def validate(self) -> "RLHFArgs":
         super().validate()
@@ -71,6 +74,7 @@ class RLHFArgs(CommonArgs):
         _check(0 <= self.gamma <= 1, "gamma", f"must be in [0, 1]; got {self.gamma}")
         _check(0 <= self.gae_lambda <= 1, "gae_lambda", f"must be in [0, 1]; got {self.gae_lambda}")
         _check(_finite(self.target_kl) and self.target_kl > 0, "target_kl", f"must be > 0; got {self.target_kl}")
+        _check(self.critic_warmup >= 0, "critic_warmup", f"must be >= 0 (0 = none); got {self.critic_warmup}")
         # Advantages are normalised per minibatch: one token has no std (NaN advantages).
         tokens = self.minibatch_size() * self.gen_len
         _check(tokens >= 2, "batch_size",

@@ -23,17 +23,20 @@ from torch import Tensor
 from rlhf_scratch.algorithms.ppo.args import RLHFArgs
 from rlhf_scratch.algorithms.ppo.objective import compute_rlhf_objective
 from rlhf_scratch.algorithms.ppo.policy import TransformerWithValueHead
+from rlhf_scratch.config import ConfigError
 from rlhf_scratch.core.advantages import compute_advantages, compute_gae_advantages
 from rlhf_scratch.core.kl_control import AdaptiveKLController
 from rlhf_scratch.core.memory import ReplayMemory, ReplayMinibatch
 from rlhf_scratch.core.objectives import (
     calc_approx_kl,
     calc_clip_fraction,
+    calc_value_fn_loss,
     explained_variance,
     generated_span,
 )
 from rlhf_scratch.core.timing import timed
 from rlhf_scratch.core.vocab_terms import unembedding
+from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.batch import Batch, batch_of
 from rlhf_scratch.engine.trainer import Trainer
 from rlhf_scratch.models.fast_forward import final_hidden
@@ -69,6 +72,8 @@ class RLHFTrainer(Trainer):
         super().__init__(args, reward_fn, quiet)
         self.beta = args.beta  # this phase's β (moved by the adaptive controller when it is on)
         self.kl_ctl = AdaptiveKLController(args.beta, args.target_kl, args.kl_horizon) if args.adaptive_kl else None
+        if args.critic_warmup and dist.world_size() > 1:  # DDP all-reduces every parameter's gradient; the trunk would have none
+            raise ConfigError("critic_warmup: not yet in a distributed run (DDP needs every parameter's gradient); use one process")
 
     policy: TransformerWithValueHead
     """The LM with the blog's value head (built by the registry's `policy` hook, `ppo/policy.py`)."""
@@ -123,24 +128,58 @@ class RLHFTrainer(Trainer):
 
     def update_actor(self, batch: Batch) -> dict[str, float]:
         """Critic and actor in one step (the value head shares the trunk): gradient ascent on J over
-        every minibatch of every PPO epoch of this process's rows; one scheduler step."""
+        every minibatch of every PPO epoch of this process's rows; one scheduler step. In the first
+        `critic_warmup` phases only the critic learns (`update_critic`)."""
+        if self.warming_up_critic:
+            return self.update_critic(batch)
         args, rollout = self.args, batch.rollout
-        memory = ReplayMemory(
+        memory = self.replay_memory(batch)
+        learned = self.ascend(memory.get_minibatches(), lambda mb: self.minibatch_objective(mb, rollout.temperature),
+                              total=len(memory))
+        stats = {**learned, "objective/beta": self.beta,  # the β this phase trained with
+                 "losses/explained_variance": self.values_explained(rollout, memory)}
+        if self.kl_ctl is not None:  # β for the next phase, from this rollout's KL
+            kl = batch.everyone.kl[batch.everyone.completion_mask].mean().item()
+            self.beta = self.kl_ctl.update(kl, args.batch_size)
+        return stats
+
+    @property
+    def warming_up_critic(self) -> bool:
+        """Whether this phase is one of the first `critic_warmup` (the scheduler steps once a
+        learning phase, so its count is the phases learned, and a resumed run knows it too)."""
+        return self.scheduler.last_epoch < self.args.critic_warmup
+
+    def update_critic(self, batch: Batch) -> dict[str, float]:
+        """Only the critic learns (verl's update_critic in its critic_warmup phases): descent on the
+        value loss ½·c_vf·(V − R)², J's critic term alone, over the same minibatches and epochs; the
+        policy's weights do not move (with --detach-value-head, the default, only the head's gradient
+        is not zero), β stays. One scheduler step, as every phase."""
+        memory = self.replay_memory(batch)
+        learned = self.ascend(memory.get_minibatches(), self.critic_objective, total=len(memory))
+        return {**learned, "objective/beta": self.beta,
+                "losses/explained_variance": self.values_explained(batch.rollout, memory)}
+
+    def critic_objective(self, mb: ReplayMinibatch) -> tuple[Tensor, dict[str, float]]:
+        """−value_loss on one minibatch (`calc_value_fn_loss`, the term `compute_rlhf_objective` subtracts)."""
+        _, values = self.hidden_and_extras(mb.sample_ids, attention_mask_or_none(mb.attention_mask))
+        gen = generated_span(mb.sample_ids.shape[1] - mb.logprobs.shape[1])
+        value_loss = calc_value_fn_loss(values[:, gen], mb.returns, self.args.vf_coef, mask=mb.completion_mask)
+        return -value_loss, {"losses/value_loss": value_loss.item()}
+
+    def replay_memory(self, batch: Batch) -> ReplayMemory:
+        """This process's rows of the phase as PPO's minibatches (returns = advantages + old values)."""
+        args, rollout = self.args, batch.rollout
+        return ReplayMemory(
             rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
             batch.local_advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase,
             ref_hidden=rollout.ref_hidden, ref_lse=rollout.ref_lse,
             ref_logprobs=rollout.ref_logprobs if args.kl_estimator == "k2" else None,
         )
-        learned = self.ascend(memory.get_minibatches(), lambda mb: self.minibatch_objective(mb, rollout.temperature),
-                              total=len(memory))
-        gen = generated_span(rollout.prefix_len)
-        stats = {**learned, "objective/beta": self.beta,  # the β this phase trained with
-                 "losses/explained_variance": explained_variance(rollout.values[:, gen], memory.returns,
-                                                                 mask=rollout.completion_mask)}
-        if self.kl_ctl is not None:  # β for the next phase, from this rollout's KL
-            kl = batch.everyone.kl[batch.everyone.completion_mask].mean().item()
-            self.beta = self.kl_ctl.update(kl, args.batch_size)
-        return stats
+
+    def values_explained(self, rollout: Rollout, memory: ReplayMemory) -> float:
+        """How much of the returns' variance the rollout's values explain (losses/explained_variance)."""
+        return explained_variance(rollout.values[:, generated_span(rollout.prefix_len)], memory.returns,
+                                  mask=rollout.completion_mask)
 
     def extra_state(self) -> dict:
         """PPO's state besides weights and optimizer, for checkpoints: β and its controller."""
