@@ -38,8 +38,9 @@ when all pass. When one fails it raises an `AssertionError` that names the case 
 recognises the mistake by the number you produced, says which one (`hint: ...`). Keep the
 signature as given: the checks call it as the trainers do.
 
-The solutions are the package's own functions (named under each exercise); read them once your
-check passes."""
+The solutions, written to be read in plain torch, are in `solutions/`, one notebook per exercise
+notebook (and in `rlhf_scratch/course/solutions_formulas.py`); each exercise also names the package's
+own version. Read them once your check passes."""
 
 
 @dataclass(frozen=True)
@@ -491,9 +492,7 @@ def direct_logit_attribution(
     """((x_c - mean_d x_c) / scale) . (ln_weight * direction) for each component c and prompt."""
     raise NotImplementedError''')
 
-HOW_03 = HOW.replace("""The solutions are the package's own functions (named under each exercise); read them once your
-check passes.""", """The solutions are written to be read, in plain torch, in `rlhf_scratch/course/solutions.py`;
-each exercise also names the package's own version. Read them once your check passes.""")
+HOW_03 = HOW.replace("`rlhf_scratch/course/solutions_formulas.py`", "`rlhf_scratch/course/solutions.py`")
 
 COMPONENTS = notebook(
     """# Exercises 3 · From formulas to components: GAE, the value head's read-out, DLA
