@@ -391,21 +391,21 @@ $$\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t), \qquad A_t = \sum_{k \ge 0} (\gam
 = \delta_t + \gamma\lambda\, A_{t+1}$$
 
 In RLHF the reward is **sparse**: $r_t = 0$ for every generated token but the last, where the whole
-reward arrives. After the last token there is no state: $V(s_	ext{last+1}) = 0$, so
-$\delta_	ext{last} = r - V(s_	ext{last})$ and `values[:, -1]` is never read. $\lambda = 0$ gives the
+reward arrives. After the last token there is no state: $V(s_\text{last+1}) = 0$, so
+$\delta_\text{last} = r - V(s_\text{last})$ and `values[:, -1]` is never read. $\lambda = 0$ gives the
 one-step estimate; $\gamma = \lambda = 1$ makes the deltas telescope to the Monte-Carlo
 $A_t = r - V(s_t)$. Compute it as the second form says: a loop from the last step **down** to 0.
 
 With a `mask` (True up to and including each row's first EOS) the episode ends at the row's **last
 kept** token: the reward arrives there, nothing after it is bootstrapped, padding gets 0.
 
-**Predict before you write:** on the first case ($\gamma = \lambda = 	frac12$, $\delta = [-1.5, 1, -1]$),
+**Predict before you write:** on the first case ($\gamma = \lambda = \tfrac12$, $\delta = [-1.5, 1, -1]$),
 what is $A_0$? And if you forgot $\lambda$ in the recursion?
 
 <details><summary>Answers</summary>
 
-$A_2 = -1$, $A_1 = 1 + 	frac14(-1) = 0.75$, $A_0 = -1.5 + 	frac14(0.75) = -1.3125$. Without $\lambda$
-each later advantage is discounted by $\gamma = 	frac12$ only: $A_1 = 0.5$, $A_0 = -1.25$ — and the
+$A_2 = -1$, $A_1 = 1 + \tfrac14(-1) = 0.75$, $A_0 = -1.5 + \tfrac14(0.75) = -1.3125$. Without $\lambda$
+each later advantage is discounted by $\gamma = \tfrac12$ only: $A_1 = 0.5$, $A_0 = -1.25$ — and the
 check names that number.
 </details>
 
@@ -431,7 +431,7 @@ The value head (notebook 06: an MLP on `ln_final.hook_normalized`, trained by th
 wrote in exercises 1) is PPO's baseline. Its loss goes down whatever the scale of the returns, so
 CleanRL logs a number you can read on its own:
 
-$$\mathrm{EV} = 1 - rac{\mathrm{Var}[R - V]}{\mathrm{Var}[R]}$$
+$$\mathrm{EV} = 1 - \frac{\mathrm{Var}[R - V]}{\mathrm{Var}[R]}$$
 
 over the kept positions: 1 = the head predicts every return, 0 = no better than predicting their
 mean, below 0 = worse than that. Population variances ($\div n$; the $\div (n-1)$ cancels in the
@@ -458,13 +458,13 @@ The final residual at the last position is a sum of parts, $x = \sum_c x_c$ (the
 layer's attention and MLP output: TransformerLens' `cache.decompose_resid`). The model reads it through
 `ln_final` and the unembedding; the logit difference between a positive and a negative token is
 
-$$	ext{logit diff} = rac{x - ar x}{s} \cdot (w \odot d) + 	ext{bias}, \qquad d = W_U[:, 	ext{pos}] - W_U[:, 	ext{neg}]$$
+$$\text{logit diff} = \frac{x - \bar x}{s} \cdot (w \odot d) + \text{bias}, \qquad d = W_U[:, \text{pos}] - W_U[:, \text{neg}]$$
 
 with $w$ the LayerNorm's weight and $s$ its scale $\sqrt{\mathrm{Var}[x] + \epsilon}$ (the cache keeps it:
 `ln_final.hook_scale`). Only $s$ makes this non-linear in $x$. **Freeze it** at the value the forward
 computed and the map is linear, so each component gets its own share and the shares add up:
 
-$$\mathrm{DLA}_c = rac{x_c - ar x_c}{s} \cdot (w \odot d)$$
+$$\mathrm{DLA}_c = \frac{x_c - \bar x_c}{s} \cdot (w \odot d)$$
 
 (centring is linear too, so each part is centred by its own mean). Return `[component, batch]`.
 
