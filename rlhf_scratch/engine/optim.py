@@ -1,6 +1,7 @@
 """The optimiser (two learning rates: the LM and a policy's extras) and the per-phase LR schedule."""
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -77,19 +78,29 @@ def get_lr_scheduler(warmup_steps: int, total_steps: int, final_scale: float) ->
 
 
 def get_optimizer_and_scheduler(
-    args: CommonArgs, model: nn.Module
+    args: CommonArgs, model: nn.Module, base_lr: float | None = None
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW plus a LambdaLR stepped once per phase.
 
     Phase p (0-based) trains at lr * m(p); call `scheduler.step()` once after each phase's
     learning. The schedule ends at total_steps = total_phases - 1, so the last phase trains at
     exactly final_scale (and the first, with warmup, at 0 - as in the blog and ARENA).
+    `base_lr` is the rate of `model`'s LM (default --base-lr; PPO's separate critic passes --critic-lr).
     """
     extras_lr = model.extras_lr(args) if isinstance(model, PolicyWithExtras) else None  # PPO's critic: its own rate
-    optimizer = get_optimizer(model, args.base_lr, extras_lr)
+    optimizer = get_optimizer(model, args.base_lr if base_lr is None else base_lr, extras_lr)
     lr_lambda = get_lr_scheduler(args.warmup_steps, args.total_phases - 1, args.final_scale)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lr_lambda)
     return optimizer, scheduler
+
+
+class Learner(NamedTuple):
+    """What one optimizer step needs: the module it trains (its gradient norm is clipped), its AdamW and
+    its schedule. A trainer has one (its policy's); PPO's separate critic is a second."""
+
+    module: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
 
 
 def clip_and_step(optimizer: torch.optim.Optimizer, model: nn.Module, objective: torch.Tensor, max_grad_norm: float) -> bool:

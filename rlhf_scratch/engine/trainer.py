@@ -55,7 +55,7 @@ from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.accel import compiled, learning_autocast
 from rlhf_scratch.engine.batch import Batch, gather_batch
 from rlhf_scratch.engine.checkpoint import rng_state, set_rng_state
-from rlhf_scratch.engine.optim import clip_and_step, get_optimizer_and_scheduler
+from rlhf_scratch.engine.optim import Learner, clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.engine.run_setup import load_policy, make_prompt_iterator, setup_torch
 from rlhf_scratch.models.fast_forward import HiddenForward, fast_path_note
 from rlhf_scratch.models.policy import Policy, build_policy, load_saved_state, reference_of, saved_state, trainable_lm
@@ -278,14 +278,17 @@ class Trainer:
         """log π(o | q) of the rollout's `rows` now, with gradient: `token_log_probs` summed over kept tokens."""
         return policy_sequence_log_probs(self.learner, rollout, rows, chunk_logits=self.chunk_logits)
 
-    def ascend(self, minibatches: Iterable[Minibatch], objective: Objective, total: int | None = None) -> dict[str, float]:
+    def ascend(self, minibatches: Iterable[Minibatch], objective: Objective, total: int | None = None,
+               learner: Learner | None = None) -> dict[str, float]:
         """The minibatch loop of every algorithm's learning phase:
 
             for each minibatch:   J, stats = objective(minibatch)     (the learning forward: its clock, its precision)
                                   one optimizer step on J             (skipped if J or its gradient is not finite)
             one scheduler step
 
-        `objective` returns None to skip a minibatch (Online DPO: no decided pair anywhere).
+        `objective` returns None to skip a minibatch (Online DPO: no decided pair anywhere). The steps
+        are the policy's (`self.policy`, `self.optimizer`, `self.scheduler`) unless `learner` names
+        another module with its own optimizer and schedule (PPO's separate critic).
         Returns the stats averaged over minibatches (`mean_stats`) and `charts/skipped_steps`."""
         stats: list[dict[str, float]] = []
         skipped = 0
@@ -297,22 +300,24 @@ class Trainer:
             if out is None:
                 continue
             J, minibatch_stats = out
-            skipped += not self.optimizer_step(J)
+            skipped += not self.optimizer_step(J, learner)
             if minibatch_stats:
                 stats.append(minibatch_stats)
-        self.scheduler.step()
+        (self.scheduler if learner is None else learner.scheduler).step()
         return {**mean_stats(stats), "charts/skipped_steps": float(skipped)}
 
-    def optimizer_step(self, objective: Tensor) -> bool:
+    def optimizer_step(self, objective: Tensor, learner: Learner | None = None) -> bool:
         """One ascent step on `objective` (MAXIMISED): zero the gradients, backward, clip the
         gradient norm, step — or skip the step when the objective or the gradient norm is not
         finite (the gradients stay on the parameters until the next step, for inspection). Returns whether
-        it stepped; counts skipped steps in a row (the loop stops at max_skipped_steps)."""
-        self.optimizer.zero_grad()
+        it stepped; counts skipped steps in a row (the loop stops at max_skipped_steps). The policy's
+        step, or `learner`'s (see `ascend`)."""
+        module, optimizer = (self.policy, self.optimizer) if learner is None else (learner.module, learner.optimizer)
+        optimizer.zero_grad()
         with timed("backward"):
             objective.backward()
         with timed("optimizer_step"):
-            stepped = clip_and_step(self.optimizer, self.policy, objective, self.args.max_grad_norm)
+            stepped = clip_and_step(optimizer, module, objective, self.args.max_grad_norm)
         self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
         return stepped
 
@@ -328,3 +333,12 @@ class Trainer:
 def mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
     """The per-minibatch statistics of a phase averaged key by key (empty: no step was taken)."""
     return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]} if stats else {}
+
+
+def merge_stats(*parts: dict[str, float]) -> dict[str, float]:
+    """The metrics of one phase's several updates (verl's update_critic, then update_actor) as one
+    dict: `charts/skipped_steps` added up, every other key the last part's (they are disjoint or equal)."""
+    merged = {k: v for part in parts for k, v in part.items()}
+    if any("charts/skipped_steps" in part for part in parts):
+        merged["charts/skipped_steps"] = float(sum(part.get("charts/skipped_steps", 0.0) for part in parts))
+    return merged

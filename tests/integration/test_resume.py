@@ -76,6 +76,37 @@ def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, prompts_file, on
     assert sections == 4
 
 
+def test_a_separate_critic_resumes_bit_identical(tmp_path, prompts_file, one_thread):
+    """PPO's --critic separate: the critic's weights, AdamW and schedule travel in the checkpoint, so a run
+    stopped after phase 2 and resumed ends with the policy, the critic and every logged number of the
+    uninterrupted run (a checkpoint without the critic would restart it from the initial copy)."""
+    def args(run):
+        return small_args(tmp_path / run, prompts_file, critic="separate", critic_lr=5e-4, critic_warmup=1)
+
+    straight = RLHFTrainer(args("a"), quiet=True)
+    straight.train(tmp_path / "a")
+    interrupted = RLHFTrainer(args("b"), quiet=True)
+    learn = interrupted.update_actor
+
+    def learn_then_ctrl_c(batch):
+        stats = learn(batch)
+        if interrupted.scheduler.last_epoch == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return stats
+
+    interrupted.update_actor = learn_then_ctrl_c
+    with pytest.raises(TrainingStopped):
+        interrupted.train(tmp_path / "b")
+    resumed = RLHFTrainer(args("b"), quiet=True)
+    resumed.train(tmp_path / "b", resume=True)
+    for module in ("policy", "critic"):
+        want, got = getattr(straight, module).state_dict(), getattr(resumed, module).state_dict()
+        moved = [name for name in want if not torch.equal(want[name], got[name])]
+        assert not moved, f"{module}: {moved[:3]} differ after resume"
+    assert resumed.critic_scheduler.last_epoch == straight.critic_scheduler.last_epoch == 4
+    assert without_timing(read_metrics(tmp_path / "a")) == without_timing(read_metrics(tmp_path / "b"))
+
+
 def _train_cmd(run_dir, prompts_file, *extra):
     return [sys.executable, "-m", "rlhf_scratch.train", "periods", "--total-phases", "6", "--batch-size", "8",
             "--num-minibatches", "2", "--gen-len", "6", "--save-every", "1", "--prompts", str(prompts_file),

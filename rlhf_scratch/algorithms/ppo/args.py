@@ -9,6 +9,7 @@ from typing import ClassVar
 from rlhf_scratch.config import CommonArgs, _check, _finite
 
 ADVANTAGES = ("one_step", "gae")
+CRITICS = ("shared", "separate")  # RLHFArgs.critic: the blog's value head on the policy's trunk, or verl's second model
 KL_ESTIMATORS = ("full", "k2")  # RLHFArgs.kl_estimator: the blog's full-vocabulary KL, or k2 at the sampled token
 
 
@@ -64,6 +65,13 @@ class RLHFArgs(CommonArgs):
     critic_warmup: int = 0
     """Phases at the start in which only the critic learns (verl's trainer.critic_warmup): the value
     loss alone is descended, so the policy does not move while V catches up with it. 0: none."""
+    critic: str = "shared"
+    """`shared` (the blog's: the value head on the policy's own trunk, its loss a term of J) or
+    `separate` (verl's default: a second copy of the initial model with its own value head, trunk and
+    AdamW, trained on the value loss alone over the same phase; J then has no value term). Not with
+    --lora-rank."""
+    critic_lr: float | None = None
+    """AdamW learning rate of the separate critic's trunk (its head learns at --head-lr); None: --base-lr."""
 
     def validate(self) -> "RLHFArgs":
         super().validate()
@@ -75,12 +83,21 @@ class RLHFArgs(CommonArgs):
         _check(0 <= self.gae_lambda <= 1, "gae_lambda", f"must be in [0, 1]; got {self.gae_lambda}")
         _check(_finite(self.target_kl) and self.target_kl > 0, "target_kl", f"must be > 0; got {self.target_kl}")
         _check(self.critic_warmup >= 0, "critic_warmup", f"must be >= 0 (0 = none); got {self.critic_warmup}")
+        _check(self.critic in CRITICS, "critic", f"must be one of {', '.join(CRITICS)}; got {self.critic!r}")
+        _check(self.critic == "shared" or self.lora_rank == 0, "critic",
+               "separate is not built with --lora-rank (the critic would be a second adapted copy); use --critic shared")
+        _check(self.critic_lr is None or (_finite(self.critic_lr) and self.critic_lr >= 0), "critic_lr",
+               f"must be >= 0 (or unset: --base-lr); got {self.critic_lr}")
         # Advantages are normalised per minibatch: one token has no std (NaN advantages).
         tokens = self.minibatch_size() * self.gen_len
         _check(tokens >= 2, "batch_size",
                f"a minibatch must hold at least 2 tokens to normalise advantages; batch_size / num_minibatches "
                f"x gen_len = {self.minibatch_size()} x {self.gen_len} = {tokens}")
         return self
+
+    def critic_trunk_lr(self) -> float:
+        """The separate critic's trunk learning rate: --critic-lr, or --base-lr when unset."""
+        return self.base_lr if self.critic_lr is None else self.critic_lr
 
     def _positive_ints(self) -> tuple[str, ...]:
         return super()._positive_ints() + ("batches_per_learning_phase", "kl_horizon")

@@ -21,7 +21,7 @@ from rlhf_scratch.core.vocab_terms import Unembedding, token_terms
 
 def compute_rlhf_objective(
     hidden: Float[Tensor, "minibatch seq_len d_model"],
-    values: Float[Tensor, "minibatch seq_len"],
+    values: Float[Tensor, "minibatch seq_len"] | None,
     ref_hidden: Float[Tensor, "minibatch gen_len d_ref"] | None,
     mb: ReplayMinibatch,
     args: RLHFArgs,
@@ -50,6 +50,9 @@ def compute_rlhf_objective(
     k2 = ½ (log π(o_t) − log π_ref(o_t))² at the sampled token (`calc_k2_kl`, from `mb.ref_logprobs`;
     `ref_hidden` unused): the same expected gradient, no reference in the vocabulary pass.
 
+    `values=None` (a separate critic, `--critic separate`: it learns on its own, `RLHFTrainer.update_critic`)
+    leaves the value term out: J = clipped_surrogate + entropy_bonus − kl_penalty, no `value_loss` in the terms.
+
     `unembed` / `ref_unembed` map ĥ to logits (`vocab_terms.unembedding` of each model; a test
     passes logits themselves with an identity W_U). Returns J and each term (with its coefficient
     applied, as the functions in `objectives` return them), and the log-probs.
@@ -67,10 +70,10 @@ def compute_rlhf_objective(
     kl = per_token.kl if full else calc_k2_kl(per_token.logprobs, mb.ref_logprobs)
     terms = {
         "clipped_surrogate": calc_clipped_sur_obj(per_token.logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask),
-        "value_loss": calc_value_fn_loss(values[:, gen], mb.returns, args.vf_coef, mask=mask),
+        **({} if values is None else {"value_loss": calc_value_fn_loss(values[:, gen], mb.returns, args.vf_coef, mask=mask)}),
         "entropy_bonus": args.ent_coef * masked_mean(per_token.entropy, mask),
         "kl_penalty": beta * masked_mean(kl, mask),
         "logprobs": per_token.logprobs,
     }
-    total = terms["clipped_surrogate"] - terms["value_loss"] + terms["entropy_bonus"] - terms["kl_penalty"]
+    total = terms["clipped_surrogate"] - terms.get("value_loss", 0.0) + terms["entropy_bonus"] - terms["kl_penalty"]
     return total, terms

@@ -8,6 +8,8 @@ gets it from the LM through the registry's `policy` hook, `build_policy` below. 
 
 from __future__ import annotations
 
+import copy
+
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens import HookedTransformer
@@ -86,10 +88,19 @@ class TransformerWithValueHead(nn.Module):
 
 
 
-def build_policy(args: RLHFArgs, lm: HookedTransformer) -> TransformerWithValueHead:
+def build_policy(args: RLHFArgs, lm: HookedTransformer) -> TransformerWithValueHead | HookedTransformer:
     """The registry's `policy` hook: the LM with the blog's value head on its final normalised residual,
-    trained and saved together (a run folder is rebuilt with it too)."""
+    trained and saved together (a run folder is rebuilt with it too); with `--critic separate` the LM
+    alone (the critic is a model of its own, `build_critic`)."""
+    if args.critic == "separate":
+        return lm
     return TransformerWithValueHead(lm, detach_value_head=args.detach_value_head)
 
 
-__all__ = ["Policy", "TransformerWithValueHead", "build_policy", "language_model"]
+def build_critic(lm: HookedTransformer) -> TransformerWithValueHead:
+    """verl's separate critic: a copy of the initial LM `lm` (taken before any step) with a fresh value
+    head, its whole trunk trained by the value loss (nothing detached: no policy objective shares it)."""
+    return TransformerWithValueHead(copy.deepcopy(lm), detach_value_head=False)
+
+
+__all__ = ["Policy", "TransformerWithValueHead", "build_critic", "build_policy", "language_model"]

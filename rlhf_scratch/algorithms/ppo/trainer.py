@@ -5,6 +5,7 @@
                 → compute_scores                      # no gradients
         compute_advantages(batch)                     # on the whole batch
         update_actor(batch)                           # critic and actor in one step: epochs of minibatch ascent on J
+                                                      # (--critic separate: update_critic, then the actor alone)
 
 The objective maximised on each minibatch (`compute_rlhf_objective`) is
 
@@ -12,9 +13,17 @@ The objective maximised on each minibatch (`compute_rlhf_objective`) is
 
 with the KL to the frozen reference model as an explicit term (not folded into the reward),
 every mean over the completion tokens the policy chose (padding after EOS masked out).
+
+With `--critic separate` (verl's default) V comes from a second model, a copy of the initial LM with
+its own value head and AdamW (`self.critic`): the rollout reads its values, `update_critic` descends
+the value loss on it alone, and J loses its value term — neither model gets a gradient from the
+other's loss.
 """
 
 from __future__ import annotations
+
+import warnings
+from typing import Any
 
 import torch
 from jaxtyping import Float
@@ -22,7 +31,7 @@ from torch import Tensor
 
 from rlhf_scratch.algorithms.ppo.args import RLHFArgs
 from rlhf_scratch.algorithms.ppo.objective import compute_rlhf_objective
-from rlhf_scratch.algorithms.ppo.policy import TransformerWithValueHead
+from rlhf_scratch.algorithms.ppo.policy import TransformerWithValueHead, build_critic
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.core.advantages import compute_advantages, compute_gae_advantages
 from rlhf_scratch.core.kl_control import AdaptiveKLController
@@ -37,14 +46,16 @@ from rlhf_scratch.core.objectives import (
 from rlhf_scratch.core.timing import timed
 from rlhf_scratch.core.vocab_terms import unembedding
 from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.engine.accel import compiled
 from rlhf_scratch.engine.batch import Batch, batch_of
-from rlhf_scratch.engine.trainer import Trainer
+from rlhf_scratch.engine.optim import Learner, get_optimizer_and_scheduler
+from rlhf_scratch.engine.trainer import Trainer, merge_stats
 from rlhf_scratch.models.fast_forward import final_hidden
-from rlhf_scratch.models.policy import as_reference
+from rlhf_scratch.models.policy import as_reference, load_saved_state, saved_state
 from rlhf_scratch.reward.functions import normalize_reward
 from rlhf_scratch.reward.tasks import RewardFn
 from rlhf_scratch.rollout.generation import attention_mask_or_none
-from rlhf_scratch.rollout.phase import Rollout
+from rlhf_scratch.rollout.phase import Rollout, policy_values
 
 # Logged by PPO's learning phase each phase, besides loop.SHARED_METRICS (CleanRL's names).
 PPO_METRICS = (
@@ -74,9 +85,18 @@ class RLHFTrainer(Trainer):
         self.kl_ctl = AdaptiveKLController(args.beta, args.target_kl, args.kl_horizon) if args.adaptive_kl else None
         if args.critic_warmup and dist.world_size() > 1:  # DDP all-reduces every parameter's gradient; the trunk would have none
             raise ConfigError("critic_warmup: not yet in a distributed run (DDP needs every parameter's gradient); use one process")
+        self.critic: TransformerWithValueHead | None = None
+        """verl's separate critic (--critic separate): a copy of the initial LM with a value head; None when shared."""
+        if args.critic == "separate":
+            if dist.world_size() > 1:
+                raise ConfigError("critic: separate is not yet built for a distributed run; use one process or --critic shared")
+            self.critic = build_critic(self.lm)
+            self.critic_optimizer, self.critic_scheduler = get_optimizer_and_scheduler(args, self.critic, args.critic_trunk_lr())
+            self.critic_learner = compiled(self.critic, args)  # its learning forward, as the policy's (--compile)
 
     policy: TransformerWithValueHead
-    """The LM with the blog's value head (built by the registry's `policy` hook, `ppo/policy.py`)."""
+    """The LM with the blog's value head (built by the registry's `policy` hook, `ppo/policy.py`); the
+    LM alone with --critic separate."""
 
     @property
     def model(self) -> TransformerWithValueHead:
@@ -87,6 +107,21 @@ class RLHFTrainer(Trainer):
     def keeps_ref_hidden(self) -> bool:
         """With --cache-ref-logprobs (and the full-vocabulary KL) the rollout keeps ĥ_ref for the learning phase."""
         return self.args.cache_ref_logprobs and self.args.kl_estimator == "full"
+
+    def compute_log_prob(self, rollout: Rollout, ref_hidden: Tensor | None = None, with_values: bool = True) -> Rollout:
+        """The trainer's `compute_log_prob`; with a separate critic its values are the critic's
+        (`compute_values`), a forward of its own."""
+        scored = super().compute_log_prob(rollout, ref_hidden=ref_hidden, with_values=with_values)
+        if with_values and self.critic is not None:
+            scored.values = self.compute_values(scored)
+        return scored
+
+    def compute_values(self, rollout: Rollout) -> Tensor | None:
+        """V(s_t) at every position: the value head on the policy's trunk, or the separate critic's
+        (`rollout.policy_values`, in the same chunks and precision either way)."""
+        if self.critic is None:
+            return super().compute_values(rollout)
+        return policy_values(self.critic, rollout, self.args.minibatch_size(), self.learning_precision)
 
     @torch.no_grad()
     def compute_advantages(self, batch: Batch) -> None:
@@ -116,7 +151,10 @@ class RLHFTrainer(Trainer):
                   as_reference(self.ref_model)):
                 prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
                 ref_hidden = final_hidden(self.ref_model, mb.sample_ids, mask)[:, generated_span(prefix_len)]
-        hidden, values = self.hidden_and_extras(mb.sample_ids, mask)  # the carrier's learning forward
+        if self.critic is None:
+            hidden, values = self.hidden_and_extras(mb.sample_ids, mask)  # the carrier's learning forward
+        else:  # the LM alone: J has no value term
+            hidden, values = self.learner(mb.sample_ids, attention_mask=mask), None
         total, terms = compute_rlhf_objective(hidden, values, ref_hidden, mb, self.args, self.beta, temperature,
                                               unembedding(self.lm), unembedding(self.ref_model),
                                               chunk_logits=self.chunk_logits)
@@ -129,15 +167,24 @@ class RLHFTrainer(Trainer):
     def update_actor(self, batch: Batch) -> dict[str, float]:
         """Critic and actor in one step (the value head shares the trunk): gradient ascent on J over
         every minibatch of every PPO epoch of this process's rows; one scheduler step. In the first
-        `critic_warmup` phases only the critic learns (`update_critic`)."""
+        `critic_warmup` phases only the critic learns (`update_critic`). With a separate critic, verl's
+        two calls: `update_critic`, then the actor alone (`update_policy`)."""
         if self.warming_up_critic:
             return self.update_critic(batch)
+        if self.critic is not None:
+            return merge_stats(self.update_critic(batch), self.update_policy(batch))
+        return self.update_policy(batch)
+
+    def update_policy(self, batch: Batch) -> dict[str, float]:
+        """The ascent on J of `update_actor`: with the shared value head critic and actor together; with
+        a separate critic the actor alone (J without its value term; the critic's metrics are `update_critic`'s)."""
         args, rollout = self.args, batch.rollout
         memory = self.replay_memory(batch)
         learned = self.ascend(memory.get_minibatches(), lambda mb: self.minibatch_objective(mb, rollout.temperature),
                               total=len(memory))
-        stats = {**learned, "objective/beta": self.beta,  # the β this phase trained with
-                 "losses/explained_variance": self.values_explained(rollout, memory)}
+        stats = {**learned, "objective/beta": self.beta}  # the β this phase trained with
+        if self.critic is None:
+            stats["losses/explained_variance"] = self.values_explained(rollout, memory)
         if self.kl_ctl is not None:  # β for the next phase, from this rollout's KL
             kl = batch.everyone.kl[batch.everyone.completion_mask].mean().item()
             self.beta = self.kl_ctl.update(kl, args.batch_size)
@@ -153,15 +200,30 @@ class RLHFTrainer(Trainer):
         """Only the critic learns (verl's update_critic in its critic_warmup phases): descent on the
         value loss ½·c_vf·(V − R)², J's critic term alone, over the same minibatches and epochs; the
         policy's weights do not move (with --detach-value-head, the default, only the head's gradient
-        is not zero), β stays. One scheduler step, as every phase."""
+        is not zero), β stays. One scheduler step, as every phase.
+
+        With a separate critic (--critic separate) this is its learning every phase: the same descent on
+        its own weights, AdamW and schedule; in a warmup phase the policy's schedule steps too (the
+        phase passes for the actor, as it does with the shared head)."""
         memory = self.replay_memory(batch)
-        learned = self.ascend(memory.get_minibatches(), self.critic_objective, total=len(memory))
+        warming = self.warming_up_critic
+        critic = None if self.critic is None else Learner(self.critic, self.critic_optimizer, self.critic_scheduler)
+        learned = self.ascend(memory.get_minibatches(), self.critic_objective, total=len(memory), learner=critic)
+        if critic is not None and warming:
+            with warnings.catch_warnings():  # the actor takes no optimizer step in a warmup phase, knowingly
+                warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before", category=UserWarning)
+                self.scheduler.step()
         return {**learned, "objective/beta": self.beta,
                 "losses/explained_variance": self.values_explained(batch.rollout, memory)}
 
     def critic_objective(self, mb: ReplayMinibatch) -> tuple[Tensor, dict[str, float]]:
-        """−value_loss on one minibatch (`calc_value_fn_loss`, the term `compute_rlhf_objective` subtracts)."""
-        _, values = self.hidden_and_extras(mb.sample_ids, attention_mask_or_none(mb.attention_mask))
+        """−value_loss on one minibatch (`calc_value_fn_loss`, the term `compute_rlhf_objective` subtracts),
+        V from the shared value head or from the separate critic's forward."""
+        mask = attention_mask_or_none(mb.attention_mask)
+        if self.critic is None:
+            _, values = self.hidden_and_extras(mb.sample_ids, mask)
+        else:
+            _, values = self.critic_learner(mb.sample_ids, attention_mask=mask, return_hidden=True)
         gen = generated_span(mb.sample_ids.shape[1] - mb.logprobs.shape[1])
         value_loss = calc_value_fn_loss(values[:, gen], mb.returns, self.args.vf_coef, mask=mb.completion_mask)
         return -value_loss, {"losses/value_loss": value_loss.item()}
@@ -180,6 +242,21 @@ class RLHFTrainer(Trainer):
         """How much of the returns' variance the rollout's values explain (losses/explained_variance)."""
         return explained_variance(rollout.values[:, generated_span(rollout.prefix_len)], memory.returns,
                                   mask=rollout.completion_mask)
+
+    def weights_state(self) -> dict[str, Any]:
+        """The trainer's weights, optimizer and schedule, and a separate critic's (its weights, AdamW, schedule)."""
+        state = super().weights_state()
+        if self.critic is not None:
+            state.update(critic=saved_state(self.critic), critic_optimizer=self.critic_optimizer.state_dict(),
+                         critic_scheduler=self.critic_scheduler.state_dict())
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.critic is not None:
+            load_saved_state(self.critic, state["critic"])
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+            self.critic_scheduler.load_state_dict(state["critic_scheduler"])
 
     def extra_state(self) -> dict:
         """PPO's state besides weights and optimizer, for checkpoints: β and its controller."""
