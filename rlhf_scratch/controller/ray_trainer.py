@@ -12,6 +12,7 @@ trainer/ppo/ray_trainer.py, written from scratch over the package's own pieces).
                                                                            #   generate_pairwise_data)
         metrics   = critic.update_critic(batch)    if phase <= critic_warmup # timing/update_critic (PPO)
                     actor_rollout_ref.update_actor(batch)  otherwise        # timing/update_actor
+                    (--critic separate: critic.update_critic, then actor_rollout_ref.update_policy)
 
 Each line is one call on the driver; the worker group splits the batch over its ranks, runs the
 method on each and collects in order (`decorator.register`). The advantages are the algorithm's
@@ -50,7 +51,7 @@ from rlhf_scratch.engine.batch import batch_of
 from rlhf_scratch.engine.logger import Metrics
 from rlhf_scratch.engine.loop import rollout_metrics
 from rlhf_scratch.engine.run_setup import resolve_device
-from rlhf_scratch.engine.trainer import Trainer
+from rlhf_scratch.engine.trainer import Trainer, merge_stats
 from rlhf_scratch.reward.heldout import heldout_metrics
 from rlhf_scratch.rollout.phase import Rollout, penalised_rewards
 from rlhf_scratch.rollout.prompts import PromptIterator
@@ -178,6 +179,11 @@ class RayPPOTrainer:
         if self.use_critic and phase <= getattr(args, "critic_warmup", 0):  # (an algorithm without the field has none)
             with _timer("update_critic", times):  # verl's critic_warmup: only the critic learns
                 learned = self.critic_wg.update_critic(batch).meta_info["metrics"]
+        elif getattr(args, "critic", "shared") == "separate":  # PPO's separate critic: verl's two updates
+            with _timer("update_critic", times):
+                learned = self.critic_wg.update_critic(batch).meta_info["metrics"]
+            with _timer("update_actor", times):
+                learned = merge_stats(learned, self.actor_rollout_wg.update_policy(batch).meta_info["metrics"])
         else:
             with _timer("update_actor", times):  # PPO: the critic too, its loss a term of the one objective
                 learned = self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]

@@ -9,11 +9,13 @@
                               entropy, and from ĥ_ref beside the policy's ĥ log π_ref and the full-vocabulary KL
         judge_pairs           trainer.judge_pairs (Online DPO's judge, if it has one): verdicts for the driver
         update_actor          trainer.update_actor on the advantages the driver sent: it only learns
+        update_policy         trainer.update_policy: the actor alone, after update_critic (PPO's --critic separate)
         save_checkpoint / load_checkpoint   trainer.state_dict / load_state_dict (with the phase)
     CriticWorker            compute_values: trainer.compute_values, V(s_t) from the blog's value head on
                             the actor's trunk (colocated: it reads the actor of its own process); a second
                             trunk forward, the price of verl's separate call (the in-process run has one)
-        update_critic         trainer.update_critic: the value loss alone, in PPO's --critic-warmup phases
+        update_critic         trainer.update_critic: the value loss alone, in PPO's --critic-warmup phases;
+                              with --critic separate every phase, on the trainer's own critic model
     RewardModelWorker       compute_rm_score: the task's reward (the classifier or a Bradley–Terry
                             run) through rollout.phase.compute_scores, the function trainer.compute_scores calls
 
@@ -122,6 +124,12 @@ class ActorRolloutRefWorker(Worker):
         only learns. Returns the phase's metrics and the learning rate it sampled with."""
         return learn(self.trainer, self.trainer.update_actor, batch)
 
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_policy(self, batch: DataProto) -> DataProto:
+        """PPO with a separate critic (--critic separate): the actor alone (`trainer.update_policy`, verl's
+        actor.update_policy: J without its value term), the critic having learned in `CriticWorker.update_critic`."""
+        return learn(self.trainer, self.trainer.update_policy, batch)
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, run_dir: str, phase: int, prompts_state: dict) -> None:
         """The in-process loop's checkpoint after `phase` (`trainer.state_dict()`: weights, optimizer,
@@ -163,7 +171,9 @@ def learn(trainer, update, batch: DataProto) -> DataProto:
 
 class CriticWorker(Worker):
     """verl's critic: here the blog's value head on the actor's own trunk, so it is colocated with
-    `ActorRolloutRefWorker` and reads that actor's trainer (`self.colocated`) rather than holding a model."""
+    `ActorRolloutRefWorker` and reads that actor's trainer (`self.colocated`) rather than holding a model.
+    With PPO's --critic separate the critic is a model of its own, held by that trainer too (`trainer.critic`,
+    saved in its checkpoints), so the role stays colocated and calls the same two methods."""
 
     ACTOR = "actor_rollout_ref"
 
@@ -183,7 +193,8 @@ class CriticWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, batch: DataProto) -> DataProto:
         """Only the critic learns (`trainer.update_critic`: the value loss alone), in a critic_warmup phase;
-        after it the critic learns inside `update_actor`, a term of PPO's one objective."""
+        after it the critic learns inside `update_actor`, a term of PPO's one objective — or, with a
+        separate critic, here every phase, before the actor's `update_policy`."""
         return learn(self.trainer, self.trainer.update_critic, batch)
 
 

@@ -283,7 +283,9 @@ def not_timing(key):
                  id="online_dpo-judge-split"),
     pytest.param("rloo", "split", {}, marks=pytest.mark.slow, id="rloo-split"),
     pytest.param("grpo", "colocated", {}, marks=pytest.mark.slow, id="grpo"),
-    pytest.param("ppo", "split", {"critic_warmup": 2}, marks=pytest.mark.slow, id="ppo-critic_warmup-split")])
+    pytest.param("ppo", "split", {"critic_warmup": 2}, marks=pytest.mark.slow, id="ppo-critic_warmup-split"),
+    pytest.param("ppo", "colocated", {"critic": "separate", "critic_warmup": 1}, marks=pytest.mark.slow,  # verl's separate critic
+                 id="ppo-critic_separate")])
 def test_ray_run_equals_the_in_process_run(algo, placement, overrides, local_ray, tmp_path):
     from rlhf_scratch.controller.ray_trainer import RayPPOTrainer
 
