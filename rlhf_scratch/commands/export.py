@@ -82,6 +82,9 @@ def export(run_dir: str | Path, out_dir: str | Path, value_head: bool = False) -
     run = load_run(run_dir)
     extras = run.policy.extras() if isinstance(run.policy, PolicyWithExtras) else {}
     if value_head and not extras:
+        if getattr(run.args, "critic", "shared") == "separate":  # (only PPO's args have the field)
+            raise ValueError(f"--value-head: {run_dir} trained a separate critic (--critic separate); its value head is "
+                             "in the run's checkpoints, not in policy.pt")
         raise ValueError(f"--value-head: {run_dir} is a {run.args.algo} run; only PPO runs have a value head")
     hf = to_hf_causal_lm(merged_lm(run.tuned))  # adapters' ΔW baked in, then a plain model (no-op without adapters)
     source = Path(run.args.model).expanduser()
