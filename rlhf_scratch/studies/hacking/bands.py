@@ -78,7 +78,7 @@ def plot_bands(by_algo: Mapping[str, Mapping[int, Sequence[Mapping]]], flaw: str
         for ax, key in zip(axes, ("gold", "proxy", flaw)):
             rows = bands(by_seed, key)
             d = [r["d"] for r in rows]
-            ax.plot(d, [r["mean"] for r in rows], color=f"C{i}", marker=".", label=f"{algo}, n = {n} seeds")
+            ax.plot(d, [r["mean"] for r in rows], color=f"C{i}", marker=".", label=f"{algo}, n = {n} seed{'s' if n > 1 else ''}")
             if n > 1:
                 ax.fill_between(d, [r["low"] for r in rows], [r["high"] for r in rows], color=f"C{i}", alpha=0.2)
             if peaks and algo in peaks:
