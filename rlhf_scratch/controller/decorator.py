@@ -61,9 +61,12 @@ def dispatch_all_to_all(world_size: int, *args: Any, **kwargs: Any) -> tuple[lis
 
 
 def dispatch_dp_compute_proto(world_size: int, *args: Any, **kwargs: Any) -> tuple[list[tuple], list[dict]]:
-    """Each DataProto argument cut into world_size chunks (other arguments go to every rank as they are)."""
+    """Each DataProto argument cut into world_size chunks (other arguments go to every rank as they are),
+    each chunk without the left padding only the other ranks' rows needed (`DataProto.trim_left_pad`)."""
     def split(value: Any) -> list:
-        return value.chunk(world_size) if isinstance(value, DataProto) else [value] * world_size
+        if not isinstance(value, DataProto):
+            return [value] * world_size
+        return [chunk.trim_left_pad() for chunk in value.chunk(world_size)]  # each rank's own padding back
 
     args_split = [split(a) for a in args]
     kwargs_split = {k: split(v) for k, v in kwargs.items()}

@@ -8,6 +8,13 @@
 `union` adds another batch's columns (a clash must be the same value), `pop` / `select` take columns
 out. Every mismatch is one `ValueError` line naming the column. verl builds on `tensordict`; here a
 plain dict of tensors is enough, and keeps the dispatch logic — what the package teaches — in view.
+
+**Left padding across ranks.** verl pads every prompt to `max_prompt_length` before it travels. Here
+each rank pads its own prompts to its own longest, as each `torchrun` process does, so two ranks'
+`prompt_ids` (and the columns over the whole sequence) can differ in width. A batch names those
+columns in `meta_info[LEFT_PAD]` ({column: pad value}) and its mask in `meta_info[LEFT_PAD_MASK]`:
+`concat` pads them on the left to the widest piece, and `trim_left_pad` takes off the columns that
+every row of a chunk pads, which gives each rank back the very tensors it made.
 """
 
 from __future__ import annotations
@@ -17,7 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+LEFT_PAD = "left_pad"
+"""meta_info key: {column: pad value} of the columns whose dimension 1 is left-padded per piece."""
+LEFT_PAD_MASK = "left_pad_mask"
+"""meta_info key: the boolean column (True = a real token) that says where the left padding ends."""
 
 
 @dataclass
@@ -60,20 +73,41 @@ class DataProto:
     @staticmethod
     def concat(pieces: Sequence[DataProto]) -> DataProto:
         """The pieces' rows one after another (the inverse of `chunk`); every piece has the same
-        columns, and the first piece's meta_info is kept."""
+        columns, and the first piece's meta_info is kept. A column some piece names in
+        `meta_info[LEFT_PAD]` is padded on the left to the widest piece's width."""
         if not pieces:
             raise ValueError("DataProto.concat: no pieces")
         keys = pieces[0].keys()
+        left_pad = {k: v for p in pieces for k, v in p.meta_info.get(LEFT_PAD, {}).items()}
         for i, p in enumerate(pieces):
             if p.keys() != keys:
                 raise ValueError(f"DataProto.concat: piece {i} has columns {p.keys()}, piece 0 has {keys}")
             for k, v in p.batch.items():
-                if v.shape[1:] != pieces[0].batch[k].shape[1:]:
+                first = pieces[0].batch[k].shape
+                if v.shape[1:] != first[1:] and not (k in left_pad and v.dim() == len(first) >= 2
+                                                     and v.shape[2:] == first[2:]):
                     raise ValueError(f"DataProto.concat: column {k!r} is {tuple(v.shape[1:])} per row in piece {i}, "
-                                     f"{tuple(pieces[0].batch[k].shape[1:])} in piece 0")
-        return DataProto({k: torch.cat([p.batch[k] for p in pieces]) for k in pieces[0].batch},
+                                     f"{tuple(first[1:])} in piece 0")
+        meta = dict(pieces[0].meta_info)
+        if left_pad:
+            meta[LEFT_PAD] = left_pad
+        return DataProto({k: torch.cat(pad_left([p.batch[k] for p in pieces], left_pad.get(k))) for k in pieces[0].batch},
                          {k: [x for p in pieces for x in p.non_tensor_batch[k]] for k in pieces[0].non_tensor_batch},
-                         dict(pieces[0].meta_info))
+                         meta)
+
+    def trim_left_pad(self) -> DataProto:
+        """This batch without the leading columns that every row pads (`meta_info[LEFT_PAD]`'s
+        columns, read off the mask `meta_info[LEFT_PAD_MASK]`): a rank's chunk of a batch `concat`
+        padded to a wider rank's width comes back as the rank made it. Without both keys, itself."""
+        left_pad, mask_key = self.meta_info.get(LEFT_PAD), self.meta_info.get(LEFT_PAD_MASK)
+        if not left_pad or mask_key not in self.batch or not len(self):
+            return self
+        mask = self.batch[mask_key].bool()
+        k = int((~mask).int().cumprod(dim=1).sum(dim=1).min())  # the fewest leading pads of any row
+        if k == 0:
+            return self
+        return DataProto({c: v[:, k:] if c in left_pad else v for c, v in self.batch.items()},
+                         self.non_tensor_batch, dict(self.meta_info))
 
     def union(self, other: DataProto) -> DataProto:
         """This batch with `other`'s columns added (in place, and returned). Both have the same rows;
@@ -113,3 +147,12 @@ class DataProto:
         missing = [k for k in keys if k not in self.batch and k not in self.non_tensor_batch]
         if missing:
             raise ValueError(f"DataProto.{who}: no column {missing[0]!r} (columns: {', '.join(self.keys())})")
+
+
+def pad_left(tensors: list[Tensor], value: float | int | bool | None) -> list[Tensor]:
+    """Each tensor padded on the left of dimension 1 with `value` to the widest one (`None`: as they are)."""
+    if value is None:
+        return tensors
+    width = max(t.shape[1] for t in tensors)
+    return [t if t.shape[1] == width else F.pad(t, (0, 0) * (t.dim() - 2) + (width - t.shape[1], 0), value=value)
+            for t in tensors]

@@ -33,7 +33,7 @@ import torch
 
 from rlhf_scratch.config import CommonArgs, registry
 from rlhf_scratch.controller.decorator import Dispatch, register
-from rlhf_scratch.controller.protocol import DataProto
+from rlhf_scratch.controller.protocol import LEFT_PAD, LEFT_PAD_MASK, DataProto
 from rlhf_scratch.controller.worker_group import Worker
 from rlhf_scratch.core.timing import take_times
 from rlhf_scratch.engine.batch import batch_of
@@ -41,19 +41,28 @@ from rlhf_scratch.engine.checkpoint import load_latest_checkpoint, save_checkpoi
 from rlhf_scratch.engine.run_setup import resolve_device
 from rlhf_scratch.engine.runs import save_run_policy
 from rlhf_scratch.reward.tasks import make_reward_fn
+from rlhf_scratch.rollout.generation import pad_token_id
 from rlhf_scratch.rollout.phase import Rollout, compute_scores
 
 META_FIELDS = ("num_generations", "eos_token_id", "temperature")
 """The Rollout fields that are one value per batch: they travel in meta_info."""
 
 
-def from_rollout(rollout: Rollout) -> DataProto:
-    """A Rollout as a DataProto: its tensors as columns, prompts and completions as non-tensor columns."""
+def left_padded(pad_id: int) -> dict:
+    """The meta_info that names the left-padded columns of a rollout (`protocol.LEFT_PAD`): the
+    prompt and the whole-sequence columns, whose width is the rank's longest prompt plus gen_len."""
+    return {LEFT_PAD: {"prompt_ids": pad_id, "attention_mask": False, "values": 0.0}, LEFT_PAD_MASK: "attention_mask"}
+
+
+def from_rollout(rollout: Rollout, pad_id: int = 0) -> DataProto:
+    """A Rollout as a DataProto: its tensors as columns, prompts and completions as non-tensor columns.
+    The prompt and the whole-sequence columns are named as left-padded (`protocol.LEFT_PAD`): each rank
+    pads its prompts to its own longest, and the driver's `concat` pads them to the widest rank's."""
     values = {f.name: getattr(rollout, f.name) for f in fields(rollout)}
     return DataProto(
         {k: v for k, v in values.items() if isinstance(v, torch.Tensor)},
         {k: values[k] for k in ("prompts", "completions")},
-        {k: values[k] for k in META_FIELDS},
+        {**{k: values[k] for k in META_FIELDS}, **left_padded(pad_id)},
     )
 
 
@@ -84,7 +93,8 @@ class ActorRolloutRefWorker(Worker):
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """G completions of each prompt (the trainer's G: `meta_info["num_generations"]` says the same)."""
-        return from_rollout(self.trainer.generate_sequences(list(prompts.non_tensor_batch["prompts"])))
+        return from_rollout(self.trainer.generate_sequences(list(prompts.non_tensor_batch["prompts"])),
+                            pad_token_id(self.trainer.lm))
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @torch.no_grad()
@@ -188,7 +198,7 @@ class CriticWorker(Worker):
     def compute_values(self, batch: DataProto) -> DataProto:
         """V(s_t) at every position (`trainer.compute_values`: the value head on a forward of the trunk)."""
         values = self.trainer.compute_values(to_rollout(batch))
-        return DataProto() if values is None else DataProto({"values": values})
+        return DataProto() if values is None else DataProto({"values": values}, meta_info=left_padded(pad_token_id(self.trainer.lm)))
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, batch: DataProto) -> DataProto:
