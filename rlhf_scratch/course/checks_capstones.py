@@ -17,7 +17,7 @@ mistake by the number it produced.
   the check says "unbiased" or "biased by X (exact)". Then three tokens worked by hand.
 - `check_paired_difference_interval`: cases worked by hand. Student's t quantiles at 1, 2 and 4
   degrees of freedom have closed forms (`t_quantile_closed_form`), so the check needs no scipy;
-  tests/unit/test_course_capstones.py compares them with `studies.stats.t_quantile`.
+  tests/unit/test_capstone_checks.py compares them with `studies.stats.t_quantile`.
 """
 
 from __future__ import annotations

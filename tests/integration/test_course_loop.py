@@ -46,7 +46,7 @@ def package_phase(policy, ref_model, rollout, args, optimizer, scheduler):
     trainer = object.__new__(RLHFTrainer)
     vars(trainer).update(args=args, policy=policy, learner=policy, lm=policy.base, ref_model=ref_model,
                          optimizer=optimizer, scheduler=scheduler, beta=args.beta, kl_ctl=None, device="cpu",
-                         quiet=True, skipped_in_a_row=0)
+                         quiet=True, skipped_in_a_row=0, critic=None)
     return trainer.learning_phase(rollout)
 
 
