@@ -41,10 +41,28 @@ ROOT = Path(__file__).resolve().parent.parent
 """The repository: the runs start there, and this process imports the package from it."""
 
 
+TIMING_PREFIXES = ("time/", "timing/", "charts/phase_time", "charts/rollout_time", "charts/tokens_per_s")
+"""Metrics that measure time: left out when the two sides' metrics are compared."""
+
+
 def shape_flags(opts: argparse.Namespace) -> list[str]:
-    """The phase's shape, as train's flags (the tiny preset's default where a field is not given)."""
+    """The phase's shape and device, as train's flags (the tiny preset's default where a field is not given)."""
     given = {"--batch-size": opts.batch_size, "--num-minibatches": opts.num_minibatches, "--gen-len": opts.gen_len}
-    return [f"--threads={opts.threads}", *(f"{k}={v}" for k, v in given.items() if v is not None)]
+    return [f"--threads={opts.threads}", f"--device={opts.device}", *(f"{k}={v}" for k, v in given.items() if v is not None)]
+
+
+def largest_difference(a: list[dict], b: list[dict]) -> dict:
+    """The two sides' metrics.jsonl, phase by phase, every non-timing number: the largest |a − b| and its key
+    (0.0 when bit-equal; the runs share the seed, so this is the equivalence check on the benchmark's device)."""
+    worst, where = 0.0, None
+    for row_a, row_b in zip(a, b, strict=True):
+        for key in sorted(set(row_a) & set(row_b)):
+            if key.startswith(TIMING_PREFIXES) or not isinstance(row_a[key], (int, float)):
+                continue
+            gap = abs(row_a[key] - row_b[key])
+            if where is None or gap > worst:
+                worst, where = gap, key
+    return {"max_abs_difference": worst, "key": where, "phases": len(a)}
 
 
 def command(side: str, ranks: int, run_dir: Path, opts: argparse.Namespace) -> list[str]:
@@ -67,7 +85,8 @@ def run(side: str, ranks: int, folder: Path, opts: argparse.Namespace) -> dict[s
     if done.returncode != 0:
         raise SystemExit(f"{side} at {ranks} rank(s) failed: {done.stderr.strip().splitlines()[-1:]}")
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {"phase_median": statistics.median(m["charts/phase_time"] for m in metrics[1:]), "wall": wall}
+    return {"phase_median": statistics.median(m["charts/phase_time"] for m in metrics[1:]), "wall": wall,
+            "metrics": metrics}
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -83,12 +102,13 @@ def overhead(ranks: int, folder: Path, opts: argparse.Namespace) -> dict:
             print(f"{ranks} rank(s), repeat {repeat + 1}, {side}: median phase {runs[side][-1]['phase_median']:.3f} s "
                   f"(process {runs[side][-1]['wall']:.1f} s)", flush=True)
     ratios = [a["phase_median"] / b["phase_median"] for a, b in zip(runs["controller"], runs["in_process"])]
+    equal = [largest_difference(a.pop("metrics"), b.pop("metrics")) for a, b in zip(runs["controller"], runs["in_process"])]
     return {"ranks": ranks,
             "processes": {"controller": f"1 driver + {ranks} worker(s) (+ Ray's own)",
                           "in_process": "1" if ranks == 1 else f"{ranks} (torchrun)"},
             "controller": spread([r["phase_median"] for r in runs["controller"]]),
             "in_process": spread([r["phase_median"] for r in runs["in_process"]]),
-            "ratio_pairwise": spread(ratios), "runs": runs}
+            "ratio_pairwise": spread(ratios), "metrics_difference": equal, "runs": runs}
 
 
 def timed(fn, reps: int) -> dict[str, float]:
@@ -153,26 +173,30 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=None, help="the tiny preset's when not given")
     parser.add_argument("--num-minibatches", type=int, default=None)
     parser.add_argument("--gen-len", type=int, default=None)
-    parser.add_argument("--serialisation-reps", type=int, default=20)
+    parser.add_argument("--device", default="cpu", help="train's --device for both sides (cuda: one GPU, colocated)")
+    parser.add_argument("--serialisation-reps", type=int, default=20, help="0: the serialisation cost is not measured")
     parser.add_argument("--out", default=None, help="write the numbers here as JSON")
     opts = parser.parse_args()
     if opts.phases < 2:
         parser.error("--phases: at least 2 (phase 1 warms up and is not counted)")
     ranks = [int(r) for r in opts.ranks.split(",")]
-    result = {"threads_per_process": opts.threads, "cores": os.cpu_count(), "load_before": os.getloadavg(),
+    result = {"device": opts.device, "threads_per_process": opts.threads, "cores": os.cpu_count(), "load_before": os.getloadavg(),
               "phases": opts.phases, "repeats": opts.repeats, "shape": shape_flags(opts)}
     with tempfile.TemporaryDirectory() as folder:
         result["overhead"] = [overhead(n, Path(folder), opts) for n in ranks]
-    result["serialisation"] = serialisation_cost(opts)
+    if opts.serialisation_reps:
+        result["serialisation"] = serialisation_cost(opts)
     result["load_after"] = os.getloadavg()
     for o in result["overhead"]:
         print(f"{o['ranks']} rank(s): controller {o['controller']['median']:.3f} s (min {o['controller']['min']:.3f}), "
               f"in-process {o['in_process']['median']:.3f} s (min {o['in_process']['min']:.3f}), "
               f"ratio A/B median {o['ratio_pairwise']['median']:.2f}× (min {o['ratio_pairwise']['min']:.2f}, "
-              f"max {o['ratio_pairwise']['max']:.2f})")
-    s = result["serialisation"]
-    print(f"serialisation (batch {s['batch_size']}, gen_len {s['gen_len']}, {s['reps']} reps; put / get median ms):")
-    for name, c in [*s["columns"].items(), ("(whole batch)", s["whole_batch"])]:
+              f"max {o['ratio_pairwise']['max']:.2f}); largest metrics difference "
+              f"{max(d['max_abs_difference'] for d in o['metrics_difference']):.3g}")
+    s = result.get("serialisation", {"columns": {}, "whole_batch": None})
+    if s["whole_batch"]:
+        print(f"serialisation (batch {s['batch_size']}, gen_len {s['gen_len']}, {s['reps']} reps; put / get median ms):")
+    for name, c in [*s["columns"].items(), *([("(whole batch)", s["whole_batch"])] if s["whole_batch"] else [])]:
         print(f"  {name:<22} {c['bytes']:>10,d} B   put {c['put']['median_ms']:7.3f}   get {c['get']['median_ms']:7.3f}")
     print(f"threads per process {opts.threads}, {result['cores']} cores, load {result['load_before'][0]:.2f} -> "
           f"{result['load_after'][0]:.2f}")

@@ -14,6 +14,8 @@
 #      costs ~25 s of imports there, so one repeat)
 #   4. the default PPO run (100 phases, CUDA graph on by default): its last-10 mean reward
 #   5. with what time is left: torch.compile of the learning forward at GPT-2 small's shape, batch 512
+#   6. the single controller on one GPU, colocated (issue 44): benchmarks/controller_overhead.py, 1 rank,
+#      `--controller ray` against the in-process loop, A B A B, each pair's metrics compared (equivalence)
 #
 # The GPU machines have torch, transformers, accelerate, pandas, pyarrow, jaxtyping, einops, pytest,
 # pytest-xdist, pytest-timeout, matplotlib, tabulate and tqdm, but not the rest: they travel as
@@ -24,13 +26,19 @@
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl transformer_lens==3.9.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fancy-einsum==0.0.3 \
 #     better-abc==0.0.3 eindex-callum==0.1.2 tyro==1.0.17 docstring-parser==0.18.0 typeguard==4.6.1 \
-#     beartype==0.23.1 trl==1.16.0
+#     beartype==0.23.1 trl==1.16.0 msgpack==1.2.4 protobuf==7.36.2 jsonschema==4.26.0 \
+#     jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==0.30.0 attrs==26.1.0 click==8.5.1
+# and Ray (for step 6), whose 76 MB wheel is over the carry's 64 MiB: unpacked, its Java jar and source maps
+# removed, as .extra/ray-site.tar.xz (31 MB):
+#   python3 -m pip download --no-deps --only-binary=:all: ... -d /tmp/raywhl ray==2.60.0
+#   mkdir /tmp/ray-site && cd /tmp/ray-site && unzip -q /tmp/raywhl/ray-*.whl && rm -rf ray/jars ray/dashboard/client/build/static/js/*.map
+#   tar -cf - -C /tmp/ray-site . | xz -T2 -6 > $PROJECT/.extra/ray-site.tar.xz
 #   mkdir -p .extra && cp -r "$(python -c 'import vaderSentiment,os;print(os.path.dirname(vaderSentiment.__file__))')" .extra/
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
 DEVICE=${DEVICE:-cuda}
 BUDGET=${BUDGET:-540}
-STEPS=${STEPS:-1,2,3,4,5}   # which of the steps below to run (a shorter check: STEPS=1,2,3 BUDGET=300)
+STEPS=${STEPS:-1,2,3,4,5,6}   # which of the steps below to run (a shorter check: STEPS=1,2,3 BUDGET=300)
 mkdir -p "$OUT"
 L=$OUT/log.txt; T0=$(date +%s)
 say(){ echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$L"; }
@@ -43,7 +51,9 @@ run(){ local name=$1 t=$2; shift 2; local l; l=$(left)
   say "$name (timeout ${t}s)"; timeout "$t" "$@" >>"$L" 2>&1; say "$name rc=$?"; }
 
 if [ -d .whl ] && [ "$DEVICE" != cpu ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >>"$L" 2>&1 || say "pip failed"
+  mkdir -p /tmp/site; [ -f /tmp/site/.installed ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >>"$L" 2>&1 || say "pip failed"
+  [ ! -f /tmp/site/.installed ] && [ -f .extra/ray-site.tar.xz ] && { tar -xJf .extra/ray-site.tar.xz -C /tmp/site >>"$L" 2>&1 || say "ray unpack failed"; }
+  touch /tmp/site/.installed  # a second call on the same machine (gpu_session_*.sh) installs nothing again
   export PYTHONPATH=/tmp/site:$PWD:$PWD/.extra
 fi
 export HF_HUB_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
@@ -73,5 +83,7 @@ print(f"default run: {len(rows)} phases, mean reward of the last {len(last)}: {s
 EOF
 [ "$DEVICE" != cpu ] && run "5. torch.compile, learning step" 120 python3 benchmarks/gpu_speed.py --device "$DEVICE" \
   --shape "$SHAPE" --sections learn-compile --json "$OUT/gpu_speed_compile.json"
+run "6. single controller, one device" 300 python3 benchmarks/controller_overhead.py --device "$DEVICE" --ranks 1 \
+  --repeats 3 --phases $(( PHASES < 10 ? 3 : 10 )) --serialisation-reps 0 --out "$OUT/controller_overhead.json"
 say "done"
 grep -E "default run:|TFLOP|tokens_per_s|rc=|SKIP|passed|failed|×|ratio" "$L" | tail -60

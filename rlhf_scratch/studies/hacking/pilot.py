@@ -79,6 +79,8 @@ class HackSettings:
     """Learning rate of every RL run."""
     threads: int = 1
     """Torch threads of each process."""
+    device: str = "auto"
+    """Each RL process's device, as `train --device` (auto: cuda when there is one); gold is scored on the CPU."""
     rater_margin: float = RATER_DEFAULTS["margin"]
     """length: δ (`python -m rlhf_scratch.preferences --rater-margin`)."""
     rater_token: str = RATER_DEFAULTS["token"]
@@ -177,7 +179,7 @@ def proxy_accuracy(rm_dir: Path, test_rows: list[dict]) -> dict:
 def rl_fields(args: HackSettings, seed: int) -> dict:
     """The train fields of every RL run (`rl_spec`)."""
     return {"total_phases": args.total_phases, "batch_size": args.batch_size, "gen_len": args.gen_len, "top_k": 0,
-              "base_lr": args.base_lr, "warmup_steps": 2, "threads": args.threads, "seed": seed, "save_every": 5,
+              "base_lr": args.base_lr, "warmup_steps": 2, "threads": args.threads, "device": args.device, "seed": seed, "save_every": 5,
               "table_every": 10**6, "plot_every": 10**6, "beta": args.beta}
 
 

@@ -76,8 +76,8 @@ class HeldOutEvaluation:
 
         self.trainer, self.prompts, self.per_prompt, self.every = trainer, prompts, per_prompt, every
         self.word = word
-        self.ref = load_lm(trainer.args.model).eval()
-        self.proxy_fn = make_reward_fn(trainer.args)  # the proxy: the run's own reward
+        self.ref = load_lm(trainer.args.model, trainer.device).eval()  # on the policy's device, as the proxy
+        self.proxy_fn = make_reward_fn(trainer.args, device=trainer.device)  # the proxy: the run's own reward
 
     def evaluates(self, phase: int) -> bool:
         """Phase 0 (the reference), every `every`-th phase, and the run's last."""
