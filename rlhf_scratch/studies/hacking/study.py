@@ -83,6 +83,10 @@ class HackingArgs(HackSettings):
     peak_phases: str = ""
     """Pre-registered peak phase p* per algorithm, `ppo:24,grpo:36` (evaluated phases, chosen before
     these seeds): the fall read as gold(p*) − gold(final) (`bands.registered_fall`)."""
+    detectors: bool = False
+    """Watch every run for the hack (`watch.WatchedEvaluation`: detectors at each evaluation, their
+    alarms in metrics.jsonl) and add the detector table (`detectors.detector_section`): lead time
+    before gold says so, seeds alarmed, false alarms on the honest proxy."""
 
     def data_dir(self) -> Path:
         """Where the prompts, pairs and proxies are (--proxies, else OUT)."""
@@ -121,7 +125,8 @@ class HackingArgs(HackSettings):
 
     def plan(self) -> dict:
         """What makes the study (OUT/study.json): everything but the folder and how it is run."""
-        skip = ("out", "threads", "jobs", "quick", "peak_phases")  # p* reads the runs; it does not make them
+        skip = ("out", "threads", "jobs", "quick", "peak_phases",  # p* reads the runs; it does not make them
+                *(() if self.detectors else ("detectors",)))  # a study made before --detectors is the same plan
         return {**{k: v for k, v in asdict(self).items() if k not in skip}, "raters": self.rater_list(),
                 "algos": self.algo_list(), "seeds": seed_list(self.seeds)}
 
@@ -213,6 +218,8 @@ class HackingStudy(Study[HackingArgs]):
         for u in args.units():
             run_dir = self.run_dir(out, u)
             spec = rl_spec(args, u.method, u.seed, run_dir, proxies[u.setting[0]], train, held)
+            if args.detectors:  # the rater whose gold finds the direction at phase 0 (`watch`)
+                spec["detectors"] = {"rater": u.setting[0], "penalty": args.rater_penalty}
             jobs.append(Job(u.name, partial(rl_command, spec), run_dir, args.total_phases, asdict(u)))
         run_jobs(jobs, ledger, parallel=args.jobs, desc="phases, all runs", unit="phase")
 
@@ -248,12 +255,24 @@ class HackingStudy(Study[HackingArgs]):
                 {registry.get(a).label: p for a, p in peaks.items()},
                 f"{rater} proxy: the seeds' mean and its 95 % band (circle: the pre-registered peak p*)")
         table_md = markdown_table(HEADER, rows)
+        if args.detectors:  # the watch: lead time and false alarms, the runs read as `detectors.watched_curve`
+            from rlhf_scratch.studies.hacking.detectors import detector_section, watched_curve
+
+            watched = {registry.get(a).label: detector_section(
+                {r: {u.seed: watched_curve(self.run_dir(out, u), r, args.rater_penalty) for u in args.units()
+                     if (u.method, u.setting[0]) == (a, r)} for r in args.rater_list()}) for a in args.algo_list()}
+            table_md += "".join(f"\n\nWatching for the hack: {a}\n\n{w['markdown']}\n\n{w['note']}" for a, w in watched.items())
         body = ["<h1>Reward hacking: flawed proxies</h1>", verdict_html(verdicts), table(rows, header=HEADER),
                 f"<p>{esc(NOTE)}</p>",
                 *[figure(path, registry.get(name).label if name in curves else name) for name, path in figures.items()]]
+        if args.detectors:
+            body[4:4] = [x for a, w in watched.items() for x in (
+                f"<h2>Watching for the hack: {esc(a)}</h2>", table(w["cells"], header=w["header"]), f"<p>{esc(w['note'])}</p>")]
         data = {"verdicts": verdicts, "accuracy": accuracy, "settings": args.plan(), "times": ledger.seconds(),
                 "groups": [{"algo": a, "rater": r, **s} for (a, r), s in summary.items()],
-                "curves": {a: {r: {str(k): v for k, v in c.items()} for r, c in by.items()} for a, by in curves.items()}}
+                "curves": {a: {r: {str(k): v for k, v in c.items()} for r, c in by.items()} for a, by in curves.items()},
+                **({"detectors": {a: {k: w[k] for k in ("rows", "gold", "runs")} for a, w in watched.items()}}
+                   if args.detectors else {})}
         page = write_report(out, title="rlhf_scratch reward-hacking study", table_md=table_md, data=data, body=body)
         return "\n".join([*verdicts, "", table_md, f"\nwrote {page}"])
 

@@ -36,15 +36,25 @@ def evaluate_policy(lm, ref, prompts: list[str], proxy_fn, gen_len: int, per_pro
     tokens (the full-vocabulary per-token KL of the rollout, summed), d = √KL; and the flawed raters'
     measures (`reward.preferences`), each a mean over samples: kept completion tokens, whole-word
     count of `word`, repeated 3-gram fraction."""
+    return held_out_metrics(held_out_rollout(lm, ref, prompts, proxy_fn, gen_len, per_prompt, chunk_size), per_prompt, word)
+
+
+def held_out_rollout(lm, ref, prompts: list[str], proxy_fn, gen_len: int, per_prompt: int, chunk_size: int = 32):
+    """`evaluate_policy`'s samples: the rollout it scores (a watcher reads the same one, `hacking.watch`)."""
     import torch
 
-    from rlhf_scratch.reward.heldout import repeated_ngram_fraction
-    from rlhf_scratch.reward.preferences import gold_scores, word_count
     from rlhf_scratch.rollout.phase import make_rollout
 
     with torch.no_grad():
-        rollout = make_rollout(lm, ref, prompts, proxy_fn, num_generations=per_prompt, gen_len=gen_len,
-                               temperature=1.0, top_k=0, prepend_bos=True, stop_at_eos=True, chunk_size=chunk_size)
+        return make_rollout(lm, ref, prompts, proxy_fn, num_generations=per_prompt, gen_len=gen_len,
+                            temperature=1.0, top_k=0, prepend_bos=True, stop_at_eos=True, chunk_size=chunk_size)
+
+
+def held_out_metrics(rollout, per_prompt: int, word: str = RATER_DEFAULTS["token"]):
+    """`evaluate_policy`'s (metrics, samples) of a held-out rollout."""
+    from rlhf_scratch.reward.heldout import repeated_ngram_fraction
+    from rlhf_scratch.reward.preferences import gold_scores, word_count
+
     kl = (rollout.kl * rollout.completion_mask).sum(-1)
     gold = gold_scores(rollout.texts)
     metrics = {"study/gold": gold.mean().item(), "study/gold_se": gold_standard_error(gold.tolist(), per_prompt),
@@ -95,9 +105,13 @@ class HeldOutEvaluation:
 
         metrics, samples = evaluate_policy(language_model(self.trainer.policy), self.ref, self.prompts, self.proxy_fn,
                                            self.trainer.args.gen_len, self.per_prompt, word=self.word)
+        self.record(run_dir, phase, metrics, samples)
+        return metrics
+
+    def record(self, run_dir: Path, phase: int, metrics: dict, samples: list[dict]) -> None:
+        """One line of study_samples.jsonl: the evaluation's numbers and one sample of each of 6 prompts."""
         with open(run_dir / SAMPLES_FILE, "a") as f:
             f.write(json.dumps({"phase": phase, **metrics, "samples": samples[:: self.per_prompt][:6]}) + "\n")
-        return metrics
 
 
 def train_against_proxy(spec: dict) -> int:
@@ -115,8 +129,13 @@ def train_against_proxy(spec: dict) -> int:
             "tiny", algo=spec["algo"], task="sentiment", reward_model=spec["proxy"], prompts=spec["train_prompts"],
             run_dir=str(run_dir), **spec["train_fields"])
         trainer = registry.get(args.algo).trainer_class()(args, quiet=True)
-        hook = HeldOutEvaluation(trainer, Path(spec["eval_prompts"]).read_text().splitlines(), spec["per_prompt"],
-                                 spec.get("eval_every", 1), spec.get("word", RATER_DEFAULTS["token"]))
+        hook_class, watch = HeldOutEvaluation, {}
+        if spec.get("detectors"):  # the hacking study's --detectors: the same evaluation, watched (`hacking.watch`)
+            from rlhf_scratch.studies.hacking.watch import WatchedEvaluation as hook_class
+
+            watch = {"watch": spec["detectors"]}
+        hook = hook_class(trainer, Path(spec["eval_prompts"]).read_text().splitlines(), spec["per_prompt"],
+                          spec.get("eval_every", 1), spec.get("word", RATER_DEFAULTS["token"]), **watch)
         trainer.train(run_dir, resume=resume, hooks=[hook])
     except (ValueError, OSError, RuntimeError) as e:  # TrainingStopped (Ctrl-C) too: its line says how to resume
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
