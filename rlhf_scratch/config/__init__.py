@@ -104,7 +104,8 @@ class CommonArgs:
     reward_model: str = "tiny"
     """What scores task `sentiment`: a classifier (`tiny`, a Hub id, a local folder; label 1 = positive)
     or a reward model — a `python -m rlhf_scratch.reward_model` run folder or its export (its scalar
-    is the reward). A local path is recorded absolute, with a hash of its weights checked on resume."""
+    is the reward). A local path is recorded absolute, with a hash of its weights checked on resume.
+    `min:A,B,C` (or `mean:`, `uwo=λ:`): an ensemble of reward-model runs (reward/ensemble.py)."""
     direction: str = "pos"
     """`pos` rewards positive sentiment, `neg` negative (tasks `sentiment` and `vader`)."""
     seed: int = 1

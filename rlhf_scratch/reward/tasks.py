@@ -37,7 +37,8 @@ def make_reward_fn(args: CommonArgs, device: str = "cpu") -> RewardFn:
     """The reward of `args.task`, as its entry in the task table makes it (`config.registry.TASKS`):
 
     - `sentiment`: the classifier `args.reward_model`'s softmax probability of `args.direction`
-      (the blog's `reward_fn_sentiment_imdb`);
+      (the blog's `reward_fn_sentiment_imdb`; a reward-model run: its scalar; `min:A,B,C` or
+      `mean:A,B,C`: an ensemble's, `reward.ensemble`);
     - `vader`: VADER's compound score mapped to [0, 1] toward `args.direction`;
     - `periods`: the number of '.' in the sample (the blog's first toy reward);
     - `first_token`: 1 if the first generated token is one of `FIRST_TOKENS`, else 0
@@ -49,7 +50,12 @@ def make_reward_fn(args: CommonArgs, device: str = "cpu") -> RewardFn:
 
 
 def sentiment_reward(args: CommonArgs, device: str = "cpu") -> RewardFn:
-    """Task sentiment: the classifier (or reward-model run) `args.reward_model` toward `args.direction`."""
+    """Task sentiment: the classifier (or reward-model run) `args.reward_model` toward `args.direction`;
+    or an ensemble of reward-model runs, `--reward-model min:A,B,C` (`reward.ensemble`)."""
+    from rlhf_scratch.reward.ensemble import RewardEnsemble, is_ensemble
+
+    if is_ensemble(args.reward_model):
+        return RewardEnsemble(args.reward_model, direction=args.direction, device=device)
     return SentimentReward(args.reward_model, direction=args.direction, device=device)
 
 
