@@ -87,6 +87,11 @@ class HackingArgs(HackSettings):
     """Watch every run for the hack (`watch.WatchedEvaluation`: detectors at each evaluation, their
     alarms in metrics.jsonl) and add the detector table (`detectors.detector_section`): lead time
     before gold says so, seeds alarmed, false alarms on the honest proxy."""
+    mitigation: str = "none"
+    """`none`, or `ensemble-min` / `ensemble-mean`: every run trained against the rater's proxy and
+    --ensemble-k − 1 more trained on its pairs with other seeds (`mitigate.ensemble_proxies`)."""
+    ensemble_k: int = 3
+    """Members of the ensemble (with --mitigation ensemble-*)."""
 
     def data_dir(self) -> Path:
         """Where the prompts, pairs and proxies are (--proxies, else OUT)."""
@@ -108,6 +113,9 @@ class HackingArgs(HackSettings):
         super().validate()
         if self.jobs < 1:
             raise ConfigError(f"jobs: must be >= 1; got {self.jobs}")
+        check_choices([self.mitigation], ("none", "ensemble-min", "ensemble-mean"), "mitigation")
+        if self.ensemble_k < 2:
+            raise ConfigError(f"ensemble_k: must be >= 2; got {self.ensemble_k}")
         if self.proxies and not (Path(self.proxies) / "accuracy.json").is_file():
             raise ConfigError(f"proxies: {self.proxies} holds no accuracy.json (a pilot's or a study's OUT)")
         for algo, phase in self.peaks().items():
@@ -126,7 +134,8 @@ class HackingArgs(HackSettings):
     def plan(self) -> dict:
         """What makes the study (OUT/study.json): everything but the folder and how it is run."""
         skip = ("out", "threads", "jobs", "quick", "peak_phases",  # p* reads the runs; it does not make them
-                *(() if self.detectors else ("detectors",)))  # a study made before --detectors is the same plan
+                *(() if self.detectors else ("detectors",)),  # a study made before --detectors is the same plan
+                *(() if self.mitigation != "none" else ("mitigation", "ensemble_k")))
         return {**{k: v for k, v in asdict(self).items() if k not in skip}, "raters": self.rater_list(),
                 "algos": self.algo_list(), "seeds": seed_list(self.seeds)}
 
@@ -213,6 +222,10 @@ class HackingStudy(Study[HackingArgs]):
         from rlhf_scratch.studies.overoptimization.run import rl_command
 
         proxies = self.proxies(args, out, ledger)
+        if args.mitigation != "none":  # each rater's proxy -> `min:RM,RM2,RM3` (`reward.ensemble`)
+            from rlhf_scratch.studies.hacking.mitigate import ensemble_proxies
+
+            proxies = ensemble_proxies(args, proxies)
         train, held = split_prompts(args.data_dir(), args)
         jobs = []
         for u in args.units():
