@@ -1,7 +1,7 @@
 """`python -m rlhf_scratch.train TASK --controller ray [--workers N] [--placement colocated|split]
-[--ray-address ADDR]`: the same run through the single controller.
+[--max-staleness 0|1] [--ray-address ADDR]`: the same run through the single controller.
 
-`split_controller_flags` takes the four flags out of the command line before the algorithm's
+`split_controller_flags` takes the five flags out of the command line before the algorithm's
 dataclass parses the rest (it imports no Ray: `--controller local`, the default, never loads it);
 `run_controller` starts a local Ray instance (or joins `--ray-address`), drives the phases with
 `RayPPOTrainer` and writes a run folder as the in-process loop does (config.json, metrics.jsonl,
@@ -19,6 +19,16 @@ from rlhf_scratch.config.cli import split_flags
 
 CONTROLLERS = ("local", "ray")
 PLACEMENTS = ("colocated", "split")
+STALENESS_CORRECTION = {
+    "ppo": "the per-token clipped ratio π_θ/π_behaviour",
+    "grpo": "the loss type's ratio π_θ/π_behaviour (per token, or GSPO's per sequence)",
+    "rloo": "the clipped sequence ratio π_θ(y)/π_behaviour(y)",
+    "online_dpo": "none needed: DPO's loss reads π_θ and π_ref only, a classification of pairs from any sampler",
+}
+"""The algorithms `--max-staleness 1` runs, and what in each one's loss takes the stale samples into
+account: π_old is the behaviour policy (the rollout pool's weights), so the ratio starts at π_{n−1}/π_{n−2}
+and its clip bounds the step. An algorithm not here (one registered from your code, tests/toy_algorithm.py's
+REINFORCE: J = A·log π) has no ratio against the sampler, and is refused."""
 
 
 @dataclass
@@ -28,7 +38,12 @@ class ControllerArgs:
     workers: int = 1
     """Ranks per worker group (data parallel inside the group, gloo on CPU / NCCL on GPU)."""
     placement: str = "colocated"
-    """`colocated`: every role in one process per rank; `split`: the reward model in processes of its own."""
+    """`colocated`: every role in one process per rank; `split`: the reward model in processes of its own
+    (with --max-staleness 1: rollout, reference and reward model in one pool, actor and critic in another)."""
+    max_staleness: int = 0
+    """0: synchronous (the default). 1: one step of asynchrony (needs --controller ray --placement split):
+    the rollout pool samples phase n+1 with the weights after update n−1 while the actor learns phase n;
+    the algorithm's ratio is taken against the sampler's log-probs (docs/distributed.md#one-step-of-asynchrony)."""
     ray_address: str | None = None
     """Join this Ray cluster instead of starting a local instance."""
 
@@ -39,11 +54,24 @@ def split_controller_flags(argv: list[str]) -> tuple[ControllerArgs, list[str]]:
     for name, allowed in (("controller", CONTROLLERS), ("placement", PLACEMENTS)):
         if getattr(given, name) not in allowed:
             raise ConfigError(f"{name}: must be one of {', '.join(allowed)}; got {getattr(given, name)!r}")
+    if given.max_staleness not in (0, 1):
+        raise ConfigError(f"max_staleness: must be 0 (synchronous) or 1 (one step of asynchrony); got {given.max_staleness}")
+    if given.max_staleness and (given.controller, given.placement) != ("ray", "split"):
+        raise ConfigError("max_staleness: 1 needs --controller ray --placement split (a rollout pool of its own)")
     if given.controller == "local" and given != ControllerArgs():
         raise ConfigError("controller: --workers, --placement and --ray-address need --controller ray")
     if given.workers < 1:
         raise ConfigError(f"workers: must be at least 1; got {given.workers}")
+    if given.max_staleness and given.workers != 1:
+        raise ConfigError(f"max_staleness: 1 runs with --workers 1 only (a rollout pool of several ranks is not tested); got {given.workers}")
     return given, rest
+
+
+def check_staleness(algo: str, max_staleness: int) -> None:
+    """Refuse (one ConfigError line) an algorithm whose loss would not correct stale samples (`STALENESS_CORRECTION`)."""
+    if max_staleness and algo not in STALENESS_CORRECTION:
+        raise ConfigError(f"max_staleness: {algo}'s loss has no ratio against the sampler's log-probs to correct "
+                          f"stale samples; 1 runs {', '.join(STALENESS_CORRECTION)}")
 
 
 def main_controller(args: CommonArgs, resume: str | None, controller: ControllerArgs) -> int:
@@ -77,12 +105,14 @@ def run_controller(args: CommonArgs, controller: ControllerArgs, quiet: bool = F
 
     if args.early_stopping:
         raise ConfigError("early_stopping: not run by --controller ray yet; use the in-process loop")
+    check_staleness(args.algo, controller.max_staleness)
     if resume is None:
         check_new_run_dir(args.run_dir)
     started = init_ray(controller.ray_address, num_cpus=controller.workers * (1 + (controller.placement == "split")))
     trainer = None
     try:
-        trainer = RayPPOTrainer(args, workers=controller.workers, placement=controller.placement)
+        trainer = RayPPOTrainer(args, workers=controller.workers, placement=controller.placement,
+                                max_staleness=controller.max_staleness)
         run_dir = Path(resume) if resume is not None else new_run_dir(trainer.args)
         lock = lock_run(run_dir)  # the folder is this driver's while it trains, as an in-process run's
         try:

@@ -16,6 +16,12 @@ the method (`worker_group.RayWorkerGroup`), so no call site re-codes the split:
     DP_COMPUTE_PROTO  every DataProto argument is cut into world_size contiguous chunks (rank r gets
                       chunk r); the ranks' DataProto results are concatenated back in rank order, and
                       their meta_info["metrics"] averaged over ranks (each rank's are already means)
+
+`blocking` (verl's word, default True): the group's call waits for every rank and returns the
+collected result. With `blocking=False` it returns at once a `worker_group.DataProtoFuture`, whose
+`.get()` waits and collects in rank order (a rank's failure surfaces there, as the same one-line
+`WorkerError`): the driver goes on while the ranks work (the rollout pool's `generate_sequences`
+under `--max-staleness 1`, ray_trainer.py).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from rlhf_scratch.controller.protocol import DataProto
 
 MAGIC_ATTR = "_controller_dispatch"
 """The attribute `register` puts on a method: its dispatch mode. `RayWorkerGroup` binds every method that has it."""
+BLOCKING_ATTR = "_controller_blocking"
+"""The attribute `register` puts beside it: whether the group's call waits (False: it returns a future)."""
 
 
 class Dispatch(Enum):
@@ -36,13 +44,15 @@ class Dispatch(Enum):
     DP_COMPUTE_PROTO = "dp_compute_proto"
 
 
-def register(dispatch_mode: Dispatch = Dispatch.ALL_TO_ALL) -> Callable:
-    """Mark a worker method as callable on the whole group, split as `dispatch_mode` says."""
+def register(dispatch_mode: Dispatch = Dispatch.ALL_TO_ALL, blocking: bool = True) -> Callable:
+    """Mark a worker method as callable on the whole group, split as `dispatch_mode` says; with
+    `blocking=False` the group's call returns a future (`DataProtoFuture`) instead of waiting."""
     if not isinstance(dispatch_mode, Dispatch):
         raise TypeError(f"register: dispatch_mode must be a Dispatch, got {dispatch_mode!r}")
 
     def mark(method: Callable) -> Callable:
         setattr(method, MAGIC_ATTR, dispatch_mode)
+        setattr(method, BLOCKING_ATTR, blocking)
         return method
 
     return mark

@@ -4,6 +4,8 @@ single_controller/base/worker.py, worker_group.py and ray/base.py, written from 
     pool  = RayResourcePool(process_on_nodes=[2])                      # 2 processes, 1 CPU each
     actor = RayWorkerGroup(pool, RayClassWithInitArgs(ActorRolloutRefWorker, args))
     out   = actor.generate_sequences(prompts)                          # one call: split, run, collect
+    fut   = rollout.generate_sequences(prompts)                        # registered blocking=False: a DataProtoFuture,
+    out   = fut.get()                                                  #   returned at once; .get() waits, collects in rank order
 
 Colocation (`create_colocated_worker_cls`): several roles built in ONE process per rank, so they
 share its device and, where they share weights, one model; `spawn` gives each role its own view:
@@ -32,7 +34,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from rlhf_scratch.controller.decorator import DISPATCH, MAGIC_ATTR, Dispatch, register
+from rlhf_scratch.controller.decorator import BLOCKING_ATTR, DISPATCH, MAGIC_ATTR, Dispatch, register
 
 
 class WorkerError(RuntimeError):
@@ -119,6 +121,44 @@ def registered_methods(cls: type) -> dict[str, Dispatch]:
             if callable(getattr(cls, name, None)) and hasattr(getattr(cls, name), MAGIC_ATTR)}
 
 
+def gather(role: str, name: str, refs: list[ray.ObjectRef]) -> list[Any]:
+    """Each rank's result of call `name`, waited for in rank order; a failure is one WorkerError line
+    naming the role, the rank and the cause (the first rank that failed, in rank order)."""
+    out = []
+    for rank, ref in enumerate(refs):
+        try:
+            out.append(ray.get(ref))
+        except ray.exceptions.RayTaskError as e:
+            cause = e.cause if isinstance(e.cause, BaseException) else e
+            first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+            raise WorkerError(f"{role} rank {rank}: {name} failed: {type(cause).__name__}: {first}") from None
+        except ray.exceptions.RayActorError as e:
+            if e.actor_init_failed:
+                who, cause = role, _raised(e.error_msg)
+                if cause.startswith(f"{RoleStartError.__name__}: "):  # a colocated role: name it
+                    who, cause = cause.split(": ", 1)[1].split(": ", 1)
+                raise WorkerError(f"{who} rank {rank}: failed to start: {cause}") from None
+            raise WorkerError(f"{role} rank {rank}: the worker process died ({name})") from None
+    return out
+
+
+class DataProtoFuture:
+    """A group's call that was not waited for (verl's `DataProtoFuture`, a method registered with
+    `blocking=False`): one ObjectRef per rank and the mode's collect. `.get()` waits for every rank and
+    collects in rank order, raising a rank's failure as the same one-line `WorkerError` a blocking call
+    raises; it collects once and keeps the result. `refs[r]` is rank r's raw result in Ray's object
+    store, to hand to another call without bringing it to the driver (`ray_trainer.RayPPOTrainer.sync_weights`)."""
+
+    def __init__(self, collect: Callable[[list[Any]], Any], refs: list[ray.ObjectRef], role: str, name: str) -> None:
+        self.collect, self.refs, self.role, self.name = collect, refs, role, name
+        self._done: list[Any] = []
+
+    def get(self) -> Any:
+        if not self._done:
+            self._done.append(self.collect(gather(self.role, self.name, self.refs)))
+        return self._done[0]
+
+
 class RayWorkerGroup:
     """N Ray actors of one class (one per bundle of `resource_pool`), seen from the driver as one
     object: each `register`-ed method of the class becomes a method of the group that dispatches,
@@ -151,17 +191,19 @@ class RayWorkerGroup:
         """Each registered method of `cls` as a method of this group (of colocated `role`'s, through
         `WorkerDict.execute_role`)."""
         for name, mode in registered_methods(cls).items():
-            setattr(self, name, self._group_method(name, mode, role))
+            setattr(self, name, self._group_method(name, mode, role, getattr(getattr(cls, name), BLOCKING_ATTR, True)))
 
-    def _group_method(self, name: str, mode: Dispatch, role: str | None) -> Callable:
+    def _group_method(self, name: str, mode: Dispatch, role: str | None, blocking: bool = True) -> Callable:
         dispatch, collect = DISPATCH[mode]
 
         def call(*args: Any, **kwargs: Any) -> Any:
             per_rank_args, per_rank_kwargs = dispatch(self.world_size, *args, **kwargs)
             if role is None:
-                return collect(self.execute_all(name, per_rank_args, per_rank_kwargs))
-            return collect(self.execute_all("execute_role", [(role, name, *a) for a in per_rank_args],
-                                            per_rank_kwargs, label=name))
+                refs = self.submit_all(name, per_rank_args, per_rank_kwargs)
+            else:
+                refs = self.submit_all("execute_role", [(role, name, *a) for a in per_rank_args], per_rank_kwargs)
+            future = DataProtoFuture(collect, refs, self.role, name)
+            return future if not blocking else future.get()
 
         call.__name__ = name
         return call
@@ -170,25 +212,15 @@ class RayWorkerGroup:
                     per_rank_kwargs: list[dict] | None = None, label: str = "") -> list[Any]:
         """`name` on every rank (rank r with its own arguments), the results in rank order; a failure
         is one WorkerError line naming the role, the rank and the cause."""
+        return gather(self.role, label or name, self.submit_all(name, per_rank_args, per_rank_kwargs))
+
+    def submit_all(self, name: str, per_rank_args: list[tuple] | None = None,
+                   per_rank_kwargs: list[dict] | None = None) -> list[ray.ObjectRef]:
+        """`name` started on every rank, without waiting: one ObjectRef per rank, in rank order (a
+        rank runs its calls in the order they were submitted: a Ray actor is one queue)."""
         per_rank_args = per_rank_args or [()] * self.world_size
         per_rank_kwargs = per_rank_kwargs or [{}] * self.world_size
-        refs = [getattr(w, name).remote(*a, **k) for w, a, k in zip(self.workers, per_rank_args, per_rank_kwargs)]
-        out, name = [], label or name
-        for rank, ref in enumerate(refs):
-            try:
-                out.append(ray.get(ref))
-            except ray.exceptions.RayTaskError as e:
-                cause = e.cause if isinstance(e.cause, BaseException) else e
-                first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-                raise WorkerError(f"{self.role} rank {rank}: {name} failed: {type(cause).__name__}: {first}") from None
-            except ray.exceptions.RayActorError as e:
-                if e.actor_init_failed:
-                    role, cause = self.role, _raised(e.error_msg)
-                    if cause.startswith(f"{RoleStartError.__name__}: "):  # a colocated role: name it
-                        role, cause = cause.split(": ", 1)[1].split(": ", 1)
-                    raise WorkerError(f"{role} rank {rank}: failed to start: {cause}") from None
-                raise WorkerError(f"{self.role} rank {rank}: the worker process died ({name})") from None
-        return out
+        return [getattr(w, name).remote(*a, **k) for w, a, k in zip(self.workers, per_rank_args, per_rank_kwargs)]
 
     def spawn(self, prefix_set: Iterable[str]) -> dict[str, RayWorkerGroup]:
         """One view per colocated role: the same processes, that role's methods under their own names."""

@@ -11,6 +11,14 @@
         update_actor          trainer.update_actor on the advantages the driver sent: it only learns
         update_policy         trainer.update_policy: the actor alone, after update_critic (PPO's --critic separate)
         save_checkpoint / load_checkpoint   trainer.state_dict / load_state_dict (with the phase)
+        actor_weights         the policy's trainable weights (`models.policy.saved_state`), not waited
+                              for (blocking=False): the driver hands the ObjectRef to the rollout pool
+    RolloutRefWorker        --max-staleness 1's rollout pool: the same trainer built in a process of its
+                            own, its optimizer dropped (it never learns); the same generate_sequences
+                            (registered blocking=False: the driver goes on while it samples),
+                            compute_ref_log_prob, compute_log_prob (log π_old = the behaviour policy's,
+                            the weights it sampled with) and judge_pairs; sync_weights loads the actor's
+                            weights; rollout_state / load_rollout_state carry it through a checkpoint
     CriticWorker            compute_values: trainer.compute_values, V(s_t) from the blog's value head on
                             the actor's trunk (colocated: it reads the actor of its own process); a second
                             trunk forward, the price of verl's separate call (the in-process run has one)
@@ -37,9 +45,10 @@ from rlhf_scratch.controller.protocol import LEFT_PAD, LEFT_PAD_MASK, DataProto
 from rlhf_scratch.controller.worker_group import Worker
 from rlhf_scratch.core.timing import take_times
 from rlhf_scratch.engine.batch import batch_of
-from rlhf_scratch.engine.checkpoint import load_latest_checkpoint, save_checkpoint
+from rlhf_scratch.engine.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlhf_scratch.engine.run_setup import resolve_device
 from rlhf_scratch.engine.runs import save_run_policy
+from rlhf_scratch.models.policy import load_saved_state, saved_state
 from rlhf_scratch.reward.tasks import make_reward_fn
 from rlhf_scratch.rollout.generation import pad_token_id
 from rlhf_scratch.rollout.phase import Rollout, compute_scores
@@ -141,22 +150,25 @@ class ActorRolloutRefWorker(Worker):
         return learn(self.trainer, self.trainer.update_policy, batch)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, run_dir: str, phase: int, prompts_state: dict) -> None:
+    def save_checkpoint(self, run_dir: str, phase: int, prompts_state: dict, rollout: dict | None = None) -> None:
         """The in-process loop's checkpoint after `phase` (`trainer.state_dict()`: weights, optimizer,
-        scheduler, the algorithm's state, every rank's RNG), with the driver's position in the prompts;
+        scheduler, the algorithm's state, every rank's RNG), with the driver's position in the prompts
+        and, under --max-staleness 1, the rollout pool's state (`RolloutRefWorker.rollout_state`);
         rank 0 writes it (`checkpoint.save_checkpoint`)."""
         self.trainer.prompts.load_state_dict(prompts_state)  # the driver draws the prompts: its position is the run's
         state = {"phase": phase, **self.trainer.state_dict(), "early_stopping": None}  # (every rank gathers its RNG)
+        if rollout is not None:
+            state["rollout"] = rollout
         if self.rank == 0:
             save_checkpoint(Path(run_dir), phase, state, self.args.keep_checkpoints)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, run_dir: str) -> tuple[int, dict]:
+    def load_checkpoint(self, run_dir: str) -> tuple[int, dict, dict | None]:
         """The run's latest checkpoint put back (`trainer.load_state_dict`, this rank's RNG); the phases it
-        completed and the prompts' position, for the driver."""
+        completed, the prompts' position and the rollout pool's state (None if it has none), for the driver."""
         state = load_latest_checkpoint(Path(run_dir), lambda text: None)
         self.trainer.load_state_dict(state)
-        return int(state["phase"]), self.trainer.prompts.state_dict()
+        return int(state["phase"]), self.trainer.prompts.state_dict(), state.get("rollout")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_policy(self, run_dir: str) -> None:
@@ -168,6 +180,67 @@ class ActorRolloutRefWorker(Worker):
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The policy's weights (with PPO's value head), on the CPU."""
         return {k: v.detach().cpu().clone() for k, v in self.trainer.policy.state_dict().items()}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def actor_weights(self) -> dict[str, torch.Tensor]:
+        """What the rollout pool needs of the policy now (`models.policy.saved_state`: every weight, or an
+        adapted LM's adapters and extras), on the CPU; the call returns a future whose `refs[0]` the
+        driver passes to `RolloutRefWorker.sync_weights` (the weights go through Ray's object store)."""
+        return {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v for k, v in saved_state(self.trainer.policy).items()}
+
+
+class RolloutRefWorker(Worker):
+    """--max-staleness 1's rollout pool (verl's one-step off-policy recipe: rollout and reference on
+    devices of their own): the algorithm's trainer, built in this process exactly as the actor's is
+    (same seed, same order of random draws), that never learns (its optimizer dropped). It samples with
+    a copy of the policy's weights, synced from the actor by the driver (`sync_weights`, version = the
+    number of the actor's updates they carry), and scores with them: the log π_old it returns is the
+    behaviour policy's, the one the samples were drawn from, and the algorithm's ratio is taken against it."""
+
+    def __init__(self, args: CommonArgs) -> None:
+        super().__init__()
+        self.trainer = registry.get(args.algo).trainer_class()(args, reward_fn=_no_reward, quiet=True)
+        self.trainer.optimizer = self.trainer.scheduler = None  # it only samples and scores
+        self.args, self.version = self.trainer.args, 0
+        self.rng_before = rng_state()  # this process's RNG before its latest generation (a checkpoint's)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    @torch.no_grad()
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """`ActorRolloutRefWorker.generate_sequences` with this pool's weights; the driver gets a future."""
+        self.rng_before = rng_state()
+        out = ActorRolloutRefWorker.generate_sequences(self, prompts)
+        out.meta_info["weights_version"] = self.version
+        return out
+
+    compute_ref_log_prob = ActorRolloutRefWorker.compute_ref_log_prob  # the same code, this process's reference
+    compute_log_prob = ActorRolloutRefWorker.compute_log_prob  # the same code, the behaviour weights: log π_old
+    has_judge = ActorRolloutRefWorker.has_judge
+    judge_pairs = ActorRolloutRefWorker.judge_pairs
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def sync_weights(self, weights: dict, version: int) -> int:
+        """Load the actor's weights (`ActorRolloutRefWorker.actor_weights`; Ray resolves the ObjectRef
+        the driver passed) into this pool's copy; they carry `version` updates. Returns the version."""
+        load_saved_state(self.trainer.policy, weights)
+        self.version = version
+        return version
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def rollout_state(self, in_flight: bool) -> dict:
+        """What a checkpoint keeps of this pool to resume its stream: its weights and their version, and
+        the RNG its next generation must start from — the one before its latest generation when that
+        generation is in flight (the resumed run re-does it), else the RNG now."""
+        weights = {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v
+                   for k, v in saved_state(self.trainer.policy).items()}
+        return {"weights": weights, "version": self.version, "rng": self.rng_before if in_flight else rng_state()}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_rollout_state(self, state: dict) -> int:
+        """Put back `rollout_state`'s dict; the version of the weights."""
+        self.sync_weights(state["weights"], state["version"])
+        set_rng_state(state["rng"])
+        return self.version
 
 
 def learn(trainer, update, batch: DataProto) -> DataProto:
