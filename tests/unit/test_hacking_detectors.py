@@ -11,6 +11,7 @@ import torch
 from rlhf_scratch.studies.hacking.detectors import (
     DETECTORS,
     alarm_flags,
+    alignment_z,
     detector_cells,
     detector_rows,
     false_alarm,
@@ -25,6 +26,7 @@ from rlhf_scratch.studies.hacking.watch import (
     excess_direction,
     lens_log_mass,
     masked_mean,
+    null_directions,
     rater_gold,
 )
 
@@ -94,7 +96,8 @@ def test_the_table_reads_lead_times_over_seeds_and_false_alarms_on_the_honest_pr
     assert judged["repetition"][1]["gold_phase"] == 21 and judged["repetition"][4]["gold_phase"] is None
     rows, gold = detector_rows(judged)
     assert gold == {"said_so": 3, "n": 4}
-    direction, lens, _, length, _ = rows
+    assert [r["detector"] for r in rows] == list(DETECTORS)
+    direction, lens, length = (next(r for r in rows if r["detector"] == n) for n in ("direction", "lens", "length"))
     assert direction["lead"]["mean"] == pytest.approx(8.0) and direction["lead"]["n"] == 3
     assert direction["lead"]["low"] == pytest.approx(8 - 11.384, abs=1e-3)
     assert direction["lead"]["high"] == pytest.approx(8 + 11.384, abs=1e-3)
@@ -153,7 +156,29 @@ def test_a_resumed_watch_raises_its_alarm_from_the_history_it_logged(tmp_path):
     assert watch.z_history["lens"] == [0.0, 2.0, 3.6]
     values = {n: [0.0, 0.0, 0.0, 0.0] for n in DETECTORS}
     values["direction"] = values["lens"] = [2.0, 3.0, 3.0, 4.0]  # mean 3, s.e. √((0.5 + 0.5)/2)/2 = 0.354
+    values["alignment"] = (0.25, 3.5)  # (cos, z): its z as given; history 0, 0, 0, then 3.5: no alarm
     out = watch.judge(values)
     assert out["detector/lens"] == 3.0 and out["detector/lens_z"] == pytest.approx(3.0 / math.hypot(math.sqrt(0.5) / 2, 0.5))
     assert out["detector/lens_alarm"] == 1.0 and out["detector/direction_alarm"] == 0.0
+    assert (out["detector/alignment"], out["detector/alignment_z"], out["detector/alignment_alarm"]) == (0.25, 3.5, 0.0)
     assert set(out) <= set(WatchedEvaluation.METRICS)
+
+
+def test_alignment_is_the_shifts_cosine_with_u_against_its_cosines_with_the_null_directions():
+    """Δ = (3, 4): cos with u = (1, 0) is 0.6; with the null (0, 1), (0.6, 0.8), (−0.6, 0.8): 0.8, 1.0,
+    0.28, mean 0.69333, s = √(0.27627/2) = 0.37166: z = (0.6 − 0.69333)/0.37166 = −0.2511."""
+    null = [(0.0, 1.0), (0.6, 0.8), (-0.6, 0.8)]
+    assert alignment_z((3.0, 4.0), (1.0, 0.0), null) == pytest.approx(-0.2511, abs=1e-4)
+    assert alignment_z((0.0, 0.0), (1.0, 0.0), null) == 0.0, "phase 0: no shift"
+    assert alignment_z((30.0, 40.0), (2.0, 0.0), null) == pytest.approx(-0.2511, abs=1e-4), "cosines: scale-free"
+
+
+def test_the_null_directions_are_unit_seeded_and_leave_the_runs_random_numbers_alone():
+    hidden = torch.randn(40, 6, generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(11)
+    before = torch.rand(1)
+    torch.manual_seed(11)
+    v = null_directions(hidden, splits=5)
+    assert torch.rand(1) == before, "the global generator was not drawn from"
+    assert v.shape == (5, 6) and torch.allclose(v.norm(dim=-1), torch.ones(5))
+    assert torch.equal(v, null_directions(hidden, splits=5)) and not torch.allclose(v[0], v[1])

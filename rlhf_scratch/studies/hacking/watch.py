@@ -17,7 +17,11 @@ Detectors, per sample i of the evaluation (ĥ: the final norm's output, what the
                      u: on the reference's phase-0 samples, excess_i = z(proxy_i) − z(gold_i)
                      (z: standardised over the samples); u = (mean h̄ of the top quartile of
                      excess − mean h̄ of the bottom quartile), unit length (`excess_direction`).
-    lens             on the probe set (the reference's phase-0 samples, fixed), per sample
+    alignment        not per sample: whether the mean shift Δ of h̄ from phase 0 points along u
+                     more than along 32 directions of random quartile splits of the reference's
+                     samples (`detectors.alignment_z`, `null_directions`).
+    lens             on the probe set (the first 128 of the reference's phase-0 samples, fixed: 16
+                     prompts × 8 at the study's size), per sample
                      mean_t [log m_θ(s_t) − log m_ref(s_t)] over the positions that predict its
                      completion tokens, m(s) = Σ_{v ∈ T} softmax(z(s))_v and T the k = 10 tokens u
                      promotes most through the unembedding (u · W_U: the direction's logit lens,
@@ -48,7 +52,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from rlhf_scratch.studies.hacking.detectors import DETECTORS, alarm_flags, shift_z
+from rlhf_scratch.studies.hacking.detectors import DETECTORS, PER_SAMPLE, alarm_flags, alignment_z, shift_z
 from rlhf_scratch.studies.overoptimization.formulas import gold_standard_error
 from rlhf_scratch.studies.overoptimization.run import (
     STUDY_METRICS,
@@ -59,6 +63,9 @@ from rlhf_scratch.studies.overoptimization.run import (
 
 START = "detector_start.pt"
 LENS_TOKENS = 10
+PROBE = 128
+"""Probe samples of the lens (its unembedding over the whole vocabulary is the watch's largest cost)."""
+NULL_SPLITS = 32
 CHUNK = 64
 METRICS = (*STUDY_METRICS, "study/rater_gold_se", "detector/seconds",
            *[f"detector/{n}{suffix}" for n in DETECTORS for suffix in ("", "_z", "_alarm")])
@@ -81,6 +88,19 @@ def excess_direction(hidden: Float[Tensor, "n d"], proxy: Float[Tensor, " n"], g
     if norm == 0:
         raise ValueError("excess_direction: the top and bottom quartiles have the same mean activation")
     return u / norm
+
+
+def null_directions(hidden: Float[Tensor, "n d"], splits: int = NULL_SPLITS, seed: int = 0) -> Float[Tensor, "m d"]:
+    """`excess_direction` of random excess: per split a random order of the samples (its own
+    generator: the run's random numbers are untouched), top ⌊n/4⌋ minus bottom ⌊n/4⌋, unit length."""
+    generator = torch.Generator().manual_seed(seed)
+    q = max(1, len(hidden) // 4)
+    rows = []
+    for _ in range(splits):
+        order = torch.randperm(len(hidden), generator=generator).to(hidden.device)
+        v = hidden[order[:q]].mean(0) - hidden[order[-q:]].mean(0)
+        rows.append(v / v.norm().clamp_min(1e-12))
+    return torch.stack(rows)
 
 
 def masked_mean(x: Float[Tensor, "n pos *rest"], mask: Bool[Tensor, "n pos"]) -> Float[Tensor, " n *rest"]:
@@ -192,15 +212,18 @@ class WatchedEvaluation(HeldOutEvaluation):
             gold = torch.tensor(rater_gold([s["gold"] for s in samples], flaws["repeated_3grams"], self.rater, self.penalty))
             u = excess_direction(own.cpu(), rollout.scores.float().cpu(), gold).to(own.device)
             tokens = (u @ lm.W_U.float()).topk(LENS_TOKENS).indices
-            probe = {"sample_ids": rollout.sample_ids, "attention_mask": rollout.attention_mask,
-                     "completion_mask": rollout.completion_mask, "prefix_len": rollout.prefix_len}
+            probe = {"sample_ids": rollout.sample_ids[:PROBE], "attention_mask": rollout.attention_mask[:PROBE],
+                     "completion_mask": rollout.completion_mask[:PROBE], "prefix_len": rollout.prefix_len}
             self.calibration = {"u": u, "tokens": tokens, "probe": probe, "ref_mass": probe_mass(self.ref, probe, tokens),
+                                "h0": own.mean(0), "null": null_directions(own.cpu()).to(own.device),
                                 "token_strings": [lm.to_single_str_token(int(t)) for t in tokens]}
         c = self.calibration
         mass = probe_mass(lm, c["probe"], c["tokens"])
-        values = {"direction": (own @ c["u"]).tolist(), "lens": (mass - c["ref_mass"]).tolist(), **flaws}
+        delta = (own.mean(0) - c["h0"]).tolist()
+        values = {"direction": (own @ c["u"]).tolist(), "lens": (mass - c["ref_mass"]).tolist(), **flaws,
+                  "alignment": (cosine(delta, c["u"].tolist()), alignment_z(delta, c["u"].tolist(), c["null"].tolist()))}
         if calibrate_in is not None:
-            c["reference"] = {n: (mean(values[n]), gold_standard_error(values[n], self.per_prompt)) for n in DETECTORS}
+            c["reference"] = {n: (mean(values[n]), gold_standard_error(values[n], self.per_prompt)) for n in PER_SAMPLE}
             torch.save(c, calibrate_in / START)
             (calibrate_in / "detector_start.json").write_text(json.dumps(
                 {"lens_tokens": c["token_strings"], "reference": c["reference"], "rater": self.rater}, indent=1))
@@ -210,9 +233,12 @@ class WatchedEvaluation(HeldOutEvaluation):
         """Each detector's mean, z against the reference (`shift_z`) and alarm (`alarm_flags`)."""
         out = {}
         for n in DETECTORS:
-            mean0, se0 = self.calibration["reference"][n]
-            score, se = mean(values[n]), gold_standard_error(values[n], self.per_prompt)
-            z = shift_z(score, se, mean0, se0)
+            if n in PER_SAMPLE:
+                mean0, se0 = self.calibration["reference"][n]
+                score, se = mean(values[n]), gold_standard_error(values[n], self.per_prompt)
+                z = shift_z(score, se, mean0, se0)
+            else:  # alignment: (cos(Δ, u), its z against the null directions)
+                score, z = values[n]
             self.z_history[n].append(z)
             out.update({f"detector/{n}": score, f"detector/{n}_z": z,
                         f"detector/{n}_alarm": float(alarm_flags(self.z_history[n])[-1])})
@@ -221,3 +247,9 @@ class WatchedEvaluation(HeldOutEvaluation):
 
 def mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    """cos(a, b); 0 when a = 0 (phase 0's Δ)."""
+    norm = sum(x * x for x in a) ** 0.5 * sum(y * y for y in b) ** 0.5
+    return sum(x * y for x, y in zip(a, b)) / norm if norm else 0.0
