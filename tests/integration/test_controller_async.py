@@ -111,9 +111,11 @@ def not_timing(key):
     return not key.startswith(("time/", "timing/", "charts/phase_time", "charts/rollout_time", "charts/tokens_per_s"))
 
 
-@pytest.mark.parametrize("algo", ["ppo", pytest.param("online_dpo", marks=pytest.mark.slow),
-                                  pytest.param("grpo", marks=pytest.mark.slow)])
-def test_the_lag_is_one_and_the_samples_are_those_of_the_weights_one_update_old(algo, local_ray):
+@pytest.mark.parametrize("algo, overrides", [
+    pytest.param("ppo", {}, id="ppo"),
+    pytest.param("online_dpo", {"base_lr": 1e-3}, marks=pytest.mark.slow, id="online_dpo"),  # (at 2e-5 one update
+    pytest.param("grpo", {}, marks=pytest.mark.slow, id="grpo")])                              #  flips no sample of phase 3)
+def test_the_lag_is_one_and_the_samples_are_those_of_the_weights_one_update_old(algo, overrides, local_ray):
     """Phase n's samples carry the weights after update n − 2 (0 at phases 1 and 2), and are exactly what
     a synchronous generation gives from a saved copy of those weights with the rollout's RNG stream: an
     in-process trainer built with the same seed (so the same RNG as the rollout worker's after its
@@ -122,7 +124,7 @@ def test_the_lag_is_one_and_the_samples_are_those_of_the_weights_one_update_old(
     from rlhf_scratch.controller.ray_trainer import RayPPOTrainer
     from rlhf_scratch.controller.workers import _no_reward
 
-    args = args_for(algo)
+    args = args_for(algo, **overrides)
     controller = RayPPOTrainer(args, workers=1, placement="split", max_staleness=1)
     try:
         versions = {0: controller.state_dict()}  # the actor's weights after each update
