@@ -5,6 +5,8 @@
     python -m rlhf_scratch.studies.hacking --out q/ --quick --seeds 1,2         # tiny: tests (`QUICK`)
     python -m rlhf_scratch.studies.hacking --out test/ --proxies hack45/ --algos ppo,grpo --seeds 4,5,6 \
         --peak-phases ppo:24,grpo:36                  # a pilot's proxies; p* chosen before these seeds
+    python -m rlhf_scratch.studies.hacking --out watch/ --proxies hack45/ --raters repetition,honest --algos ppo \
+        --detectors                                   # each run watched: lead time, false alarms (`watch.py`, `detectors.py`)
 
 The pilot's steps (`pilot.py`: pairs per rater, a proxy each, its accuracy against gold with Wilson's
 interval), then a unit per (algorithm, rater, seed): the over-optimisation study's RL process with its

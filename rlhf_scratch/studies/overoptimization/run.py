@@ -7,7 +7,9 @@ The judging is `HeldOutEvaluation`, a `loop.PhaseHook`: the loop calls it once p
 what it returns (study/gold, study/gold_se, study/proxy, study/kl, study/d, and the flaw measures of the
 hacking pilot: study/length, study/word_count, study/repeated_3grams) in metrics.jsonl beside
 the phase's own numbers, every `eval_every`-th phase and the last (the others log nothing of it). The
-study (`studies.overoptimization`) reads those back into its curves.
+study (`studies.overoptimization`) reads those back into its curves. A spec with "detectors" (the
+hacking study's --detectors) runs `studies.hacking.watch.WatchedEvaluation` instead: the same
+evaluation, and detectors of the hack on its rollout.
 """
 
 from __future__ import annotations
