@@ -88,6 +88,10 @@ def test_the_comparison_pairs_same_seeds_reads_gold_at_d_star_and_says_what_is_n
     assert penalty["verdict"].startswith("keeps more gold, decided")
     rows = {r[0]: r for r in t["rows"]}
     assert rows["later"][2] == "to be measured" and rows["length-normalised reward"][2] == "n/a for the repetition flaw"
+    cut = comparison({BASELINE: _final({1: 1.0, 2: 2.0, 3: 1.5}), "stopped": _final({1: 1.2, 2: 1.9, 3: 1.6}, d_max=0.5)},
+                     cut=("stopped",))
+    assert cut["d_star"] == 4.0, "a row cut from the baseline's runs does not pull d* in"
+    assert cut["rows"][1][3] == "n/a: the baseline's runs, cut at the stop"
     welch = comparison({BASELINE: _final({1: 1.0, 2: 2.0, 3: 1.5}), "other": _final({7: 1.2, 8: 2.4})})
     assert welch["by_method"]["other"]["verdict"].startswith("not resolved at n = 2 vs 3")
     assert not welch["by_method"]["other"]["vs_baseline"]["paired"]

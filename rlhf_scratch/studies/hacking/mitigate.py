@@ -117,6 +117,10 @@ def stopped_curves(by_seed: Mapping[int, Curve], se: float, patience: int = PATI
 HEADER = ["mitigation", "n seeds", "gold at final (95 %)", "gold at matched d* (95 %)", "proxy at final (95 %)",
           "d = √KL at final (95 %)", "verdict vs no mitigation (gold at final)"]
 BASELINE = "none (PPO, β = 0)"
+NOTE = ("Gold g′ = g − 4·rep₃ and the proxy on the 64 held-out prompts × 8 samples; the proxy is each run's own "
+        "reward (for the ensemble its reduction of the k members, not the single proxy); d* is the farthest d = √KL "
+        "every run of every method reached; mean ± 95 % t half-width over seeds; verdicts paired when the seeds are "
+        "the same, else Welch.")
 LENGTH_ROW = "length-normalised reward"
 
 
@@ -160,14 +164,16 @@ def comparison(methods: Mapping[str, Mapping[int, Curve] | None], baseline: str 
         matched = mean_interval(at_d) if None not in at_d else None
         n_text = f"n = {len(seeds)}" if set(seeds) == set(base) else f"n = {len(seeds)} vs {len(base)}"
         diff = difference(final, base_final) if name != baseline else None
-        rows.append([name, str(len(seeds)), cells["gold"].cell(), matched.cell() if matched else "not reached by every seed",
+        at_d_cell = ("n/a: the baseline's runs, cut at the stop" if name in cut else
+                     matched.cell() if matched else "not reached by every seed")
+        rows.append([name, str(len(seeds)), cells["gold"].cell(), at_d_cell,
                      cells["proxy"].cell(), cells["d"].cell(), "—" if diff is None else verdict(diff, n_text)])
         data["by_method"][name] = {"seeds": seeds, **{f"{k}_final": v.as_json() for k, v in cells.items()},
                               "gold_at_d_star": matched.as_json() if matched else None,
                               "vs_baseline": None if diff is None else
                               {"mean": diff.mean, "low": diff.low, "high": diff.high, "paired": diff.paired, "p": diff.p},
                               "verdict": rows[-1][-1]}
-    return {"header": HEADER, "rows": rows, **data}
+    return {"header": HEADER, "rows": rows, "note": NOTE, **data}
 
 
 # --- the ensemble's members ----------------------------------------------------------------------
@@ -325,7 +331,7 @@ def run(args: MitigateArgs) -> int:
     table = comparison(methods, notes={LENGTH_ROW: "n/a for the repetition flaw"}, cut=(stop_name,))
     from rlhf_scratch.studies.runner import markdown_table
 
-    markdown = markdown_table(table["header"], table["rows"])
+    markdown = markdown_table(table["header"], table["rows"]) + f"\n\n{NOTE} Here d* = {table['d_star']:.2f}."
     p = stopping[args.patience]
     result = {"issue": 46, "item": 5, "rule": early_stop_index.__doc__, "patience": args.patience,
               "fixed_before_gold": "m = 3 and s (the proxy's standard error on the reference) were chosen before this "
