@@ -4,9 +4,10 @@
 #
 #   OUT=$OUT bash benchmarks/hacking_mitigations_run.sh          # HACK_S (default 380) caps the studies
 #
-# Needs, carried with the tree: .hack45/ (the pilot's prompts, pairs, accuracy.json and three proxies:
-# rm-repetition, and rm-repetition-seed2, -seed3 made on the 2-core CPU for the ensemble, 35 MB in all)
-# and, as benchmarks/gpu_session_2026-11-27.sh has them, .whl/ and .extra/ for the environment.
+# Needs, carried with the tree (18 MB): .hack45/ (the pilot's prompts, pairs, accuracy.json and three
+# proxies: rm-repetition, and rm-repetition-seed2, -seed3 made on the 2-core CPU for the ensemble, 35 MB)
+# and the environment's .whl/ (6.6 MB) and .extra/vaderSentiment. Not .extra/ray-site.tar.xz (28 MB):
+# no Ray here, and with it the carry passes its 64 MiB. So: carry [".hack45", ".whl", ".extra/vaderSentiment"].
 #
 # Nine PPO runs at once, seeds 22-24, 60 phases, evaluation every 3, against the repetition-blind proxy:
 #   cores 4-6    KL penalty β = 0.05
@@ -17,17 +18,18 @@
 # its time/reward summed 12.1 s against 4.4 s for a plain run, wall 97 s against 100 s (load ~9, so
 # the wall times are noise): about +10-15 % a run, ~300-310 s there. HACK_S = 380 s leaves the call's
 # start and the copies inside 7 minutes; a run that does not finish is stopped (Ctrl-C, checkpointed)
-# and its metrics come back all the same, to be reported as missing, not rerun.
+# and its metrics come back all the same; `mitigate` then reads the finished runs of a study whose
+# report was not written (`mitigate.load_curves`), and the unfinished are reported missing, not rerun.
 #
 # Afterwards, on the CPU machine, with the folders this brings back:
 #   python -m rlhf_scratch.studies.hacking.mitigate --methods $OUT/mit/beta0.05,$OUT/mit/beta0.2,$OUT/mit/ensemble-min
 set -u
 OUT=${OUT:?set OUT to the folder for the results}; mkdir -p "$OUT/mit"
 MIT=/tmp/mitigations
-if [ -d .whl ] && [ ! -e /tmp/site/.installed ]; then  # the environment as gpu_check.sh makes it
+if [ -d .whl ] && [ ! -e /tmp/site/.installed ] && [ ! -e /tmp/site/.wheels ]; then  # as gpu_check.sh makes it
   mkdir -p /tmp/site
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >"$OUT/install.txt" 2>&1
-  tar -xJf .extra/ray-site.tar.xz -C /tmp/site >>"$OUT/install.txt" 2>&1 && touch /tmp/site/.installed
+  touch /tmp/site/.wheels  # not .installed: Ray is not unpacked (the hacking study needs none; gpu_check.sh would)
 fi
 export PYTHONPATH=/tmp/site:$PWD:$PWD/.extra HF_HUB_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
 COMMON=(--proxies .hack45 --raters repetition --algos ppo --seeds 22,23,24 --total-phases 60 --eval-every 3

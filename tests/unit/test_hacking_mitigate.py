@@ -135,3 +135,25 @@ def test_the_study_takes_a_mitigation_and_keeps_old_plans_unchanged(tmp_path):
         HackingArgs(out=str(tmp_path / "c"), algos="ppo", mitigation="ensemble-max").validate()
     with pytest.raises(ConfigError, match="ensemble_k: must be >= 2; got 1"):
         HackingArgs(out=str(tmp_path / "c"), algos="ppo", mitigation="ensemble-min", ensemble_k=1).validate()
+
+
+def test_a_study_stopped_before_its_report_is_read_from_its_finished_runs(tmp_path):
+    from rlhf_scratch.config import ConfigError
+
+    def point(gold, rep3):
+        return {"study/d": 1.5, "study/gold": gold, "study/proxy": 0.25, "study/length": 9.0, "study/word_count": 0.0,
+                "study/repeated_3grams": rep3}
+
+    (tmp_path / "study.json").write_text(json.dumps({"rater_penalty": 4.0}))
+    for seed, status in ((22, "finished"), (23, "stopped")):
+        run = tmp_path / "runs" / f"ppo-s{seed}-repetition4"
+        run.mkdir(parents=True)
+        (run / "status.json").write_text(json.dumps({"status": status, "phase": 3, "total_phases": 3}))
+        (run / "study_start.json").write_text(json.dumps(point(0.5, 0.0)))
+        (run / "metrics.jsonl").write_text(json.dumps({"phase": 3, **point(1.25, 0.125)}) + "\n")
+    runs = load_curves(tmp_path)
+    assert list(runs) == [22], "the stopped run is left out"
+    assert [p["gold"] for p in runs[22]] == [0.5, 1.25 - 4 * 0.125]
+    (tmp_path / "runs" / "ppo-s22-repetition4" / "status.json").write_text(json.dumps({"status": "stopped"}))
+    with pytest.raises(ConfigError, match="holds no finished ppo run against the repetition proxy"):
+        load_curves(tmp_path)

@@ -228,6 +228,8 @@ def load_curves(source: str | Path, algo: str = "ppo", rater: str = "repetition"
     folder (OUT/table.json's "curves": {algo: {rater: {seed: curve}}})."""
     path = Path(source)
     file = path / "table.json" if path.is_dir() else path
+    if path.is_dir() and not file.is_file() and (path / "study.json").is_file():
+        return finished_runs(path, algo, rater)
     if not file.is_file():
         raise ConfigError(f"baseline: {source} is neither a hacking study folder with table.json nor a JSON file")
     curves = json.loads(file.read_text()).get("curves", {})
@@ -236,6 +238,22 @@ def load_curves(source: str | Path, algo: str = "ppo", rater: str = "repetition"
     if not by:
         raise ConfigError(f"baseline: {source} holds no {algo} curves")
     return {int(s): c for s, c in by.items()}
+
+
+def finished_runs(folder: Path, algo: str = "ppo", rater: str = "repetition") -> dict[int, list]:
+    """{seed: curve} of a hacking study's finished runs, read from OUT/runs/ (`pilot.curve`): for a
+    study stopped before its report (a time limit); its unfinished runs are left out, so n says so."""
+    from rlhf_scratch.engine.runs import read_status
+    from rlhf_scratch.studies.hacking.pilot import curve
+
+    penalty = json.loads((folder / "study.json").read_text()).get("rater_penalty", 4.0)
+    found = {}
+    for run in sorted((folder / "runs").glob(f"{algo}-s*-{rater}*")):
+        if (run / "status.json").is_file() and read_status(run)["status"] == "finished":
+            found[int(run.name.split("-")[1].removeprefix("s"))] = curve(run, rater, penalty)
+    if not found:
+        raise ConfigError(f"baseline: {folder} holds no finished {algo} run against the {rater} proxy")
+    return found
 
 
 def method_name(folder: str | Path) -> str:
