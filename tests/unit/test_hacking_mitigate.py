@@ -151,6 +151,9 @@ def test_a_study_stopped_before_its_report_is_read_from_its_finished_runs(tmp_pa
         (run / "status.json").write_text(json.dumps({"status": status, "phase": 3, "total_phases": 3}))
         (run / "study_start.json").write_text(json.dumps(point(0.5, 0.0)))
         (run / "metrics.jsonl").write_text(json.dumps({"phase": 3, **point(1.25, 0.125)}) + "\n")
+    from rlhf_scratch.studies.hacking.mitigate import method_name
+
+    assert method_name(tmp_path) == f"{BASELINE}, {tmp_path.name}", "a β = 0 study must not replace the baseline's row"
     runs = load_curves(tmp_path)
     assert list(runs) == [22], "the stopped run is left out"
     assert [p["gold"] for p in runs[22]] == [0.5, 1.25 - 4 * 0.125]

@@ -262,7 +262,9 @@ def method_name(folder: str | Path) -> str:
     mitigation = plan.get("mitigation", "none")
     if mitigation.startswith("ensemble-"):
         return f"reward-model ensemble, k = {plan.get('ensemble_k', ENSEMBLE_K)}, {mitigation.removeprefix('ensemble-')}"
-    return f"KL penalty β = {plan.get('beta', 0.0):g}" if plan.get("beta") else BASELINE
+    if plan.get("beta"):
+        return f"KL penalty β = {plan['beta']:g}"
+    return f"{BASELINE}, {Path(folder).name}"  # another unmitigated study: its own row, never the baseline's
 
 
 def member_accuracy(data: Path, rater: str = "repetition") -> dict:
