@@ -11,8 +11,9 @@ so. `notebooks/exercises/` holds a stub and its check for every function. The ch
 `checks.py` (exercises 01-03), `checks_sampling.py` and `checks_reward.py` (04: sampling, the replay
 memory, the reward model), `checks_interp.py` (05: interpretability on a planted model),
 `checks_capstones.py` (06: RLOO's trainer from the contract, a KL estimator graded by the microscope,
-a paired interval over seeds); `catalogue.py` lists them all. The solutions written to be read: `solutions.py`, `solutions_interp.py`,
-`solutions_capstones.py`; `capstone_kit.py` is what notebook 06 builds with. The other
+a paired interval over seeds), `checks_hacking.py` (notebook 09: the fall of gold decided over seeds, early
+stopping, a reward-model ensemble, the share of the proxy's excess a feature explains); `catalogue.py` lists them all. The solutions written to be read: `solutions.py`, `solutions_interp.py`,
+`solutions_capstones.py`, `solutions_hacking.py`; `capstone_kit.py` is what notebook 06 builds with. The other
 modules of this package (the learning-phase check of notebook 06, re-executing the notebooks) are
 imported by name.
 
@@ -58,6 +59,14 @@ _CHECKS_BY_MODULE = {
         "check_calc_k3_kl",
         "check_make_rloo_algorithm",
         "check_paired_difference_interval",
+    ),
+    "checks_hacking": (  # notebook 09: reward hacking decided, stopped, explained
+        "check_early_stop_index",
+        "check_ensemble_mean",
+        "check_ensemble_min",
+        "check_explained_share",
+        "check_held_out_peak",
+        "check_registered_fall",
     ),
 }
 _CHECKS = {name: module for module, names in _CHECKS_BY_MODULE.items() for name in names}

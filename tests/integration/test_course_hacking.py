@@ -1,0 +1,171 @@
+"""Notebook 09's checks (`course/checks_hacking.py`): each passes the course's solution AND the package's own
+function, and fails, naming the mistake, on a planted classic bug written out as a learner would; the
+course's solutions equal the package's functions in `studies.hacking` and `reward.ensemble` (course may
+not import studies), and on the recorded curves they give the recorded verdicts' numbers.
+
+Fast (seconds): here beside the other test_course_*.py files because test_course_checks.py looks here for
+every check's planted bug.
+"""
+
+import json
+
+import pytest
+import torch
+
+from rlhf_scratch.course import catalogue
+from rlhf_scratch.course import checks_hacking as C
+from rlhf_scratch.course import solutions_hacking as S
+from rlhf_scratch.reward import ensemble
+from rlhf_scratch.studies.hacking import find, mitigate, pilot
+
+
+def fails_with(name: str, bug, phrase: str) -> str:
+    with pytest.raises(AssertionError) as err:
+        catalogue.CHECKS[name](bug)
+    assert phrase in str(err.value), f"check_{name} on {bug.__name__} said:\n{err.value}\nexpected {phrase!r}"
+    return str(err.value)
+
+
+# --- the solutions are the package's ------------------------------------------------------------
+
+
+def test_held_out_peak_is_the_studies_held_out_peaks():
+    for curves in (C.hand_curves(), C.recorded_curves()):
+        phases = S.held_out_peak(curves)
+        gold = pilot.held_out_peaks(curves)
+        for s, c in curves.items():
+            assert next(p["gold"] for p in c if p["phase"] == phases[s]) == gold[s]
+
+
+def test_early_stop_index_is_the_studies_on_random_and_recorded_curves():
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(200):
+        n = int(torch.randint(1, 12, (1,), generator=gen))
+        proxy = (torch.randint(0, 8, (n,), generator=gen) / 4).tolist()  # quarters: ties happen
+        se, m = float(torch.randint(0, 3, (1,), generator=gen)) / 4, int(torch.randint(1, 5, (1,), generator=gen))
+        assert S.early_stop_index(proxy, se, patience=m) == mitigate.early_stop_index(proxy, se, m)
+    for c in C._eighteen().values():
+        proxy = [p["proxy"] for p in c]
+        assert S.early_stop_index(proxy, C.PROXY_SE) == mitigate.early_stop_index(proxy, C.PROXY_SE)
+
+
+def test_the_ensemble_solutions_are_the_reward_packages():
+    scores = torch.randn(4, 9, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(S.ensemble_mean(scores), ensemble.ensemble_mean(scores))
+    assert torch.equal(S.ensemble_min(scores), ensemble.ensemble_min(scores))
+
+
+def test_explained_share_is_the_studies_share():
+    gen = torch.Generator().manual_seed(1)
+    e, a = torch.randn(20, generator=gen), torch.randn(20, 5, generator=gen)
+    policy = torch.arange(20) % 3 == 0
+    a[:, 4] = policy.double()  # constant within each group: share 0
+    torch.testing.assert_close(S.explained_share(e, a, policy), find.explained_share(e, a, policy)["share"])
+    assert S.explained_share(e, a, policy)[4] == 0
+
+
+def test_the_recorded_curves_give_the_recorded_verdicts():
+    """The registered fall's mean over the 12 confirm seeds and early stopping's gold(stop) − gold(final)
+    over the 18 seeds are the numbers in the benchmarks' JSON."""
+    confirm = json.loads(C.CONFIRM.read_text())["result"]["group"]
+    fall = S.registered_fall(C.recorded_curves(), C.PEAK_PHASE, C.FINAL_PHASE)
+    assert sum(fall.values()) / len(fall) == pytest.approx(confirm["fall_registered"]["mean"], abs=1e-12)
+    mitigations = json.loads((C.BENCHMARKS / "hacking_mitigations_2026-11-27.json").read_text())["early_stopping"]
+    curves = C._eighteen()
+    assert sorted(map(str, curves)) == sorted(mitigations["per_seed"])
+    stops = {s: c[S.early_stop_index([p["proxy"] for p in c], C.PROXY_SE)] for s, c in curves.items()}
+    assert all(stops[s]["phase"] == mitigations["per_seed"][str(s)]["stop_phase"] for s in curves)
+    gain = sum(stops[s]["gold"] - curves[s][-1]["gold"] for s in curves) / len(curves)
+    assert gain == pytest.approx(mitigations["stop_minus_final"]["mean"], abs=1e-12)
+
+
+# --- each check passes the package's functions and names planted mistakes ------------------------
+
+
+def test_every_hacking_check_passes_the_packages_own_functions(capsys):
+    catalogue.CHECKS["early_stop_index"](mitigate.early_stop_index)
+    catalogue.CHECKS["ensemble_mean"](ensemble.ensemble_mean)
+    catalogue.CHECKS["ensemble_min"](ensemble.ensemble_min)
+    catalogue.CHECKS["explained_share"](lambda excess, activation, policy:
+                                        find.explained_share(excess, activation, policy)["share"])
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["check_early_stop_index: all 6 cases pass", "check_ensemble_mean: all 1 cases pass",
+                   "check_ensemble_min: all 1 cases pass", "check_explained_share: all 1 cases pass"]
+
+
+def fall_reversed(curves, peak_phase, final_phase):
+    def at(c, phase):
+        return next(p["gold"] for p in c if p["phase"] == phase)
+    return {s: at(c, final_phase) - at(c, peak_phase) for s, c in curves.items()}
+
+
+def fall_by_index(curves, peak_phase, final_phase):
+    return {s: c[peak_phase]["gold"] - c[final_phase]["gold"] for s, c in curves.items()}
+
+
+def test_registered_fall_names_the_reversed_sign_and_the_phase_used_as_an_index():
+    fails_with("registered_fall", fall_reversed, "the sign is reversed")
+    fails_with("registered_fall", fall_by_index, "indexed the curve by the phase")
+
+
+def peak_with_own_seed(curves):
+    mean = [sum(c[i]["gold"] for c in curves.values()) / len(curves) for i in range(len(next(iter(curves.values()))))]
+    best = max(range(len(mean)), key=mean.__getitem__)
+    return {s: c[best]["phase"] for s, c in curves.items()}
+
+
+def own_peak(curves):
+    return {s: max(c, key=lambda p: p["gold"])["phase"] for s, c in curves.items()}
+
+
+def test_held_out_peak_names_the_seed_in_its_own_peak():
+    fails_with("held_out_peak", peak_with_own_seed, "the seed is in its own peak")
+    fails_with("held_out_peak", own_peak, "each seed's OWN peak")
+
+
+def stop_strict(proxy, se, patience=3):
+    for i in range(len(proxy) - patience):
+        if max(proxy[i + 1: i + 1 + patience]) < proxy[i] + se:
+            return i
+    return len(proxy) - 1
+
+
+def stop_window_short(proxy, se, patience=3):
+    for i in range(len(proxy) - patience):
+        if max(proxy[i + 1: i + patience]) <= proxy[i] + se:
+            return i
+    return len(proxy) - 1
+
+
+def stop_at_decision(proxy, se, patience=3):
+    for i in range(len(proxy) - patience):
+        if max(proxy[i + 1: i + 1 + patience]) <= proxy[i] + se:
+            return i + patience
+    return len(proxy) - 1
+
+
+def stop_at_end(proxy, se, patience=3):
+    return len(proxy) - 1
+
+
+def test_early_stop_index_names_strict_inequality_m_off_by_one_and_the_stop_at_the_end():
+    fails_with("early_stop_index", stop_strict, "(≤, not <)")
+    fails_with("early_stop_index", stop_window_short, "off by one in m")
+    fails_with("early_stop_index", stop_at_decision, "i* + m, where the rule is DECIDED")
+    fails_with("early_stop_index", stop_at_end, "that is the last evaluation, T")
+
+
+def test_the_ensemble_checks_name_the_wrong_axis_and_the_best_case():
+    fails_with("ensemble_mean", lambda scores: scores.mean(dim=1), "the wrong axis")
+    fails_with("ensemble_min", lambda scores: scores.max(dim=0).values, "the best case (max)")
+    fails_with("ensemble_min", lambda scores: scores.mean(dim=0), "that is the mean")
+
+
+def share_pooled(excess, activation, policy):
+    a, e = activation - activation.mean(0), excess - excess.mean()
+    slope = (a * e[:, None]).sum(0) / (a**2).sum(0)
+    return slope * (activation[policy].mean(0) - activation[~policy].mean(0)) / (excess[policy].mean() - excess[~policy].mean())
+
+
+def test_explained_share_names_the_pooled_slope():
+    fails_with("explained_share", share_pooled, "fitted over all samples together")
