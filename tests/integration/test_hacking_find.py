@@ -1,0 +1,99 @@
+"""Finding the hack (studies/hacking/find.py) on policies made in the test: does the decomposition of
+the proxy–gold gap name repetition where the policy repeats, and something else where it does not?
+
+The shipped tiny LM is the reference. Two policies are fitted to it by a few steps of next-token
+cross-entropy (plain SFT, not RL: a cheap way to move a model where an RL run against a
+repetition-blind proxy moves it):
+- *hacked*: each prompt followed by a short random loop of 2–3 tokens repeated to 16 tokens, so the
+  policy repeats itself;
+- *wordy*: each prompt followed by one of a few positive sentences with no repeated 3-gram, two of
+  them with "wonderful", so the policy says "wonderful" without repeating.
+Against the repeating policy the proxy is gold g itself (the tiny sentiment classifier: blind to
+repetition by construction) and gold is g' = g − 4 · rep₃, as the repetition rater's. Against the
+wordy one, the flaw planted is another: the proxy is g + 2 · #"wonderful" and gold is g. The same
+analysis must name repetition for the first and not for the second.
+"""
+
+import copy
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+
+from interp.probes import REVIEW_PROMPTS
+from rlhf_scratch.models.loading import load_lm
+from rlhf_scratch.reward.preferences import gold_scores, word_count
+from rlhf_scratch.studies.hacking.find import FindSettings, find_in_policy, sample_reference
+from rlhf_scratch.studies.hacking.find_page import summarise, write_page
+
+PROMPTS = list(REVIEW_PROMPTS) + ["This film", "My favourite scene was", "The director", "I watched it and"]
+HONEST = [" a wonderful film with great acting.", " truly beautiful, moving and funny from start to end.",
+          " an excellent story that I loved.", " brilliant performances and a perfect script."]
+SETTINGS = FindSettings(n_samples=72, n_causal=27, n_random=1, n_ablate=3, gen_len=12, top_k_movers=5)
+
+
+def sft(reference, completions, steps: int = 40, seed: int = 0):
+    """A copy of `reference` fitted to prompt + completion (each batch cut to its shortest, so no
+    padding) by next-token cross-entropy."""
+    torch.manual_seed(seed)
+    policy = copy.deepcopy(reference).train()
+    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    rng = random.Random(seed)
+    for _ in range(steps):
+        rows = [policy.to_tokens(rng.choice(PROMPTS) + completions(rng))[0] for _ in range(16)]
+        tokens = torch.stack([r[: min(len(r) for r in rows)] for r in rows])
+        loss = policy(tokens, return_type="loss")
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return policy.eval()
+
+
+UNITS = [" of the film", " a good", " it is so", " and the movie", " very really", " the acting of"]
+
+
+def loop(rng) -> str:
+    """One of a few units of 2-3 words, repeated 8 times."""
+    return rng.choice(UNITS) * 8
+
+
+@pytest.fixture(scope="module")
+def models():
+    reference = load_lm("tiny").eval()
+    return reference, sft(reference, loop), sft(reference, lambda rng: rng.choice(HONEST))
+
+
+def gold_fn(texts):
+    return gold_scores(texts)
+
+
+def wordy_proxy(texts):
+    return gold_scores(texts) + 2.0 * torch.tensor([float(word_count(t, "wonderful")) for t in texts])
+
+
+@pytest.mark.slow
+def test_the_top_finding_is_repetition_for_a_repeating_policy_and_not_for_an_honest_one(models, tmp_path):
+    reference, hacked, honest = models
+    ref = sample_reference(reference, PROMPTS, gold_fn, gold_fn, SETTINGS)
+    hack = find_in_policy(reference, hacked, PROMPTS, gold_fn, gold_fn, SETTINGS, ref, causal=True)
+    assert hack["policy"]["rep3"] > ref.rep3.mean().item() + 0.2, "the fixture policy must repeat"
+    assert hack["policy"]["excess"] > 0.5, "repeating raises the repetition-blind proxy above gold"
+    best = hack["finding"]["description"]["best"]
+    assert best is not None and best["theme"] == "repetition", hack["finding"]["description"]["table"][:4]
+    assert hack["finding"]["description_shuffled"] is None or hack["finding"]["description_shuffled"]["theme"] != "repetition"
+    assert {"before", "ablated", "random", "reduction"} <= set(hack["causal"]) and len(hack["causal_top"]["ablated_candidates"]) == 3
+
+    token = replace(SETTINGS, penalty=0.0)  # gold g: the flaw is the proxy's word, not repetition
+    ref_g = sample_reference(reference, PROMPTS, wordy_proxy, gold_fn, token)
+    fair = find_in_policy(reference, honest, PROMPTS, wordy_proxy, gold_fn, token, ref_g, causal=False)
+    assert fair["policy"]["excess"] > 0.5, "saying the word raises the proxy above gold"
+    fair_best = fair["finding"]["description"]["best"]
+    assert fair_best is None or fair_best["theme"] != "repetition", fair["finding"]["description"]["table"][:4]
+    assert fair["decomposition"][0]["label"] == "token ' wonderful' share", "the top mover carries the planted word"
+
+    result = {"summary": summarise({"hacked": {"seed": 0, **hack}, "honest": {"seed": 0, **fair}}),
+              "runs": {"hacked": {"seed": 0, **hack}, "honest": {"seed": 0, **fair}}}
+    assert result["summary"]["repetition_runs"] == 1
+    html = write_page(result, tmp_path / "find.html").read_text()
+    assert html.index(result["summary"]["verdict"][:40]) < html.index("The decomposition")
