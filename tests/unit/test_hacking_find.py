@@ -86,7 +86,7 @@ def _texts(n: int = 60, seed: int = 0) -> Texts:
     """n completions of 12 tokens: some repeat a short loop, some do not, lengths vary independently."""
     rng = random.Random(seed)
     rows, words = [], []
-    for i in range(n):
+    for _ in range(n):
         loop = rng.choice([2, 3, 12])  # a 2- or 3-token loop repeats; 12: no repetition
         base = [rng.randrange(10, 60) for _ in range(loop)]
         ids = [base[j % loop] + (0 if loop < 12 else j * 60) for j in range(12)]
