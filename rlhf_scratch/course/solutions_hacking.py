@@ -13,22 +13,20 @@
 
 `course` is below `studies` (tests/unit/test_layers.py), so the studies' functions are not imported
 here: tests/unit/test_checks_hacking.py checks that each solution equals the package's.
-A curve is one run's evaluated points, in order: [{"phase", "d", "gold", "proxy", ...}, ...];
+Each solution cell of notebook 09 is a function's source here (notebooks/make_09_reward_hacking.py), so
+nothing in a function body needs an import beyond torch. A curve is one run's evaluated points, in order: [{"phase", "d", "gold", "proxy", ...}, ...];
 `curves` maps each seed to its curve.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import torch
-from torch import Tensor
 
 
 def registered_fall(curves, peak_phase, final_phase):
     """{seed: g(peak_phase) − g(final_phase)}: gold at the pre-registered peak less gold at the end,
     each read at the point whose "phase" is that phase (> 0 when gold fell)."""
-    def gold_at(curve: Sequence[Mapping], phase: int) -> float:
+    def gold_at(curve, phase):
         return next(p["gold"] for p in curve if p["phase"] == phase)
 
     return {s: gold_at(c, peak_phase) - gold_at(c, final_phase) for s, c in curves.items()}
@@ -75,5 +73,5 @@ def explained_share(excess, activation, policy):
     var_a = (a_within**2).sum(0)
     slope = torch.where(var_a > 0, (a_within * e_within[:, None]).sum(0) / var_a.clamp_min(1e-300),
                         torch.zeros_like(var_a))
-    gap_a: Tensor = a[policy].mean(0) - a[~policy].mean(0)
+    gap_a = a[policy].mean(0) - a[~policy].mean(0)
     return slope * gap_a / (e[policy].mean() - e[~policy].mean())
