@@ -97,3 +97,4 @@ def test_the_top_finding_is_repetition_for_a_repeating_policy_and_not_for_an_hon
     assert result["summary"]["repetition_runs"] == 1
     html = write_page(result, tmp_path / "find.html").read_text()
     assert html.index(result["summary"]["verdict"][:40]) < html.index("The decomposition")
+    assert "&amp;" not in html, "a cell is escaped once (the movers ' wonderful', 'a' carry quotes)"

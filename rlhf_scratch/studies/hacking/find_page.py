@@ -87,7 +87,7 @@ def verdict(s: dict) -> str:
 
 
 def _rows_table(rows: list[dict], keys: list[tuple[str, str]]) -> str:
-    return table([[esc(r[k]) if isinstance(r[k], str) else f"{r[k]:+.3f}" for k, _ in keys] for r in rows],
+    return table([[r[k] if isinstance(r[k], str) else f"{r[k]:+.3f}" for k, _ in keys] for r in rows],
                  [h for _, h in keys], row_headers=False)
 
 
@@ -105,18 +105,18 @@ def _run_section(name: str, r: dict) -> list[str]:
                                               ("r2_within", "r² within groups"), ("slope", "β_w"),
                                               ("gap_activation", "ā₁ − ā₀")]),
              "<h3>Top movers (Δp on the policy's own samples)</h3>",
-             table([[esc(t), f"{v:+.4f}"] for t, v in r["movers"]["promoted"]], ["promoted token", "Δp"], row_headers=False),
-             table([[esc(m["label"]), f"{m['share']:+.3f}", f"{m['r2_within']:.3f}"] for m in r["movers"]["rows"]],
+             table([[t, f"{v:+.4f}"] for t, v in r["movers"]["promoted"]], ["promoted token", "Δp"], row_headers=False),
+             table([[m["label"], f"{m['share']:+.3f}", f"{m['r2_within']:.3f}"] for m in r["movers"]["rows"]],
                    ["mover as a candidate", "share of ē", "r² within"], row_headers=False),
              f"<h3>The finding: {esc(f['label'])} (share {f['share']:+.2f}, r² within {f['r2_within']:.2f})</h3>",
              f"<p>Best-matching surface statistic: <b>{esc(best['name'] if best else 'none')}</b>"
              + (f" (r = {best['r']:+.2f}, theme {esc(best['theme'])})" if best else "")
              + f"; the same describer on the finding's activation shuffled over samples: "
              f"{esc((f['description_shuffled'] or {}).get('name', 'none'))}.</p>",
-             table([[esc(t["name"]), esc(t["theme"]), f"{t['r']:+.3f}", f"{t['p']:.1e}"]
+             table([[t["name"], t["theme"], f"{t['r']:+.3f}", f"{t['p']:.1e}"]
                     for t in f["description"]["table"][:8]], ["statistic", "theme", "r", "p"], row_headers=False),
              "<p>Where it is most active (policy's samples; the token in [[ ]]):</p>",
-             table([[f"{v:.2f}", esc(c)] for v, c in f["contexts"]], ["activation", "context"], row_headers=False),
+             table([[f"{v:.2f}", c] for v, c in f["contexts"]], ["activation", "context"], row_headers=False),
              "<p>Tokens its output direction promotes: " + esc(", ".join(f"{t!r} {v:+.2f}" for t, v in f["promotes"])) + "</p>",
              "<p>Policy samples: " + esc(" | ".join(r["samples"]["policy"])) + "</p>"]
     for key, what in CAUSAL.items():
@@ -138,8 +138,8 @@ def write_page(result: dict, path: Path) -> Path:
     """find.html: the verdict, the seeds' table, each run's sections, what was not checked."""
     s, runs = result["summary"], result["runs"]
     title = "Finding the hack with interpretability"
-    head = [[esc(n), str(r["seed"]), f"{r['policy']['excess']:+.3f}", esc(r["finding"]["label"]), f"{r['finding']['share']:+.2f}",
-             esc((r["finding"]["description"]["best"] or {}).get("name", "none")),
+    head = [[n, str(r["seed"]), f"{r['policy']['excess']:+.3f}", r["finding"]["label"], f"{r['finding']['share']:+.2f}",
+             (r["finding"]["description"]["best"] or {}).get("name", "none"),
              *[f"{r[k]['reduction']:+.3f} / {r[k]['random_reduction']:+.3f}" if k in r else "" for k in CAUSAL]]
             for n, r in runs.items()]
     parts = [f"<h1>{esc(title)}</h1>", f"<p><b>{esc(s['verdict'])}</b></p>",
