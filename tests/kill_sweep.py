@@ -204,9 +204,9 @@ def run_to_end(argv: list[str], timeout: float = 600) -> tuple[int, float, str]:
     return proc.returncode, time.perf_counter() - start, (proc.stdout + proc.stderr)[-3000:]
 
 
-def run_and_kill(argv: list[str], at: float) -> tuple[int, list[int]]:
+def run_and_kill(argv: list[str], at: float) -> tuple[int, list[str]]:
     """Start `argv` in a session of its own, SIGKILL its main process after `at` s; return its exit
-    code and the pids of its session still alive 5 s later (children it left behind)."""
+    code and the processes of its session still alive 5 s later (children it left behind), each as "pid command line"."""
     proc = subprocess.Popen(argv, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         proc.wait(timeout=at)
@@ -214,10 +214,18 @@ def run_and_kill(argv: list[str], at: float) -> tuple[int, list[int]]:
         proc.send_signal(signal.SIGKILL)
     code = proc.wait()
     time.sleep(5)
-    left = session_pids(proc.pid)
-    for pid in left:  # never leave them running, whatever the verdict
+    left = [f"{pid} {describe(pid)}" for pid in session_pids(proc.pid)]
+    for pid in session_pids(proc.pid):  # never leave them running, whatever the verdict
         os.kill(pid, signal.SIGKILL)
     return code, left
+
+
+def describe(pid: int) -> str:
+    """A leftover process as the failure line names it: its command line, cut to 120 characters."""
+    try:
+        return " ".join(psutil.Process(pid).cmdline())[:120]
+    except psutil.Error:
+        return "(gone)"
 
 
 def session_pids(sid: int) -> list[int]:
@@ -323,27 +331,30 @@ def sweep(names: list[str], instants: int, seed: int, root: Path, say=print) -> 
             run = root / f"{name}-kill{k}"
             code, left = run_and_kill(case.start(run, shared), at)
             done_before = len(read_lines(run / case.metrics)[0]) if case.metrics and (run / case.metrics).exists() else 0
-            tries, last = 0, ""
+            tries, said = 0, []  # said: each failed command's last line, in order
             while tries < 3:
                 tries += 1
                 if not run.exists():  # killed before it made its folder: nothing happened, so the same command again
                     cont_code, _, last = run_to_end(case.start(run, shared))
                     if cont_code == 0:
                         break
+                    said.append(f"start: {last.strip().splitlines()[-1:]}")
                     continue
                 cont_code, _, last = run_to_end(case.cont(run, shared))
                 if cont_code == 0:
                     break
+                said.append(f"continue: {last.strip().splitlines()[-1:]}")
                 if START_OVER in last:  # killed before its first checkpoint: the error line says to start over
                     shutil.rmtree(run)
                     cont_code, _, last = run_to_end(case.start(run, shared))
                     if cont_code == 0:
                         break
-            problems = ([] if cont_code == 0 else [f"continuing failed {tries} times: {last.strip().splitlines()[-1:]}"])
+                    said.append(f"start over: {last.strip().splitlines()[-1:]}")
+            problems = ([] if cont_code == 0 else [f"continuing failed {tries} times: {said}"])
             if cont_code == 0:
                 problems += check_folder(case, case.folder(run), case.folder(reference))
             if left:
-                problems.append(f"{len(left)} process(es) of the killed command still running 5 s after the kill")
+                problems.append(f"{len(left)} process(es) of the killed command still running 5 s after the kill: {left}")
             results.append({"case": name, "instant_s": round(at, 2), "of_wall": round(at / wall, 2),
                             "killed": code == -signal.SIGKILL, "steps_logged_at_kill": done_before,
                             "continue_tries": tries, "problems": problems})

@@ -56,14 +56,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import ray
 import torch
 
 from rlhf_scratch.config import CommonArgs, ConfigError, registry
 from rlhf_scratch.controller.command import PLACEMENTS, check_staleness
-from rlhf_scratch.controller.fate import start_reaper, stop_reaper
+from rlhf_scratch.controller.fate import marking, start_reaper, stop_reaper
 from rlhf_scratch.controller.protocol import DataProto
 from rlhf_scratch.controller.worker_group import (
     DataProtoFuture,
@@ -324,8 +324,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
         return False
     if address is None and not REAPERS:  # the local Ray will be this process's: none of it outlives it (controller/fate.py)
         REAPERS.append(start_reaper())  # (before ray.init: a kill while Ray starts is covered too)
-    ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    with marking() if address is None else nullcontext():  # what ray.init starts carries the driver's mark
+        ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
     return True
 
 

@@ -7,13 +7,27 @@ import subprocess
 import sys
 import time
 
-from rlhf_scratch.controller.fate import _stat, descendants, start_reaper
+from rlhf_scratch.controller.fate import MARK_ENV, _stat, descendants, marking, start_reaper
 
 DRIVER = """
 import subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                           "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"])
 print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+ORPHANING_DRIVER = """
+import os, subprocess, sys, time
+from rlhf_scratch.controller.fate import marking
+with marking():  # as around ray.init: what starts now carries the driver's mark
+    middle = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                               "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(63)']); print(p.pid)"],
+                              stdout=subprocess.PIPE, text=True)
+orphan = int(middle.stdout.readline())
+middle.wait()  # its parent is gone: the orphan is outside the driver's tree, as a worker whose raylet died
+print(orphan, flush=True)
 time.sleep(60)
 """
 
@@ -79,3 +93,31 @@ def test_stopping_the_reaper_kills_what_it_noted_and_only_that():
         for proc in (marked, unmarked):
             proc.kill()
             proc.wait()
+
+
+def test_an_orphan_carrying_the_drivers_mark_is_killed_though_no_poll_saw_it():
+    """The CI failure of 2026-11-27 (one process of a SIGKILLed controller run alive 5 s after the
+    kill): a process outside the driver's tree and never noted by a poll (here the command-line
+    marks match nothing) is found by the mark `marking` put in its environment, and killed."""
+    driver = subprocess.Popen([sys.executable, "-c", ORPHANING_DRIVER], stdout=subprocess.PIPE, text=True)
+    orphan = int(driver.stdout.readline())
+    try:
+        assert orphan not in descendants(driver.pid), "outside the driver's tree: no poll can note it"
+        reaper = start_reaper(driver.pid, marks=("no process has this in its command line",))
+        time.sleep(1.0)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        assert wait_until(lambda: _stat(orphan) is None or _zombie(orphan), 5.0), "the marked orphan is killed"
+        assert reaper.wait(timeout=5) == 0
+    finally:
+        driver.kill()
+        driver.wait()
+        if _stat(orphan) is not None:
+            os.kill(orphan, signal.SIGKILL)
+
+
+def test_marking_sets_the_mark_for_the_block_only():
+    before = os.environ.get(MARK_ENV)
+    with marking():
+        assert os.environ[MARK_ENV] == f"{os.getpid()}:{_stat(os.getpid())[1]}"
+    assert os.environ.get(MARK_ENV) == before, "later children of the driver do not carry it"
