@@ -151,7 +151,7 @@ def run(parsed: tuple[CommonArgs, str | None, ControllerArgs]) -> int:
     from rlhf_scratch.engine import distributed
     from rlhf_scratch.engine.lifecycle import TrainingStopped
     from rlhf_scratch.engine.run import run as run_trainer
-    from rlhf_scratch.engine.runs import check_new_run_dir, finished_summary
+    from rlhf_scratch.engine.runs import check_new_run_dir, finished_summary, refuse_unresumable
 
     rank0 = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0 (or no torchrun): the one that prints
     run_dir = Path(resume) if resume is not None else None
@@ -173,35 +173,6 @@ def run(parsed: tuple[CommonArgs, str | None, ControllerArgs]) -> int:
     if rank0:
         print(finished_summary(run_dir))
     return 0
-
-
-def refuse_unresumable(run_dir: str, args: CommonArgs) -> None:
-    """One line, before any model loads, if `--resume run_dir` cannot work: a live process is
-    training it, it stopped before its first checkpoint (the line says how to start it over), or a
-    Python reward function (or judge) rewarded it, which the command line cannot rebuild."""
-    from pathlib import Path
-
-    from rlhf_scratch.engine.runs import (
-        cli_can_rebuild,
-        describe_rewarded_by,
-        list_checkpoints,
-        load_rewarded_by,
-        next_step,
-        read_status,
-        start_over_hint,
-    )
-
-    status = read_status(run_dir)
-    if status["status"] == "running":
-        raise ConfigError(f"resume: {run_dir}: {next_step(run_dir, status)}")
-    if not list_checkpoints(Path(run_dir)):
-        raise ConfigError(f"resume: {run_dir} has no checkpoint: {start_over_hint(run_dir)}")
-    rewarded = load_rewarded_by(run_dir)
-    if not cli_can_rebuild(rewarded, args):
-        raise ConfigError(f"resume: {run_dir} was rewarded by {describe_rewarded_by(rewarded)}, which the command "
-                          f"line cannot rebuild; resume it from Python with the same function: "
-                          f"{registry.get(args.algo).trainer_class().__name__}(load_args({run_dir!r}), reward_fn=...).train({run_dir!r}, "
-                          "resume=True)")
 
 
 if __name__ == "__main__":

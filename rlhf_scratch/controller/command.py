@@ -101,13 +101,16 @@ def run_controller(args: CommonArgs, controller: ControllerArgs, quiet: bool = F
     from rlhf_scratch.controller.ray_trainer import RayPPOTrainer, init_ray, shutdown_ray
     from rlhf_scratch.engine.lifecycle import one_line
     from rlhf_scratch.engine.logger import RunLogger
-    from rlhf_scratch.engine.runs import check_new_run_dir, lock_run, new_run_dir, write_status
+    from rlhf_scratch.engine.runs import check_new_run_dir, lock_run, new_run_dir, refuse_unresumable, write_status
 
     if args.early_stopping:
         raise ConfigError("early_stopping: not run by --controller ray yet; use the in-process loop")
     check_staleness(args.algo, controller.max_staleness)
     if resume is None:
         check_new_run_dir(args.run_dir)
+    else:
+        refuse_unresumable(resume, args)  # the in-process loop's lines, before Ray starts (a run killed before its
+        # first checkpoint: how to start it over, not a worker's "has no checkpoints")
     started = init_ray(controller.ray_address, num_cpus=controller.workers * (1 + (controller.placement == "split")))
     trainer = None
     try:

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 from transformer_lens import HookedTransformer
 
-from rlhf_scratch.config import CommonArgs, ConfigError
+from rlhf_scratch.config import CommonArgs, ConfigError, registry
 from rlhf_scratch.engine.checkpoint import list_checkpoints
 from rlhf_scratch.models.loading import load_lm
 from rlhf_scratch.models.policy import Policy, build_policy, language_model, load_saved_state, saved_state, trainable_lm
@@ -470,3 +470,21 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> LoadedRun:
         raise RunFolderError(f"{weights}: does not fit {type(policy).__name__} of {args.model!r} "
                              f"({str(e).splitlines()[0]})") from None
     return LoadedRun(policy=policy.eval(), reference=reference, args=args, path=run_dir)
+
+
+def refuse_unresumable(run_dir: str | Path, args: CommonArgs) -> None:
+    """One line, before any model loads, if `--resume run_dir` cannot work: a live process is
+    training it, it stopped before its first checkpoint (the line says how to start it over), or a
+    Python reward function (or judge) rewarded it, which the command line cannot rebuild. The
+    in-process loop and the controller (`--controller ray`) both ask it first."""
+    status = read_status(run_dir)
+    if status["status"] == "running":
+        raise ConfigError(f"resume: {run_dir}: {next_step(run_dir, status)}")
+    if not list_checkpoints(Path(run_dir)):
+        raise ConfigError(f"resume: {run_dir} has no checkpoint: {start_over_hint(run_dir)}")
+    rewarded = load_rewarded_by(run_dir)
+    if not cli_can_rebuild(rewarded, args):
+        raise ConfigError(f"resume: {run_dir} was rewarded by {describe_rewarded_by(rewarded)}, which the command "
+                          f"line cannot rebuild; resume it from Python with the same function: "
+                          f"{registry.get(args.algo).trainer_class().__name__}(load_args({run_dir!r}), reward_fn=...).train({run_dir!r}, "
+                          "resume=True)")

@@ -99,6 +99,11 @@ CASES = [
     (["--resume", "{root}/no_ckpt"], "resume: {root}/no_ckpt has no checkpoint: it stopped before its first "
      "checkpoint, so there is nothing to resume: to start it over in {root}/no_ckpt, remove the folder "
      "(rm -r {root}/no_ckpt) and run the command that began it again, or give it another --run-dir"),
+    # the same through the controller (the kill sweep's train-controller case got a worker's "has no checkpoints"
+    # instead, so the way out was never said), refused before Ray starts
+    (["--resume", "{root}/no_ckpt", "--controller", "ray"], "resume: {root}/no_ckpt has no checkpoint: it stopped "
+     "before its first checkpoint, so there is nothing to resume: to start it over in {root}/no_ckpt, remove the folder "
+     "(rm -r {root}/no_ckpt) and run the command that began it again, or give it another --run-dir"),
     (["sentiment", "--run-dir", "{root}/no_ckpt"], "run_dir: {root}/no_ckpt holds a run that stopped before its "
      "first checkpoint, so there is nothing to resume: to start it over"),
     (["--resume", "{root}/wrong_type"],
