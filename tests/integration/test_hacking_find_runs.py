@@ -12,6 +12,15 @@ Against the repeating policy the proxy is gold g itself (the tiny sentiment clas
 repetition by construction) and gold is g' = g − 4 · rep₃, as the repetition rater's. Against the
 wordy one, the flaw planted is another: the proxy is g + 2 · #"wonderful" and gold is g. The same
 analysis must name repetition for the first and not for the second.
+
+A third, *long*: each prompt followed by one of twelve varied sentences of 18-22 words (with commas
+and full stops), so the policy rarely stops before gen_len, as a policy trained against a
+length-biased proxy does. The proxy is g + 0.3 · (words of the text) and gold is g; over three fitting
+and sampling seeds the page's top finding must be described as length. (The first such fixture, four
+long sentences without punctuation, was named "punctuation share" on seed 0 and a word of the four
+sentences on another: a fixture that differs from the reference in more than the planted flaw is
+named by the difference the describer sees best. On the real RL run against the length proxy, one seed,
+the top finding tracks the word "of", the filler the policy lengthens with: docs/human-feedback.md §4.)
 """
 
 import copy
@@ -64,8 +73,27 @@ def models():
     return reference, sft(reference, loop), sft(reference, lambda rng: rng.choice(HONEST))
 
 
+LONG = [" a film I watched with my family. We talked about it, the town and the sea, for days after that",
+        " the story follows two old friends. They travel across the country, meet strange people and talk",
+        " I went to see it at the cinema, with a friend. She had read the book, and told me the story",
+        " it tells the life of a painter. He moves to a small town by the sea, opens a shop, and waits",
+        " my brother saw it first. He called me that night, and we went again on Sunday with our kids",
+        " there is a long scene on a train. Nobody speaks, the light changes, and the music comes in slowly",
+        " the second half moves to the city. New faces arrive, old ones leave, and the plot takes its time",
+        " we rented it on a rainy weekend. The kids fell asleep, but my wife and I stayed up to the end",
+        " its director grew up near the coast. You can tell, because every shot has water or boats in it",
+        " the book came out years ago. This version keeps most chapters, drops a few, and adds a new ending",
+        " our teacher showed it in class. Some students laughed, others took notes, and one asked questions",
+        " a quiet drama about a farmer. His daughter returns from college, and they rebuild the old barn"]
+
+
 def gold_fn(texts):
     return gold_scores(texts)
+
+
+def length_proxy(texts):
+    """A length-biased proxy: gold plus 0.3 per word of the text (prompt and completion)."""
+    return gold_scores(texts) + 0.3 * torch.tensor([float(len(t.split())) for t in texts])
 
 
 def wordy_proxy(texts):
@@ -98,3 +126,17 @@ def test_the_top_finding_is_repetition_for_a_repeating_policy_and_not_for_an_hon
     html = write_page(result, tmp_path / "find.html").read_text()
     assert html.index(result["summary"]["verdict"][:40]) < html.index("The decomposition")
     assert "&amp;" not in html, "a cell is escaped once (the movers ' wonderful', 'a' carry quotes)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_top_finding_is_length_for_a_policy_that_stops_late_against_a_length_biased_proxy(seed):
+    reference = load_lm("tiny").eval()
+    long = sft(reference, lambda rng: rng.choice(LONG), seed=seed)
+    f = replace(SETTINGS, penalty=0.0, gen_len=16, seed=seed)  # gold g: the flaw is the proxy's length bias
+    ref = sample_reference(reference, PROMPTS, length_proxy, gold_fn, f)
+    found = find_in_policy(reference, long, PROMPTS, length_proxy, gold_fn, f, ref, causal=False)
+    assert found["policy"]["excess"] > 0.2, "stopping late raises the length-biased proxy above gold"
+    best = found["finding"]["description"]["best"]
+    assert best is not None and best["theme"] == "length", found["finding"]["description"]["table"][:4]
+    assert best["r"] > 0, "the finding rises with length"
