@@ -234,6 +234,19 @@ class Echo(Worker):
         return self.rank
 
 
+def wait_gone(pid: int, timeout_s: float = 10.0) -> bool:
+    """Whether process `pid` has exited (or is a zombie) within `timeout_s`."""
+    end = time.time() + timeout_s
+    while time.time() < end:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_a_group_of_two_splits_runs_and_collects_in_order(local_ray):
     group = RayWorkerGroup(RayResourcePool(process_on_nodes=[2]), RayClassWithInitArgs(Echo, 1), role="echo")
     try:
@@ -245,7 +258,8 @@ def test_a_group_of_two_splits_runs_and_collects_in_order(local_ray):
             group.fail_on(1)
         pids = group.pid()
         assert len(set(pids)) == 2 and os.getpid() not in pids
-        ray.kill(group.workers[0])
+        ray.kill(group.workers[0])  # (asynchronous: until its process is gone, rank 0 may still run the call)
+        assert wait_gone(pids[0]), "ray.kill ends the worker's process"
         with pytest.raises(WorkerError, match="^echo rank 0: the worker process died \\(fail_on\\)$"):
             group.fail_on(1)
     finally:
