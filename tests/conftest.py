@@ -99,3 +99,24 @@ def family_folder(tmp_path_factory):
         return built[name, chat]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def local_ray(request):
+    """A local Ray instance (2 CPUs) for a module's controller tests, shut down after them with no process
+    left behind (asserted). The test module is pickled by value: the workers cannot import it."""
+    import time
+
+    import psutil
+    import ray
+
+    from rlhf_scratch.controller.ray_trainer import init_ray, shutdown_ray
+
+    init_ray(num_cpus=2)
+    ray.cloudpickle.register_pickle_by_value(request.module)
+    yield
+    shutdown_ray()
+    deadline = time.monotonic() + 10
+    while (left := [p for p in psutil.Process().children(recursive=True) if p.is_running()]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"ray.shutdown() left processes behind: {[p.name() for p in left]}"

@@ -198,22 +198,6 @@ def test_critic_warmup_moves_only_the_value_head_then_the_policy(one_thread):
 
 
 # ---------------------------------------------------------------------------------------- on Ray
-@pytest.fixture(scope="module")
-def local_ray():
-    from rlhf_scratch.controller.ray_trainer import init_ray
-
-    init_ray(num_cpus=2)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
-    yield
-    from rlhf_scratch.controller.ray_trainer import shutdown_ray
-
-    shutdown_ray()
-    deadline = time.monotonic() + 10
-    while (left := [p for p in psutil.Process().children(recursive=True) if p.is_running()]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not left, f"ray.shutdown() left processes behind: {[p.name() for p in left]}"
-
-
 class Echo(Worker):
     """A worker without a model: what the dispatch does is all there is to see."""
 

@@ -11,9 +11,7 @@ import shutil
 import sys
 import time
 
-import psutil
 import pytest
-import ray
 import torch
 
 from rlhf_scratch.config import make_args
@@ -30,20 +28,6 @@ from rlhf_scratch.controller.worker_group import (
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from toy_algorithm import registered  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    from rlhf_scratch.controller.ray_trainer import init_ray, shutdown_ray
-
-    init_ray(num_cpus=2)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
-    yield
-    shutdown_ray()
-    deadline = time.monotonic() + 10
-    while (left := [p for p in psutil.Process().children(recursive=True) if p.is_running()]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not left, f"ray.shutdown() left processes behind: {[p.name() for p in left]}"
 
 
 class Slow(Worker):
