@@ -40,9 +40,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 """The repository: the runs start there, and this process imports the package from it."""
 
+sys.path.insert(0, str(ROOT))  # the package of this checkout, installed or not
 
-TIMING_PREFIXES = ("time/", "timing/", "charts/phase_time", "charts/rollout_time", "charts/tokens_per_s")
-"""Metrics that measure time: left out when the two sides' metrics are compared."""
+from rlhf_scratch.engine.loop import TIMING_PREFIXES  # noqa: E402 (wall-clock metrics: left out when the sides are compared)
 
 
 def shape_flags(opts: argparse.Namespace) -> list[str]:

@@ -41,9 +41,11 @@ from pathlib import Path
 import psutil
 import torch
 
+from rlhf_scratch.engine.loop import TIMING_PREFIXES
+
 PY = sys.executable
 START_OVER = "remove the folder"  # the error line of a run killed before its first checkpoint
-TIMING_KEYS = ("time/", "timing/", "charts/rollout_time", "charts/phase_time", "charts/tokens_per_s", "elapsed", "seconds")
+TIMING_KEYS = (*TIMING_PREFIXES, "elapsed", "seconds")  # the training loop's, and the other commands' wall-clock keys
 
 
 @dataclass

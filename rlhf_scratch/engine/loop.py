@@ -66,6 +66,15 @@ SHARED_METRICS = (
     # time/logging is the previous phase's (this phase's is not over when its metrics are written)
     "time/other",  # phase_time minus the parts: prompts, advantages, minibatching, bookkeeping
 )
+TIMING_PREFIXES = ("time/", "timing/", "charts/rollout_time", "charts/phase_time", "charts/tokens_per_s")
+"""The metrics that measure wall-clock time (`timing/…` is the controller's, verl's names). Two runs
+of one seed differ in these and in nothing else: the equivalence tests, the kill sweep and the
+controller's overhead benchmark compare everything but them (`without_timings`)."""
+
+
+def without_timings(metrics: dict) -> dict:
+    """`metrics` without the wall-clock ones (TIMING_PREFIXES)."""
+    return {k: v for k, v in metrics.items() if not k.startswith(TIMING_PREFIXES)}
 
 
 def rollout_metrics(rollout: Rollout | Gathered) -> Metrics:

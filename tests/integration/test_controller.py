@@ -29,6 +29,7 @@ from rlhf_scratch.controller.worker_group import (
     WorkerError,
     create_colocated_worker_cls,
 )
+from rlhf_scratch.engine.loop import without_timings
 
 
 # ---------------------------------------------------------------------------------------- DataProto
@@ -300,10 +301,6 @@ def in_process_run(algo, tmp_path, **overrides):
     return metrics, {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}
 
 
-def not_timing(key):
-    return not key.startswith(("time/", "timing/", "charts/phase_time", "charts/rollout_time", "charts/tokens_per_s"))
-
-
 @pytest.mark.parametrize("algo, placement, overrides", [
     pytest.param("online_dpo", "colocated", {}, id="online_dpo"),  # PPO colocated: the command's test below
     pytest.param("online_dpo", "split", {"judge": "vader"}, marks=pytest.mark.slow,  # the judge's verdicts, then the pairs on the driver
@@ -326,7 +323,7 @@ def test_ray_run_equals_the_in_process_run(algo, placement, overrides, local_ray
         controller.shutdown()
     assert len(got) == len(expected) == 3
     for phase, (g, e) in enumerate(zip(got, expected), start=1):
-        keys = {k for k in e if not_timing(k)}
+        keys = set(without_timings(e))
         assert keys <= set(g), f"phase {phase}: the controller did not log {sorted(keys - set(g))}"
         diff = {k: (g[k], e[k]) for k in keys if not (g[k] == e[k] or (g[k] != g[k] and e[k] != e[k]))}
         assert not diff, f"phase {phase}: the controller's numbers differ from the in-process run's: {diff}"
@@ -366,7 +363,7 @@ def test_two_ranks_on_ray_equal_the_torchrun_run(prompts, local_ray, tmp_path):
     finally:
         controller.shutdown()
     for phase, (g, e) in enumerate(zip(got, expected, strict=True), start=1):
-        keys = {k for k in e if not_timing(k)}
+        keys = set(without_timings(e))
         exact = {k: (g[k], e[k]) for k in keys if not k.startswith("eval/") and g[k] != e[k]}
         assert not exact, f"phase {phase}: 2 Ray ranks differ from torchrun's 2 processes: {exact}"
         pooled = {"eval/ref_logprob_per_token"} if prompts == "rt" else set()
@@ -390,7 +387,7 @@ def test_train_controller_ray_and_its_resume_write_the_in_process_runs_metrics(l
 
     def check_run(when):
         got = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        assert [{k: m[k] for k in m if not_timing(k)} for m in got] == [{k: m[k] for k in m if not_timing(k)} for m in expected], when
+        assert [without_timings(m) for m in got] == [without_timings(m) for m in expected], when
         assert all(f"timing/{step}" in m for m in got for step in timing_steps(args_for("ppo")))
         saved = torch.load(run_dir / "policy.pt")
         assert all(torch.equal(saved[k], expected_weights[k]) for k in expected_weights), when

@@ -25,6 +25,7 @@ from rlhf_scratch.controller.worker_group import (
     Worker,
     WorkerError,
 )
+from rlhf_scratch.engine.loop import without_timings
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from toy_algorithm import registered  # noqa: E402
@@ -91,10 +92,6 @@ def args_for(algo, **overrides):
                                                     warmup_steps=0, table_every=100, plot_every=100), **overrides})
 
 
-def not_timing(key):
-    return not key.startswith(("time/", "timing/", "charts/phase_time", "charts/rollout_time", "charts/tokens_per_s"))
-
-
 @pytest.mark.parametrize("algo, overrides", [
     pytest.param("ppo", {}, id="ppo"),
     pytest.param("online_dpo", {"base_lr": 1e-3}, marks=pytest.mark.slow, id="online_dpo"),  # (at 2e-5 one update
@@ -155,7 +152,7 @@ def test_a_resumed_async_run_keeps_the_lag_and_finishes(local_ray, tmp_path, cap
 
     def numbers():
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        return [{k: v for k, v in m.items() if not_timing(k)} for m in rows]
+        return [without_timings(m) for m in rows]
 
     uninterrupted, weights = numbers(), torch.load(run_dir / "policy.pt")
     assert [m["async/weights_version"] for m in uninterrupted] == [0, 0, 1]

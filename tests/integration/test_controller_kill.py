@@ -22,6 +22,7 @@ import torch
 from processes import run_bounded
 
 from rlhf_scratch.config import make_args, registry
+from rlhf_scratch.engine.loop import without_timings
 
 SEED = 3  # not the default (1): the flag reaches both runs
 FLAGS = dict(total_phases=3, batch_size=8, num_minibatches=2, gen_len=6, warmup_steps=1, seed=SEED)
@@ -32,11 +33,6 @@ DIED = re.compile(r"^error: (actor_rollout_ref|rm) rank 0: the worker process di
 def train(*args: str) -> list[str]:
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in FLAGS.items()]
     return [sys.executable, "-m", "rlhf_scratch.train", *args, *flags, "--save-every", "1", "--keep-checkpoints", "3"]
-
-
-def not_timing(metrics: dict) -> dict:
-    return {k: v for k, v in metrics.items()
-            if not k.startswith(("time/", "timing/", "charts/phase_time", "charts/rollout_time", "charts/tokens_per_s"))}
 
 
 def status_of(run_dir) -> dict:
@@ -110,7 +106,7 @@ def test_a_worker_killed_mid_phase_stops_the_run_in_one_line_and_resume_finishes
     expected_dir = trainer.train(tmp_path / "uninterrupted")
     got, expected = ([json.loads(s) for s in (d / "metrics.jsonl").read_text().splitlines()] for d in (run_dir, expected_dir))
     assert [m["phase"] for m in got] == [1, 2, 3]
-    assert [not_timing(m) for m in got] == [not_timing(m) for m in expected]
+    assert [without_timings(m) for m in got] == [without_timings(m) for m in expected]
     saved, uninterrupted = torch.load(run_dir / "policy.pt"), torch.load(expected_dir / "policy.pt")
     assert saved.keys() == uninterrupted.keys()
     moved = [k for k in saved if not torch.equal(saved[k], uninterrupted[k])]

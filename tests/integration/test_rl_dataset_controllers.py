@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlhf_scratch.commands.train import main
+from rlhf_scratch.engine.loop import without_timings
 
 PROMPTS = ["This movie was really", "Hi", "A long one: this film was really quite good and", "The plot thickens, and then"]
 
@@ -28,11 +29,6 @@ def local_ray():
         time.sleep(0.2)
 
 
-def not_timing(metrics: dict) -> dict:
-    skip = ("time/", "timing/", "charts/phase_time", "charts/rollout_time", "charts/tokens_per_s")
-    return {k: v for k, v in metrics.items() if not k.startswith(skip)}
-
-
 @pytest.mark.slow
 def test_local_and_ray_runs_of_cut_parquet_prompts_log_the_same_numbers(local_ray, tmp_path, capsys):
     path = tmp_path / "p.parquet"
@@ -43,7 +39,7 @@ def test_local_and_ray_runs_of_cut_parquet_prompts_log_the_same_numbers(local_ra
     for controller in ("local", "ray"):
         run_dir = tmp_path / controller
         assert main([*flags, "--controller", controller, "--run-dir", str(run_dir)]) == 0
-        runs[controller] = [not_timing(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        runs[controller] = [without_timings(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(runs["local"]) == 2 and runs["local"] == runs["ray"]
     for controller in runs:  # every prompt is drawn each phase (4 prompts, batch 4): the cut ones as cut
         samples = (tmp_path / controller / "samples.md").read_text()

@@ -31,3 +31,13 @@ def test_curves_every_plot_every_and_tables_every_table_every(tmp_path, monkeypa
     tables = [int(line.split()[-1]) for line in samples.splitlines() if line.startswith("## phase")]
     assert tables == [1, 2, 4, 6, 7], "tables at the first phase, every table_every phases, and the last"
     assert "|            -3 |" in samples, "the reference log-prob of the completion: -1 + -2"
+
+
+def test_without_timings_drops_the_wall_clock_metrics_and_nothing_else():
+    """Which bug turns it red: a prefix too wide ("charts/" would drop the learning rate, which two runs
+    of one seed must share) or one missing (the controller's `timing/…` would make equal runs differ)."""
+    from rlhf_scratch.engine.loop import without_timings
+
+    metrics = {"time/generation": 0.5, "timing/gen": 0.25, "charts/phase_time": 1.5, "charts/rollout_time": 0.75,
+               "charts/tokens_per_s": 300.0, "charts/learning_rate": 2e-4, "rewards/mean": 0.125, "phase": 3}
+    assert without_timings(metrics) == {"charts/learning_rate": 2e-4, "rewards/mean": 0.125, "phase": 3}
