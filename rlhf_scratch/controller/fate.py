@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 POLL_S = 0.2
+GIVE_UP_S = 30.0
+"""The reaper's rounds end after this long even if a killed process still shows (it exits regardless)."""
 PROC = Path("/proc")
 MARK_ENV = "RLHF_SCRATCH_RAY_OF"
 """Set in the environment of Ray's processes: `<driver pid>:<driver start time>` (`marking`)."""
@@ -126,8 +128,8 @@ def reap(driver: int, marks: tuple[str, ...] = RAY_MARKS, poll_s: float = POLL_S
                 seen[pid] = start
         time.sleep(poll_s)
     killed: list[int] = []
-    quiet = 0
-    while quiet < 2:
+    quiet, deadline = 0, time.monotonic() + GIVE_UP_S
+    while quiet < 2 and time.monotonic() < deadline:  # (a process stuck in the kernel may outlive a SIGKILL a while)
         targets = {pid: start for pid, start in seen.items() if (stat := _stat(pid)) is not None and stat[1] == start}
         if mark is not None:
             targets |= carrying(mark)
