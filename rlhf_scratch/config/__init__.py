@@ -324,7 +324,8 @@ class CommonArgs:
     def with_local_paths_resolved(self) -> "CommonArgs":
         """These args with every local path they name made absolute (`model`, `reward_model`, a
         prompts file or folder), so that a run folder's config means the same files wherever it is
-        resumed from. Names that are not local paths (`tiny`, `rt`, a Hub id) are left as they are."""
+        resumed from. Names that are not local paths (`tiny`, `rt`, a Hub id) are left as they are;
+        an ensemble's members (`min:A,B`) are made absolute one by one."""
         special = {"model": ("tiny",), "reward_model": ("tiny",), "prompts": (PROMPT_PREFIX, "rt")}
         resolved = {}
         for name, keep in special.items():
@@ -332,6 +333,12 @@ class CommonArgs:
             path = Path(value).expanduser()
             if value not in keep and path.exists():
                 resolved[name] = str(path.resolve())
+        head, sep, rest = self.reward_model.partition(":")
+        if sep and "reward_model" not in resolved:  # an ensemble, REDUCTION:RM,RM,… (reward/ensemble.py): each member
+            members = [m.strip() for m in rest.split(",")]
+            made = [str(Path(m).expanduser().resolve()) if m and Path(m).expanduser().exists() else m for m in members]
+            if made != members:
+                resolved["reward_model"] = f"{head}:{','.join(made)}"
         return dataclasses.replace(self, **resolved) if resolved else self
 
     def lora_target_names(self) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ calls the function its way, and checks what came back. Pass one directly to any 
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections.abc import Callable
 from functools import partial
@@ -15,6 +16,7 @@ from typing import Any
 
 from rlhf_scratch.config import CommonArgs, registry
 from rlhf_scratch.models.loading import weights_digest
+from rlhf_scratch.reward.ensemble import is_ensemble, parse_ensemble
 from rlhf_scratch.reward.functions import SentimentReward, reward_fn_char_count, reward_fn_vader
 from rlhf_scratch.rollout.reward_call import (  # noqa: F401  (the contract, read from here too)
     RewardFn,
@@ -140,6 +142,9 @@ def rewarded_by(args: CommonArgs, reward_fn: RewardFn | None, judge: Callable | 
     record = {"reward": reward, "judge": judged}
     if reward == "task sentiment":  # a local classifier or reward model: which weights, exactly
         digest = weights_digest(args.reward_model) if args.reward_model != "tiny" else None
+        if digest is None and is_ensemble(args.reward_model):  # each member's, in the spec's order
+            members = [weights_digest(m) or "no weights" for m in parse_ensemble(args.reward_model).members]
+            digest = hashlib.sha256("\n".join(members).encode()).hexdigest()
         if digest is not None:
             record["reward_model_sha256"] = digest
     return record

@@ -123,3 +123,25 @@ def test_task_sentiment_scores_with_the_ensemble_of_two_real_reward_models(tmp_p
     assert neg(samples).tolist() == pytest.approx((-each.mean(dim=0)).tolist(), abs=1e-6)
     with pytest.raises(ValueError, match="ensemble member .*nope is not a finished reward-model run"):
         make_reward_fn(make_args("tiny", reward_model=f"min:{members[0]},{tmp_path / 'nope'}"))
+
+
+def test_a_run_records_its_members_absolute_and_their_weights_hashed(tmp_path, monkeypatch):
+    """Which bug turns it red: members recorded as given (`min:rmA,rmB`), so a run resumed from another
+    folder holding its own rmA silently trains against other weights; or no hash, so changed weights
+    resume unnoticed (a single --reward-model already had both)."""
+    from rlhf_scratch.config import make_args
+    from rlhf_scratch.reward.tasks import rewarded_by
+
+    for name, data in (("rmA", b"weights A"), ("rmB", b"weights B")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "reward_model.pt").write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    args = make_args("tiny", "ppo", task="sentiment", reward_model="min:rmA, rmB,missing").with_local_paths_resolved()
+    assert args.reward_model == f"min:{tmp_path / 'rmA'},{tmp_path / 'rmB'},missing", "each existing member made absolute"
+    digest = rewarded_by(args, None)["reward_model_sha256"]
+    (tmp_path / "rmB" / "reward_model.pt").write_bytes(b"weights B, retrained")
+    assert rewarded_by(args, None)["reward_model_sha256"] != digest, "one member's new weights change the record"
+    (tmp_path / "rmB" / "reward_model.pt").write_bytes(b"weights B")
+    assert rewarded_by(args, None)["reward_model_sha256"] == digest, "the same weights, the same record"
+    swapped = make_args("tiny", "ppo", task="sentiment", reward_model=f"min:{tmp_path / 'rmB'},{tmp_path / 'rmA'},missing")
+    assert rewarded_by(swapped, None)["reward_model_sha256"] != digest, "in the spec's order"
