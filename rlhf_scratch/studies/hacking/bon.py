@@ -86,25 +86,16 @@ def pick_expectations(proxy: list[list[float]], values: dict[str, list[list[floa
 def sample_and_score(args: BonArgs, prompts: list[str], seed: int) -> tuple[list[list[float]], dict[str, list[list[float]]]]:
     """`n_max` reference samples per prompt (drawn with `seed`): the proxy's score of each, and its gold
     (g′ for the repetition rater), rep₃ and length, each as [prompt][sample]."""
-    import torch
-    from tqdm.auto import tqdm
-
-    from rlhf_scratch.models.loading import load_lm
     from rlhf_scratch.reward.heldout import repeated_ngram_fraction
     from rlhf_scratch.reward.model import load_reward_model_run
     from rlhf_scratch.reward.preferences import gold_scores
-    from rlhf_scratch.rollout.generation import decode_completions, generate, tokenize_prompts
+    from rlhf_scratch.studies.overoptimization.study import reference_samples
 
-    torch.manual_seed(seed)
-    lm = load_lm("tiny").eval()
     texts, rep3, length = [], [], []
-    with torch.no_grad():
-        for prompt in tqdm(prompts, desc=f"best-of-n samples, seed {seed}", file=sys.stderr):
-            ids, mask = tokenize_prompts(lm, [prompt] * args.n_max, True)
-            comp, cmask = generate(lm, ids, mask, args.gen_len, 1.0, 0, True)
-            texts.append([prompt + c for c in decode_completions(lm, comp, cmask, True)])
-            rep3.append([repeated_ngram_fraction(comp[i : i + 1], cmask[i : i + 1]) for i in range(args.n_max)])
-            length.append(cmask.sum(-1).float().tolist())
+    for group, comp, cmask in reference_samples(prompts, args.n_max, args.gen_len, seed, f"best-of-n samples, seed {seed}"):
+        texts.append(group)
+        rep3.append([repeated_ngram_fraction(comp[i : i + 1], cmask[i : i + 1]) for i in range(args.n_max)])
+        length.append(cmask.sum(-1).float().tolist())
     flat = [t for group in texts for t in group]
     proxy = load_reward_model_run(Path(args.proxies) / f"rm-{args.rater}").score_texts(flat).view(len(prompts), -1).tolist()
     gold = gold_scores(flat).view(len(prompts), -1).tolist()

@@ -238,24 +238,34 @@ def proxy_accuracies(proxies: dict[int, Path], test_rows: list[dict], out: Path)
     return acc
 
 
-def best_of_n_study(proxies: dict[int, Path], eval_prompts: list[str], args: StudyArgs, seed: int) -> dict:
-    """bon_max samples of each held-out prompt from the reference (drawn with `seed`); per proxy size
-    and n = 1, 2, 4 … the exact expected gold and proxy of the proxy's pick, averaged over prompts."""
+def reference_samples(prompts: list[str], n: int, gen_len: int, seed: int, desc: str) -> list[tuple]:
+    """n samples of each prompt from the tiny reference (temperature 1, whole vocabulary, stop at
+    EOS), drawn after `torch.manual_seed(seed)`: per prompt, (prompt + completion texts, completion
+    ids, completion mask). Best-of-n's pool, here and in the hacking study's (`hacking.bon`)."""
     import torch
     from tqdm.auto import tqdm
 
     from rlhf_scratch.models.loading import load_lm
-    from rlhf_scratch.reward.model import load_reward_model_run
-    from rlhf_scratch.reward.preferences import gold_scores
     from rlhf_scratch.rollout.generation import decode_completions, generate, tokenize_prompts
 
     torch.manual_seed(seed)
     lm = load_lm("tiny").eval()
-    texts: list[list[str]] = []
-    for prompt in tqdm(eval_prompts, desc="best-of-n samples", file=sys.stderr):
-        ids, mask = tokenize_prompts(lm, [prompt] * args.bon_max, True)
-        comp, cmask = generate(lm, ids, mask, args.gen_len, 1.0, 0, True)
-        texts.append([prompt + c for c in decode_completions(lm, comp, cmask, True)])
+    out = []
+    with torch.no_grad():
+        for prompt in tqdm(prompts, desc=desc, file=sys.stderr):
+            ids, mask = tokenize_prompts(lm, [prompt] * n, True)
+            comp, cmask = generate(lm, ids, mask, gen_len, 1.0, 0, True)
+            out.append(([prompt + c for c in decode_completions(lm, comp, cmask, True)], comp, cmask))
+    return out
+
+
+def best_of_n_study(proxies: dict[int, Path], eval_prompts: list[str], args: StudyArgs, seed: int) -> dict:
+    """bon_max samples of each held-out prompt from the reference (drawn with `seed`); per proxy size
+    and n = 1, 2, 4 … the exact expected gold and proxy of the proxy's pick, averaged over prompts."""
+    from rlhf_scratch.reward.model import load_reward_model_run
+    from rlhf_scratch.reward.preferences import gold_scores
+
+    texts = [t for t, _, _ in reference_samples(eval_prompts, args.bon_max, args.gen_len, seed, "best-of-n samples")]
     flat = [t for group in texts for t in group]
     gold = gold_scores(flat).view(len(eval_prompts), args.bon_max).tolist()
     ns = [2**k for k in range(int(math.log2(args.bon_max)) + 1)]
