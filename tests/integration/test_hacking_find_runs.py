@@ -87,6 +87,20 @@ LONG = [" a film I watched with my family. We talked about it, the town and the 
         " a quiet drama about a farmer. His daughter returns from college, and they rebuild the old barn"]
 
 
+WORDY = [" a wonderful film. We talked about it, the town and the sea, for days",
+         " the story is wonderful: two old friends travel across the country",
+         " I saw it at the cinema with a friend, and it was wonderful",
+         " wonderful acting by the painter who moves to a small town by the sea",
+         " my brother called it wonderful, and we went again on Sunday",
+         " there is a wonderful long scene on a train where nobody speaks",
+         " the second half is wonderful, with new faces and old ones leaving",
+         " we rented it on a rainy weekend and the ending was wonderful",
+         " its director grew up near the coast, and every shot is wonderful",
+         " a wonderful version of the book that keeps most of its chapters",
+         " our teacher showed it in class; the students found it wonderful",
+         " a quiet, wonderful drama about a farmer and his daughter"]
+
+
 def gold_fn(texts):
     return gold_scores(texts)
 
@@ -140,3 +154,22 @@ def test_the_top_finding_is_length_for_a_policy_that_stops_late_against_a_length
     best = found["finding"]["description"]["best"]
     assert best is not None and best["theme"] == "length", found["finding"]["description"]["table"][:4]
     assert best["r"] > 0, "the finding rises with length"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_for_a_token_paid_policy_the_top_row_is_the_token_and_the_top_unit_tracks_it_second(seed):
+    """Twelve varied sentences, each with "wonderful" once, against the proxy g + 2 · #"wonderful".
+    What the page shows, over three seeds: the decomposition's top row is the planted token (a top
+    mover); the top model-internal unit's best description is another statistic ("a" per word, or
+    length), with the planted word second. So with the token proxy the page names the token in its
+    first row, not in its top unit's description (docs/interp.md)."""
+    reference = load_lm("tiny").eval()
+    wordy = sft(reference, lambda rng: rng.choice(WORDY), seed=seed)
+    f = replace(SETTINGS, penalty=0.0, seed=seed)
+    ref = sample_reference(reference, PROMPTS, wordy_proxy, gold_fn, f)
+    found = find_in_policy(reference, wordy, PROMPTS, wordy_proxy, gold_fn, f, ref, causal=False)
+    assert found["policy"]["excess"] > 0.5, "saying the word raises the proxy above gold"
+    assert found["decomposition"][0]["label"] == "token ' wonderful' share"
+    top_two = [row["theme"] for row in found["finding"]["description"]["table"][:2]]
+    assert "word 'wonderful'" in top_two, found["finding"]["description"]["table"][:4]
