@@ -169,11 +169,16 @@ def start_reaper(driver: int | None = None, marks: tuple[str, ...] = RAY_MARKS) 
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def stop_reaper(reaper: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
-    """After the driver ended Ray itself: the reaper kills what of Ray is still alive, and exits."""
+def stop_reaper(reaper: subprocess.Popen | None, timeout_s: float = GIVE_UP_S + 10) -> None:
+    """After the driver ended Ray itself: the reaper kills what of Ray is still alive, and exits
+    (its rounds end within GIVE_UP_S; a reaper still running after `timeout_s` is killed itself)."""
     if reaper is not None and reaper.poll() is None:
         reaper.terminate()
-        reaper.wait(timeout=timeout_s)
+        try:
+            reaper.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            reaper.kill()
+            reaper.wait()
 
 
 if __name__ == "__main__":

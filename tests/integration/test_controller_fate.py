@@ -121,3 +121,16 @@ def test_marking_sets_the_mark_for_the_block_only():
     with marking():
         assert os.environ[MARK_ENV] == f"{os.getpid()}:{_stat(os.getpid())[1]}"
     assert os.environ.get(MARK_ENV) == before, "later children of the driver do not carry it"
+
+
+def test_a_reaper_that_outlives_its_stop_is_killed_not_waited_on_forever():
+    """Which bug turns it red: `stop_reaper` raising TimeoutExpired into `shutdown_ray` (its rounds
+    may run up to GIVE_UP_S) or leaving the reaper running. A stand-in that ignores SIGTERM plays a
+    reaper stuck in its rounds."""
+    from rlhf_scratch.controller.fate import stop_reaper
+
+    stuck = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                              "print(1, flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    stuck.stdout.readline()  # its SIGTERM handler is set
+    stop_reaper(stuck, timeout_s=0.5)
+    assert stuck.returncode == -signal.SIGKILL
