@@ -216,9 +216,13 @@ def run_and_kill(argv: list[str], at: float) -> tuple[int, list[str]]:
         proc.send_signal(signal.SIGKILL)
     code = proc.wait()
     time.sleep(5)
-    left = [f"{pid} {describe(pid)}" for pid in session_pids(proc.pid)]
-    for pid in session_pids(proc.pid):  # never leave them running, whatever the verdict
-        os.kill(pid, signal.SIGKILL)
+    pids = session_pids(proc.pid)
+    left = [f"{pid} {describe(pid)}" for pid in pids]
+    for pid in pids:  # never leave them running, whatever the verdict
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     return code, left
 
 

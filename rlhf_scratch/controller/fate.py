@@ -42,22 +42,29 @@ RAY_MARKS = ("ray::", "/ray/")
 """A process is Ray's when its command line holds one of these (`ray::IDLE`, `…/site-packages/ray/…/raylet`)."""
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) of `pid`, from /proc/PID/stat; None if it is gone."""
+def _fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after "pid (comm) ": state, ppid, … (starttime is the 20th); None if it is gone."""
     try:
         text = (PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid ... (starttime is field 22)
-    return int(fields[1]), int(fields[19])
+    return text[text.rindex(")") + 2:].split()
 
 
-def descendants(pid: int) -> dict[int, int]:
-    """Every live descendant of `pid`: {pid: start time}."""
-    parent_of: dict[int, tuple[int, int]] = {}
-    for entry in PROC.iterdir():
-        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
-            parent_of[int(entry.name)] = stat
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) of `pid`; None if it is gone."""
+    fields = _fields(pid)
+    return None if fields is None else (int(fields[1]), int(fields[19]))
+
+
+def _table() -> dict[int, tuple[int, int]]:
+    """Every live process: {pid: (parent pid, start time)}, one read of /proc."""
+    return {int(e.name): stat for e in PROC.iterdir() if e.name.isdigit() and (stat := _stat(int(e.name))) is not None}
+
+
+def descendants(pid: int, table: dict[int, tuple[int, int]] | None = None) -> dict[int, int]:
+    """Every live descendant of `pid`: {pid: start time} (from `table`, else a fresh read of /proc)."""
+    parent_of = _table() if table is None else table
     found: dict[int, int] = {}
     frontier = [pid]
     while frontier:
@@ -133,8 +140,9 @@ def reap(driver: int, marks: tuple[str, ...] = RAY_MARKS, poll_s: float = POLL_S
         targets = {pid: start for pid, start in seen.items() if (stat := _stat(pid)) is not None and stat[1] == start}
         if mark is not None:
             targets |= carrying(mark)
+        table = _table()
         for pid in list(targets):
-            targets |= descendants(pid)
+            targets |= descendants(pid, table)
         targets.pop(me, None)
         alive = {pid: start for pid, start in targets.items() if not _zombie_or_gone(pid, start)}
         for pid in alive:
@@ -151,12 +159,8 @@ def reap(driver: int, marks: tuple[str, ...] = RAY_MARKS, poll_s: float = POLL_S
 def _zombie_or_gone(pid: int, start: int) -> bool:
     """Whether `pid` is no longer the live process that started at `start` (gone, reused, or a zombie
     that only its parent's wait will clear)."""
-    try:
-        text = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return True
-    fields = text[text.rindex(")") + 2:].split()
-    return fields[0] == "Z" or int(fields[19]) != start
+    fields = _fields(pid)
+    return fields is None or fields[0] == "Z" or int(fields[19]) != start
 
 
 def start_reaper(driver: int | None = None, marks: tuple[str, ...] = RAY_MARKS) -> subprocess.Popen | None:

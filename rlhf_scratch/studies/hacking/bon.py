@@ -86,15 +86,15 @@ def pick_expectations(proxy: list[list[float]], values: dict[str, list[list[floa
 def sample_and_score(args: BonArgs, prompts: list[str], seed: int) -> tuple[list[list[float]], dict[str, list[list[float]]]]:
     """`n_max` reference samples per prompt (drawn with `seed`): the proxy's score of each, and its gold
     (g′ for the repetition rater), rep₃ and length, each as [prompt][sample]."""
-    from rlhf_scratch.reward.heldout import repeated_ngram_fraction
     from rlhf_scratch.reward.model import load_reward_model_run
     from rlhf_scratch.reward.preferences import gold_scores
+    from rlhf_scratch.studies.hacking.describe import per_sample_ngram_fraction
     from rlhf_scratch.studies.overoptimization.study import reference_samples
 
     texts, rep3, length = [], [], []
     for group, comp, cmask in reference_samples(prompts, args.n_max, args.gen_len, seed, f"best-of-n samples, seed {seed}"):
         texts.append(group)
-        rep3.append([repeated_ngram_fraction(comp[i : i + 1], cmask[i : i + 1]) for i in range(args.n_max)])
+        rep3.append(per_sample_ngram_fraction(comp, cmask, 3))
         length.append(cmask.sum(-1).float().tolist())
     flat = [t for group in texts for t in group]
     proxy = load_reward_model_run(Path(args.proxies) / f"rm-{args.rater}").score_texts(flat).view(len(prompts), -1).tolist()
