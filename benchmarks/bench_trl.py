@@ -53,6 +53,9 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling provenance.py, however this file is loaded
+from provenance import describe, provenance  # noqa: E402
+
 PARTS = ("generation", "policy_forward", "reference_forward", "reward", "learning_forward", "backward",
          "optimizer_step", "logging", "other")
 OURS = ("ours-ppo", "ours-ppo-lowmem", "ours-rloo", "ours-grpo")
@@ -584,9 +587,10 @@ def installed_version(package: str) -> str | None:
         return None
 
 
-def write_json(path: str, opts, **content) -> None:
+def write_json(path: str, opts, ran: dict, **content) -> None:
+    """Every measurement, with what ran it: `ran` is `provenance()` read when the run started."""
     options = {k: v for k, v in vars(opts).items() if k not in ("worker", "t0", "json")}
-    data = {"options": options, "machine": machine(), "pairs": PAIRS, **content}
+    data = {"provenance": ran, "options": options, "machine": machine(), "pairs": PAIRS, **content}
     Path(path).write_text(json.dumps(data, indent=1))
 
 
@@ -629,6 +633,8 @@ def main() -> None:
         result = worker_trl(opts.worker, opts) if opts.worker in TRL else worker_ours(opts.worker, opts)
         print(json.dumps(result))
         return
+    ran = provenance()  # the commit that runs, read now (the tree may change while the workers run)
+    print(describe(ran))
     if opts.help_repeats:
         raw = time_help(opts.help_repeats)
         summary = summarise_help(raw)
@@ -636,7 +642,7 @@ def main() -> None:
         print_help_table(summary)
         if opts.json:
             commands = {name: ["python", *argv] for name, argv in HELP_COMMANDS.items()}
-            write_json(opts.json, opts, help={"commands": commands, "summary": summary, "raw": raw})
+            write_json(opts.json, opts, ran, help={"commands": commands, "summary": summary, "raw": raw})
         return
     systems = opts.systems.split(",")
     if bad := [s for s in systems if s not in SYSTEMS]:
@@ -670,7 +676,7 @@ def main() -> None:
           f"launch → exit; start-up = launch → the first round's start\n")
     print_process_table(summary)
     if opts.json:
-        write_json(opts.json, opts, matmul_peak_flops=peak, summary=summary, raw=results)
+        write_json(opts.json, opts, ran, matmul_peak_flops=peak, summary=summary, raw=results)
 
 
 if __name__ == "__main__":

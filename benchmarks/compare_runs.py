@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from pathlib import Path
 
 from rlhf_scratch.engine.runs import load_args, read_metrics
 from rlhf_scratch.pages.html import new_figure, save_figure
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling provenance.py
+from provenance import describe, provenance  # noqa: E402
 
 
 def default_label(run: str) -> str:
@@ -66,6 +70,7 @@ def main() -> None:
     last = f"last {spans.pop()[0]} of {lengths[0]}" if len(spans) == 1 else "last 10 (fewer in shorter runs)"
     header = ["run", "reward, phase 1", f"reward, {last}", f"KL, {last}", f"length, {last}",
               "median phase s", "wall", "peak RSS"]
+    print(f"drawn at {describe(provenance())} (the figure's checkout, not necessarily the runs')")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in rows:

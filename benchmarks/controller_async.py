@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from controller_overhead import ROOT, shape_flags, spread
+from provenance import describe, provenance
 
 SIDES = {"split_sync": ["--placement", "split"],
          "split_async": ["--placement", "split", "--max-staleness", "1"],
@@ -71,9 +72,10 @@ def main() -> None:
     opts = parser.parse_args()
     if opts.phases < 2:
         parser.error("--phases: at least 2 (phase 1 warms up and is not counted)")
-    result = {"device": opts.device, "threads_per_process": opts.threads, "cores": os.cpu_count(),
+    result = {"provenance": provenance(), "device": opts.device, "threads_per_process": opts.threads, "cores": os.cpu_count(),
               "load_before": os.getloadavg(), "phases": opts.phases, "repeats": opts.repeats, "shape": shape_flags(opts),
               "sides": {k: " ".join(["--controller ray", *v]) for k, v in SIDES.items()}}
+    print(describe(result["provenance"]), flush=True)
     runs: dict[str, list[dict]] = {side: [] for side in SIDES}
     with tempfile.TemporaryDirectory() as folder:
         for repeat in range(opts.repeats):

@@ -41,6 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 """The repository: the runs start there, and this process imports the package from it."""
 
 sys.path.insert(0, str(ROOT))  # the package of this checkout, installed or not
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the sibling provenance.py, however this file is loaded
+
+from provenance import describe, provenance  # noqa: E402 (the commit that ran, read from git now)
 
 from rlhf_scratch.engine.loop import TIMING_PREFIXES  # noqa: E402 (wall-clock metrics: left out when the sides are compared)
 
@@ -180,8 +183,10 @@ def main() -> None:
     if opts.phases < 2:
         parser.error("--phases: at least 2 (phase 1 warms up and is not counted)")
     ranks = [int(r) for r in opts.ranks.split(",")]
-    result = {"device": opts.device, "threads_per_process": opts.threads, "cores": os.cpu_count(), "load_before": os.getloadavg(),
+    result = {"provenance": provenance(), "device": opts.device, "threads_per_process": opts.threads, "cores": os.cpu_count(),
+              "load_before": os.getloadavg(),
               "phases": opts.phases, "repeats": opts.repeats, "shape": shape_flags(opts)}
+    print(describe(result["provenance"]), flush=True)
     with tempfile.TemporaryDirectory() as folder:
         result["overhead"] = [overhead(n, Path(folder), opts) for n in ranks]
     if opts.serialisation_reps:

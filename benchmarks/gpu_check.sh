@@ -60,7 +60,9 @@ export HF_HUB_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false PYTHONU
 nvidia-smi -L >>"$L" 2>&1
 python3 -c "import torch, transformer_lens, rlhf_scratch; print('torch', torch.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')" >>"$L" 2>&1 \
   || { say "IMPORT FAILED"; tail -30 "$L"; exit 3; }
-git log -1 --format='checkout %h %s' >>"$L" 2>/dev/null
+# the commit that runs and whether the tree differs from it (benchmarks/provenance.py: the device's copy of
+# the tree can carry an older .git, so a bare `git log -1` named e42f022 for the H200 runs of 6573376 / 7c2efa5)
+python3 benchmarks/provenance.py | sed 's/^/checkout /' >>"$L" 2>&1
 
 if [ "$DEVICE" = cpu ]; then SHAPE=tiny; QUICK=--quick; SYSTEMS=ours-ppo; ROUNDS=1; PHASES=3
 else SHAPE=gpt2-small; QUICK=; SYSTEMS=ours-ppo,ours-rloo,ours-grpo,trl-rloo,trl-grpo; ROUNDS=4; PHASES=100; fi

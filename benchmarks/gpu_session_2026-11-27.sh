@@ -11,6 +11,7 @@
 # Every unit's metrics come back under $OUT/hack/ (its checkpoints do not: they are too large to carry back).
 set -u
 OUT=${OUT:?set OUT to the folder for the results}; mkdir -p "$OUT"
+python3 benchmarks/provenance.py > "$OUT/provenance.txt" 2>&1  # the commit that runs, and whether the tree differs
 HK=/tmp/hack_confirm; SEEDS=10,11,12,13,14,15,16,17,18,19,20,21
 # the environment as gpu_check.sh makes it (it installs once; its own call below finds /tmp/site ready)
 mkdir -p /tmp/site

@@ -10,6 +10,7 @@
 # Everything comes back as one tarball (the device tool returns a limited number of files), without checkpoints.
 set -u
 OUT=${OUT:?set OUT to the folder for the results}; mkdir -p "$OUT"
+python3 benchmarks/provenance.py > "$OUT/provenance.txt" 2>&1  # the commit that runs, and whether the tree differs
 mkdir -p /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >"$OUT/install.txt" 2>&1
 touch /tmp/site/.wheels

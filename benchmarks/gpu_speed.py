@@ -37,6 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_trl import matmul_peak_flops  # noqa: E402  (a sibling script: the same roof as beside TRL)
+from provenance import describe, provenance  # noqa: E402  (the commit that ran, read from git now)
 
 PROMPT, GEN = 8, 30
 
@@ -179,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args(argv)
     torch.manual_seed(0)
-    out: dict = {"device": torch.cuda.get_device_name(0) if opts.device.startswith("cuda") else "cpu",
+    ran = provenance()
+    print(describe(ran), flush=True)
+    out: dict = {"provenance": ran, "device": torch.cuda.get_device_name(0) if opts.device.startswith("cuda") else "cpu",
                  "torch": torch.__version__, "shape": opts.shape}
 
     def save():

@@ -28,6 +28,7 @@
 #   (with MEAN=1, add ,$OUT/mit/ensemble-mean)
 set -u
 OUT=${OUT:?set OUT to the folder for the results}; mkdir -p "$OUT/mit"
+python3 benchmarks/provenance.py > "$OUT/provenance.txt" 2>&1  # the commit that runs, and whether the tree differs
 MIT=${MIT:-/tmp/mitigations}
 if [ -d .whl ] && [ ! -e /tmp/site/.installed ] && [ ! -e /tmp/site/.wheels ]; then  # as gpu_check.sh makes it
   mkdir -p /tmp/site

@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling provenance.py, however this file is loaded
+from provenance import provenance  # noqa: E402
 
 BATCH, POS = 16, 35
 
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     model, ids, mask = tiny_case() if args.shape == "tiny" else gpt2_small_case()
     hf = hf_gpt2_like(model)
-    out = {"shape": args.shape, "batch": [BATCH, POS], "torch": torch.__version__,
+    out = {"provenance": provenance(), "shape": args.shape, "batch": [BATCH, POS], "torch": torch.__version__,
            "ours": count_ops(model, ids, mask, "ours"),
            "transformer_lens": count_ops(model, ids, mask, "transformer_lens"),
            "hf": count_ops(hf, ids, mask, "hf")}

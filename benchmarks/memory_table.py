@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from provenance import describe, provenance  # noqa: E402  (the commit that ran, read from git now)
 
 
 def measure(root: Path, shape: str, batch: int, phases: int, chunk_logits: int | None, threads: int) -> dict:
@@ -50,6 +52,9 @@ def main() -> None:
     from tabulate import tabulate
 
     this = HERE.parent
+    ran = {"this": provenance(this), **({"other": provenance(opts.other)} if opts.other else {})}
+    for name, record in ran.items():
+        print(f"{name}: {describe(record)}", file=sys.stderr)
     systems = ([("other", Path(opts.other), None)] if opts.other else []) + [("one chunk", this, 0), ("chunked", this, None)]
     cells = [("tiny", int(b)) for b in opts.tiny_batches.split(",") if b] + [("gpt2-small", int(b)) for b in opts.gpt2_batches.split(",") if b]
     rows, raw = [], []
@@ -64,7 +69,8 @@ def main() -> None:
     print(tabulate(rows, headers=["shape", "batch", *[f"{name}: peak RSS (+ phases), MiB" for name, _, _ in systems]],
                    tablefmt="github"))
     if opts.json:
-        Path(opts.json).write_text(json.dumps({"options": {k: v for k, v in vars(opts).items() if k != "other"},
+        Path(opts.json).write_text(json.dumps({"provenance": ran["this"], "other_provenance": ran.get("other"),
+                                               "options": {k: v for k, v in vars(opts).items() if k != "other"},
                                                "raw": raw}, indent=1))
 
 

@@ -24,6 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling provenance.py
+from provenance import describe, provenance  # noqa: E402  (the commit that ran, read from git now)
+
 
 def measure(folder: Path, phases: int, threads: int, lora_rank: int, extra: list[str]) -> dict:
     run_dir = Path(tempfile.mkdtemp(prefix="size_run_"))
@@ -59,6 +62,8 @@ def main() -> None:
                         help="skip a cell whose weights and optimizer alone would need more (this machine: 24 GiB)")
     parser.add_argument("extra", nargs="*", help="after --: more train flags for every cell")
     opts = parser.parse_args()
+    ran = provenance()
+    print(describe(ran), flush=True)
     rows, raw = [], []
     for shape in opts.shapes.split(","):
         folder = Path(opts.work) / shape
@@ -87,7 +92,7 @@ def main() -> None:
     print(tabulate(rows, headers=["shape", "parameters (HF)", "trained (TransformerLens)", "peak RSS (MiB)", "s / phase"],
                    floatfmt=".1f", tablefmt="github"))
     if opts.json:
-        Path(opts.json).write_text(json.dumps(raw, indent=1) + "\n")
+        Path(opts.json).write_text(json.dumps({"provenance": ran, "rows": raw}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

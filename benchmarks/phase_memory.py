@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import sys
 import time
+from pathlib import Path
 
 
 def rss_peak_mib() -> float:
@@ -79,7 +81,11 @@ def main() -> None:
         trainer.learning_phase(trainer.rollout_phase())
         times.append(round(time.perf_counter() - start, 3))
     after = rss_peak_mib()
-    print(json.dumps({"shape": opts.shape, "batch_size": opts.batch_size, "chunk_logits": opts.chunk_logits, "version": rlhf_scratch.__doc__.splitlines()[0],
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling provenance.py
+    from provenance import provenance
+
+    # the checkout whose package ran (memory_table.py puts an older one first on the import path)
+    print(json.dumps({"provenance": provenance(Path(rlhf_scratch.__file__).resolve().parents[1]), "shape": opts.shape, "batch_size": opts.batch_size, "chunk_logits": opts.chunk_logits, "version": rlhf_scratch.__doc__.splitlines()[0],
                       "peak_rss_before_phases_mib": round(before), "peak_rss_mib": round(after),
                       "phases_added_mib": round(after - before), "phase_times_s": times}))
 
