@@ -234,6 +234,19 @@ def check_prompt_lengths(
                 f"{locate(source, index)}: {n} tokens with gen_len {gen_len} exceed the model's context n_ctx={n_ctx}")
 
 
+def check_context(lm, prompts: list[str], gen_len: int, source: str) -> None:
+    """Room in `lm`'s context for `gen_len` new tokens after every prompt (counted as `lm.to_tokens`
+    gives them, BOS included), said before anything is sampled: a PromptError of one line starting
+    `gen_len:` (it leaves no room for any prompt, or the first prompt it overflows, `check_prompt_lengths`)."""
+    n_ctx = lm.cfg.n_ctx
+    if gen_len >= n_ctx:
+        raise PromptError(f"gen_len: {gen_len} leaves no room for a prompt in the model's context n_ctx={n_ctx}")
+    try:
+        check_prompt_lengths(prompts, lambda p: lm.to_tokens(p, truncate=False).shape[1], n_ctx, gen_len, source)
+    except PromptError as e:
+        raise PromptError(f"gen_len: {e}") from None
+
+
 class PromptIterator:
     """Prompts shuffled with the run's seed and cycled epoch by epoch, each epoch a fresh
     permutation drawn from `random.Random(f"{seed}-{epoch}")`: reproducible, and resumable from

@@ -86,17 +86,20 @@ def check_context(args: StudyArgs) -> None:
     one line naming the first that does not, before the study folder is made (a half-made folder
     would hold the bad plan and refuse the corrected command)."""
     from rlhf_scratch.models.loading import load_lm
-    from rlhf_scratch.rollout.prompts import PromptError, check_prompt_lengths, load_prompts
+    from rlhf_scratch.rollout import prompts
 
-    lm = load_lm("tiny")
-    n_ctx = lm.cfg.n_ctx
-    if args.gen_len >= n_ctx:
-        raise ConfigError(f"gen_len: {args.gen_len} leaves no room for a prompt in the model's context n_ctx={n_ctx}")
-    prompts = [p for p in load_prompts("rt", seed=args.data_seed) if "\n" not in p]
     try:
-        check_prompt_lengths(prompts, lambda p: lm.to_tokens(p, truncate=False).shape[1], n_ctx, args.gen_len, "rt")
-    except PromptError as e:  # bad input: exit 2, nothing written
-        raise ConfigError(f"gen_len: {e}") from None
+        prompts.check_context(load_lm("tiny"), one_line_openings(args.data_seed), args.gen_len, "rt")
+    except prompts.PromptError as e:  # bad input: exit 2, nothing written
+        raise ConfigError(str(e)) from None
+
+
+def one_line_openings(seed: int) -> list[str]:
+    """The review openings (`rt`) in `seed`'s order, those of one line: the prompts a study splits
+    into its held-out and its training prompts."""
+    from rlhf_scratch.rollout.prompts import load_prompts
+
+    return [p for p in load_prompts("rt", seed=seed) if "\n" not in p]
 
 
 DESCRIPTION = __doc__.split("\n\n")[0]
