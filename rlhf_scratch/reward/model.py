@@ -368,16 +368,34 @@ def reward_model_classifier(run_dir: str | Path, device: str = "cpu") -> tuple:
     return as_classifier(classifier, scalar.base.tokenizer, str(run_dir), device)
 
 
-def load_reward_model_run(run_dir: str | Path, device: str = "cpu") -> RewardModel:
-    """The trained RewardModel of a finished reward-model run folder, in eval mode."""
-    from rlhf_scratch.models.loading import ModelFolderError, load_lm
+def check_reward_model_run(run_dir: str | Path, field: str = "reward_model") -> None:
+    """A finished reward-model run folder, or a ModelFolderError of one line naming `field` and what
+    the folder is instead (a policy's run is not resumed as a reward model)."""
+    from rlhf_scratch.models.loading import ModelFolderError
 
     run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise ModelFolderError(f"{field}: {run_dir} is not a reward-model run folder (no config.json)")
+    try:
+        kind = json.loads((run_dir / "config.json").read_text()).get("algo", KIND)  # (older runs: no algo)
+    except (ValueError, AttributeError):
+        raise ModelFolderError(f"{field}: {run_dir}/config.json is unreadable (not a JSON object)") from None
+    if kind != KIND:
+        raise ModelFolderError(f"{field}: {run_dir} is a {kind} run, not a reward-model run "
+                               "(python -m rlhf_scratch.reward_model makes one)")
+    if not (run_dir / WEIGHTS_FILE).is_file():
+        raise ModelFolderError(f"{field}: {run_dir} has no {WEIGHTS_FILE} (unfinished? resume it with "
+                               f"python -m rlhf_scratch.reward_model --resume {run_dir})")
+
+
+def load_reward_model_run(run_dir: str | Path, device: str = "cpu") -> RewardModel:
+    """The trained RewardModel of a finished reward-model run folder, in eval mode."""
+    from rlhf_scratch.models.loading import load_lm
+
+    run_dir = Path(run_dir)
+    check_reward_model_run(run_dir)
     config = json.loads((run_dir / "config.json").read_text())
     weights = run_dir / WEIGHTS_FILE
-    if not weights.is_file():
-        raise ModelFolderError(f"reward_model: {run_dir} has no {WEIGHTS_FILE} (unfinished? resume it with "
-                               f"python -m rlhf_scratch.reward_model --resume {run_dir})")
     with torch.random.fork_rng(devices=[]):  # the head's throw-away initialisation must not move the run's RNG
         model = RewardModel(load_lm(config.get("model", "tiny"), device=device))
     model.load_state_dict(torch.load(weights, map_location=device, weights_only=True))

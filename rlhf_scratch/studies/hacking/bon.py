@@ -28,7 +28,7 @@ from rlhf_scratch.config import ConfigError
 from rlhf_scratch.config.cli import parse_dataclass
 from rlhf_scratch.config.command import command
 from rlhf_scratch.reward.preferences import RATERS
-from rlhf_scratch.studies.runner import seed_list
+from rlhf_scratch.studies.runner import check_at_least, seed_list
 
 PROG = "python -m rlhf_scratch.studies.hacking.bon"
 
@@ -57,18 +57,39 @@ class BonArgs:
     """Torch threads."""
 
     def validate(self) -> BonArgs:
+        """One ConfigError line for the first bad field, before anything is sampled or written."""
         if self.rater not in RATERS:
             raise ConfigError(f"rater: must be one of {', '.join(RATERS)}; got {self.rater!r}")
         if self.n_max < 1 or self.n_max & (self.n_max - 1):
             raise ConfigError(f"n_max: must be a power of 2; got {self.n_max}")
-        if not (Path(self.proxies) / "eval.txt").is_file():
+        check_at_least(self, ("eval_prompts", "gen_len", "threads"))
+        if not (math.isfinite(self.rater_penalty) and self.rater_penalty >= 0):
+            raise ConfigError(f"rater_penalty: must be finite and >= 0; got {self.rater_penalty}")
+        seed_list(self.seeds)
+        held = Path(self.proxies) / "eval.txt"
+        if not held.is_file():
             raise ConfigError(f"proxies: {self.proxies} holds no eval.txt (a pilot's or the hacking study's OUT)")
         if not (Path(self.proxies) / f"rm-{self.rater}" / "reward_model.pt").is_file():
             raise ConfigError(f"proxies: {self.proxies} holds no rm-{self.rater}/reward_model.pt")
-        if Path(self.out).exists():
+        out = Path(self.out)
+        if out.exists():
             raise ConfigError(f"out: {self.out} exists (nothing is overwritten)")
-        seed_list(self.seeds)
+        if not out.parent.is_dir():
+            raise ConfigError(f"out: {out.parent} is no folder")
+        if self.eval_prompts > len(self.prompts()):
+            raise ConfigError(f"eval_prompts: {self.eval_prompts}, but {held} holds {len(self.prompts())} prompts")
+        from rlhf_scratch.models.loading import load_lm  # the reference's context (`reference_samples`)
+        from rlhf_scratch.rollout.prompts import PromptError, check_context
+
+        try:
+            check_context(load_lm("tiny"), self.prompts(), self.gen_len, str(held))
+        except PromptError as e:
+            raise ConfigError(str(e)) from None
         return self
+
+    def prompts(self) -> list[str]:
+        """The first --eval-prompts prompts of the proxies' eval.txt."""
+        return (Path(self.proxies) / "eval.txt").read_text().splitlines()[: self.eval_prompts]
 
 
 def pick_expectations(proxy: list[list[float]], values: dict[str, list[list[float]]], ns: list[int]) -> dict[str, list[float]]:
@@ -128,7 +149,7 @@ def run_bon(args: BonArgs) -> dict:
     from rlhf_scratch.studies.overoptimization.formulas import kl_bon
 
     torch.set_num_threads(args.threads)
-    prompts = (Path(args.proxies) / "eval.txt").read_text().splitlines()[: args.eval_prompts]
+    prompts = args.prompts()
     ns = [2**k for k in range(int(math.log2(args.n_max)) + 1)]
     per_seed = {}
     for seed in seed_list(args.seeds):

@@ -61,7 +61,10 @@ from interp.sampling import Samples, SampleSettings, completion_texts, sample
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.config.cli import parse_dataclass
 from rlhf_scratch.config.command import command
+from rlhf_scratch.models.loading import load_lm
+from rlhf_scratch.reward.model import check_reward_model_run
 from rlhf_scratch.reward.preferences import RATER_DEFAULTS
+from rlhf_scratch.rollout.prompts import check_context
 from rlhf_scratch.studies.hacking.describe import Texts, describe, per_sample_ngram_fraction
 
 PROG = "python -m rlhf_scratch.studies.hacking.find"
@@ -439,13 +442,37 @@ def parse(argv: list[str]) -> FindArgs:
     for run in args.runs:
         if not (Path(run) / "config.json").is_file():
             raise ConfigError(f"runs: {run} is not a run folder (no config.json)")
-    if not (Path(args.proxy) / "config.json").is_file():
-        raise ConfigError(f"proxy: {args.proxy} is not a reward-model run folder (no config.json)")
+    check_reward_model_run(args.proxy, "proxy")
     if not Path(args.prompts).is_file() or not Path(args.prompts).read_text().strip():
         raise ConfigError(f"prompts: {args.prompts} is no file of prompts")
-    if Path(args.out).is_file():
+    out = Path(args.out)
+    if out.is_file():
         raise ConfigError(f"out: {args.out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        raise ConfigError(f"out: {args.out} exists and is not empty; choose a new --out (nothing is overwritten)")
+    check_context(load_lm(base_model(args.runs)), prompt_lines(args.prompts), args.gen_len, args.prompts)
     return args
+
+
+def base_model(runs: list[str]) -> str:
+    """The model every run in `runs` started from (`engine.runs.load_args`: one line for a folder
+    that is not a finished policy's run); runs from different models are refused."""
+    from rlhf_scratch.engine.runs import POLICY_FILE, load_args
+
+    base = None
+    for run in runs:
+        model = load_args(run).model
+        if not (Path(run) / POLICY_FILE).is_file():
+            raise ConfigError(f"runs: {run} has no {POLICY_FILE} (not finished)")
+        if base is not None and model != base:
+            raise ConfigError(f"runs: {run} starts from {model}, the others from {base}")
+        base = model
+    return base
+
+
+def prompt_lines(path: str) -> list[str]:
+    """The held-out prompts: the file's lines that are not blank."""
+    return [p for p in Path(path).read_text().splitlines() if p.strip()]
 
 
 def run(args: FindArgs) -> int:
@@ -457,16 +484,12 @@ def run(args: FindArgs) -> int:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    prompts = [p for p in Path(args.prompts).read_text().splitlines() if p.strip()]
+    prompts = prompt_lines(args.prompts)
     proxy = load_reward_model_run(args.proxy)
     settings = FindSettings(**{k: getattr(args, k) for k in FindSettings.__dataclass_fields__})
-    per_run, ref, base = {}, None, None
+    per_run, ref = {}, None
     for run_dir in args.runs:
         loaded = load_run(run_dir)
-        if base is not None and loaded.args.model != base:
-            raise ConfigError(f"runs: {run_dir} starts from {loaded.args.model}, the others from {base}")
-        base = loaded.args.model
         ref = ref or sample_reference(loaded.reference, prompts, proxy.score_texts, gold_scores, settings)
         result = find_in_policy(loaded.reference, loaded.tuned.eval(), prompts, proxy.score_texts, gold_scores, settings,
                                 ref, causal=not args.no_causal)
@@ -478,6 +501,7 @@ def run(args: FindArgs) -> int:
               f"vs {ct.get('random_reduction', float('nan')):+.3f} ({result['seconds']:.0f} s)", flush=True)
     summary = summarise(per_run)
     result = {"args": asdict(args), "summary": summary, "runs": per_run}
+    out.mkdir(parents=True, exist_ok=True)  # only now: a run that stops before leaves no empty folder
     (out / "find.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
     write_page(result, out / "find.html")
     print(summary["verdict"])
