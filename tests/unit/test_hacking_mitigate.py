@@ -117,9 +117,10 @@ def test_curves_load_from_a_benchmark_and_from_a_study_folder(tmp_path):
 
 
 def test_the_command_refuses_bad_input_in_one_line(tmp_path, capsys):
-    assert main(["--patience", "0", "--proxy-se", "0.03"]) == 2
+    out = ["--out", str(tmp_path / "table.json")]
+    assert main([*out, "--patience", "0", "--proxy-se", "0.03"]) == 2
     assert capsys.readouterr().err.strip() == "error: patience: must be >= 1; got 0"
-    assert main(["--methods", str(tmp_path), "--proxy-se", "0.03"]) == 2
+    assert main([*out, "--methods", str(tmp_path), "--proxy-se", "0.03"]) == 2
     assert capsys.readouterr().err.strip() == f"error: methods: {tmp_path} is not a hacking study folder (no study.json)"
 
 

@@ -2,7 +2,7 @@
 matched distance, the ensemble's members, and the comparison table of mitigations.
 
     python -m rlhf_scratch.studies.hacking.mitigate --baseline benchmarks/hacking_decided_2026-11-27.json,benchmarks/hacking_confirm_2026-11-27.json \\
-        --proxies .hack45 --out benchmarks/hacking_mitigations_2026-11-27.json [--methods OUT_b005,OUT_b02,OUT_min]
+        --proxies .hack45 --out benchmarks/hacking_mitigations_2026-11-27.json --overwrite [--methods OUT_b005,OUT_b02,OUT_min]
 
 **Early stopping** (`early_stop_index`): what a practitioner has without gold is the proxy on
 held-out prompts at each evaluation, r_0 … r_T, and its standard error s. The rule keeps the
@@ -36,10 +36,13 @@ n/a. A method whose study has not been run says "to be measured".
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import tyro
 
 from rlhf_scratch.config import ConfigError
 
@@ -126,8 +129,6 @@ LENGTH_ROW = "length-normalised reward"
 
 def verdict(diff, n_text: str) -> str:
     """The verdict cell of a Difference (method − baseline)."""
-    import math
-
     if not math.isfinite(diff.half_width):
         return f"not resolved at {n_text} (one seed)"
     span = f"{diff.mean:+.3f} ({diff.low:+.3f} to {diff.high:+.3f}, {'paired' if diff.paired else 'Welch'})"
@@ -305,14 +306,18 @@ def reference_proxy_se(data: Path, proxy: Path, seeds: Sequence[int] = (1, 2, 3)
 class MitigateArgs:
     """Early stopping on the recorded PPO curves and the table of mitigations against the repetition-blind proxy."""
 
-    out: str = "benchmarks/hacking_mitigations_2026-11-27.json"
-    """The JSON to write (the markdown table beside it, .md)."""
+    out: str = tyro.MISSING
+    """The JSON to write (the markdown table beside it, .md); refused if either exists, unless --overwrite."""
+    overwrite: bool = False
+    """Replace an existing --out and its .md (the committed benchmark's, when it is measured again)."""
     baseline: str = "benchmarks/hacking_decided_2026-11-27.json,benchmarks/hacking_confirm_2026-11-27.json"
     """Comma-separated sources of the unmitigated PPO runs (benchmark JSONs or hacking study folders)."""
     methods: str = ""
     """Comma-separated hacking study folders of mitigated runs (--beta B, or --mitigation ensemble-min)."""
-    proxies: str = ".hack45"
-    """The folder of the proxy and held-out prompts the runs used (for the proxy's standard error)."""
+    proxies: str = ""
+    """The folder of the proxy (rm-repetition/) and held-out prompts (eval.txt) the runs used, a pilot's or
+    a hacking study's OUT: for the proxy's standard error and the ensemble members' accuracy. Needed
+    unless --proxy-se is given."""
     proxy_se: float = 0.0
     """The rule's s; 0: measured on the reference (`reference_proxy_se`, three sampling seeds)."""
     patience: int = PATIENCE
@@ -323,11 +328,29 @@ class MitigateArgs:
             raise ConfigError(f"patience: must be >= 1; got {self.patience}")
         if self.proxy_se < 0:
             raise ConfigError(f"proxy_se: must be >= 0 (0: measure it); got {self.proxy_se}")
-        if not self.proxy_se and not (Path(self.proxies) / "eval.txt").is_file():
-            raise ConfigError(f"proxies: {self.proxies} holds no eval.txt (needed to measure the proxy's standard error)")
+        if not (math.isfinite(self.proxy_se) and self.proxy_se >= 0):
+            raise ConfigError(f"proxy_se: must be finite and >= 0 (0: measure it); got {self.proxy_se}")
+        if not self.proxy_se:
+            if not self.proxies:
+                raise ConfigError("proxies: required to measure the proxy's standard error (the folder of the runs' "
+                                  "proxy and held-out prompts, a pilot's or a hacking study's OUT), or give --proxy-se")
+            for need in ("eval.txt", "rm-repetition/reward_model.pt"):
+                if not (Path(self.proxies) / need).is_file():
+                    raise ConfigError(f"proxies: {self.proxies} holds no {need} (needed to measure the proxy's "
+                                      "standard error; or give --proxy-se)")
         for folder in filter(None, self.methods.split(",")):
             if not (Path(folder) / "study.json").is_file():
                 raise ConfigError(f"methods: {folder} is not a hacking study folder (no study.json)")
+        out = Path(self.out)
+        if out.suffix != ".json":
+            raise ConfigError(f"out: {out} must end in .json (the table is written beside it, .md)")
+        if not out.parent.is_dir():
+            raise ConfigError(f"out: {out.parent} is no folder")
+        if not self.overwrite:
+            for path in (out, out.with_suffix(".md")):
+                if path.exists():
+                    raise ConfigError(f"out: {path} exists; choose a new --out, or give --overwrite to replace it "
+                                      "(nothing was written)")
         return self
 
 
