@@ -19,7 +19,15 @@ import tyro
 from rlhf_scratch.config import PROMPT_PREFIX, ConfigError, check_seed
 from rlhf_scratch.config.cli import parse_dataclass
 from rlhf_scratch.config.command import command
-from rlhf_scratch.reward.preferences import GOLDS, LABELS, RATER_DEFAULTS, RATERS, make_preference_pairs, write_pairs
+from rlhf_scratch.reward.preferences import (
+    GOLDS,
+    LABELS,
+    RATER_DEFAULTS,
+    RATERS,
+    check_rater_params,
+    make_preference_pairs,
+    write_pairs,
+)
 
 PROG = "python -m rlhf_scratch.preferences"
 
@@ -83,11 +91,7 @@ def check_options(opts: PreferencesArgs) -> None:
         raise ConfigError(f"label: must be one of {', '.join(LABELS)}; got {opts.label!r}")
     if opts.rater not in RATERS:
         raise ConfigError(f"rater: must be one of {', '.join(RATERS)}; got {opts.rater!r}")
-    for name in ("rater_margin", "rater_bonus", "rater_penalty"):
-        if not (math.isfinite(getattr(opts, name)) and getattr(opts, name) >= 0):
-            raise ConfigError(f"{name}: must be finite and >= 0; got {getattr(opts, name)}")
-    if not opts.rater_token.strip() or any(c.isspace() for c in opts.rater_token.strip()):
-        raise ConfigError(f"rater_token: must be one word; got {opts.rater_token!r}")
+    check_rater_params(rater_params(opts), [opts.rater])
     if opts.gold not in GOLDS and not Path(opts.gold).expanduser().is_dir():
         raise ConfigError(f"gold: must be one of {', '.join(GOLDS)} or a classifier folder; got {opts.gold!r}")
     check_seed(opts.seed)
@@ -103,6 +107,12 @@ def check_options(opts: PreferencesArgs) -> None:
         raise ConfigError(f"out: {out} exists; choose a new file (nothing was overwritten)")
     if out.suffix != ".jsonl":
         raise ConfigError(f"out: {out} must end in .jsonl")
+
+
+def rater_params(opts: PreferencesArgs) -> dict:
+    """The --rater-* flags as `make_preference_pairs` takes them."""
+    return {"margin": opts.rater_margin, "token": opts.rater_token, "bonus": opts.rater_bonus,
+            "penalty": opts.rater_penalty}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,8 +135,7 @@ def run(opts: PreferencesArgs) -> int:
         lm, prompts, opts.num_pairs, gold=opts.gold, label=opts.label, seed=opts.seed, gen_len=opts.gen_len,
         temperature=opts.temperature, top_k=opts.top_k, stop_at_eos=opts.prompts != PROMPT_PREFIX,
         batch_size=opts.batch_size, source=opts.prompts, rater=opts.rater,
-        rater_params={"margin": opts.rater_margin, "token": opts.rater_token.strip(), "bonus": opts.rater_bonus,
-                      "penalty": opts.rater_penalty})
+        rater_params={**rater_params(opts), "token": opts.rater_token.strip()})
     write_pairs(rows, opts.out)
     agree = sum(r["score_chosen"] >= r["score_rejected"] for r in rows) / len(rows)
     rater = "" if opts.rater == "honest" else f"; rater {opts.rater}"

@@ -49,6 +49,33 @@ LABELS = ("bt", "argmax")
 RATERS = ("honest", "length", "token", "repetition")
 RATER_DEFAULTS = {"margin": 1.0, "token": "and", "bonus": 2.0, "penalty": 4.0}
 """δ of `length` (gold log-odds), the word and its bonus b of `token`, the penalty c of `repetition`."""
+RATER_USES = {"honest": (), "length": ("margin",), "token": ("token", "bonus"), "repetition": ("penalty",)}
+"""The parameters each rater reads (the others it ignores)."""
+
+
+def check_rater_params(params: dict, raters: tuple[str, ...] | list[str] = RATERS) -> None:
+    """The raters' parameters as a command takes them (`--rater-margin` …), each checked before
+    anything is sampled or written: δ, b and c finite and ≥ 0, the token one word; and, for a
+    single rater, none set away from its default that the rater ignores (a `--rater-token` the
+    honest rater would drop in silence). A ConfigError of one line naming `rater_<name>`."""
+    import math
+
+    from rlhf_scratch.config import ConfigError
+
+    for name in ("margin", "bonus", "penalty"):
+        value = params[name]
+        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            raise ConfigError(f"rater_{name}: must be finite and >= 0; got {value}")
+    token = params["token"]
+    if not token.strip() or any(c.isspace() for c in token.strip()):
+        raise ConfigError(f"rater_token: must be one word; got {token!r}")
+    if len(raters) == 1:
+        (rater,) = raters
+        for name, value in params.items():
+            if name not in RATER_USES.get(rater, ()) and value != RATER_DEFAULTS[name]:
+                users = [r for r, used in RATER_USES.items() if name in used]
+                raise ConfigError(f"rater_{name}: only the {' and '.join(users)} rater reads it, not {rater}; "
+                                  f"got {value!r} (leave it out, or choose --rater {users[0]})")
 
 
 def gold_scores(texts: list[str], gold: str = "tiny", classifier: tuple | None = None) -> Tensor:
@@ -133,8 +160,7 @@ def rate(
 
 def rater_record(rater: str, params: dict) -> dict:
     """What a flawed rater's rows carry under "rater": its name and the parameters it used."""
-    used = {"length": ("margin",), "token": ("token", "bonus"), "repetition": ("penalty",)}[rater]
-    return {"name": rater, **{k: params[k] for k in used}}
+    return {"name": rater, **{k: params[k] for k in RATER_USES[rater]}}
 
 
 def make_preference_pairs(

@@ -37,7 +37,7 @@ import tyro
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.config.cli import parse_dataclass
 from rlhf_scratch.config.command import command
-from rlhf_scratch.reward.preferences import RATER_DEFAULTS, RATERS
+from rlhf_scratch.reward.preferences import RATER_DEFAULTS, RATER_USES, RATERS, check_rater_params
 from rlhf_scratch.studies.hacking.formulas import gold_fall, wilson_interval
 from rlhf_scratch.studies.runner import check_choices, csv_list, seed_list
 
@@ -100,6 +100,7 @@ class HackSettings:
         return raters
 
     def validate(self) -> HackSettings:
+        """The cheap checks, one ConfigError line each (`check_context` and `check_runs` load the model)."""
         self.rater_list()
         seed_list(self.seeds)
         for name in ("total_phases", "eval_every", "eval_prompts", "eval_per_prompt", "rm_pairs", "test_pairs",
@@ -108,7 +109,36 @@ class HackSettings:
                 raise ConfigError(f"{name}: must be >= 1; got {getattr(self, name)}")
         if self.beta < 0:
             raise ConfigError(f"beta: must be >= 0; got {self.beta}")
+        check_rater_params(self.rater_params())  # as each rater's `preferences` process will check them
         return self
+
+    def check_context(self, data: Path) -> None:
+        """--gen-len against the tiny model's context and the prompts the pairs and runs will use
+        (data's train.txt and eval.txt once written, else the review openings of the first seed):
+        refused here, before any folder is made, not by the pairs' process once it is."""
+        from rlhf_scratch.models.loading import load_lm
+        from rlhf_scratch.rollout.prompts import PromptError, check_context, prompts_from_txt
+        from rlhf_scratch.studies.overoptimization.study import one_line_openings
+
+        files = [data / "train.txt", data / "eval.txt"]
+        sources = ([(prompts_from_txt(f), str(f)) for f in files] if all(f.is_file() for f in files)
+                   else [(one_line_openings(seed_list(self.seeds)[0]), "rt")])
+        lm = load_lm("tiny")
+        try:
+            for prompts, source in sources:
+                check_context(lm, prompts, self.gen_len, source)
+        except PromptError as e:
+            raise ConfigError(str(e)) from None
+
+    def check_runs(self, runs: list[tuple[str, str, int]]) -> None:
+        """Each RL run, (name, algorithm, seed), by the run's own rules (`config.make_args`), before a folder is made."""
+        from rlhf_scratch.config import make_args
+
+        for name, algo, seed in runs:
+            try:
+                make_args("tiny", algo=algo, task="sentiment", **rl_fields(self, seed))
+            except ConfigError as e:
+                raise ConfigError(f"run {name}: {e}") from None
 
 
 @dataclass
@@ -120,25 +150,40 @@ class PilotArgs(HackSettings):
     algo: str = "ppo"
     """The RL algorithm."""
 
+    def validate(self) -> PilotArgs:
+        from rlhf_scratch.config import registry
+
+        super().validate()
+        check_choices([self.algo], registry.names(), "algo")
+        if Path(self.out).exists() and not Path(self.out).is_dir():
+            raise ConfigError(f"out: {self.out} is a file, not a folder")
+        self.check_runs([(f"{self.algo}-{r}-s{s}", self.algo, s) for r in self.rater_list() for s in seed_list(self.seeds)])
+        self.check_context(Path(self.out))
+        return self
+
 
 def parse(argv: list[str]) -> PilotArgs:
     return parse_dataclass(PilotArgs, argv, default=None, prog=PROG, description=PilotArgs.__doc__).validate()
 
 
+class StepFailed(RuntimeError):
+    """A step's process failed: one line, its name and the process's last line (exit 1, no traceback)."""
+
+
 def step(cmd: list[str], name: str) -> None:
-    """One niced process; a failure is a RuntimeError with its last line."""
+    """One niced process; a failure is a StepFailed with its last line."""
     done = subprocess.run(["nice", "-n", "10", *cmd], capture_output=True, text=True)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"{name} failed: {last}")
+        raise StepFailed(f"{name} failed: {last}")
 
 
 def split_prompts(out: Path, args: HackSettings) -> tuple[Path, Path]:
-    from rlhf_scratch.rollout.prompts import load_prompts
+    from rlhf_scratch.studies.overoptimization.study import one_line_openings
 
     train, held = out / "train.txt", out / "eval.txt"
     if not held.is_file():
-        prompts = [p for p in load_prompts("rt", seed=seed_list(args.seeds)[0]) if "\n" not in p]
+        prompts = one_line_openings(seed_list(args.seeds)[0])
         held.write_text("\n".join(prompts[: args.eval_prompts]) + "\n")
         train.write_text("\n".join(prompts[args.eval_prompts :]) + "\n")
     return train, held
@@ -152,7 +197,7 @@ def make_proxy(out: Path, args: HackSettings, rater: str, train: Path) -> tuple[
         step([sys.executable, "-m", "rlhf_scratch.preferences", "--out", str(pairs), "--num-pairs",
               str(args.rm_pairs + args.test_pairs), "--prompts", str(train), "--rater", rater, "--gen-len",
               str(args.gen_len), "--seed", data_seed, "--threads", str(args.threads),
-              *[f"--rater-{k}={v}" for k, v in args.rater_params().items()]], f"pairs-{rater}")
+              *[f"--rater-{k}={args.rater_params()[k]}" for k in RATER_USES[rater]]], f"pairs-{rater}")
     rows = [json.loads(x) for x in pairs.read_text().splitlines()]
     if not subset.is_file():
         subset.write_text("".join(json.dumps(r) + "\n" for r in rows[: args.rm_pairs]))

@@ -41,7 +41,7 @@ import tyro
 
 from rlhf_scratch.config import ConfigError, registry
 from rlhf_scratch.studies.base import Study
-from rlhf_scratch.studies.hacking.pilot import FLAW_KEY, HackSettings, rl_fields
+from rlhf_scratch.studies.hacking.pilot import FLAW_KEY, HackSettings
 from rlhf_scratch.studies.runner import (
     Job,
     Ledger,
@@ -118,19 +118,25 @@ class HackingArgs(HackSettings):
         check_choices([self.mitigation], ("none", "ensemble-min", "ensemble-mean"), "mitigation")
         if self.ensemble_k < 2:
             raise ConfigError(f"ensemble_k: must be >= 2; got {self.ensemble_k}")
-        if self.proxies and not (Path(self.proxies) / "accuracy.json").is_file():
-            raise ConfigError(f"proxies: {self.proxies} holds no accuracy.json (a pilot's or a study's OUT)")
+        if self.proxies:
+            proxies_settings(Path(self.proxies), self.rater_list())  # each rater's proxy there, made
         for algo, phase in self.peaks().items():
             if phase > self.total_phases or phase % self.eval_every:
                 raise ConfigError(f"peak_phases: {algo}:{phase} is not an evaluated phase "
                                   f"(a multiple of eval_every {self.eval_every}, at most total_phases {self.total_phases})")
-        from rlhf_scratch.config import make_args  # each RL run's own rules, before a folder is made
+        self.check_runs([(u.name, u.method, u.seed) for u in self.units()])  # each RL run's own rules
+        self.check_context(self.data_dir())
+        return self
 
-        for unit in self.units():
-            try:
-                make_args("tiny", algo=unit.method, task="sentiment", **rl_fields(self, unit.seed))
-            except ConfigError as e:
-                raise ConfigError(f"run {unit.name}: {e}") from None
+    def take_proxies_settings(self, given: set[str]) -> HackingArgs:
+        """With --proxies: the settings its proxies were made with (`proxies_settings`) are this
+        study's, so its plan records what was used; one of them given on the command line with
+        another value is refused (`given`: the fields named there)."""
+        for name, value in proxies_settings(Path(self.proxies), self.rater_list()).items():
+            if name in given and getattr(self, name) != value:
+                raise ConfigError(f"{name}: the proxies in {self.proxies} were made with {name} {value}, not "
+                                  f"{getattr(self, name)}; leave it out (or leave out --proxies to make new proxies)")
+            setattr(self, name, value)
         return self
 
     def plan(self) -> dict:
@@ -145,6 +151,42 @@ class HackingArgs(HackSettings):
         """An RL run per (algorithm, rater, seed), the rater tagged with its parameter."""
         settings = [(r, getattr(self, RATER_PARAMETER[r]) if RATER_PARAMETER[r] else 0) for r in self.rater_list()]
         return plan_units(self.algo_list(), seed_list(self.seeds), settings)
+
+
+def proxies_settings(data: Path, raters: list[str]) -> dict:
+    """What the proxies of `raters` in a pilot's or a study's folder were made with, read from its
+    files: rm_pairs and test_pairs (the lines of pairs-<rater>-train.jsonl and the rest of
+    pairs-<rater>.jsonl), rm_epochs (rm-<rater>/config.json), eval_prompts (eval.txt) and the flawed
+    raters' parameters (their pairs' "rater" record). A ConfigError of one line when a rater's
+    proxy is not all there (the study would make it inside `data`, and rewrite its accuracy.json)
+    or when the raters' proxies were made differently."""
+    accuracy = data / "accuracy.json"
+    if not accuracy.is_file():
+        raise ConfigError(f"proxies: {data} holds no accuracy.json (a pilot's or a study's OUT)")
+    try:
+        measured = json.loads(accuracy.read_text())
+    except ValueError:
+        raise ConfigError(f"proxies: {accuracy} is not valid JSON") from None
+    found: dict = {}
+    for rater in raters:
+        need = [f"rm-{rater}/reward_model.pt", f"rm-{rater}/config.json", f"pairs-{rater}.jsonl",
+                f"pairs-{rater}-train.jsonl", "train.txt", "eval.txt"]
+        missing = [n for n in need if not (data / n).is_file()] + ([] if rater in measured else [f"accuracy.json's {rater}"])
+        if missing:
+            raise ConfigError(f"proxies: {data} holds no finished proxy of the {rater} rater (no {missing[0]}); "
+                              "give --raters of its proxies, or leave out --proxies to make them in --out")
+        pairs = (data / f"pairs-{rater}.jsonl").read_text().splitlines()
+        train = (data / f"pairs-{rater}-train.jsonl").read_text().splitlines()
+        rater_of = json.loads(pairs[0]).get("rater", {}) if pairs else {}
+        mine = {"rm_pairs": len(train), "test_pairs": len(pairs) - len(train),
+                "rm_epochs": json.loads((data / f"rm-{rater}" / "config.json").read_text()).get("epochs"),
+                "eval_prompts": len([p for p in (data / "eval.txt").read_text().splitlines() if p.strip()]),
+                **{f"rater_{k}": v for k, v in rater_of.items() if k != "name"}}
+        for name, value in mine.items():
+            if found.setdefault(name, value) != value:
+                raise ConfigError(f"proxies: the proxies in {data} were made with different {name} "
+                                  f"({found[name]} and {value}); give --raters of one kind")
+    return found
 
 
 QUICK = {"raters": "token", "algos": "rloo", "total_phases": 2, "eval_every": 1, "eval_prompts": 2,
@@ -198,6 +240,14 @@ class HackingStudy(Study[HackingArgs]):
     over-optimisation study's own kind, then the report."""
 
     prog, description, args_class, quick, kind = PROG, DESCRIPTION, HackingArgs, QUICK, "hacking study"
+
+    def parse(self, argv: list[str]) -> HackingArgs:
+        """The base's, then with --proxies the settings its proxies were made with (`take_proxies_settings`)."""
+        args = super().parse(argv)
+        if args.proxies:
+            given = {a.split("=")[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("--")}
+            args.take_proxies_settings(given)
+        return args
 
     def check(self, args: HackingArgs, out: Path) -> None:
         """Every run was checked by `validate` (no train flags: the units are not `rlhf_scratch.train` runs)."""
