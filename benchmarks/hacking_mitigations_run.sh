@@ -24,7 +24,8 @@
 # report was not written (`mitigate.load_curves`), and the unfinished are reported missing, not rerun.
 #
 # Afterwards, on the CPU machine, with the folders this brings back:
-#   python -m rlhf_scratch.studies.hacking.mitigate --methods $OUT/mit/beta0.05,$OUT/mit/beta0.2,$OUT/mit/ensemble-min
+#   python -m rlhf_scratch.studies.hacking.mitigate --proxies .hack45 --out benchmarks/hacking_mitigations_2026-11-27.json \
+#       --overwrite --methods $OUT/mit/beta0.05,$OUT/mit/beta0.2,$OUT/mit/ensemble-min
 #   (with MEAN=1, add ,$OUT/mit/ensemble-mean)
 set -u
 OUT=${OUT:?set OUT to the folder for the results}; mkdir -p "$OUT/mit"
