@@ -16,11 +16,23 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from rlhf_scratch.config import PRESETS, TASKS, CommonArgs, ConfigError, args_class, preset_values, registry
 from rlhf_scratch.config.cli import flag_of, given_fields, parse_dataclass, split_flags
 from rlhf_scratch.config.command import command
-from rlhf_scratch.controller.command import ControllerArgs, main_controller, split_controller_flags
+from rlhf_scratch.controller.options import (
+    ControllerArgs,
+    controller_record,
+    flags_given,
+    resumed_controller,
+    split_controller_flags,
+)
+
+if TYPE_CHECKING:
+    from rlhf_scratch.engine.contract import TrainerContract
 
 PROG = "python -m rlhf_scratch.train"
 
@@ -135,16 +147,39 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def parse(argv: list[str]) -> tuple[CommonArgs, str | None, ControllerArgs]:
-    """The run's validated args, the folder to resume (None: a new run) and the controller."""
-    controller, argv = split_controller_flags(argv)  # --controller ray: the single controller (controller/)
-    return (*parse_args(argv), controller)
+    """The run's validated args, the folder to resume (None: a new run) and the controller: for a
+    resumed run, as its config.json records it unless the command line says otherwise (`options.resumed_controller`)."""
+    controller, rest = split_controller_flags(argv)  # --controller ray: the single controller (controller/)
+    args, resume = parse_args(rest)
+    if resume is not None:
+        import json
+        from pathlib import Path
+
+        from rlhf_scratch.engine.runs import CONFIG_FILE
+
+        saved = json.loads((Path(resume) / CONFIG_FILE).read_text()).get("controller")  # (parse_args read it already)
+        controller = resumed_controller(controller, flags_given(argv), saved)
+    return args, resume, controller
+
+
+@contextmanager
+def backend(args: CommonArgs, controller: ControllerArgs) -> Iterator[TrainerContract]:
+    """What the loop drives: the algorithm's trainer in this process (the default), or the single
+    controller over Ray worker groups (`--controller ray`: `controller.command.ray_backend`, which
+    also brings Ray up and down)."""
+    if controller.controller == "ray":
+        from rlhf_scratch.controller.command import ray_backend
+
+        with ray_backend(args, controller) as trainer:
+            yield trainer
+    else:
+        yield registry.get(args.algo).trainer_class()(args)  # run setup: models, prompts, reward
 
 
 def run(parsed: tuple[CommonArgs, str | None, ControllerArgs]) -> int:
-    """Train (or resume) the run; print its summary on rank 0."""
+    """Train (or resume) the run with the one loop (`engine.run.run`) on either backend; print its
+    summary on rank 0."""
     args, resume, controller = parsed
-    if controller.controller == "ray":
-        return main_controller(args, resume, controller)
 
     from pathlib import Path
 
@@ -158,16 +193,22 @@ def run(parsed: tuple[CommonArgs, str | None, ControllerArgs]) -> int:
     finished = False
     try:
         if resume is not None:
-            refuse_unresumable(resume, args)  # before the models load
+            refuse_unresumable(resume, args)  # before the models load (and before Ray starts)
         elif rank0:  # (under torchrun rank 0 creates it)
             check_new_run_dir(args.run_dir)  # before the models load: refuse to overwrite at once
-        trainer = registry.get(args.algo).trainer_class()(args)  # run setup: models, prompts, reward
-        run_dir = run_trainer(trainer, run_dir, resume=resume is not None)  # the phase loop (engine.run: the one front door)
+        with backend(args, controller) as trainer:
+            run_dir = run_trainer(trainer, run_dir, resume=resume is not None, controller=controller_record(controller))
         finished = True
     except TrainingStopped as e:
         if rank0:
             print(e, file=sys.stderr)  # ends with the resume command
         return e.exit_code
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, the previous checkpoint intact
+        where = f"{run_dir}: " if run_dir is not None and Path(run_dir).is_dir() else ""
+        ray = " --controller ray" if controller.controller == "ray" else ""
+        print(f"stopped: Ctrl-C; {where}continue from the last checkpoint with {PROG} --resume RUN_DIR{ray}"
+              + ("; the workers and Ray are shut down" if ray else ""), file=sys.stderr)
+        return 130
     finally:
         distributed.destroy(finished)
     if rank0:

@@ -59,6 +59,12 @@ class Algorithm:
     is more than the LM (PPO adds its critic: `models.policy.PolicyWithExtras`); None: the LM itself.
     The trainer builds its policy with it, and a run folder is rebuilt with it (`models.policy.build_policy`)."""
 
+    @property
+    def has_critic(self) -> bool:
+        """verl's use_critic: its policy has extras (PPO's value head), so a phase asks `compute_values`
+        and `update_critic` of it (`engine.dataflow`)."""
+        return self.policy is not None
+
     def args_class(self) -> type:
         return resolve(self.args)
 

@@ -1,26 +1,28 @@
-"""`RayPPOTrainer`: one driver process drives the dataflow by calling worker groups (verl's
-trainer/ppo/ray_trainer.py, written from scratch over the package's own pieces).
+"""`RayPPOTrainer`: the single controller. One driver process runs the phase loop — the engine's own,
+`engine.loop.run_training`, the one every in-process run runs — and each role the loop calls is
+forwarded to a worker group (verl's trainer/ppo/ray_trainer.py, written from scratch over the
+package's own pieces). `fit` is that loop with this backend:
 
-    for phase in 1..total_phases:
-        prompts   = self.prompts.next_batch(...)                            # the driver's data
-        batch     = actor_rollout_ref.generate_sequences(prompts)          # timing/gen
-        ref       = actor_rollout_ref.compute_ref_log_prob(batch)          # timing/ref: the reference's ĥ_ref
-        batch    |= actor_rollout_ref.compute_log_prob(batch, ref)         # timing/old_log_prob: log π_old, log π_ref, KL
-        batch    |= critic.compute_values(batch)                           # timing/values (PPO: the value head)
-        batch    |= generate_scores(batch)                                 # timing/reward: rm, missing-EOS penalty, judge
-        batch    |= compute_advantage(batch)                               # timing/adv, on the driver (Online DPO:
-                                                                           #   generate_pairwise_data)
-        metrics   = critic.update_critic(batch)    if phase <= critic_warmup # timing/update_critic (PPO)
-                    actor_rollout_ref.update_actor(batch)  otherwise        # timing/update_actor
-                    (--critic separate: critic.update_critic, then actor_rollout_ref.update_policy)
+    the loop (engine/loop.py, engine/dataflow.py)      here                                         timing/<step>
+    prompts  = next_prompts()                           the driver's PromptIterator
+    rollout  = generate_sequences(prompts)              actor_rollout_ref.generate_sequences        gen
+    ĥ_ref    = compute_ref_log_prob(rollout)            actor_rollout_ref.compute_ref_log_prob      ref
+    rollout  = compute_log_prob(rollout, ĥ_ref)         actor_rollout_ref.compute_log_prob          old_log_prob
+    V        = compute_values(rollout)                  critic.compute_values (an algorithm with    values
+                                                          a critic: its registry entry says so)
+    rollout  = compute_scores(rollout)                  rm.compute_rm_score, the missing-EOS        reward
+                                                          penalty, actor_rollout_ref.judge_pairs
+    compute_advantages(batch)                           on the driver: the algorithm's own method   adv
+    update_critic(batch)                                critic.update_critic                        update_critic
+    update_actor(batch)                                 actor_rollout_ref.update_actor              update_actor
 
 Each line is one call on the driver; the worker group splits the batch over its ranks, runs the
-method on each and collects in order (`decorator.register`). The advantages are the algorithm's
-own `compute_advantages` (PPO's one-step or GAE, RLOO's leave-one-out, GRPO's group-relative,
-Online DPO's pairs), run on the driver over the whole batch, so the workers only learn. The
-metrics are the in-process loop's (`loop.rollout_metrics`, `heldout.heldout_metrics`, the trainer's
-learning phase), so a run here and an in-process run at the same seed log the same numbers
-(tests/integration/test_controller.py).
+method on each and collects in order (`decorator.register`). The worker runs the in-process trainer's
+method of the same name, so the numbers are the in-process run's (tests/integration/test_controller.py),
+and what the algorithm does in a phase (PPO's --critic-warmup, its separate critic) is the trainer's
+decision, made in the worker, not here. The loop's checkpoints, early stopping, hooks, status and
+signals are the loop's: this class only hands it the state (`progress_state`, `weights_state`,
+`load_state_dict`) and the step count.
 
 Placement: `colocated` — every role in one process per rank (`create_colocated_worker_cls`), the
 default; `split` — the reward model in a pool of its own processes, the actor (with its rollout,
@@ -28,12 +30,12 @@ its reference and the critic, the value head on its trunk) in another.
 
 **One step of asynchrony** (`max_staleness=1`, `split` only; verl's one-step off-policy recipe, TRL's
 max_staleness): pool A holds the actor and the critic, pool B the rollout (`RolloutRefWorker`: a copy
-of the policy's weights, no optimizer), the reference and the reward model. In phase n the driver
+of the policy's weights, no optimizer), the reference and the reward model. In phase n
 
     batch_n  = the generation submitted in phase n−1 (.get())             timing/gen: the wait for it
     ref, log π_old, scores on pool B with the weights batch_n was drawn with   (the behaviour policy's)
     values on pool A (the critic now), advantages on the driver
-    sync_weights: the actor's weights (after update n−1) → pool B           timing/sync
+    sync_weights: the actor's weights (after update n−1) → pool B           (before the phase's first update)
     rollout.generate_sequences(prompts_{n+1})  — not waited for              (weights after update n−1)
     actor.update_actor(batch_n)                — pool B samples meanwhile     timing/update_actor
 
@@ -54,17 +56,19 @@ classification of pairs, valid whoever sampled them.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+import dataclasses
+from collections.abc import Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
 
 import ray
 import torch
 
 from rlhf_scratch.config import CommonArgs, ConfigError, registry
-from rlhf_scratch.controller.command import PLACEMENTS, check_staleness
 from rlhf_scratch.controller.fate import marking, start_reaper, stop_reaper
-from rlhf_scratch.controller.protocol import DataProto
+from rlhf_scratch.controller.options import PLACEMENTS, check_staleness
+from rlhf_scratch.controller.protocol import LEFT_PAD, DataProto
 from rlhf_scratch.controller.worker_group import (
     DataProtoFuture,
     RayClassWithInitArgs,
@@ -77,14 +81,14 @@ from rlhf_scratch.controller.workers import (
     CriticWorker,
     RewardModelWorker,
     RolloutRefWorker,
+    from_rollout,
     to_rollout,
 )
-from rlhf_scratch.engine.batch import batch_of
-from rlhf_scratch.engine.logger import Metrics
-from rlhf_scratch.engine.loop import rollout_metrics
+from rlhf_scratch.engine.batch import Batch, batch_of
+from rlhf_scratch.engine.dataflow import STEPS
+from rlhf_scratch.engine.loop import PhaseHook, run_training
 from rlhf_scratch.engine.run_setup import resolve_device
-from rlhf_scratch.engine.trainer import Trainer, merge_stats
-from rlhf_scratch.reward.heldout import heldout_metrics
+from rlhf_scratch.engine.trainer import Trainer
 from rlhf_scratch.rollout.phase import Rollout, penalised_rewards
 from rlhf_scratch.rollout.prompts import PromptIterator
 from rlhf_scratch.rollout.rl_dataset import run_prompts
@@ -96,29 +100,19 @@ def num_generations(args: CommonArgs) -> int:
     return registry.get(args.algo).trainer_class().generations(args)
 
 
-TIMING = ("gen", "ref", "old_log_prob", "values", "reward", "adv", "update_actor")
-"""The dataflow's steps, each logged as timing/<step> (seconds on the driver's clock, the call's
-wait included); `values` only where the algorithm has a critic (`timing_steps`), and
-`timing/update_critic` instead of `timing/update_actor` in PPO's --critic-warmup phases. Under
---max-staleness 1 also `timing/sync` (the weights into the rollout pool), and `timing/gen` is the
-wait for a generation submitted a phase before."""
+TIMING = STEPS
+"""The dataflow's steps, each logged as timing/<step> (`engine.dataflow.STEPS`: the loop's clocks)."""
 
 
 def uses_critic(args: CommonArgs) -> bool:
-    """verl's use_critic: the algorithm's policy has extras (PPO's value head, `registry.Algorithm.policy`)."""
-    return registry.get(args.algo).policy is not None
+    """verl's use_critic: the algorithm's registry entry has a critic (`registry.Algorithm.has_critic`)."""
+    return registry.get(args.algo).has_critic
 
 
 def timing_steps(args: CommonArgs) -> tuple[str, ...]:
-    """The timing/<step> names a phase of `args.algo` logs."""
-    return tuple(step for step in TIMING if step != "values" or uses_critic(args))
-
-
-@contextmanager
-def _timer(name: str, times: dict[str, float]) -> Iterator[None]:
-    start = time.perf_counter()
-    yield
-    times[f"timing/{name}"] = time.perf_counter() - start
+    """The timing/<step> names a phase of `args.algo` on Ray logs (a warmup phase of PPO logs
+    update_actor too: the call is made, and learns nothing)."""
+    return tuple(step for step in STEPS if step not in ("values", "update_critic") or uses_critic(args))
 
 
 def advantage_estimator(args: CommonArgs) -> Trainer:
@@ -141,14 +135,16 @@ def generate_pairwise_data(estimator: Trainer, rollout: Rollout) -> torch.Tensor
     """Online DPO's step of verl's guide, on the driver: the winner of each pair (consecutive rows) by
     reward or by the judge's verdicts, as +w on the chosen row and −w on the rejected (w = 0 for a
     pair the judge could not decide) — `OnlineDPOTrainer.compute_advantages`, the package's pair
-    selection, called as every algorithm's advantages are; the DPO actor reads the pairs back."""
+    selection, called as every algorithm's advantages are (`compute_advantage`)."""
     return compute_advantage(estimator, rollout)
 
 
 class RayPPOTrainer:
-    """The single controller: builds the resource pools and worker groups, then `fit` drives them."""
+    """The single controller: builds the resource pools and worker groups; the engine's loop drives
+    them (`fit`). Meets `engine.contract.TrainerContract`, as an in-process trainer does."""
 
-    def __init__(self, args: CommonArgs, workers: int = 1, placement: str = "colocated", max_staleness: int = 0) -> None:
+    def __init__(self, args: CommonArgs, workers: int = 1, placement: str = "colocated", max_staleness: int = 0,
+                 quiet: bool = False) -> None:
         if placement not in PLACEMENTS:
             raise ConfigError(f"placement: must be one of {', '.join(PLACEMENTS)}; got {placement!r}")
         if workers < 1:
@@ -156,19 +152,29 @@ class RayPPOTrainer:
         if max_staleness not in (0, 1) or (max_staleness and (placement, workers) != ("split", 1)):
             raise ConfigError(f"max_staleness: {max_staleness} needs 0, or 1 with placement split and 1 worker")
         check_staleness(args.algo, max_staleness)
-        self.max_staleness = max_staleness
-        self.pending: tuple[DataProtoFuture, dict] | None = None  # (the generation in flight, the prompts' position before it)
-        self.actor_version = 0  # the actor's updates so far (a critic-warmup phase counts: the phase is the clock)
         self.args = args.with_local_paths_resolved()
+        self.device, self.quiet = resolve_device(args.device), quiet
+        self.controller = {"controller": "ray", "workers": workers, "placement": placement, "max_staleness": max_staleness}
+        """How this run is placed, recorded in its config.json (`--resume` places it the same way)."""
+        self.max_staleness = max_staleness
+        self.pending: tuple[DataProtoFuture, list[str], dict] | None = None
+        """The generation in flight: its future, its prompts, and the prompts' position before them."""
+        self.actor_version = 0  # the actor's updates so far (a critic-warmup phase counts: the phase is the clock)
         self.num_generations = num_generations(args)
-        self.use_critic = uses_critic(args)
+        trainer_class = registry.get(self.args.algo).trainer_class()
+        self.METRICS = tuple(trainer_class.METRICS) + (("async/weights_version",) if max_staleness else ())
         self.estimator = advantage_estimator(self.args)
-        self.pairwise = self.num_generations == 2 and args.algo == "online_dpo"
         self.prompts = PromptIterator(run_prompts(self.args), args.seed)  # the in-process trainer's prompts (rl_dataset)
+        self.pad_id: int | None = None  # the tokenizer's, read off the first generation
+        self.weights_version = 0  # of the samples of the latest generation (async/weights_version)
+        self.pool_moves = 0  # changes of the rollout pool's weights or stream since construction (steps_taken)
+        self.synced_this_phase = False
+        self.drawn_from: dict = {}  # the prompts' position before the latest draw
+        self._after: dict[str, Any] = {}
         actor = RayClassWithInitArgs(ActorRolloutRefWorker, self.args)
         critic = RayClassWithInitArgs(CriticWorker)
         rm = RayClassWithInitArgs(RewardModelWorker, self.args)
-        gpus = int(resolve_device(args.device).startswith("cuda"))  # a GPU per process: Ray hides the GPUs from workers without one
+        gpus = int(self.device.startswith("cuda"))  # a GPU per process: Ray hides the GPUs from workers without one
         self.pools = [RayResourcePool(process_on_nodes=[workers], num_gpus=gpus) for _ in range(1 + (placement == "split"))]
         self.groups: list[RayWorkerGroup] = []
         try:
@@ -186,126 +192,195 @@ class RayPPOTrainer:
             self.actor_rollout_wg, self.critic_wg, self.rm_wg = views["actor_rollout_ref"], views["critic"], views["rm"]
             self.rollout_wg = views.get("rollout_ref", self.actor_rollout_wg)
             """Who samples and scores: the actor itself (synchronous), or the rollout pool's copy."""
-            self.judged = self.rollout_wg.has_judge()[0]
+            self.record = self.rollout_wg.rewarded_by()[0]
+            self.judged = self.record["judge"] is not None
+            self._take_after(self.actor_rollout_wg.after()[0])
             if max_staleness:
                 self.sync_weights()  # version 0 in both pools, by construction rather than by the seed
         except BaseException:  # a role that cannot start: end what did start, free every reservation
             self.shutdown()
             raise
 
-    def generate_scores(self, batch: DataProto) -> DataProto:
-        """verl's guide's generate_scores, on the driver: the reward model's score of each completion
-        (`compute_rm_score`), rewards = scores less the missing-EOS penalty (`rollout.penalised_rewards`,
-        as `compute_scores` in process), and the judge's verdict on each pair where the trainer has a judge."""
-        batch.union(self.rm_wg.compute_rm_score(batch))
-        batch.batch["rewards"] = penalised_rewards(to_rollout(batch), self.args.missing_eos_penalty)
+    # ------------------------------------------------------------------ the run: the engine's loop
+    def fit(self, run_dir: str | Path | None = None, resume: bool = False, hooks: Sequence[PhaseHook] = ()) -> Path:
+        """Every phase of the run through the engine's one loop (`loop.run_training`), this object its
+        backend: a new run folder (or `run_dir`), or with `resume` the run in `run_dir` continued from its
+        latest checkpoint. Returns the folder."""
+        return run_training(self, None if run_dir is None else Path(run_dir), self.quiet, resume, hooks,
+                            controller=self.controller)
+
+    # ------------------------------------------------------------------ the roles, forwarded
+    def next_prompts(self) -> list[str]:
+        """The phase's batch_size / G prompts: the driver's next ones, or, under asynchrony, those of
+        the generation submitted a phase before (drawn then)."""
+        if self.pending is not None:
+            return self.pending[1]
+        self.drawn_from = self.prompts.state_dict()  # the position before them (a generation in flight resumes from it)
+        return self.prompts.next_batch(self.args.batch_size // self.num_generations)
+
+    def _prompts_proto(self, prompts: list[str]) -> DataProto:
+        return DataProto(non_tensor_batch={"prompts": prompts}, meta_info={"num_generations": self.num_generations})
+
+    def _proto(self, rollout: Rollout) -> DataProto:
+        return from_rollout(rollout, self.pad_id)
+
+    def generate_sequences(self, prompts: list[str]) -> Rollout:
+        """G completions of each prompt: the actor's (synchronous), or under asynchrony the generation
+        submitted a phase before (its wait), or one submitted now if none is in flight."""
+        if not self.max_staleness:
+            out = self.actor_rollout_wg.generate_sequences(self._prompts_proto(prompts))
+        else:
+            if self.pending is None or self.pending[1] is not prompts:  # the first phase, or the first after a resume
+                self.submit_generation(prompts, self.drawn_from)
+            future, self.pending = self.pending[0], None
+            self.pool_moves += 1  # the stream moved on: a checkpoint of the last phase would re-do this generation
+            out = future.get()
+            self.weights_version = out.meta_info["weights_version"]
+        self.pad_id = out.meta_info[LEFT_PAD]["prompt_ids"]
+        return to_rollout(out)
+
+    def compute_ref_log_prob(self, rollout: Rollout) -> torch.Tensor | None:
+        """The reference's ĥ_ref (`ActorRolloutRefWorker.compute_ref_log_prob`); None without a reference."""
+        return self.rollout_wg.compute_ref_log_prob(self._proto(rollout)).batch.get("ref_hidden")
+
+    def compute_log_prob(self, rollout: Rollout, ref_hidden: torch.Tensor | None = None) -> Rollout:
+        """log π_old (the weights that drew the samples: the rollout pool's under asynchrony), the entropy,
+        log π_ref and the KL from ĥ_ref (`ActorRolloutRefWorker.compute_log_prob`); no values (`compute_values`)."""
+        ref = DataProto() if ref_hidden is None else DataProto({"ref_hidden": ref_hidden})
+        scored = self.rollout_wg.compute_log_prob(self._proto(rollout), ref)
+        return dataclasses.replace(rollout, **scored.batch)
+
+    def compute_values(self, rollout: Rollout) -> torch.Tensor | None:
+        """V(s_t) from the critic (`CriticWorker.compute_values`)."""
+        return self.critic_wg.compute_values(self._proto(rollout)).batch.get("values")
+
+    def compute_scores(self, rollout: Rollout) -> Rollout:
+        """verl's guide's generate_scores: the reward model's score of each completion (`compute_rm_score`),
+        rewards = scores less the missing-EOS penalty (`rollout.penalised_rewards`, as `compute_scores` in
+        process), and the judge's verdict on each pair where the trainer has a judge."""
+        rollout.scores = self.rm_wg.compute_rm_score(self._proto(rollout)).batch["scores"]
+        rollout.rewards = penalised_rewards(rollout, self.args.missing_eos_penalty)
         if self.judged:
-            batch.union(self.rollout_wg.judge_pairs(batch))
-        return batch
+            rollout.verdicts = self.rollout_wg.judge_pairs(self._proto(rollout)).batch["verdicts"]
+        return rollout
 
-    def next_prompts(self) -> DataProto:
-        """The driver's next batch_size / G prompts."""
-        return DataProto(non_tensor_batch={"prompts": self.prompts.next_batch(self.args.batch_size // self.num_generations)},
-                         meta_info={"num_generations": self.num_generations})
+    def compute_advantages(self, batch: Batch) -> None:
+        """verl's compute_advantage, on the driver: the algorithm's own `compute_advantages` over the whole
+        batch (`advantage_estimator`: its trainer class holding the args alone)."""
+        self.estimator.compute_advantages(batch)
 
+    def _learning_batch(self, batch: Batch) -> DataProto:
+        proto = self._proto(batch.rollout)
+        proto.batch["advantages"] = batch.advantages
+        return proto
+
+    def _before_learning(self) -> None:
+        """Under asynchrony, before the phase's first update: the actor's weights (after update n−1)
+        into the rollout pool, and the next phase's generation submitted (not waited for)."""
+        if not self.max_staleness or self.synced_this_phase:
+            return
+        self.synced_this_phase = True
+        self.sync_weights()
+        if self.actor_version + 1 < self.args.total_phases:
+            prompts = self.next_prompts()
+            self.submit_generation(prompts, self.drawn_from)
+
+    def update_critic(self, batch: Batch) -> dict[str, float]:
+        """The critic's update (`CriticWorker.update_critic`: the trainer's `update_critic`)."""
+        self._before_learning()
+        return self._learned(self.critic_wg.update_critic, batch)
+
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        """The actor's update (`ActorRolloutRefWorker.update_actor`: the trainer's `update_actor`), with
+        the advantages the driver computed; under asynchrony the rollout pool samples meanwhile."""
+        self._before_learning()
+        stats = self._learned(self.actor_rollout_wg.update_actor, batch)
+        self.actor_version += 1
+        self.synced_this_phase = False
+        if self.max_staleness:
+            stats["async/weights_version"] = self.weights_version
+        return stats
+
+    def _learned(self, update, batch: Batch) -> dict[str, float]:
+        self._after = {}  # while the update runs, the steps taken are unknown
+        out = update(self._learning_batch(batch))
+        self._take_after(out.meta_info["after"])
+        return out.meta_info["metrics"]
+
+    def _take_after(self, after: dict) -> None:
+        """What a worker reports after an update or a load: the learning rate, the steps taken, the
+        skipped steps in a row, and (after update_actor) the trainer's progress state."""
+        self._after = after
+
+    # ------------------------------------------------------------------ what the loop records
+    @property
+    def skipped_in_a_row(self) -> int:
+        return self._after.get("skipped_in_a_row", 0)
+
+    def learning_rate(self) -> float:
+        return self._after["lr"]
+
+    def rewarded_by(self) -> dict:
+        """The workers' record (`reward.tasks.rewarded_by`): the task's reward, and their judge if any."""
+        return self.record
+
+    def save_policy(self, run_dir: Path) -> None:
+        """Rank 0 of the actor writes the tuned policy into the run folder (`runs.save_run_policy`)."""
+        self.actor_rollout_wg.save_policy(str(run_dir))
+
+    # ------------------------------------------------------------------ the state
+    def progress_state(self) -> dict[str, Any]:
+        """The actor's `progress_state` (reported with its last update, or asked), with the driver's
+        position in the prompts — under asynchrony the position before the generation in flight,
+        which a resume re-does."""
+        progress = self._after.get("progress")
+        if progress is None:
+            progress = self.actor_rollout_wg.progress_state()[0]
+        position = self.pending[2] if self.pending is not None else self.prompts.state_dict()
+        return {**progress, "prompts": position}
+
+    def weights_state(self) -> dict[str, Any]:
+        """The actor's `weights_state` (rank 0's, on the CPU); under asynchrony also the rollout pool's
+        weights, their version and the RNG its next generation starts from (`RolloutRefWorker.rollout_state`)."""
+        state = self.actor_rollout_wg.weights_state()[0]
+        if self.max_staleness:
+            state["rollout"] = self.rollout_wg.rollout_state(self.pending is not None)[0]  # (waits for the generation in flight)
+        return state
+
+    def steps_taken(self) -> int | None:
+        """The actor's steps (every optimizer and schedule of its trainer), as reported after its last
+        update (None while one runs or after one failed), plus the rollout pool's moves."""
+        steps = self._after.get("steps")
+        return None if steps is None else steps + self.pool_moves
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """A checkpoint put back into every actor rank (and under asynchrony the rollout pool: a
+        checkpoint without its state gives it the actor's weights) and the driver's prompts."""
+        self._take_after(self.actor_rollout_wg.load_state_dict(state)[0])
+        self.prompts.load_state_dict(state["prompts"])
+        self.actor_version, self.pending, self.synced_this_phase = int(state["phase"]), None, False
+        if self.max_staleness:
+            if state.get("rollout") is not None:
+                self.rollout_wg.load_rollout_state(state["rollout"])
+            else:
+                self.sync_weights()
+
+    # ------------------------------------------------------------------ asynchrony
     def sync_weights(self) -> int:
         """The actor's weights now (after its latest update) into the rollout pool's copy, through Ray's
         object store (the driver passes rank 0's ObjectRef: the tensors never come to the driver). Returns
         their version, the number of the actor's updates they carry."""
         weights = self.actor_rollout_wg.actor_weights()  # a future: its ObjectRef, not its tensors
+        self.pool_moves += 1
         return self.rollout_wg.sync_weights(weights.refs[0], self.actor_version)[0]
 
-    def submit_generation(self) -> None:
-        """The next phase's generation, started on the rollout pool and not waited for (`pending`)."""
-        position = self.prompts.state_dict()  # a checkpoint taken while it is in flight resumes from here
-        self.pending = (self.rollout_wg.generate_sequences(self.next_prompts()), position)
+    def submit_generation(self, prompts: list[str], position: dict) -> None:
+        """A generation of `prompts` started on the rollout pool and not waited for (`pending`), with
+        `position`, the prompts' position before them (a checkpoint taken while it is in flight resumes there)."""
+        self.pending = (self.rollout_wg.generate_sequences(self._prompts_proto(prompts)), prompts, position)
 
-    def generated(self) -> DataProto:
-        """This phase's samples: generated now (synchronous), or the generation submitted in the phase
-        before (one step of asynchrony; the first phase, or the first after a resume, submits its own)."""
-        if not self.max_staleness:
-            return self.actor_rollout_wg.generate_sequences(self.next_prompts())
-        if self.pending is None:
-            self.submit_generation()
-        future, self.pending = self.pending[0], None
-        return future.get()
-
-    def step(self, phase: int) -> tuple[Metrics, Rollout]:
-        """One phase of the dataflow; its metrics (the in-process loop's names, and timing/*) and rollout."""
-        args, times = self.args, {}
-        start = time.perf_counter()
-        with _timer("gen", times):
-            batch = self.generated()
-        with _timer("ref", times):
-            ref = self.rollout_wg.compute_ref_log_prob(batch)
-        with _timer("old_log_prob", times):  # log π_old: the weights that drew the samples (the rollout pool's under asynchrony)
-            batch.union(self.rollout_wg.compute_log_prob(batch, ref))
-        if self.use_critic:
-            with _timer("values", times):
-                batch.union(self.critic_wg.compute_values(batch))
-        with _timer("reward", times):
-            batch = self.generate_scores(batch)
-        rollout = to_rollout(batch)
-        rollout_time = time.perf_counter() - start
-        with _timer("adv", times):
-            batch.batch["advantages"] = (generate_pairwise_data if self.pairwise else compute_advantage)(self.estimator, rollout)
-        if self.max_staleness:  # the rollout pool takes the weights after update n−1 and samples phase n+1 while the actor learns
-            with _timer("sync", times):
-                self.sync_weights()
-            if phase < args.total_phases:
-                self.submit_generation()
-        if self.use_critic and phase <= getattr(args, "critic_warmup", 0):  # (an algorithm without the field has none)
-            with _timer("update_critic", times):  # verl's critic_warmup: only the critic learns
-                learned = self.critic_wg.update_critic(batch).meta_info["metrics"]
-        elif getattr(args, "critic", "shared") == "separate":  # PPO's separate critic: verl's two updates
-            with _timer("update_critic", times):
-                learned = self.critic_wg.update_critic(batch).meta_info["metrics"]
-            with _timer("update_actor", times):
-                learned = merge_stats(learned, self.actor_rollout_wg.update_policy(batch).meta_info["metrics"])
-        else:
-            with _timer("update_actor", times):  # PPO: the critic too, its loss a term of the one objective
-                learned = self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]
-        self.actor_version = phase
-        seconds = time.perf_counter() - start
-        metrics = {"phase": phase, **rollout_metrics(rollout), **heldout_metrics(rollout, args.direction), **learned,
-                   "charts/rollout_time": rollout_time, "charts/phase_time": seconds, **times}
-        if self.max_staleness:
-            metrics["async/weights_version"] = batch.meta_info["weights_version"]
-        metrics["charts/tokens_per_s"] = metrics["completions/total_tokens"] / seconds
-        return metrics, rollout
-
-    def fit(self) -> list[Metrics]:
-        """Every phase of the run; each phase's metrics."""
-        return [self.step(phase)[0] for phase in range(1, self.args.total_phases + 1)]
-
-    def save_checkpoint(self, run_dir, phase: int) -> None:
-        """The in-process loop's checkpoint after `phase`, written by the actor's rank 0, with the driver's
-        prompt position. Under asynchrony also the rollout pool's weights, their version and its RNG, and
-        the position before the prompts of the generation in flight: a resume re-does that generation
-        from them, so its lag is still 1 (and its samples the uninterrupted run's)."""
-        if not self.max_staleness:
-            self.actor_rollout_wg.save_checkpoint(str(run_dir), phase, self.prompts.state_dict())
-            return
-        in_flight = self.pending is not None
-        rollout = self.rollout_wg.rollout_state(in_flight)[0]  # (waits for the generation in flight)
-        position = self.pending[1] if in_flight else self.prompts.state_dict()
-        self.actor_rollout_wg.save_checkpoint(str(run_dir), phase, position, rollout)
-
-    def load_checkpoint(self, run_dir) -> int:
-        """The run's latest checkpoint put back into every actor rank and the driver's prompts (and under
-        asynchrony the rollout pool's state; a checkpoint without one gives it the actor's weights); the
-        phases it completed."""
-        done, prompts_state, rollout = self.actor_rollout_wg.load_checkpoint(str(run_dir))[0]
-        self.prompts.load_state_dict(prompts_state)
-        self.actor_version, self.pending = done, None
-        if self.max_staleness:
-            if rollout is not None:
-                self.rollout_wg.load_rollout_state(rollout)
-            else:
-                self.sync_weights()
-        return done
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
+    # ------------------------------------------------------------------ tests and notebooks
+    def policy_state_dict(self) -> dict[str, torch.Tensor]:
         """The trained policy's weights (rank 0's: every rank holds the same)."""
         return self.actor_rollout_wg.state_dict()[0]
 

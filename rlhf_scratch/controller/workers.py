@@ -9,8 +9,10 @@
                               entropy, and from ĥ_ref beside the policy's ĥ log π_ref and the full-vocabulary KL
         judge_pairs           trainer.judge_pairs (Online DPO's judge, if it has one): verdicts for the driver
         update_actor          trainer.update_actor on the advantages the driver sent: it only learns
-        update_policy         trainer.update_policy: the actor alone, after update_critic (PPO's --critic separate)
-        save_checkpoint / load_checkpoint   trainer.state_dict / load_state_dict (with the phase)
+        progress_state / weights_state / load_state_dict   the trainer's, for the loop's checkpoints
+        after                 what the driver keeps of the trainer between calls: the learning rate, the
+                              steps taken, skipped steps (also returned by every update, with the
+                              progress state after update_actor: no extra call per phase)
         actor_weights         the policy's trainable weights (`models.policy.saved_state`), not waited
                               for (blocking=False): the driver hands the ObjectRef to the rollout pool
     RolloutRefWorker        --max-staleness 1's rollout pool: the same trainer built in a process of its
@@ -24,6 +26,7 @@
                             trunk forward, the price of verl's separate call (the in-process run has one)
         update_critic         trainer.update_critic: the value loss alone, in PPO's --critic-warmup phases;
                               with --critic separate every phase, on the trainer's own critic model
+                              (the trainer decides; the loop calls it every phase of an algorithm with a critic)
     RewardModelWorker       compute_rm_score: the task's reward (the classifier or a Bradley–Terry
                             run) through rollout.phase.compute_scores, the function trainer.compute_scores calls
 
@@ -45,11 +48,11 @@ from rlhf_scratch.controller.protocol import LEFT_PAD, LEFT_PAD_MASK, DataProto
 from rlhf_scratch.controller.worker_group import Worker
 from rlhf_scratch.core.timing import take_times
 from rlhf_scratch.engine.batch import batch_of
-from rlhf_scratch.engine.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+from rlhf_scratch.engine.checkpoint import rng_state, set_rng_state
 from rlhf_scratch.engine.run_setup import resolve_device
 from rlhf_scratch.engine.runs import save_run_policy
 from rlhf_scratch.models.policy import load_saved_state, saved_state
-from rlhf_scratch.reward.tasks import make_reward_fn
+from rlhf_scratch.reward.tasks import make_reward_fn, rewarded_by
 from rlhf_scratch.rollout.generation import pad_token_id
 from rlhf_scratch.rollout.phase import Rollout, compute_scores
 
@@ -126,9 +129,10 @@ class ActorRolloutRefWorker(Worker):
         return DataProto({k: getattr(scored, k) for k in columns if getattr(scored, k) is not None})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def has_judge(self) -> bool:
-        """Whether the trainer asks a judge for its pairs' verdicts (Online DPO with --judge)."""
-        return self.trainer.judge is not None
+    def rewarded_by(self) -> dict:
+        """What scores this run (`reward.tasks.rewarded_by`): the task's reward (the reward model worker
+        builds it from the args) and the trainer's judge, if it asks one (Online DPO with --judge)."""
+        return rewarded_by(self.args, None, self.trainer.judge)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @torch.no_grad()
@@ -140,35 +144,30 @@ class ActorRolloutRefWorker(Worker):
     def update_actor(self, batch: DataProto) -> DataProto:
         """The trainer's `update_actor` on this rank's rows with the advantages the driver computed
         (`batch.batch["advantages"]`: the algorithm's own `compute_advantages`, run there): the actor
-        only learns. Returns the phase's metrics and the learning rate it sampled with."""
-        return learn(self.trainer, self.trainer.update_actor, batch)
-
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def update_policy(self, batch: DataProto) -> DataProto:
-        """PPO with a separate critic (--critic separate): the actor alone (`trainer.update_policy`, verl's
-        actor.update_policy: J without its value term), the critic having learned in `CriticWorker.update_critic`."""
-        return learn(self.trainer, self.trainer.update_policy, batch)
+        only learns. Returns the phase's metrics and, the phase's last call, the trainer's progress
+        state with `after`'s numbers (the driver's checkpoint needs no call of its own)."""
+        return learn(self.trainer, self.trainer.update_actor, batch, with_progress=True)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, run_dir: str, phase: int, prompts_state: dict, rollout: dict | None = None) -> None:
-        """The in-process loop's checkpoint after `phase` (`trainer.state_dict()`: weights, optimizer,
-        scheduler, the algorithm's state, every rank's RNG), with the driver's position in the prompts
-        and, under --max-staleness 1, the rollout pool's state (`RolloutRefWorker.rollout_state`);
-        rank 0 writes it (`checkpoint.save_checkpoint`)."""
-        self.trainer.prompts.load_state_dict(prompts_state)  # the driver draws the prompts: its position is the run's
-        state = {"phase": phase, **self.trainer.state_dict(), "early_stopping": None}  # (every rank gathers its RNG)
-        if rollout is not None:
-            state["rollout"] = rollout
-        if self.rank == 0:
-            save_checkpoint(Path(run_dir), phase, state, self.args.keep_checkpoints)
+    def after(self) -> dict:
+        """What the driver keeps of the trainer between calls (`after_update`)."""
+        return after_update(self.trainer)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, run_dir: str) -> tuple[int, dict, dict | None]:
-        """The run's latest checkpoint put back (`trainer.load_state_dict`, this rank's RNG); the phases it
-        completed, the prompts' position and the rollout pool's state (None if it has none), for the driver."""
-        state = load_latest_checkpoint(Path(run_dir), lambda text: None)
+    def progress_state(self) -> dict:
+        """The trainer's `progress_state()` (every rank's RNG gathered: every rank calls it)."""
+        return self.trainer.progress_state()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def weights_state(self) -> dict | None:
+        """The trainer's `weights_state()` on the CPU, from rank 0 (the other ranks hold the same and send nothing)."""
+        return on_cpu(self.trainer.weights_state()) if self.rank == 0 else None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_state_dict(self, state: dict) -> dict:
+        """A checkpoint put back (`trainer.load_state_dict`: this rank's RNG among every rank's); `after`'s numbers."""
         self.trainer.load_state_dict(state)
-        return int(state["phase"]), self.trainer.prompts.state_dict(), state.get("rollout")
+        return after_update(self.trainer)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_policy(self, run_dir: str) -> None:
@@ -215,7 +214,7 @@ class RolloutRefWorker(Worker):
 
     compute_ref_log_prob = ActorRolloutRefWorker.compute_ref_log_prob  # the same code, this process's reference
     compute_log_prob = ActorRolloutRefWorker.compute_log_prob  # the same code, the behaviour weights: log π_old
-    has_judge = ActorRolloutRefWorker.has_judge
+    rewarded_by = ActorRolloutRefWorker.rewarded_by
     judge_pairs = ActorRolloutRefWorker.judge_pairs
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -243,13 +242,33 @@ class RolloutRefWorker(Worker):
         return self.version
 
 
-def learn(trainer, update, batch: DataProto) -> DataProto:
+def learn(trainer, update, batch: DataProto, with_progress: bool = False) -> DataProto:
     """`update` (the trainer's update_actor or update_critic) on this rank's rows with the advantages
-    the driver computed; the phase's metrics and the learning rate it sampled with."""
-    lr = trainer.optimizer.param_groups[0]["lr"]
+    the driver computed; the phase's metrics, and `after_update`'s numbers (with the progress state)."""
     stats = update(batch_of(to_rollout(batch), batch.batch["advantages"]))
     take_times()  # the worker's timing sections are reported by the driver's clock, not summed here
-    return DataProto(meta_info={"metrics": {**stats, "charts/learning_rate": lr}})
+    return DataProto(meta_info={"metrics": stats, "after": after_update(trainer, with_progress)})
+
+
+def after_update(trainer, with_progress: bool = False) -> dict:
+    """What the driver keeps of a worker's trainer: its learning rate for the next step, the steps every
+    optimizer and schedule has taken (`steps_taken`: the loop's test of whether the weights moved),
+    the skipped steps in a row, and with `with_progress` its `progress_state()` (a collective: every rank)."""
+    after = {"lr": trainer.learning_rate(), "steps": trainer.steps_taken(), "skipped_in_a_row": trainer.skipped_in_a_row}
+    if with_progress:
+        after["progress"] = trainer.progress_state()
+    return after
+
+
+def on_cpu(value):
+    """`value` with every tensor in it copied to the CPU (a state dict's nested dicts and lists too)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().clone()
+    if isinstance(value, dict):
+        return {k: on_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(on_cpu(v) for v in value)
+    return value
 
 
 class CriticWorker(Worker):
@@ -277,7 +296,7 @@ class CriticWorker(Worker):
     def update_critic(self, batch: DataProto) -> DataProto:
         """Only the critic learns (`trainer.update_critic`: the value loss alone), in a critic_warmup phase;
         after it the critic learns inside `update_actor`, a term of PPO's one objective — or, with a
-        separate critic, here every phase, before the actor's `update_policy`."""
+        separate critic, here every phase, before the actor's `update_actor`."""
         return learn(self.trainer, self.trainer.update_critic, batch)
 
 

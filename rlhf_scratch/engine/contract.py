@@ -1,60 +1,72 @@
-"""The trainer contract: everything the phase loop (`loop.run_training`) reads or calls on an
-algorithm's trainer, and nothing else. `trainer.Trainer` implements the shared part of it (the
-rollout's three roles, resume as one dict); an algorithm adds `compute_advantages` and
-`update_actor` (see docs/architecture.md). The role methods carry verl's names: the controller's
-workers call the very same methods, remote instead of local.
+"""The trainer contract: everything the phase loop (`loop.run_training`) reads or calls on what it
+drives, and nothing else. Two things meet it:
+
+    an algorithm's trainer      (engine.trainer.Trainer and a subclass): the in-process backend,
+                                each role the trainer's own method
+    controller.RayPPOTrainer    the Ray backend: each role forwarded to its worker group, where the
+                                same trainer's method runs
+
+so a feature of the run (checkpoints on a signal, early stopping, hooks, the METRICS check, status.json)
+is written once, in the loop, and both have it. The role methods carry verl's names and run in
+verl's order (`dataflow`); the state is handed over in two parts, the small one copied every phase
+and the large one read only when a checkpoint is written (see docs/architecture.md).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-import torch
-from transformer_lens import HookedTransformer
+from torch import Tensor
 
 from rlhf_scratch.config import CommonArgs
 from rlhf_scratch.engine.batch import Batch
-from rlhf_scratch.models.policy import Policy
-from rlhf_scratch.reward.judges import Judge
-from rlhf_scratch.reward.tasks import RewardFn
 from rlhf_scratch.rollout.phase import Rollout
-from rlhf_scratch.rollout.prompts import PromptIterator
 
 
 @runtime_checkable
 class TrainerContract(Protocol):
-    """Everything `loop.run_training` reads or calls on a trainer. Runtime-checkable: with the
-    test suite's type checking on, a trainer missing any of these fails at the loop's door."""
+    """Everything `loop.run_training` reads or calls. Runtime-checkable: with the test suite's type
+    checking on, an object missing any of these fails at the loop's door."""
 
     args: CommonArgs
     device: str
     quiet: bool
     """No progress bars nor notes (every process but rank 0 is quiet)."""
-    lm: HookedTransformer
-    """The language model being tuned: what samples, what is unembedded, what interp reads."""
-    policy: Policy
-    """What the run folder and the checkpoints save: `lm`, or an algorithm's module around it (`models.policy`)."""
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    prompts: PromptIterator
-    reward_fn: RewardFn
-    """What rewards the run (recorded in the run folder, so a resume can check it is the same)."""
-    judge: Judge | None
-    """Who picks the winner of a pair instead of the reward (Online DPO), recorded likewise."""
     skipped_in_a_row: int
     """Optimizer steps skipped in a row for a non-finite objective or gradient (the loop stops at
     args.max_skipped_steps)."""
     METRICS: ClassVar[tuple[str, ...]]
-    """The names learning_phase may return (besides the loop's shared ones): the loop refuses any other."""
+    """The names update_critic and update_actor may return (besides the loop's shared ones): the loop refuses any other."""
 
-    # the phase's dataflow, in order (verl's names)
+    # the phase's dataflow, in verl's order (`dataflow.make_rollout`, `dataflow.learn`)
     def next_prompts(self) -> list[str]: ...
     def generate_sequences(self, prompts: list[str]) -> Rollout: ...
-    def compute_log_prob(self, rollout: Rollout) -> Rollout: ...
+    def compute_ref_log_prob(self, rollout: Rollout) -> Tensor | None: ...
+    def compute_log_prob(self, rollout: Rollout, ref_hidden: Tensor | None = None) -> Rollout: ...
+    def compute_values(self, rollout: Rollout) -> Tensor | None: ...
     def compute_scores(self, rollout: Rollout) -> Rollout: ...
     def compute_advantages(self, batch: Batch) -> None: ...
+    def update_critic(self, batch: Batch) -> dict[str, float]: ...
     def update_actor(self, batch: Batch) -> dict[str, float]: ...
-    # resume as one dict (nanoGPT's way); `weights_state` is its large part, for a failure's checkpoint
-    def state_dict(self) -> dict[str, Any]: ...
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-    def weights_state(self) -> dict[str, Any]: ...
+
+    # what the run folder records
+    def learning_rate(self) -> float:
+        """The policy's learning rate for the next update (charts/learning_rate)."""
+    def rewarded_by(self) -> dict:
+        """What scores the samples (`reward.tasks.rewarded_by`): recorded, and checked on resume."""
+    def save_policy(self, run_dir: Path) -> None:
+        """Write the tuned policy into the run folder (`runs.save_run_policy`)."""
+
+    # the state, in two parts: nothing large is copied every phase
+    def progress_state(self) -> dict[str, Any]:
+        """Everything a bit-exact resume needs but the weights, optimizers and schedules: small,
+        copied after every phase (the prompts' position, the algorithm's state, every rank's RNG)."""
+    def weights_state(self) -> dict[str, Any]:
+        """The large part: every model's weights, every optimizer's moments, every schedule; read
+        when a checkpoint is written."""
+    def steps_taken(self) -> int | None:
+        """How many optimizer and scheduler steps every optimizer this trainer owns has taken (None:
+        unknown, an update in flight). While it is unchanged, `weights_state()` is still the last phase's."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back a checkpoint: `{**progress_state(), **weights_state()}` and the loop's entries."""

@@ -3,16 +3,21 @@ reward-model trainer (`reward.model.train_reward_model`).
 
     with RunLife(run_dir, total, keep_checkpoints, state_now, moved) as life:   # the lock, the signal handlers
         ...restore a checkpoint, if resuming...
-        life.start(done, state)                            # status "running"; failures recorded from here
+        life.start(done, small)                            # status "running"; failures recorded from here
         for unit in done + 1 .. total:                     # a phase, or an optimizer step
             ...train one unit...
-            life.completed(unit, state, save=...)          # remembered (and checkpointed when due)
+            life.completed(unit, small, save=...)          # remembered (and checkpointed when due)
             if life.signal: raise life.stopped(unit, ...)  # Ctrl-C / SIGTERM: finish the unit, checkpoint, stop
         life.finished(total)
 
     an exception inside: a checkpoint of the last completed unit where the weights are still its
     own, status "failed" (a second Ctrl-C: "interrupted") with the error's one line, and the
     exception re-raised with the next step (the resume command) as a note.
+
+A state comes in two parts, handed over by the trainer, named by no key here: `small` (the RNGs,
+the prompts' position, the algorithm's counters: copied after every unit) and `state_now()` (the
+weights, every optimizer's moments, every schedule: read only when a checkpoint is written). A
+checkpoint is `{**small, **state_now()}`.
 
 The process owns the folder while it lives (`runs.lock_run`: a second process is refused); the
 OS drops the lock when the process ends, however it ends (kill -9 included).
@@ -30,8 +35,6 @@ from tqdm.auto import tqdm
 
 from rlhf_scratch.engine.checkpoint import CheckpointError, save_checkpoint
 from rlhf_scratch.engine.runs import lock_run, next_step, resume_hint, write_status
-
-BIG = ("policy", "optimizer", "scheduler")  # a state's parts too large to copy after every unit
 
 
 class TrainingStopped(RuntimeError):
@@ -78,39 +81,42 @@ class StopSignals:
 
 class LastCompleted:
     """The state after the last completed unit, kept so that an exception in the next one (a
-    reward function raising, say) still leaves a checkpoint of it. Kept: everything but the
-    weights, optimizer and scheduler, deep-copied (small: RNGs, prompt position, controllers),
-    and `moved()` — a count of the optimizer and scheduler steps taken. While that count is
-    unchanged the live weights are still that unit's (an exception in the rollout, or in a
-    judge before the first step), and `state_now()` completes the state; after a step they are
-    not, and the last periodic checkpoint stands."""
+    reward function raising, say) still leaves a checkpoint of it. Kept: the small part,
+    deep-copied, and `moved()` — the count of steps taken by every optimizer and schedule the
+    trainer owns (None: unknown). While that count is unchanged the live weights are still that
+    unit's (an exception in the rollout, or in a judge before the first step), and `state_now()`
+    completes the state; after any step (the critic's too) they are not, and the last periodic
+    checkpoint stands: a checkpoint never pairs one model's new weights with another's old."""
 
     def __init__(self, state_now: Callable[[], dict], moved: Callable[[], object]):
         self.state_now, self.moved = state_now, moved
         self.unit, self.small, self.at = 0, None, None
 
-    def keep(self, unit: int, state: dict) -> None:
+    def keep(self, unit: int, small: dict) -> None:
         self.unit = unit
-        self.small = copy.deepcopy({k: v for k, v in state.items() if k not in BIG})
+        self.small = copy.deepcopy(small)
         self.at = self.moved()
 
     def state(self) -> dict | None:
-        """The full state of the last completed unit, or None if the weights have moved since."""
-        if self.small is None or self.at != self.moved():
+        """The full state of the last completed unit, or None if the weights have moved since (or
+        may have: an unknown count)."""
+        now = self.moved()
+        if self.small is None or self.at is None or now is None or self.at != now:
             return None
         return {**self.small, **self.state_now()}
 
 
 class RunLife:
-    """One run folder's lifecycle (see the module docstring). `state_now()` gives the big parts of
-    a checkpoint as they are now (weights, optimizer, scheduler), `moved()` how many steps have
-    changed them; `main=False` (a distributed run's other ranks) writes nothing and locks nothing."""
+    """One run folder's lifecycle (see the module docstring). `state_now()` gives the large part of
+    a checkpoint as it is now (weights, optimizers, schedules), `moved()` how many steps have
+    changed it; `main=False` (a distributed run's other ranks) writes nothing and locks nothing."""
 
     def __init__(self, run_dir: Path, total: int, keep_checkpoints: int, state_now: Callable[[], dict],
                  moved: Callable[[], object], main: bool = True, unit_name: str = "phase"):
         self.run_dir, self.total, self.keep_checkpoints, self.main = run_dir, total, keep_checkpoints, main
         self.done, self.unit_name, self.started = 0, unit_name, False
         self.last = LastCompleted(state_now, moved)
+        self.state_now = state_now
         self.signals = StopSignals()
         self._lock = None
 
@@ -119,12 +125,12 @@ class RunLife:
         self.signals.__enter__()
         return self
 
-    def start(self, done: int, state: dict) -> None:
-        """Training starts after `done` units from `state` (restored, or the initial one): status
+    def start(self, done: int, small: dict) -> None:
+        """Training starts after `done` units from `small` and the weights now (restored, or the initial ones): status
         "running", and from now on an exception is recorded as the run's failure (one before this
         — a bad resume, say — leaves the folder's status as it was)."""
         self.done, self.started = done, True
-        self.last.keep(done, state)
+        self.last.keep(done, small)
         self.running(done)
 
     @property
@@ -132,16 +138,16 @@ class RunLife:
         """The signal received during the unit (SIGINT or SIGTERM), if any."""
         return self.signals.received
 
-    def completed(self, unit: int, state: dict | None, save: bool) -> None:
-        """`unit` is done and `state` is everything needed to continue after it: remember it (for a
-        failure in the next unit) and write it as a checkpoint when `save`. `state=None`: the unit
-        ended on a skipped (non-finite) step, so the older checkpoint is kept."""
+    def completed(self, unit: int, small: dict | None, save: bool) -> None:
+        """`unit` is done and `small` with the weights now is everything needed to continue after it:
+        remember it (for a failure in the next unit) and write it as a checkpoint when `save`.
+        `small=None`: the unit ended on a skipped (non-finite) step, so the older checkpoint is kept."""
         self.done = unit
-        if state is None:
+        if small is None:
             return
-        self.last.keep(unit, state)
+        self.last.keep(unit, small)
         if self.main and save:
-            save_checkpoint(self.run_dir, unit, state, self.keep_checkpoints)
+            save_checkpoint(self.run_dir, unit, {**small, **self.state_now()}, self.keep_checkpoints)
 
     def running(self, unit: int) -> None:
         if self.main:

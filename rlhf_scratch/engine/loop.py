@@ -1,22 +1,22 @@
-"""The phase loop every algorithm runs in, and what it writes: the run folder, metrics, samples,
-checkpoints, status, W&B, the progress bar.
+"""The phase loop, the only one: every algorithm runs in it, in process or on Ray (verl's one `fit`
+at every scale), and what it writes: the run folder, metrics, samples, checkpoints, status, W&B,
+the progress bar.
 
-    for phase in 1..total_phases:                    # `_one_phase`: verl's RayPPOTrainer.fit, in process
+    for phase in 1..total_phases:                    # `_one_phase`: verl's RayPPOTrainer.fit
         prompts  = trainer.next_prompts()                     # this process's share
-        rollout  = trainer.generate_sequences(prompts)        # time/generation
-        rollout  = trainer.compute_log_prob(rollout)          # time/policy_forward, time/reference_forward (PPO: V too)
-        rollout  = trainer.compute_scores(rollout)            # time/reward
-        batch    = gather_batch(rollout)                      # every process's columns, once
-        trainer.compute_advantages(batch)                     # on the whole batch
-        stats    = trainer.update_actor(batch)                # time/learning_forward, backward, optimizer_step
+        rollout  = dataflow.make_rollout(trainer, prompts)    # generate → ref → log π_old → values → scores
+        batch    = gather_batch(rollout)                      # every process's columns, once (torchrun)
+        stats    = dataflow.learn(trainer, batch)             # advantages → update_critic → update_actor
         log(shared metrics of the batch + stats), sample table every table_every phases
-        early stopping (optional); checkpoint: trainer.state_dict() + the phase + early stopping
+        early stopping (optional); checkpoint: the phase, early stopping, trainer.progress_state()
+        (+ trainer.weights_state() when one is written)
 
-A trainer (`RLHFTrainer`, `RLOOTrainer`, `OnlineDPOTrainer`, `GRPOTrainer`) holds its algorithm;
-this module holds the loop around it, so no trainer knows about files, W&B or progress bars. The
-loop touches a trainer only through `contract.TrainerContract`; run setup (seeds, device, models,
-prompts) is `run_setup`'s, before the loop starts. The controller's driver
-(controller/ray_trainer.py) calls the same role methods on remote workers.
+`trainer` is anything that meets `contract.TrainerContract`: an algorithm's trainer (`RLHFTrainer`,
+`RLOOTrainer`, `OnlineDPOTrainer`, `GRPOTrainer`: the in-process backend) or the single controller
+(`controller.RayPPOTrainer`: each role forwarded to a worker group, where the same trainer runs it).
+So a checkpoint on a signal or a failure, early stopping, hooks, the METRICS check,
+--max-skipped-steps, `rewarded_by`, status.json and the lock are written once, here, for both. Run
+setup (seeds, device, models, prompts) is `run_setup`'s, before the loop starts.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.batch import Gathered, gather_batch
 from rlhf_scratch.engine.checkpoint import list_checkpoints, load_latest_checkpoint
 from rlhf_scratch.engine.contract import TrainerContract
+from rlhf_scratch.engine.dataflow import STEPS, learn, make_rollout
 from rlhf_scratch.engine.lifecycle import RunLife, TrainingStopped
 from rlhf_scratch.engine.logger import Metrics, RunLogger
-from rlhf_scratch.engine.runs import describe_rewarded_by, load_rewarded_by, new_run_dir, read_status, save_run_policy
+from rlhf_scratch.engine.runs import describe_rewarded_by, load_rewarded_by, new_run_dir, read_status
 from rlhf_scratch.reward.heldout import HELDOUT_METRICS, heldout_metrics
-from rlhf_scratch.reward.tasks import rewarded_by
 from rlhf_scratch.rollout.phase import Rollout
 
 # Logged every phase by every algorithm, computed from the rollout (TRL's names where TRL has one).
@@ -66,6 +66,9 @@ SHARED_METRICS = (
     # time/logging is the previous phase's (this phase's is not over when its metrics are written)
     "time/other",  # phase_time minus the parts: prompts, advantages, minibatching, bookkeeping
 )
+STEP_TIMINGS = tuple(f"timing/{step}" for step in STEPS)
+"""verl's timing/<step> (`dataflow.STEPS`): seconds of each role's call this phase, logged for the steps
+that ran (timing/values and timing/update_critic only with a critic)."""
 TIMING_PREFIXES = ("time/", "timing/", "charts/rollout_time", "charts/phase_time", "charts/tokens_per_s")
 """The metrics that measure wall-clock time (`timing/…` is the controller's, verl's names). Two runs
 of one seed differ in these and in nothing else: the equivalence tests, the kill sweep and the
@@ -130,9 +133,10 @@ def check_declared(stats: dict[str, float], declared: Sequence[str], who: str) -
 
 
 def capture_state(trainer: TrainerContract, phase: int, early_stopping: EarlyStopping | None) -> dict:
-    """The checkpoint after `phase` completed phases (see `checkpoint`): the trainer's one dict
-    (`trainer.state_dict()`, nanoGPT's way) and the loop's own two entries."""
-    return {"phase": phase, **trainer.state_dict(),
+    """The small part of the checkpoint after `phase` completed phases (see `checkpoint`): the
+    trainer's `progress_state()` and the loop's own two entries; the lifecycle adds
+    `trainer.weights_state()` when it writes one."""
+    return {"phase": phase, **trainer.progress_state(),
             "early_stopping": vars(early_stopping).copy() if early_stopping is not None else None}
 
 
@@ -145,9 +149,10 @@ def restore_state(trainer: TrainerContract, state: dict, early_stopping: EarlySt
 
 
 def run_training(trainer: TrainerContract, run_dir: Path | None = None, quiet: bool = False, resume: bool = False,
-                 hooks: Sequence[PhaseHook] = ()) -> Path:
+                 hooks: Sequence[PhaseHook] = (), controller: dict | None = None) -> Path:
     """Run every phase of `trainer`; write the run folder (created here unless given); return it.
     Each of `hooks` runs after every phase and adds its metrics to the phase's (`PhaseHook`).
+    `controller` (how the run is placed: `controller.options.controller_record`) goes into config.json.
 
     With `resume`, `run_dir` is an existing run folder: its latest checkpoint is loaded and the
     run continues from the next phase, appending to metrics.jsonl and samples.md.
@@ -158,14 +163,14 @@ def run_training(trainer: TrainerContract, run_dir: Path | None = None, quiet: b
     `failed` with the error's one line, and is re-raised with the resume command as a note.
     """
     args, main = trainer.args, dist.is_main()  # in a distributed run only rank 0 writes
-    record = rewarded_by(args, trainer.reward_fn, trainer.judge)
+    record = trainer.rewarded_by()
     if resume:
         saved = load_rewarded_by(run_dir)
         if saved is not None and {key: record.get(key) for key in saved} != saved:  # (older runs record fewer keys)
             raise ConfigError(f"resume: {run_dir} was rewarded by {describe_rewarded_by(saved)}, this trainer by "
                               f"{describe_rewarded_by(record)}; resume it with the same reward function (and judge)")
     else:  # rank 0 creates the folder and tells the others its name
-        run_dir = dist.gather_objects(new_run_dir(args, run_dir, rewarded_by=record) if main else None)[0]
+        run_dir = dist.gather_objects(new_run_dir(args, run_dir, rewarded_by=record, controller=controller) if main else None)[0]
     return _run_phases(trainer, Path(run_dir), quiet, resume, hooks)
 
 
@@ -175,13 +180,10 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
         EarlyStopping(args.patience, args.kl_threshold, args.reward_threshold, args.window_size)
         if args.early_stopping else None
     )
-    steps = [0]  # optimizer steps taken: with the scheduler's, whether the weights moved since a phase ended
-    counter = trainer.optimizer.register_step_post_hook(lambda *_: steps.__setitem__(0, steps[0] + 1))
     life = RunLife(run_dir, args.total_phases, args.keep_checkpoints, main=main,
-                   state_now=trainer.weights_state,
-                   moved=lambda: (steps[0], trainer.scheduler.last_epoch))
+                   state_now=trainer.weights_state, moved=trainer.steps_taken)
     finished_before = resume and read_status(run_dir)["status"] == "finished"
-    with life, counter:  # (a RemovableHandle removes its hook when the block ends)
+    with life:
         logger = RunLogger(run_dir, args, quiet) if main else _SilentLogger()
         done = 0
         if resume:
@@ -235,7 +237,7 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
             raise stop
         if main:
             if args.save_model:
-                save_run_policy(run_dir, trainer.policy)
+                trainer.save_policy(run_dir)
             for old in list_checkpoints(run_dir)[:-1]:  # a finished run keeps one: enough to continue it
                 shutil.rmtree(old, ignore_errors=True)
         life.finished(phase)
@@ -245,17 +247,13 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
 def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook], run_dir: Path) -> tuple[Metrics, Rollout]:
     """One phase as verl's `fit` runs it, step by step (each step's clocks are `time/<part>`):
     every number logged about it, and the rollout (for the sample table)."""
-    start = time.perf_counter()
-    lr = trainer.optimizer.param_groups[0]["lr"]
+    start, steps = time.perf_counter(), {}
+    lr = trainer.learning_rate()
     with torch.no_grad():
-        prompts = trainer.next_prompts()
-        rollout = trainer.generate_sequences(prompts)
-        rollout = trainer.compute_log_prob(rollout)
-        rollout = trainer.compute_scores(rollout)
+        rollout = make_rollout(trainer, trainer.next_prompts(), steps)
     rollout_time = time.perf_counter() - start
     batch = gather_batch(rollout)
-    trainer.compute_advantages(batch)
-    learn_stats = trainer.update_actor(batch)
+    learn_stats = learn(trainer, batch, steps)
     check_declared(learn_stats, trainer.METRICS, f"{type(trainer).__name__}.update_actor")
     seconds = time.perf_counter() - start
     hook_stats: Metrics = {}
@@ -273,6 +271,7 @@ def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook],
         "charts/phase_time": seconds,
         "charts/tokens_per_s": 0.0,  # filled in below, from every rank's tokens
         **phase_times(seconds),
+        **steps,
         **hook_stats,
     }
     metrics["charts/tokens_per_s"] = metrics["completions/total_tokens"] / seconds

@@ -68,11 +68,10 @@ def train_reward_model(args: RewardModelArgs, resume: bool = False) -> Path:
         (run_dir / CONFIG_FILE).write_text(json.dumps(args.to_dict(), indent=2) + "\n")
 
     def state(at: int, window: list[dict[str, float]], due: list[dict[str, float]] | None) -> dict:
-        """A checkpoint: besides the weights, the metrics window still to be averaged into the next
-        log line, and `due`, the window of a line due at this very step (written after the
-        checkpoint: a kill in between must not lose it)."""
-        return {"phase": at, "algo": KIND, "policy": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "rng": rng_state(), "window": window, "due": due}
+        """A checkpoint's small part (the lifecycle adds the weights and the optimizer: `state_now`):
+        the metrics window still to be averaged into the next log line, and `due`, the window of a
+        line due at this very step (written after the checkpoint: a kill in between must not lose it)."""
+        return {"phase": at, "algo": KIND, "rng": rng_state(), "window": window, "due": due}
 
     def log_line(at: int, window: list[dict[str, float]]) -> dict:
         """The metrics line of step `at`: the window's means, and on an epoch's last step the held-out pairs."""

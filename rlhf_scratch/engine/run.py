@@ -17,9 +17,10 @@ from rlhf_scratch.engine.loop import PhaseHook, run_training
 
 
 def run(trainer: TrainerContract, run_dir: str | Path | None = None, *, resume: bool = False,
-        hooks: Sequence[PhaseHook] = (), quiet: bool | None = None) -> Path:
-    """Run every phase of `trainer`: a new run folder (or `run_dir`), or with `resume=True`
-    continue the run in `run_dir` from its latest checkpoint. `hooks` run after every phase and
-    log beside it (`loop.PhaseHook`); `quiet` defaults to the trainer's. Returns the folder."""
+        hooks: Sequence[PhaseHook] = (), quiet: bool | None = None, controller: dict | None = None) -> Path:
+    """Run every phase of `trainer` (an algorithm's trainer, or `controller.RayPPOTrainer`): a new run
+    folder (or `run_dir`), or with `resume=True` continue the run in `run_dir` from its latest
+    checkpoint. `hooks` run after every phase and log beside it (`loop.PhaseHook`); `quiet` defaults
+    to the trainer's; `controller` is how the run is placed, recorded in config.json. Returns the folder."""
     quiet = trainer.quiet if quiet is None else quiet
-    return run_training(trainer, None if run_dir is None else Path(run_dir), quiet, resume, hooks)
+    return run_training(trainer, None if run_dir is None else Path(run_dir), quiet, resume, hooks, controller=controller)

@@ -53,6 +53,7 @@ CURVES_FILE = "curves.png"
 POLICY_FILE = "policy.pt"
 LOCK_FILE = "train.lock"
 REWARDED_BY = "rewarded_by"  # config.json's key for what scored the run (not an args field)
+CONTROLLER = "controller"  # config.json's key for how the run is placed (`controller.options.controller_record`)
 REWARD_MODEL_KIND = KIND  # config.json's "algo" in a reward-model run folder (engine.reward_model.train_reward_model)
 
 
@@ -77,9 +78,9 @@ def check_new_run_dir(path: str | Path | None) -> None:
 
 
 def new_run_dir(args: CommonArgs, path: str | Path | None = None, root: str | Path = "runs",
-                rewarded_by: dict | None = None) -> Path:
+                rewarded_by: dict | None = None, controller: dict | None = None) -> Path:
     """Create the run folder: `path`, `args.run_dir`, or `root/<task>-<direction>-<algo>-<timestamp>`,
-    and write config.json (the args, and `rewarded_by`). Never reuse a non-empty folder, so no
+    and write config.json (the args, `rewarded_by`, and how the run is placed: `controller`). Never reuse a non-empty folder, so no
     earlier run is overwritten."""
     path = path if path is not None else args.run_dir
     if path is not None:
@@ -94,7 +95,7 @@ def new_run_dir(args: CommonArgs, path: str | Path | None = None, root: str | Pa
     check_new_run_dir(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        config = {**args.to_dict(), REWARDED_BY: rewarded_by}
+        config = {**args.to_dict(), REWARDED_BY: rewarded_by, **({CONTROLLER: controller} if controller else {})}
         (path / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     except OSError as e:
         raise RunFolderError(f"run_dir: cannot write to {path} ({e.strerror or type(e).__name__})") from None
@@ -432,6 +433,7 @@ def load_args(run_dir: str | Path) -> CommonArgs:
         if not isinstance(values, dict):
             raise ValueError("not a JSON object")
         values.pop(REWARDED_BY, None)
+        values.pop(CONTROLLER, None)
         args = CommonArgs.from_dict(values)
     except (json.JSONDecodeError, ValueError, TypeError) as e:
         raise RunFolderError(f"{path}: unreadable config ({e})") from None

@@ -12,11 +12,12 @@
                 return calc_rloo_objective(...), {"objective/rloo": ...}
             return {**self.ascend(minibatch_rows(...), objective), ...}
 
-The engine drives a phase through the trainer's role methods, verl's names (`loop._one_phase`;
-the controller's workers call the same ones remotely): `next_prompts` → `generate_sequences` →
-`compute_log_prob` (log π_old, log π_ref, KL, entropy, and PPO's values from the same trunk, in the
-same call) → `compute_scores` (the reward, the missing-EOS penalty, a judge's verdicts) → the
-engine's one gather (`batch.gather_batch`) → `compute_advantages` → `update_actor`.
+The engine drives a phase through the trainer's role methods, verl's names, in verl's order
+(`dataflow`; the controller's workers call the same ones remotely): `next_prompts` →
+`generate_sequences` → `compute_ref_log_prob` (ĥ_ref) → `compute_log_prob` (log π_old, log π_ref, KL,
+entropy, and PPO's values from the same trunk, in the same call) → `compute_scores` (the reward, the
+missing-EOS penalty, a judge's verdicts) → the engine's one gather (`batch.gather_batch`) →
+`compute_advantages` → `update_critic` (an algorithm with a critic) → `update_actor`.
 `loop.run_training` knows an algorithm only through `contract.TrainerContract`. `Trainer`
 implements the shared part of it: run setup (seed, threads, device), the policy and the frozen
 reference, the prompts, the reward, the optimizer and scheduler, the learning forward (DDP,
@@ -55,13 +56,16 @@ from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.accel import compiled, learning_autocast
 from rlhf_scratch.engine.batch import Batch, gather_batch
 from rlhf_scratch.engine.checkpoint import rng_state, set_rng_state
+from rlhf_scratch.engine.dataflow import learn, make_rollout, merge_stats
 from rlhf_scratch.engine.optim import Learner, clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.engine.run_setup import load_policy, make_prompt_iterator, setup_torch
+from rlhf_scratch.engine.runs import save_run_policy
 from rlhf_scratch.models.fast_forward import HiddenForward, fast_path_note
 from rlhf_scratch.models.policy import Policy, build_policy, load_saved_state, reference_of, saved_state, trainable_lm
 from rlhf_scratch.models.static_cache import DecoderCache
 from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.reward.tasks import RewardFn, make_reward_fn
+from rlhf_scratch.reward.tasks import rewarded_by as rewarded_by_record
 from rlhf_scratch.rollout.phase import (
     Rollout,
     compute_log_prob,
@@ -102,6 +106,8 @@ class Trainer:
         forward = HiddenForward(lm) if self.policy is lm else self.policy  # the LM's learning forward returns ĥ
         self.learner = compiled(dist.wrap_for_training(forward), args)  # the learning forward (fast path, DDP, compile)
         self.skipped_in_a_row = 0
+        self.optimizer_steps = 0
+        """Optimizer steps taken by every optimizer of this trainer (`optimizer_step`): with the schedules, `steps_taken`."""
         self.decoders = DecoderCache()  # sampling's static cache (and CUDA graph), kept between rollouts
         if not self.quiet and (note := fast_path_note(lm, self.device)):
             tqdm.write(f"note: {note}", file=sys.stderr)
@@ -139,6 +145,15 @@ class Trainer:
     def update_actor(self, batch: Batch) -> dict[str, float]:
         """Ascend on this process's rows of `batch`; return the phase's metrics (its `METRICS`)."""
         raise NotImplementedError(f"{type(self).__name__} must define update_actor")
+
+    def update_critic(self, batch: Batch) -> dict[str, float]:
+        """The critic's update, before `update_actor`, in an algorithm whose registry entry has a
+        critic (`dataflow.learn`); nothing here."""
+        return {}
+
+    def schedulers(self) -> list[torch.optim.lr_scheduler.LRScheduler]:
+        """Every learning-rate schedule this trainer steps (PPO's separate critic adds its own)."""
+        return [self.scheduler]
 
     # ------------------------------------------------------------------ the roles (verl's names)
     @staticmethod
@@ -199,17 +214,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ the two phases, composed
     def rollout_phase(self) -> Rollout:
-        """This phase's rollout: prompts → generate_sequences → compute_log_prob → compute_scores
-        (no gradients; `rollout.make_rollout` in the trainer's settings)."""
-        with torch.no_grad():
-            return self.compute_scores(self.compute_log_prob(self.generate_sequences(self.next_prompts())))
+        """This phase's rollout: the loop's own dataflow (`dataflow.make_rollout`: prompts →
+        generate_sequences → compute_ref_log_prob → compute_log_prob → compute_scores), no gradients."""
+        return make_rollout(self, self.next_prompts())
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
-        """The rollout gathered over processes once (`batch.gather_batch`), its advantages, the update.
+        """The rollout gathered over processes once (`batch.gather_batch`), then the loop's own learning
+        (`dataflow.learn`: the advantages, update_critic where there is a critic, update_actor).
         A rollout not judged yet (one made elsewhere, given to a trainer with a judge) is judged first."""
-        batch = gather_batch(self.judge_pairs(rollout))
-        self.compute_advantages(batch)
-        return self.update_actor(batch)
+        return learn(self, gather_batch(self.judge_pairs(rollout)))
 
     # ------------------------------------------------------------------ resume as one dict (nanoGPT's way)
     def weights_state(self) -> dict[str, Any]:
@@ -218,19 +231,40 @@ class Trainer:
         return {"policy": saved_state(self.policy), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict()}
 
-    def state_dict(self) -> dict[str, Any]:
-        """Everything a bit-exact resume needs of the trainer, as one plain dict: weights, optimizer,
-        scheduler, the prompts' position, the algorithm's state (`extra_state`), skipped steps, every
-        process's RNG (a collective in a distributed run: every rank calls it)."""
+    def progress_state(self) -> dict[str, Any]:
+        """The small part of `state_dict`, copied after every phase: the prompts' position, the
+        algorithm's state (`extra_state`), skipped steps, every process's RNG (a collective in a
+        distributed run: every rank calls it)."""
         return {
             "algo": self.args.algo,
-            **self.weights_state(),
             "prompts": self.prompts.state_dict(),
             "trainer": self.extra_state(),
             "skipped_in_a_row": self.skipped_in_a_row,
             "rng": rng_state(),
             "rng_per_rank": dist.gather_objects(rng_state()),  # every rank's, in a distributed run
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a bit-exact resume needs of the trainer, as one plain dict (nanoGPT's way):
+        `weights_state()` and `progress_state()`."""
+        return {**self.weights_state(), **self.progress_state()}
+
+    def steps_taken(self) -> int:
+        """Optimizer steps taken by every optimizer of this trainer, plus every schedule's steps: while
+        it is unchanged, no weight, moment or learning rate has moved (`lifecycle.LastCompleted`)."""
+        return self.optimizer_steps + sum(scheduler.last_epoch for scheduler in self.schedulers())
+
+    def learning_rate(self) -> float:
+        """The policy's learning rate for its next step (charts/learning_rate)."""
+        return self.optimizer.param_groups[0]["lr"]
+
+    def rewarded_by(self) -> dict:
+        """What scores this trainer's samples, as the run folder records it (`reward.tasks.rewarded_by`)."""
+        return rewarded_by_record(self.args, self.reward_fn, self.judge)
+
+    def save_policy(self, run_dir: Path) -> None:
+        """The tuned policy into the run folder (`runs.save_run_policy`)."""
+        save_run_policy(Path(run_dir), self.policy)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put back what `state_dict` returned (a checkpoint of any earlier version: the same keys;
@@ -319,6 +353,7 @@ class Trainer:
         with timed("optimizer_step"):
             stepped = clip_and_step(optimizer, module, objective, self.args.max_grad_norm)
         self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
+        self.optimizer_steps += stepped
         return stepped
 
     def train(self, run_dir: str | Path | None = None, resume: bool = False, hooks: Sequence[Any] = ()) -> Path:
@@ -335,10 +370,4 @@ def mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
     return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]} if stats else {}
 
 
-def merge_stats(*parts: dict[str, float]) -> dict[str, float]:
-    """The metrics of one phase's several updates (verl's update_critic, then update_actor) as one
-    dict: `charts/skipped_steps` added up, every other key the last part's (they are disjoint or equal)."""
-    merged = {k: v for part in parts for k, v in part.items()}
-    if any("charts/skipped_steps" in part for part in parts):
-        merged["charts/skipped_steps"] = float(sum(part.get("charts/skipped_steps", 0.0) for part in parts))
-    return merged
+__all__ = ["Trainer", "mean_stats", "merge_stats"]  # merge_stats: dataflow's, named here for the algorithms

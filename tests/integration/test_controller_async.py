@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 
@@ -96,7 +95,7 @@ def args_for(algo, **overrides):
     pytest.param("ppo", {}, id="ppo"),
     pytest.param("online_dpo", {"base_lr": 1e-3}, marks=pytest.mark.slow, id="online_dpo"),  # (at 2e-5 one update
     pytest.param("grpo", {}, marks=pytest.mark.slow, id="grpo")])                              #  flips no sample of phase 3)
-def test_the_lag_is_one_and_the_samples_are_those_of_the_weights_one_update_old(algo, overrides, local_ray):
+def test_the_lag_is_one_and_the_samples_are_those_of_the_weights_one_update_old(algo, overrides, local_ray, tmp_path):
     """Phase n's samples carry the weights after update n − 2 (0 at phases 1 and 2), and are exactly what
     a synchronous generation gives from a saved copy of those weights with the rollout's RNG stream: an
     in-process trainer built with the same seed (so the same RNG as the rollout worker's after its
@@ -106,18 +105,31 @@ def test_the_lag_is_one_and_the_samples_are_those_of_the_weights_one_update_old(
     from rlhf_scratch.controller.workers import _no_reward
 
     args = args_for(algo, **overrides)
-    controller = RayPPOTrainer(args, workers=1, placement="split", max_staleness=1)
+    controller = RayPPOTrainer(args, workers=1, placement="split", max_staleness=1, quiet=True)
+    rollouts, scores = [], controller.compute_scores
+
+    def kept(rollout):  # each phase's rollout, as the loop gets it
+        rollouts.append(scores(rollout))
+        return rollouts[-1]
+
+    class Versions:  # the actor's weights after each update
+        METRICS = ()
+
+        def start(self, run_dir, phase):
+            versions[0] = controller.policy_state_dict()
+
+        def after_phase(self, run_dir, phase):
+            versions[phase] = controller.policy_state_dict()
+            return {}
+
+    versions = {}
+    controller.compute_scores = kept
     try:
-        versions = {0: controller.state_dict()}  # the actor's weights after each update
-        got = []
-        for phase in range(1, 4):
-            metrics, rollout = controller.step(phase)
-            got.append((metrics, rollout))
-            versions[phase] = controller.state_dict()
+        run_dir = controller.fit(tmp_path / "run", hooks=[Versions()])
     finally:
         controller.shutdown()
+    got = list(zip([json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()], rollouts, strict=True))
     assert [m["async/weights_version"] for m, _ in got] == [0, 0, 1]
-    assert all("timing/sync" in m for m, _ in got)
     assert any(not torch.equal(versions[1][k], versions[0][k]) for k in versions[0]), "the actor never learned"
 
     replica = registry.get(algo).trainer_class()(args, reward_fn=_no_reward, quiet=True)  # built as the rollout worker is
@@ -138,30 +150,46 @@ def test_the_lag_is_one_and_the_samples_are_those_of_the_weights_one_update_old(
 
 @pytest.mark.slow
 def test_a_resumed_async_run_keeps_the_lag_and_finishes(local_ray, tmp_path, capsys):
-    """`train --controller ray --placement split --max-staleness 1` (PPO, 3 phases, a checkpoint each);
-    its phase-3 checkpoint removed as if it had died in phase 3, `--resume` re-does phase 3's generation
-    from the checkpointed rollout weights (version 1) and RNG: the lag is still 1, and every non-timing
-    number and the final weights equal the uninterrupted run's bit for bit."""
+    """`train --controller ray --placement split --max-staleness 1` (PPO, 3 phases) against the same run
+    sent SIGTERM in phase 2: the loop checkpoints phase 2 with the rollout pool's state and the generation in
+    flight's prompts, and `--resume RUN` (no controller flag: config.json places it) re-does phase 3's
+    generation from the checkpointed rollout weights (version 1) and RNG: the lag is still 1, and every
+    non-timing number and the final weights equal the uninterrupted run's bit for bit."""
+    import signal
+
     from rlhf_scratch.commands.train import main
+    from rlhf_scratch.controller.ray_trainer import RayPPOTrainer
+    from rlhf_scratch.engine.lifecycle import TrainingStopped
 
-    run_dir = tmp_path / "run"
-    argv = ["sentiment", "--controller", "ray", "--placement", "split", "--max-staleness", "1", "--total-phases", "3",
-            "--batch-size", "8", "--num-minibatches", "2", "--gen-len", "6", "--warmup-steps", "0", "--save-every", "1",
-            "--keep-checkpoints", "3", "--run-dir", str(run_dir)]
-    assert main(argv) == 0
-
-    def numbers():
+    def numbers(run_dir):
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         return [without_timings(m) for m in rows]
 
-    uninterrupted, weights = numbers(), torch.load(run_dir / "policy.pt")
+    argv = ["sentiment", "--controller", "ray", "--placement", "split", "--max-staleness", "1", "--total-phases", "3",
+            "--batch-size", "8", "--num-minibatches", "2", "--gen-len", "6", "--warmup-steps", "0"]
+    assert main([*argv, "--run-dir", str(tmp_path / "straight")]) == 0
+    uninterrupted, weights = numbers(tmp_path / "straight"), torch.load(tmp_path / "straight" / "policy.pt")
     assert [m["async/weights_version"] for m in uninterrupted] == [0, 0, 1]
-    checkpoints = run_dir / "checkpoints"
-    shutil.rmtree(checkpoints / "phase-0003")
-    (checkpoints / "latest").write_text("phase-0002\n")
-    (run_dir / "policy.pt").unlink()
-    assert main(["--resume", str(run_dir), "--controller", "ray", "--placement", "split", "--max-staleness", "1"]) == 0
-    resumed = numbers()
+
+    class SigtermInPhase2:
+        METRICS = ()
+
+        def start(self, run_dir, phase): ...
+
+        def after_phase(self, run_dir, phase):
+            if phase == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return {}
+
+    run_dir = tmp_path / "run"
+    controller = RayPPOTrainer(args_for("ppo"), workers=1, placement="split", max_staleness=1, quiet=True)
+    try:
+        with pytest.raises(TrainingStopped, match="interrupted after phase 2"):
+            controller.fit(run_dir, hooks=[SigtermInPhase2()])
+    finally:
+        controller.shutdown()
+    assert main(["--resume", str(run_dir)]) == 0
+    resumed = numbers(run_dir)
     assert [m["async/weights_version"] for m in resumed] == [0, 0, 1]
     assert resumed == uninterrupted
     again = torch.load(run_dir / "policy.pt")

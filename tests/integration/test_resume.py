@@ -14,10 +14,8 @@ from toy_algorithm import algorithms, registered, small_settings
 
 from rlhf_scratch.algorithms.ppo import RLHFTrainer
 from rlhf_scratch.config import make_args, registry
-from rlhf_scratch.engine.loop import TrainingStopped
+from rlhf_scratch.engine.loop import TrainingStopped, without_timings
 from rlhf_scratch.engine.runs import read_metrics, read_status
-
-TIMING = ("charts/phase_time", "charts/rollout_time", "charts/tokens_per_s")
 
 
 def small_args(run_dir, prompts_file, **overrides):
@@ -41,7 +39,7 @@ def status_and_phase(run_dir):
 
 
 def without_timing(metrics):
-    return [{k: v for k, v in m.items() if k not in TIMING and not k.startswith("time/")} for m in metrics]
+    return [without_timings(m) for m in metrics]
 
 
 def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, prompts_file, one_thread):
@@ -105,6 +103,54 @@ def test_a_separate_critic_resumes_bit_identical(tmp_path, prompts_file, one_thr
         assert not moved, f"{module}: {moved[:3]} differ after resume"
     assert resumed.critic_scheduler.last_epoch == straight.critic_scheduler.last_epoch == 4
     assert without_timing(read_metrics(tmp_path / "a")) == without_timing(read_metrics(tmp_path / "b"))
+
+
+def test_a_failure_between_the_critics_step_and_the_policys_leaves_critic_and_policy_of_one_phase(
+        tmp_path, prompts_file, one_thread):
+    """--critic separate: phase 3 fails after update_critic stepped the critic and before the policy's
+    first step. The run's checkpoint (written at phase 2, save_every 2) must still hold the critic and
+    the policy of phase 2: the failure's own checkpoint of phase 2 is written only while no optimizer
+    of the trainer has stepped since (`Trainer.steps_taken` counts the critic's steps too). Red if
+    the critic's steps are not counted: the new critic would be saved under phase 2."""
+    from rlhf_scratch.engine.checkpoint import load_latest_checkpoint
+
+    trainer = RLHFTrainer(small_args(tmp_path / "run", prompts_file, critic="separate", critic_lr=5e-4,
+                                     total_phases=3, save_every=2), quiet=True)
+    at_phase_2 = {}
+
+    class Snapshot:
+        METRICS = ()
+
+        def start(self, run_dir, phase): ...
+
+        def after_phase(self, run_dir, phase):
+            if phase == 2:
+                at_phase_2.update(critic={k: v.clone() for k, v in trainer.critic.state_dict().items()},
+                                  policy={k: v.clone() for k, v in trainer.policy.state_dict().items()})
+            return {}
+
+    def policy_fails(batch):
+        raise RuntimeError("the policy's step failed")
+
+    update_critic = trainer.update_critic
+
+    def critic_then_arm(batch):
+        stats = update_critic(batch)
+        if trainer.scheduler.last_epoch == 2:  # phase 3: the critic has stepped; now the policy's update fails
+            trainer.update_policy = policy_fails
+        return stats
+
+    trainer.update_critic = critic_then_arm
+    with pytest.raises(RuntimeError, match="the policy's step failed"):
+        trainer.train(tmp_path / "run", hooks=[Snapshot()])
+    assert read_status(tmp_path / "run")["status"] == "failed"
+    saved = load_latest_checkpoint(tmp_path / "run", lambda text: None)
+    assert saved["phase"] == 2
+    now = trainer.critic.state_dict()
+    assert any(not torch.equal(now[k], at_phase_2["critic"][k]) for k in now), "the critic did not step in phase 3"
+    for module in ("critic", "policy"):
+        stale = [k for k in at_phase_2[module] if not torch.equal(saved[module][k], at_phase_2[module][k])]
+        assert not stale, f"the checkpoint of phase 2 holds a {module} of another phase: {stale[:3]}"
 
 
 def _train_cmd(run_dir, prompts_file, *extra):

@@ -100,16 +100,25 @@ def test_one_critic_step_is_adamw_on_the_value_loss_worked_by_hand(one_thread):
 
 
 def test_a_separate_critic_phase_is_update_critic_then_the_actor_alone(one_thread):
-    """update_actor with a separate critic: the critic's value loss and explained variance, the actor's
-    J without its value term, both schedules stepped once; with --critic-warmup 1 the first phase moves
-    the critic alone and still steps the policy's schedule (the warmup is counted by it)."""
+    """A phase with a separate critic (the loop's `dataflow.learn`: update_critic, then update_actor):
+    the critic's value loss and explained variance, the actor's J without its value term, both
+    schedules stepped once; with --critic-warmup 1 the first phase moves the critic alone (update_actor
+    learns nothing) and still steps the policy's schedule (the warmup is counted by it)."""
     trainer = trainer_for(critic_warmup=1)
     policy_before = {k: v.clone() for k, v in trainer.lm.state_dict().items()}
-    warm = trainer.update_actor(phase_batch(trainer))
+    batch = phase_batch(trainer)
+    warm = trainer.update_critic(batch)
+    assert trainer.update_actor(batch) == {}
     assert "losses/clipped_surrogate" not in warm and warm["losses/value_loss"] > 0
     assert all(torch.equal(v, policy_before[k]) for k, v in trainer.lm.state_dict().items())
     assert (trainer.scheduler.last_epoch, trainer.critic_scheduler.last_epoch) == (1, 1)
-    stats = trainer.update_actor(phase_batch(trainer))
+    batch = phase_batch(trainer)
+    critic = trainer.update_critic(batch)
+    assert (trainer.scheduler.last_epoch, trainer.critic_scheduler.last_epoch) == (1, 2)
+    actor = trainer.update_actor(batch)
+    assert set(critic) == {"losses/value_loss", "losses/explained_variance", "objective/beta", "charts/skipped_steps"}
+    assert "losses/value_loss" not in actor, "the actor's J has no value term"
+    stats = {**critic, **actor}
     assert {"losses/value_loss", "losses/explained_variance", "losses/clipped_surrogate", "objective/total"} <= set(stats)
     assert stats["objective/total"] == pytest.approx(stats["losses/clipped_surrogate"] + stats["losses/entropy_bonus"]
                                                      - stats["losses/kl_penalty"], rel=1e-6)

@@ -4,8 +4,9 @@
         batch = generate_sequences → compute_log_prob (log π_old, log π_ref, V from the shared trunk)
                 → compute_scores                      # no gradients
         compute_advantages(batch)                     # on the whole batch
+        update_critic(batch)                          # only in --critic-warmup phases, or every phase with --critic separate
         update_actor(batch)                           # critic and actor in one step: epochs of minibatch ascent on J
-                                                      # (--critic separate: update_critic, then the actor alone)
+                                                      # (--critic separate: the actor alone; a warmup phase: nothing)
 
 The objective maximised on each minibatch (`compute_rlhf_objective`) is
 
@@ -49,7 +50,7 @@ from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.accel import compiled
 from rlhf_scratch.engine.batch import Batch, batch_of
 from rlhf_scratch.engine.optim import Learner, get_optimizer_and_scheduler
-from rlhf_scratch.engine.trainer import Trainer, merge_stats
+from rlhf_scratch.engine.trainer import Trainer
 from rlhf_scratch.models.fast_forward import final_hidden
 from rlhf_scratch.models.policy import as_reference, load_saved_state, saved_state
 from rlhf_scratch.reward.functions import normalize_reward
@@ -93,6 +94,8 @@ class RLHFTrainer(Trainer):
             self.critic = build_critic(self.lm)
             self.critic_optimizer, self.critic_scheduler = get_optimizer_and_scheduler(args, self.critic, args.critic_trunk_lr())
             self.critic_learner = compiled(self.critic, args)  # its learning forward, as the policy's (--compile)
+        self.critic_alone = False
+        """This phase's `update_critic` was a warmup phase's: only the critic learns, `update_actor` does nothing."""
 
     policy: TransformerWithValueHead
     """The LM with the blog's value head (built by the registry's `policy` hook, `ppo/policy.py`); the
@@ -166,13 +169,15 @@ class RLHFTrainer(Trainer):
 
     def update_actor(self, batch: Batch) -> dict[str, float]:
         """Critic and actor in one step (the value head shares the trunk): gradient ascent on J over
-        every minibatch of every PPO epoch of this process's rows; one scheduler step. In the first
-        `critic_warmup` phases only the critic learns (`update_critic`). With a separate critic, verl's
-        two calls: `update_critic`, then the actor alone (`update_policy`)."""
-        if self.warming_up_critic:
-            return self.update_critic(batch)
-        if self.critic is not None:
-            return merge_stats(self.update_critic(batch), self.update_policy(batch))
+        every minibatch of every PPO epoch of this process's rows; one scheduler step. With a separate
+        critic the actor alone, J without its value term (the critic learned in `update_critic`). In the
+        first `critic_warmup` phases nothing: `update_critic`, called first (`dataflow.learn`), learned alone."""
+        if self.critic_alone:
+            self.critic_alone = False
+            return {}
+        if self.warming_up_critic:  # called without update_critic first: the warmup phase's learning is the critic's
+            stats, self.critic_alone = self.update_critic(batch), False
+            return stats
         return self.update_policy(batch)
 
     def update_policy(self, batch: Batch) -> dict[str, float]:
@@ -204,9 +209,13 @@ class RLHFTrainer(Trainer):
 
         With a separate critic (--critic separate) this is its learning every phase: the same descent on
         its own weights, AdamW and schedule; in a warmup phase the policy's schedule steps too (the
-        phase passes for the actor, as it does with the shared head)."""
+        phase passes for the actor, as it does with the shared head). With the shared head after its
+        warmup, nothing: the critic learns inside J (`update_actor`)."""
+        warming = self.warming_up_critic  # decided before any step of this phase
+        if self.critic is None and not warming:
+            return {}
+        self.critic_alone = warming
         memory = self.replay_memory(batch)
-        warming = self.warming_up_critic
         critic = None if self.critic is None else Learner(self.critic, self.critic_optimizer, self.critic_scheduler)
         learned = self.ascend(memory.get_minibatches(), self.critic_objective, total=len(memory), learner=critic)
         if critic is not None and warming:
@@ -250,6 +259,10 @@ class RLHFTrainer(Trainer):
             state.update(critic=saved_state(self.critic), critic_optimizer=self.critic_optimizer.state_dict(),
                          critic_scheduler=self.critic_scheduler.state_dict())
         return state
+
+    def schedulers(self) -> list:
+        """The policy's schedule, and a separate critic's."""
+        return super().schedulers() + ([] if self.critic is None else [self.critic_scheduler])
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

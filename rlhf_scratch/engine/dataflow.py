@@ -1,0 +1,88 @@
+"""One phase's dataflow, written once: the roles called in verl's order (`RayPPOTrainer.fit`'s), on
+whatever implements them — the trainer itself in process, or `controller.RayPPOTrainer`, which
+forwards each call to its worker group.
+
+    rollout   = make_rollout(trainer, prompts)
+        generate_sequences(prompts)       timing/gen
+        compute_ref_log_prob(rollout)     timing/ref            ĥ_ref (None without a reference)
+        compute_log_prob(rollout, ĥ_ref)  timing/old_log_prob   log π_old, log π_ref, KL, entropy
+        compute_values(rollout)           timing/values         where the algorithm has a critic and the
+                                                                 values did not come with the log-probs
+        compute_scores(rollout)           timing/reward         reward, missing-EOS penalty, a judge's verdicts
+    batch     = gather_batch(rollout)                           every process's rows (torchrun), once
+    stats     = learn(trainer, batch)
+        compute_advantages(batch)         timing/adv            over the whole batch
+        update_critic(batch)              timing/update_critic  where the algorithm has a critic
+        update_actor(batch)               timing/update_actor
+
+Which roles an algorithm has is its registry entry's (`registry.Algorithm.has_critic`); the
+trainer decides what each call does in a phase (PPO's --critic-warmup: `update_critic` learns alone and
+`update_actor` returns nothing). In process the values come from the log-probs' own trunk forward
+(one pass); through Ray they are the critic's call, as verl's (the same numbers: tests/integration/test_controller.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import torch
+
+from rlhf_scratch.config import registry
+from rlhf_scratch.engine.batch import Batch
+
+STEPS = ("gen", "ref", "old_log_prob", "values", "reward", "adv", "update_critic", "update_actor")
+"""The dataflow's steps, verl's names, each logged as `timing/<step>` (seconds, the call's wait included)
+when it ran this phase."""
+
+T = TypeVar("T")
+
+
+def has_critic(trainer: Any) -> bool:
+    """verl's use_critic, from the algorithm's registry entry (its policy has extras: PPO's value head)."""
+    return registry.get(trainer.args.algo).has_critic
+
+
+@contextmanager
+def _clock(step: str, times: dict[str, float] | None) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    if times is not None:
+        times[f"timing/{step}"] = times.get(f"timing/{step}", 0.0) + time.perf_counter() - start
+
+
+def _call(step: str, times: dict[str, float] | None, fn: Callable[..., T], *args: Any) -> T:
+    with _clock(step, times):
+        return fn(*args)
+
+
+@torch.no_grad()
+def make_rollout(trainer: Any, prompts: list[str], times: dict[str, float] | None = None):
+    """The rollout of `prompts`: sampled, scored by the policy and the reference, valued, rewarded.
+    `times` (if given) collects `timing/<step>`."""
+    rollout = _call("gen", times, trainer.generate_sequences, prompts)
+    ref_hidden = _call("ref", times, trainer.compute_ref_log_prob, rollout)
+    rollout = _call("old_log_prob", times, trainer.compute_log_prob, rollout, ref_hidden)
+    if rollout.values is None and has_critic(trainer):
+        rollout.values = _call("values", times, trainer.compute_values, rollout)
+    return _call("reward", times, trainer.compute_scores, rollout)
+
+
+def learn(trainer: Any, batch: Batch, times: dict[str, float] | None = None) -> dict[str, float]:
+    """The advantages over the whole batch, then the critic's update (where there is a critic), then
+    the actor's; their metrics as one dict (`merge_stats`)."""
+    _call("adv", times, trainer.compute_advantages, batch)
+    critic = _call("update_critic", times, trainer.update_critic, batch) if has_critic(trainer) else {}
+    actor = _call("update_actor", times, trainer.update_actor, batch)
+    return merge_stats(critic, actor)
+
+
+def merge_stats(*parts: dict[str, float]) -> dict[str, float]:
+    """The metrics of one phase's several updates (verl's update_critic, then update_actor) as one
+    dict: `charts/skipped_steps` added up, every other key the last part's (they are disjoint or equal)."""
+    merged = {k: v for part in parts for k, v in part.items()}
+    if any("charts/skipped_steps" in part for part in parts):
+        merged["charts/skipped_steps"] = float(sum(part.get("charts/skipped_steps", 0.0) for part in parts))
+    return merged
