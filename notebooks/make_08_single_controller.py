@@ -34,7 +34,8 @@ split the batch, run the same method and send back their pieces in order.
 
 `rlhf_scratch/controller/` builds that design from scratch on Ray, with verl's names. In this notebook:
 
-1. the dataflow the driver runs, read from its own source and drawn;
+1. the dataflow the driver runs — the engine's own phase loop, the one every in-process run runs, with
+   the controller as its backend — read from the source and drawn;
 2. verl's dispatch decorator, `@register(dispatch_mode=...)`, built from scratch on plain Python
    objects, then shown to be what `rlhf_scratch/controller/decorator.py` does;
 3. `DataProto`, the batch that travels: split, put back together, and what it refuses;
@@ -60,6 +61,7 @@ import torch
 
 from rlhf_scratch.config import make_args, registry
 from rlhf_scratch.controller.ray_trainer import TIMING, RayPPOTrainer, init_ray, shutdown_ray
+from rlhf_scratch.engine import dataflow
 
 torch.set_num_threads(1)
 # the run of this notebook: the tiny preset (offline model and classifier), PPO, 3 phases of 8 completions
@@ -69,36 +71,35 @@ print(f"{args.algo}: {args.total_phases} phases, batch {args.batch_size}, comple
     ("md", "dataflow", """\
 ## 1 · The dataflow, as the driver runs it
 
-`RayPPOTrainer.step` is one phase. Every line of it that does work is either a call on a worker group
-(`self.actor_rollout_wg.generate_sequences(batch)`: one call on the driver, run on every rank) or a
-step the driver does itself, and each is timed as `timing/<step>`. The cell below reads those lines
-out of the method's source, so the drawing is the code as it is today, not a picture of it."""),
-    ("code", "dataflow-code", r"""def dataflow(method, step=None):
-    # (timing step, who, what, condition) of each call `method` makes, in order: a worker group's
-    # call, or a timed step of the driver's own; the trainer's own helpers (self.generate_scores) followed
-    calls, conditions = [], []
+There is one phase loop in the package, `engine/loop.py`, and one dataflow in it (`engine/dataflow.py`:
+`make_rollout`, then `learn`), a line per role in verl's order, each timed as `timing/<step>`. It calls
+the roles on whatever it is given: an algorithm's trainer runs them in this process; `RayPPOTrainer`
+(verl's name: its `fit` is that same loop) forwards each one to a worker group
+(`self.actor_rollout_wg.generate_sequences(...)`: one call on the driver, run on every rank). So
+checkpoints, early stopping and Ctrl-C are the loop's, written once for both. The cell below reads the
+loop's steps out of `dataflow`'s source and, for each, the worker-group calls of `RayPPOTrainer`'s role
+of that name, so the drawing is the code as it is today, not a picture of it."""),
+    ("code", "dataflow-code", r"""ASYNC_ONLY = {"_before_learning", "sync_weights", "submit_generation"}  # --max-staleness 1's extra calls
+
+
+def group_calls(method):
+    # the worker-group calls one of RayPPOTrainer's roles makes, following its own helpers
+    calls = []
     for line in inspect.getsource(method).splitlines()[1:]:
-        if not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip())
-        conditions = [(i, c) for i, c in conditions if i < indent]  # the `if` blocks this line is inside
-        if found := re.search(r'_timer\("(\w+)"', line):
-            step = found.group(1)
-            calls.append((step, "driver", step, ""))  # the driver's own work, unless a worker group's call is in it
-        if found := re.match(r"\s*if (.+):$", line):
-            conditions.append((indent, found.group(1)))
-        for group, name in re.findall(r"self\.(\w+_wg)\.(\w+)\b", line):
-            calls.append((step, group, name, " and ".join(c for _, c in conditions)))
+        calls += re.findall(r"self\.(\w+_wg)\.(\w+)\b", line)
         for name in re.findall(r"self\.(\w+)\(", line):
-            if inspect.isfunction(helper := getattr(RayPPOTrainer, name, None)):
-                calls += dataflow(helper, step)
+            if name not in ASYNC_ONLY and inspect.isfunction(helper := getattr(RayPPOTrainer, name, None)):
+                calls += group_calls(helper)
     return calls
 
 
-calls = dataflow(RayPPOTrainer.step)
-remote = {step for step, who, _, _ in calls if who != "driver"}
-calls = [("", "driver", "prompts.next_batch", "")] + [c for c in calls if c[1] != "driver" or c[0] not in remote]
-assert len(remote) >= 3, "no worker-group call found in RayPPOTrainer.step's source"
+calls = [("", "driver", "next_prompts", "")]
+for part in (dataflow.make_rollout, dataflow.learn):  # the loop's steps, in order: _call("gen", times, trainer.generate_sequences, ...)
+    for step, role in re.findall(r'_call\("(\w+)", times, trainer\.(\w+)', inspect.getsource(part)):
+        condition = "the algorithm has a critic" if step in ("values", "update_critic") else ""
+        remote = group_calls(getattr(RayPPOTrainer, role))
+        calls += [(step, who, what, condition) for who, what in remote] or [(step, "driver", role, condition)]
+assert sum(who != "driver" for _, who, _, _ in calls) >= 5, "no worker-group call found in RayPPOTrainer's roles"
 for step, who, what, condition in calls:
     print(f"{f'timing/{step}' if step else '':20s} {who:18s} {what}{f'   (if {condition})' if condition else ''}")
 
@@ -319,25 +320,27 @@ under `torchrun --nproc-per-node 2`.
     ("code", "two-code", """\
 init_ray(num_cpus=2)
 start = time.perf_counter()
-two = RayPPOTrainer(args, workers=2)
+two = RayPPOTrainer(args, workers=2, quiet=True)
 try:
     print(f"started in {time.perf_counter() - start:.1f} s; driver (this kernel): pid {os.getpid()}")
     print(f"actor_rollout_ref ranks: pids {two.actor_rollout_wg.pid()}   rm ranks: pids {two.rm_wg.pid()}")
-    two_ranks = two.fit()
+    two_dir = two.fit(Path(tempfile.mkdtemp()) / "two_ranks")  # the engine's loop: a run folder, as any run
 finally:
     two.shutdown()
+two_ranks = [json.loads(line) for line in (two_dir / "metrics.jsonl").read_text().splitlines()]
+steps = [s for s in TIMING if f"timing/{s}" in two_ranks[-1]]  # the steps that ran (PPO: update_critic too, every phase)
 for m in two_ranks:
     print(f"phase {m['phase']}: reward {m['rewards/mean']:.4f}  KL {m['rollout/kl_full_vocab']:.4f}  "
-          f"phase {m['charts/phase_time']:.2f} s (" + ", ".join(f"{s} {m['timing/' + s]:.2f}" for s in TIMING) + ")")
+          f"phase {m['charts/phase_time']:.2f} s (" + ", ".join(f"{s} {m['timing/' + s]:.2f}" for s in steps) + ")")
 
 fig, ax = plt.subplots(figsize=(8, 2.4))
 left = [0.0] * len(two_ranks)
-for s in TIMING:
+for s in steps:
     seconds = [m[f"timing/{s}"] for m in two_ranks]
     ax.barh([f"phase {m['phase']}" for m in two_ranks], seconds, left=left, label=f"timing/{s}")
     left = [a + b for a, b in zip(left, seconds)]
 ax.set_xlabel("seconds on the driver's clock")
-ax.legend(fontsize=7, ncol=len(TIMING), loc="lower center", bbox_to_anchor=(0.5, 1.02))
+ax.legend(fontsize=7, ncol=len(steps), loc="lower center", bbox_to_anchor=(0.5, 1.02))
 ax.invert_yaxis()
 plt.tight_layout()
 plt.show()"""),
@@ -370,12 +373,13 @@ def same(a, b):
     return a == b or (a != a and b != b)  # NaN (a metric with nothing to average) counts as equal to NaN
 
 
-one = RayPPOTrainer(args, workers=1)
+one = RayPPOTrainer(args, workers=1, quiet=True)
 try:
-    through_ray = one.fit()
-    ray_weights = one.state_dict()
+    ray_dir = one.fit(Path(tempfile.mkdtemp()) / "through_ray")
+    ray_weights = one.policy_state_dict()
 finally:
     one.shutdown()
+through_ray = [json.loads(line) for line in (ray_dir / "metrics.jsonl").read_text().splitlines()]
 with tempfile.TemporaryDirectory() as tmp:
     trainer = registry.get(args.algo).trainer_class()(args, quiet=True)
     run_dir = trainer.train(Path(tmp) / "in_process")
@@ -396,8 +400,10 @@ assert not moved"""),
     ("md", "equal-answer", """\
 <details><summary>Answer</summary>
 
-Only the clocks differ: the three `charts/` clocks take other values, the in-process loop's own
-breakdown (`time/*`) is not logged through Ray and the driver's `timing/*` is not logged in-process.
+Only the clocks differ: the three `charts/` clocks and the loop's `timing/*` take other values, the
+in-process breakdown inside each role (`time/*`: generation, forwards, backward …) is measured only
+where the work runs, and `timing/values` is logged only through Ray (in process PPO's values come from
+the log-probs' own trunk forward, so the loop skips that call; through Ray the critic is called, as in verl).
 Every other number is **bit-equal** (the `!r` shows all the digits), and the final weights are the
 same tensors exactly. Not "within 1e-6": nothing is summed in another order,
 because with one rank the worker runs the in-process trainer's own functions on the same batch. With

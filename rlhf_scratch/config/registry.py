@@ -65,6 +65,11 @@ class Algorithm:
         and `update_critic` of it (`engine.dataflow`)."""
         return self.policy is not None
 
+    staleness_correction: str | None = None
+    """What in its loss takes samples drawn by a stale policy into account (`--max-staleness 1`: π_old is
+    the behaviour policy, the rollout pool's weights); None: it has no ratio against the sampler, and the
+    controller refuses to run it one step off-policy (tests/toy_algorithm.py's REINFORCE: J = A·log π)."""
+
     def args_class(self) -> type:
         return resolve(self.args)
 
@@ -213,14 +218,17 @@ register(Algorithm(
     "ppo", "PPO", f"{_PKG}.ppo.args:RLHFArgs", f"{_PKG}.ppo.trainer:RLHFTrainer", package=f"{_PKG}.ppo",
     exports=("RLHFTrainer", "compute_rlhf_objective", "TransformerWithValueHead"),
     policy=f"{_PKG}.ppo.policy:build_policy",
+    staleness_correction="the per-token clipped ratio π_θ/π_behaviour",
 ))
 register(Algorithm(
     "rloo", "RLOO", f"{_PKG}.rloo.args:RLOOArgs", f"{_PKG}.rloo.trainer:RLOOTrainer", package=f"{_PKG}.rloo",
     exports=("RLOOTrainer", "compute_rloo_advantages", "compute_kl_shaped_rewards", "calc_rloo_objective"),
+    staleness_correction="the clipped sequence ratio π_θ(y)/π_behaviour(y)",
 ))
 register(Algorithm(
     "online_dpo", "Online DPO", f"{_PKG}.online_dpo.args:OnlineDPOArgs", f"{_PKG}.online_dpo.trainer:OnlineDPOTrainer",
     package=f"{_PKG}.online_dpo", exports=("OnlineDPOTrainer", "calc_dpo_loss", "select_chosen"),
+    staleness_correction="none needed: DPO's loss reads π_θ and π_ref only, a classification of pairs from any sampler",
 ))
 register(Algorithm(
     "grpo", "GRPO", f"{_PKG}.grpo.args:GRPOArgs", f"{_PKG}.grpo.trainer:GRPOTrainer", package=f"{_PKG}.grpo",
@@ -228,4 +236,5 @@ register(Algorithm(
              "calc_k3_kl", "calc_clipped_surrogate", "calc_cispo_surrogate", "calc_sapo_surrogate", "calc_vespo_weights",
              "aggregate_grpo_terms", "calc_clip_counts", "mean_length_by_advantage_sign"),
     study_flags=("--measure-kl",), compared_by_default=False,
+    staleness_correction="the loss type's ratio π_θ/π_behaviour (per token, or GSPO's per sequence)",
 ))

@@ -14,18 +14,6 @@ from rlhf_scratch.config.cli import split_flags
 
 CONTROLLERS = ("local", "ray")
 PLACEMENTS = ("colocated", "split")
-STALENESS_CORRECTION = {
-    "ppo": "the per-token clipped ratio π_θ/π_behaviour",
-    "grpo": "the loss type's ratio π_θ/π_behaviour (per token, or GSPO's per sequence)",
-    "rloo": "the clipped sequence ratio π_θ(y)/π_behaviour(y)",
-    "online_dpo": "none needed: DPO's loss reads π_θ and π_ref only, a classification of pairs from any sampler",
-}
-"""The algorithms `--max-staleness 1` runs, and what in each one's loss takes the stale samples into
-account: π_old is the behaviour policy (the rollout pool's weights), so the ratio starts at π_{n−1}/π_{n−2}
-and its clip bounds the step. An algorithm not here (one registered from your code, tests/toy_algorithm.py's
-REINFORCE: J = A·log π) has no ratio against the sampler, and is refused."""
-
-
 @dataclass
 class ControllerArgs:
     controller: str = "local"
@@ -63,10 +51,14 @@ def split_controller_flags(argv: list[str]) -> tuple[ControllerArgs, list[str]]:
 
 
 def check_staleness(algo: str, max_staleness: int) -> None:
-    """Refuse (one ConfigError line) an algorithm whose loss would not correct stale samples (`STALENESS_CORRECTION`)."""
-    if max_staleness and algo not in STALENESS_CORRECTION:
+    """Refuse (one ConfigError line) an algorithm whose loss would not correct stale samples: its registry
+    entry names no `staleness_correction`."""
+    from rlhf_scratch.config import registry
+
+    if max_staleness and registry.get(algo).staleness_correction is None:
+        correcting = [name for name in registry.names() if registry.get(name).staleness_correction is not None]
         raise ConfigError(f"max_staleness: {algo}'s loss has no ratio against the sampler's log-probs to correct "
-                          f"stale samples; 1 runs {', '.join(STALENESS_CORRECTION)}")
+                          f"stale samples; 1 runs {', '.join(correcting)}")
 
 
 

@@ -75,7 +75,7 @@ def test_a_non_blocking_call_returns_at_once_and_get_collects_in_rank_order(loca
      "error: max_staleness: 1 runs with --workers 1 only (a rollout pool of several ranks is not tested); got 2"),
     (["sentiment", "--algo", "toy", "--controller", "ray", "--placement", "split", "--max-staleness", "1"],
      "error: max_staleness: toy's loss has no ratio against the sampler's log-probs to correct stale samples; "
-     "1 runs ppo, grpo, rloo, online_dpo"),
+     "1 runs ppo, rloo, online_dpo, grpo"),
 ])
 def test_bad_staleness_flags_refused_in_one_line(argv, line, capsys, tmp_path):
     from rlhf_scratch.commands.train import main
