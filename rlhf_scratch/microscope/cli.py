@@ -7,6 +7,7 @@ one line on stderr and exit code 2, before torch is imported.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -65,9 +66,9 @@ class ExactArgs:
     stale_step: float = 0.5
     """The off-policy history: each update is a step of this length along the normalised true gradient."""
     staleness: tuple[int, ...] = (1, 2, 4, 8)
-    """How many updates ago the stale samplers are (the learner is the end of a history of max(staleness) steps)."""
+    """How many updates ago the stale samplers are, increasing (the learner is the end of a history of max(staleness) steps)."""
     is_clips: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
-    """The C_max of each importance-sampling mode's bias–variance curve (∞ is always added)."""
+    """The C_max of each importance-sampling mode's bias–variance curve, increasing (∞ is always added)."""
     top_p: float = 0.9
     """The top-p of the mismatched sampler (the learner scores with the full softmax)."""
     off_policy_draws: int = 4_000
@@ -97,6 +98,17 @@ class ExactArgs:
             raise ConfigError(f"staleness: each must be >= 1; got {' '.join(map(str, self.staleness)) or 'nothing'}")
         if any(not c > 0 for c in self.is_clips):
             raise ConfigError(f"is_clips: each must be > 0; got {' '.join(map(str, self.is_clips))}")
+        if any(c == math.inf for c in self.is_clips):
+            raise ConfigError(f"is_clips: each must be finite (∞ is always added); got {' '.join(map(str, self.is_clips))}")
+        for name in ("staleness", "is_clips"):  # one row per value, the oldest sampler / the largest C last
+            values = getattr(self, name)
+            if any(b <= a for a, b in zip(values, values[1:])):
+                raise ConfigError(f"{name}: each must be larger than the one before (one row each); "
+                                  f"got {' '.join(map(str, values))}")
+        if self.off_policy_reward == "length" and self.max_len == 1:
+            raise ConfigError("off_policy_reward: length is 1 for every completion at max_len 1 (one token, EOS "
+                              "included), so it has no gradient to move the learner along; choose correct or "
+                              "sentiment, or --max-len 2 or more")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p: must be in (0, 1]; got {self.top_p}")
         for name in ("p_right", "lesson_p_right"):

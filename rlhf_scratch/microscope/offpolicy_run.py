@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from rlhf_scratch.config import ConfigError
 from rlhf_scratch.microscope.env import Environment, make_environment, make_policies, prefix_values, rewards_of
 from rlhf_scratch.microscope.estimators import Estimator, Knobs, all_estimators, grpo_loss, rloo
 from rlhf_scratch.microscope.measure import directions, draw_batches, exact_moments, monte_carlo_moments, summary
@@ -38,6 +39,8 @@ from rlhf_scratch.microscope.truth import Truth, expected_reward, truths
 
 TRL_DEFAULT = ("sequence_mask", 3.0)
 """TRL 1.16's GRPOConfig defaults: vllm_importance_sampling_mode, vllm_importance_sampling_clip_max."""
+EXACT = 1e-4
+"""An exact row's error ‖E g − ∇J‖/‖∇J‖ below this is 0 (float32 rounding); the advice reads "exact" by it."""
 
 
 @dataclass
@@ -93,21 +96,53 @@ class OffPolicyScene:
                                           draws, dirs, sampler_logprobs=lq)
         out = summary(moments, self.truths, est.true, compare, self.truths["length"].grad, {})
         if not moments.exact:  # how many s.e. the size along the truth is from 1
-            out["bias_in_se"] = (out["norm_ratio_along_true"] - 1) / out["norm_ratio_along_true_se"]
+            out["bias_in_se"] = in_se(out["norm_ratio_along_true"] - 1, out["norm_ratio_along_true_se"])
         return {"about": est.about, "unit": est.unit, **out}
+
+
+def in_se(bias: float, se: float) -> float:
+    """`bias` in standard errors. Every draw can give the same gradient (s.e. 0): under the right/wrong
+    reward a learner that is always right gives RLOO's every advantage 0. Then a bias of 0 is 0 s.e.
+    and any other is ±∞ (written to exact.json as null)."""
+    if se > 0:
+        return bias / se
+    return 0.0 if bias == 0 else math.copysign(math.inf, bias)
 
 
 def off_policy_scene(args) -> OffPolicyScene:
     """The learner of `args`: the main scene's θ (its seed, p_right, drift) under `args.off_policy_reward`,
-    moved `max(args.staleness)` steps of `args.stale_step` along its true gradient."""
+    moved `max(args.staleness)` steps of `args.stale_step` along its true gradient; checked
+    (`check_learner`): a ConfigError naming the flags where its numbers would be float32 rounding."""
     env = make_environment(args.vocab, args.max_len, len(args.p_right))
     theta, theta_ref = make_policies(env, args.seed, tuple(args.p_right), drift=args.drift)
     rewards = rewards_of(env, args.off_policy_reward)
     path = history(env, theta, rewards, args.stale_step, max(args.staleness))
     knobs = Knobs(num_generations=args.num_generations, clip=args.clip, gae_lambda=args.gae_lambda,
                   temperature=args.temperature, top_k=args.top_k, max_len=args.max_len)
-    return OffPolicyScene(env, path, theta_ref, args.off_policy_reward, knobs, rewards,
-                          truths(env, path[-1], theta_ref, rewards, args.temperature, args.top_k))
+    where = (f"the learner at the end of {max(args.staleness)} steps of {args.stale_step:g} along ∇J "
+             f"({args.off_policy_reward} reward)")
+    if not all(bool(torch.isfinite(t).all()) for t in path):
+        raise ConfigError(f"stale_step, staleness: {where} is undefined: a step reached a policy deterministic to "
+                          f"float precision (∇J = 0 there), and the next step is along ∇J/‖∇J‖; choose a smaller "
+                          f"--stale-step or a smaller largest --staleness")
+    sc = OffPolicyScene(env, path, theta_ref, args.off_policy_reward, knobs, rewards,
+                        truths(env, path[-1], theta_ref, rewards, args.temperature, args.top_k))
+    check_learner(sc, args.staleness, where)
+    return sc
+
+
+def check_learner(sc: OffPolicyScene, staleness: tuple[int, ...], where: str) -> None:
+    """Full sequence IS is ∇J exactly under any stale sampler (the module's theory); where float32 measures
+    it off by `EXACT` or more, the learner is so near its optimum that ∇J is rounding, and every row's
+    ratio to it would be too: one ConfigError line naming the flags that put it there."""
+    grad = sc.truths["J"].grad.norm().item()
+    full_is = correction("sequence_truncate", math.inf)
+    for k in staleness:
+        err = sc.measure(full_is, sc.stale(k))["rel_error"] if grad > 0 else math.inf
+        if not err < EXACT:
+            raise ConfigError(f"stale_step, staleness: {where} is too near its optimum to measure in float32 "
+                              f"(‖∇J‖ = {grad:.2g}; full IS from the policy {k} steps back, exact in theory, is off "
+                              f"by {err:.2g}); choose a smaller --stale-step or a smaller largest --staleness")
 
 
 def sampler_facts(sc: OffPolicyScene, sampler: Sampler) -> dict:
@@ -185,10 +220,11 @@ def curves(sc: OffPolicyScene, sampler: Sampler, clips: tuple[float, ...]) -> di
     return out
 
 
-def measure_off_policy(args, progress: bool = True) -> dict:
-    """Everything exact.json's "off_policy" holds, for `args` (an `ExactArgs`)."""
+def measure_off_policy(args, progress: bool = True, scene: OffPolicyScene | None = None) -> dict:
+    """Everything exact.json's "off_policy" holds, for `args` (an `ExactArgs`); `scene`: its
+    `off_policy_scene`, when the caller has checked it already."""
     start = time.perf_counter()
-    sc = off_policy_scene(args)
+    sc = off_policy_scene(args) if scene is None else scene
     samplers = [sc.stale(k) for k in (0, *args.staleness)] + sc.mismatches(args.top_k, args.top_p)
     facts, entries, kl, curve = {}, {}, {}, {}
     for i, s in enumerate(samplers):
@@ -223,8 +259,11 @@ def truths_value(sc: OffPolicyScene, theta: Tensor) -> float:
         return expected_reward(sc.env, theta, sc.rewards).item()
 
 
-def _g(x: float, nd: int = 3) -> str:
-    """A number for a sentence: `nd` significant digits, scientific below 1e-3."""
+def _g(x: float | None, nd: int = 3) -> str:
+    """A number for a sentence: `nd` significant digits, scientific below 1e-3; "undefined" for None (a
+    cos of a zero expected update) and for NaN."""
+    if x is None or math.isnan(x):
+        return "undefined"
     return f"{x:.{nd - 1}e}" if x != 0 and abs(x) < 1e-3 else f"{x:.{nd}g}" if abs(x) >= 1 else f"{x:.{nd}f}"
 
 
@@ -250,7 +289,7 @@ def advice(result: dict) -> list[str]:
                  f"(×{_g(fullK['variance'] / full0['variance'])}; E_q[w²] = {_g(facts[last]['w_second_moment'])}) "
                  f"[stale_k · sequence_truncate_Cinf].")
     trl = "sequence_mask_C3"
-    exact_until = [k for k, s in zip(ks, stale) if est[s][trl]["rel_error"] < 1e-4]
+    exact_until = [k for k, s in zip(ks, stale) if est[s][trl]["rel_error"] < EXACT]
     lines.append(f"TRL's default (sequence_mask, C_max 3) is exact while no sequence weight exceeds 3 "
                  f"(here k ≤ {max(exact_until) if exact_until else 0}: max w "
                  + ", ".join(f"{_g(facts[s]['w_max'])}" for s in stale)

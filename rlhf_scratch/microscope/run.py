@@ -45,7 +45,7 @@ from rlhf_scratch.microscope.measure import (
     monte_carlo_moments,
     summary,
 )
-from rlhf_scratch.microscope.offpolicy_run import measure_off_policy
+from rlhf_scratch.microscope.offpolicy_run import measure_off_policy, off_policy_scene
 from rlhf_scratch.microscope.truth import Truth, truths
 
 LESSON = ("rloo", "grpo_grpo", "grpo_dr_grpo", "grpo_dapo")
@@ -248,6 +248,7 @@ def measure(args, progress: bool = True) -> dict:
     others = [r for r in REWARD_ABOUT if r != args.reward]
     for sc in [main, *(make_scene(env, theta, theta_ref, r, knobs) for r in others)]:  # before any Monte-Carlo
         check_truths(sc, all_estimators(), f"p_right {' '.join(map(str, args.p_right))}, reward {sc.reward}")
+    off_policy = off_policy_scene(args)  # its own checks, before any Monte-Carlo too
     num_batch = sum(e.unit == "batch" for e in all_estimators())
     total = (args.draws * (num_batch + len(LESSON) * len(args.lesson_p_right))
              + args.draws_by_reward * num_batch * len(others))
@@ -281,6 +282,6 @@ def measure(args, progress: bool = True) -> dict:
         "by_reward": by_reward,
         "length_lesson": lesson,
         "one_token": measure_one_token(args, knobs),
-        "off_policy": measure_off_policy(args, progress),
+        "off_policy": measure_off_policy(args, progress, off_policy),
         "seconds": time.perf_counter() - start,
     }

@@ -268,6 +268,18 @@ def test_the_microscope_refuses_settings_with_no_true_gradient_in_one_line(tmp_p
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("argv", [["--stale-step", "1e6"], ["--staleness", "64"]])
+def test_the_microscope_refuses_an_off_policy_learner_at_float_precision_in_one_line(tmp_path, capsys, argv):
+    """A history whose learner is deterministic to float precision (∇J 0, or rounding): one line naming
+    --stale-step and --staleness, exit 2, nothing written; not a RuntimeError or a TypeError in the advice."""
+    from rlhf_scratch.microscope.cli import main as exact
+
+    assert exact(["--out", str(tmp_path / "out"), *argv, *SMALL_EXACT]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("error: stale_step, staleness: the learner at the end of "), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_microscope_computes_the_one_token_setting_its_docs_use(tmp_path, capsys):
     """max_len 1 (docs/exact.md's one-token table): no length to gain, so the length-per-gain ratios
     are undefined (null in exact.json), not a ZeroDivisionError."""

@@ -343,6 +343,11 @@ def test_the_command_end_to_end(tmp_path, capsys):
     (["--top-p", "1.5"], "error: top_p: must be in (0, 1]; got 1.5"),
     (["--stale-step", "0"], "error: stale_step: must be > 0; got 0.0"),
     (["--off-policy-reward", "x"], "error: off_policy_reward: must be one of correct, length, sentiment; got 'x'"),
+    (["--off-policy-reward", "length", "--max-len", "1"], "error: off_policy_reward: length is 1 for every completion"),
+    (["--staleness", "1", "1"], "error: staleness: each must be larger than the one before (one row each); got 1 1"),
+    (["--staleness", "4", "2"], "error: staleness: each must be larger than the one before (one row each); got 4 2"),
+    (["--is-clips", "inf"], "error: is_clips: each must be finite (∞ is always added); got inf"),
+    (["--is-clips", "2", "2"], "error: is_clips: each must be larger than the one before (one row each); got 2.0 2.0"),
     (["--bogus"], "error: unrecognized arguments: --bogus"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):

@@ -321,3 +321,56 @@ def test_the_samplers_distributions_are_proper_and_the_values_are_theirs(sc):
             assert V[x].item() == pytest.approx((q[at] * sc.rewards[at]).sum().item() * 2, rel=1e-5), s.name
     lp = sequence_log_probs(sampler_token_log_probs(Sampler("l", "", sc.theta), sc.env.completions), sc.env.completions.mask)
     torch.testing.assert_close(lp, log_probs(sc.theta, sc.env.completions))
+
+
+def test_a_bias_over_a_standard_error_of_zero_is_zero_or_infinite_not_a_zero_division():
+    """Every Monte-Carlo draw can give the same gradient: under the right/wrong reward a stale sampler whose
+    every completion is clipped gives RLOO's update 0 each time (size along ∇J 0 ± 0). Its bias, −1, is
+    −∞ standard errors (null in exact.json); no bias is 0 s.e. Red if it divides by the s.e. of 0."""
+    from rlhf_scratch.microscope.offpolicy_run import in_se
+
+    assert in_se(-0.5, 0.25) == -2.0
+    assert in_se(-1.0, 0.0) == -math.inf and in_se(0.3, 0.0) == math.inf
+    assert in_se(0.0, 0.0) == 0.0
+
+
+def test_the_advice_says_undefined_for_a_cos_of_a_zero_update():
+    """A sampler far from a learner near its optimum can give a zero expected update (cos None); the
+    advice's number reads "undefined" there, not a TypeError."""
+    from rlhf_scratch.microscope.offpolicy_run import _g
+
+    assert _g(None) == "undefined" and _g(math.nan) == "undefined"
+    assert (_g(0.12345), _g(2.5e-5), _g(12.345, 4)) == ("0.123", "2.50e-05", "12.35")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"stale_step": 1e6}, "stale_step, staleness: the learner at the end of 4 steps of 1e+06 along ∇J (sentiment "
+                          "reward) is undefined"),
+    ({"stale_step": 4.0, "staleness": (1, 16), "off_policy_reward": "correct"},
+     "stale_step, staleness: the learner at the end of 16 steps of 4 along ∇J (correct reward) is too near its optimum"),
+])
+def test_a_learner_whose_gradient_is_float_rounding_is_refused_in_one_line_naming_the_flags(changes, message):
+    """A history so long (or its steps so large) that the learner is deterministic to float precision:
+    ∇J is 0 there (the next step divides by it: NaN) or rounding, and full IS, exact in theory, is
+    measured off. One ConfigError naming --stale-step and --staleness, not a RuntimeError or a table of noise."""
+    from rlhf_scratch.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        off_policy_scene(dataclasses.replace(ARGS, **changes))
+    assert str(err.value).startswith(message), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_the_off_policy_section_under_the_right_wrong_reward_is_measured():
+    """`--off-policy-reward correct`, a listed choice: the section is measured, and where every draw
+    of a group estimator gives the same update its bias in s.e. is ±∞ (null in exact.json), not a
+    ZeroDivisionError."""
+    from rlhf_scratch.microscope.offpolicy_run import measure_off_policy
+
+    args = dataclasses.replace(ARGS, off_policy_reward="correct", off_policy_draws=20, is_clips=(2.0,))
+    result = measure_off_policy(args, progress=False)
+    groups = [e for rows in result["estimators"].values() for n, e in rows.items() if n.endswith("_group")]
+    assert groups and all("bias_in_se" in e for e in groups)
+    flat = [e for e in groups if e["norm_ratio_along_true_se"] == 0]
+    assert flat and all(math.isinf(e["bias_in_se"]) or e["norm_ratio_along_true"] == 1 for e in flat)
+    assert result["advice"] and all(isinstance(line, str) for line in result["advice"])
