@@ -72,7 +72,7 @@ print(f"{args.algo}: {args.total_phases} phases, batch {args.batch_size}, comple
 ## 1 · The dataflow, as the driver runs it
 
 There is one phase loop in the package, `engine/loop.py`, and one dataflow in it (`engine/dataflow.py`:
-`make_rollout`, then `learn`), a line per role in verl's order, each timed as `timing/<step>`. It calls
+`roll_out`, then `learn`), a line per role in verl's order, each timed as `timing/<step>`. It calls
 the roles on whatever it is given: an algorithm's trainer runs them in this process; `RayPPOTrainer`
 (verl's name: its `fit` is that same loop) forwards each one to a worker group
 (`self.actor_rollout_wg.generate_sequences(...)`: one call on the driver, run on every rank). So
@@ -94,7 +94,7 @@ def group_calls(method):
 
 
 calls = [("", "driver", "next_prompts", "")]
-for part in (dataflow.make_rollout, dataflow.learn):  # the loop's steps, in order: _call("gen", times, trainer.generate_sequences, ...)
+for part in (dataflow.roll_out, dataflow.learn):  # the loop's steps, in order: _call("gen", times, trainer.generate_sequences, ...)
     for step, role in re.findall(r'_call\("(\w+)", times, trainer\.(\w+)', inspect.getsource(part)):
         condition = "the algorithm has a critic" if step in ("values", "update_critic") else ""
         remote = group_calls(getattr(RayPPOTrainer, role))

@@ -53,6 +53,11 @@ def description(algo: str) -> str:
         f"To continue an interrupted run: {PROG} --resume RUN_DIR (only "
         f"{', '.join(flag_of(f) for f in RESUMABLE)} may be given with it).",
         f"--preset tiny (default) or gpt2; gpt2 sets {gpt2}.",
+        "Where it runs (read before the algorithm's flags; docs/distributed.md): --controller local|ray (default "
+        "local: this process, or torchrun's; ray: verl's single controller over Ray worker groups, the same loop and "
+        "numbers), --workers N (ranks per worker group), --placement colocated|split, --max-staleness 0|1 (one step "
+        "of asynchrony: needs --controller ray --placement split), --ray-address HOST:PORT (join a running cluster). "
+        "A resumed run is placed as its config.json records it.",
     ])
 
 

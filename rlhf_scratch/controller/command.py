@@ -24,8 +24,11 @@ if TYPE_CHECKING:
 
 def preflight(args: CommonArgs, controller: ControllerArgs) -> None:
     """Everything about a Ray run that can be refused before Ray starts, one ConfigError line each."""
+    from rlhf_scratch.config import registry
+
     refuse_torchrun(controller)
     check_staleness(args.algo, controller.max_staleness)
+    registry.get(args.algo).trainer_class().check_ranks(args, controller.workers)  # (imports torch: still before Ray)
     check_ray_address(controller.ray_address)
 
 

@@ -146,7 +146,7 @@ class ActorRolloutRefWorker(Worker):
         (`batch.batch["advantages"]`: the algorithm's own `compute_advantages`, run there): the actor
         only learns. Returns the phase's metrics and, the phase's last call, the trainer's progress
         state with `after`'s numbers (the driver's checkpoint needs no call of its own)."""
-        return learn(self.trainer, self.trainer.update_actor, batch, with_progress=True)
+        return update_on_rank(self.trainer, self.trainer.update_actor, batch, with_progress=True)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def after(self) -> dict:
@@ -242,7 +242,7 @@ class RolloutRefWorker(Worker):
         return self.version
 
 
-def learn(trainer, update, batch: DataProto, with_progress: bool = False) -> DataProto:
+def update_on_rank(trainer, update, batch: DataProto, with_progress: bool = False) -> DataProto:
     """`update` (the trainer's update_actor or update_critic) on this rank's rows with the advantages
     the driver computed; the phase's metrics, and `after_update`'s numbers (with the progress state)."""
     stats = update(batch_of(to_rollout(batch), batch.batch["advantages"]))
@@ -297,7 +297,7 @@ class CriticWorker(Worker):
         """Only the critic learns (`trainer.update_critic`: the value loss alone), in a critic_warmup phase;
         after it the critic learns inside `update_actor`, a term of PPO's one objective — or, with a
         separate critic, here every phase, before the actor's `update_actor`."""
-        return learn(self.trainer, self.trainer.update_critic, batch)
+        return update_on_rank(self.trainer, self.trainer.update_critic, batch)
 
 
 class RewardModelWorker(Worker):

@@ -2,7 +2,7 @@
 whatever implements them — the trainer itself in process, or `controller.RayPPOTrainer`, which
 forwards each call to its worker group.
 
-    rollout   = make_rollout(trainer, prompts)
+    rollout   = roll_out(trainer, prompts)
         generate_sequences(prompts)       timing/gen
         compute_ref_log_prob(rollout)     timing/ref            ĥ_ref (None without a reference)
         compute_log_prob(rollout, ĥ_ref)  timing/old_log_prob   log π_old, log π_ref, KL, entropy
@@ -59,7 +59,7 @@ def _call(step: str, times: dict[str, float] | None, fn: Callable[..., T], *args
 
 
 @torch.no_grad()
-def make_rollout(trainer: Any, prompts: list[str], times: dict[str, float] | None = None):
+def roll_out(trainer: Any, prompts: list[str], times: dict[str, float] | None = None):
     """The rollout of `prompts`: sampled, scored by the policy and the reference, valued, rewarded.
     `times` (if given) collects `timing/<step>`."""
     rollout = _call("gen", times, trainer.generate_sequences, prompts)

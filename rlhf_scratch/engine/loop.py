@@ -4,7 +4,7 @@ the progress bar.
 
     for phase in 1..total_phases:                    # `_one_phase`: verl's RayPPOTrainer.fit
         prompts  = trainer.next_prompts()                     # this process's share
-        rollout  = dataflow.make_rollout(trainer, prompts)    # generate → ref → log π_old → values → scores
+        rollout  = dataflow.roll_out(trainer, prompts)    # generate → ref → log π_old → values → scores
         batch    = gather_batch(rollout)                      # every process's columns, once (torchrun)
         stats    = dataflow.learn(trainer, batch)             # advantages → update_critic → update_actor
         log(shared metrics of the batch + stats), sample table every table_every phases
@@ -37,7 +37,7 @@ from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.batch import Gathered, gather_batch
 from rlhf_scratch.engine.checkpoint import list_checkpoints, load_latest_checkpoint
 from rlhf_scratch.engine.contract import TrainerContract
-from rlhf_scratch.engine.dataflow import STEPS, learn, make_rollout
+from rlhf_scratch.engine.dataflow import STEPS, learn, roll_out
 from rlhf_scratch.engine.lifecycle import RunLife, TrainingStopped
 from rlhf_scratch.engine.logger import Metrics, RunLogger
 from rlhf_scratch.engine.runs import describe_rewarded_by, load_rewarded_by, new_run_dir, read_status
@@ -250,7 +250,7 @@ def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook],
     start, steps = time.perf_counter(), {}
     lr = trainer.learning_rate()
     with torch.no_grad():
-        rollout = make_rollout(trainer, trainer.next_prompts(), steps)
+        rollout = roll_out(trainer, trainer.next_prompts(), steps)
     rollout_time = time.perf_counter() - start
     batch = gather_batch(rollout)
     learn_stats = learn(trainer, batch, steps)

@@ -56,7 +56,7 @@ from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.accel import compiled, learning_autocast
 from rlhf_scratch.engine.batch import Batch, gather_batch
 from rlhf_scratch.engine.checkpoint import rng_state, set_rng_state
-from rlhf_scratch.engine.dataflow import learn, make_rollout, merge_stats
+from rlhf_scratch.engine.dataflow import learn, merge_stats, roll_out
 from rlhf_scratch.engine.optim import Learner, clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.engine.run_setup import load_policy, make_prompt_iterator, setup_torch
 from rlhf_scratch.engine.runs import save_run_policy
@@ -122,6 +122,11 @@ class Trainer:
         """The module that is trained and saved: the LM itself, or what the algorithm's registry entry
         builds around it (`models.policy.build_policy`; a run folder is rebuilt the same way)."""
         return build_policy(self.args, lm)
+
+    @staticmethod
+    def check_ranks(args: CommonArgs, ranks: int) -> None:
+        """Refuse, in one ConfigError line, settings this algorithm cannot run on `ranks` data-parallel
+        ranks (torchrun's processes, or the controller's --workers): asked before anything starts."""
 
     def uses_reference(self) -> bool:
         """Whether a frozen reference copy of the model is loaded and run in every rollout."""
@@ -214,9 +219,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ the two phases, composed
     def rollout_phase(self) -> Rollout:
-        """This phase's rollout: the loop's own dataflow (`dataflow.make_rollout`: prompts →
+        """This phase's rollout: the loop's own dataflow (`dataflow.roll_out`: prompts →
         generate_sequences → compute_ref_log_prob → compute_log_prob → compute_scores), no gradients."""
-        return make_rollout(self, self.next_prompts())
+        return roll_out(self, self.next_prompts())
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
         """The rollout gathered over processes once (`batch.gather_batch`), then the loop's own learning

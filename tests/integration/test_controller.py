@@ -452,6 +452,11 @@ def test_sigterm_in_phase_3_checkpoints_and_the_resume_equals_the_uninterrupted_
     (["sentiment", "--controller", "ray", "--ray-address", "127.0.0.1:1"],
      "error: ray_address: cannot reach 127.0.0.1:1 (Connection refused); is a Ray head running there (ray start --head)?"),
     (["sentiment", "--controller", "ray", "--ray-address", "nowhere"], "error: ray_address: 'nowhere' is not host:port"),
+    # what PPO cannot run on 2 ranks: refused before Ray starts (it was 61 s of Ray and workers, then exit 1)
+    (["sentiment", "--controller", "ray", "--workers", "2", "--critic", "separate"],
+     "error: critic: separate is not yet built for a distributed run; use one process or --critic shared"),
+    (["sentiment", "--controller", "ray", "--workers", "2", "--critic-warmup", "1"],
+     "error: critic_warmup: not yet in a distributed run (DDP needs every parameter's gradient); use one process"),
 ])
 def test_controller_flags_refused_in_one_line(argv, line, capsys):
     from rlhf_scratch.commands.train import main

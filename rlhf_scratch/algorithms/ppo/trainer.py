@@ -84,18 +84,24 @@ class RLHFTrainer(Trainer):
         super().__init__(args, reward_fn, quiet)
         self.beta = args.beta  # this phase's β (moved by the adaptive controller when it is on)
         self.kl_ctl = AdaptiveKLController(args.beta, args.target_kl, args.kl_horizon) if args.adaptive_kl else None
-        if args.critic_warmup and dist.world_size() > 1:  # DDP all-reduces every parameter's gradient; the trunk would have none
-            raise ConfigError("critic_warmup: not yet in a distributed run (DDP needs every parameter's gradient); use one process")
+        self.check_ranks(args, dist.world_size())
         self.critic: TransformerWithValueHead | None = None
         """verl's separate critic (--critic separate): a copy of the initial LM with a value head; None when shared."""
         if args.critic == "separate":
-            if dist.world_size() > 1:
-                raise ConfigError("critic: separate is not yet built for a distributed run; use one process or --critic shared")
             self.critic = build_critic(self.lm)
             self.critic_optimizer, self.critic_scheduler = get_optimizer_and_scheduler(args, self.critic, args.critic_trunk_lr())
             self.critic_learner = compiled(self.critic, args)  # its learning forward, as the policy's (--compile)
         self.critic_alone = False
         """This phase's `update_critic` was a warmup phase's: only the critic learns, `update_actor` does nothing."""
+
+    @staticmethod
+    def check_ranks(args: RLHFArgs, ranks: int) -> None:
+        """What PPO does not run on several ranks yet, one ConfigError line each (asked before anything
+        starts: by the trainer, and by the controller before Ray does)."""
+        if ranks > 1 and args.critic_warmup:  # DDP all-reduces every parameter's gradient; the trunk would have none
+            raise ConfigError("critic_warmup: not yet in a distributed run (DDP needs every parameter's gradient); use one process")
+        if ranks > 1 and args.critic == "separate":
+            raise ConfigError("critic: separate is not yet built for a distributed run; use one process or --critic shared")
 
     policy: TransformerWithValueHead
     """The LM with the blog's value head (built by the registry's `policy` hook, `ppo/policy.py`); the
