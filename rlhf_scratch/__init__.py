@@ -9,11 +9,9 @@ The public names below are imported on first use (PEP 562), so `import rlhf_scra
 
 import importlib
 
-from rlhf_scratch import _aliases
 from rlhf_scratch.config import registry
 from rlhf_scratch.core.quiet import silence_hooked_transformer_deprecation
 
-_aliases.install()  # the module paths before the layers (rlhf_scratch.loop, python -m rlhf_scratch.train): _aliases.py
 silence_hooked_transformer_deprecation()  # we knowingly build on HookedTransformer (see quiet.py)
 
 # public name -> module that defines it

@@ -1,3 +1,4 @@
-"""commands: every `python -m` entry point (the old paths, `python -m rlhf_scratch.train`, stay
-as aliases: rlhf_scratch/_aliases.py). The top layer: it may import anything below it.
+"""commands: every command a user runs (`rlhf COMMAND`, main.py). Its documented `python -m` paths
+(`python -m rlhf_scratch.train`) are the small files at the top of the package (rlhf_scratch/train.py,
+...), each one running a command here. The top layer but those files: it may import anything below it.
 """

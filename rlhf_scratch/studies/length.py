@@ -27,7 +27,7 @@ method's gap is largest, and each method's gap against RLOO's (the estimator wit
 weight; against `dr_grpo`'s when RLOO is not run), paired over seeds, only where the seeds resolve it.
 
 **The microscope beside it** (`microscope_lesson`): the exact-gradient microscope's own length lesson
-(rlhf_scratch/exact, docs/exact.md), recomputed here with its own code and seeds: per unit of J
+(rlhf_scratch/microscope, docs/exact.md), recomputed here with its own code and seeds: per unit of J
 gained, how many tokens each estimator's expected update adds to right and to wrong answers, where
 the true gradient adds exactly 0 — the direction and size the runs are held against.
 
@@ -408,7 +408,7 @@ def page_body(findings: list[str], pairs: list[str], settings: str, table_rows: 
              "<h2>Lengths over phases</h2>", table(blocks_rows, header=blocks_header)]
     if microscope is not None:
         parts += ["<h2>What the microscope computes exactly</h2>",
-                  "<p>rlhf_scratch/exact's length lesson (docs/exact.md), with its own code and seeds: tokens of expected "
+                  "<p>rlhf_scratch/microscope's length lesson (docs/exact.md), with its own code and seeds: tokens of expected "
                   "length per unit of J gained, from the rows after the first token. The true gradient's is exactly 0 "
                   "there: the right/wrong reward is decided by the first token.</p>",
                   table(microscope_rows(microscope), header=MICROSCOPE_HEADER)]

@@ -38,6 +38,8 @@ def test_every_python_m_entry_is_an_rlhf_command_or_says_why_not():
     entries = {str(p.relative_to(ROOT)) for folder in ("rlhf_scratch", "interp") for p in (ROOT / folder).rglob("*.py")
                if 'if __name__ == "__main__":' in p.read_text()}
     served = {str(Path(*module.split("."))) + ".py" for module, _ in COMMANDS.values()}
+    served |= {f"rlhf_scratch/{p.name}" for p in (ROOT / "rlhf_scratch").glob("*.py")}  # the documented paths
+    # (rlhf_scratch/train.py: each runs a served module's main, tests/unit/test_layers.py)
     assert entries - served - set(NOT_COMMANDS) == set(), "a new `python -m` command: add it to rlhf (commands/main.py)"
     assert set(NOT_COMMANDS) <= entries, "an exception that is no longer there"
 
@@ -131,13 +133,15 @@ def test_an_errors_notes_follow_its_line(capsys):
         "error: prompts: p.txt: not found", "the run folder runs/x was left as it was"]
 
 
-# --- the console script and the old paths, as a user runs them -------------------------------------
+# --- the console script and the documented `python -m` paths, as a user runs them ------------------
 
 
 @pytest.mark.parametrize("argv, message", [
     (["rlhf", "trian"], "error: unknown command 'trian'"),
     (["rlhf", "train", "sentiment", "--kl-coef", "-1"], "error: beta: must be a finite number >= 0; got -1.0"),
     ([sys.executable, "-m", "rlhf_scratch.exact", "--bogus"], "error: unrecognized arguments: --bogus"),
+    ([sys.executable, "-m", "rlhf_scratch.train", "sentiment", "--kl-coef", "-1"],
+     "error: beta: must be a finite number >= 0; got -1.0"),
     ([sys.executable, "-m", "interp.report", "--bogus"], "error: "),
 ])
 def test_as_a_process(argv, message):

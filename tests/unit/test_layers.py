@@ -2,6 +2,7 @@
 
     config (0) < core, pages (1) < models (2) < rollout (3) < reward (4) < engine (5)
     < algorithms (6) < controller (7) < interp, microscope (8) < course (9) < studies, commands (10)
+    < the command paths (rlhf_scratch/train.py, ...: `python -m rlhf_scratch.train`)
 
 Every import counts, a function's own included (a lazy import is still a dependency). `from
 rlhf_scratch import NAME` counts as the layer that defines NAME. docs/architecture.md draws it.
@@ -10,6 +11,7 @@ rlhf_scratch import NAME` counts as the layer that defines NAME. docs/architectu
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -21,8 +23,13 @@ RANK = {
     "config": 0, "core": 1, "pages": 1, "models": 2, "rollout": 3, "reward": 4, "engine": 5,
     "algorithms": 6, "controller": 7, "interp": 8, "microscope": 8, "course": 9, "studies": 10, "commands": 10,
 }
-FACADE = {"rlhf_scratch/__init__.py", "rlhf_scratch/_aliases.py"}
-"""The public names (imported on first use) and the old paths: above every layer, imported by none."""
+FACADE = {"rlhf_scratch/__init__.py"}
+"""The public names (imported on first use): above every layer, imported by none."""
+ENTRIES = sorted(p.stem for p in (ROOT / "rlhf_scratch").glob("*.py") if p.name != "__init__.py")
+"""The documented command paths (`python -m rlhf_scratch.train`: rlhf_scratch/train.py), each a file at the
+top of the package that runs one command's main: the top of the house, imported by none."""
+ENTRY = "entry"
+RANK[ENTRY] = max(RANK.values()) + 1
 
 
 def layer_of(module: str) -> str | None:
@@ -32,7 +39,7 @@ def layer_of(module: str) -> str | None:
         return "interp"
     if parts[0] != "rlhf_scratch" or len(parts) < 2:
         return None
-    return parts[1]
+    return ENTRY if parts[1] in ENTRIES else parts[1]
 
 
 def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
@@ -84,9 +91,23 @@ def test_no_module_imports_a_layer_above_it():
 
 def test_every_folder_is_a_layer():
     folders = {p.name for p in (ROOT / "rlhf_scratch").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert folders - {"assets"} == set(RANK) - {"interp"}
-    loose = {p.name for p in (ROOT / "rlhf_scratch").glob("*.py")} - {Path(f).name for f in FACADE}
-    assert not loose, f"modules outside every layer: {sorted(loose)}"
+    assert folders - {"assets"} == set(RANK) - {"interp", ENTRY}
+
+
+ENTRY_SHAPE = re.compile(r'"""[^"]+"""\n\nimport sys\n\nfrom ([\w.]+) import main\n\n'
+                         r'if __name__ == "__main__":\n    sys\.exit\(main\(\)\)\n')
+
+
+def test_a_module_at_the_top_is_a_command_path_and_nothing_else():
+    """A file beside rlhf_scratch/__init__.py holds no code of its own: a docstring, the `main` of the
+    command `rlhf` runs under its name (commands/main.py's COMMANDS), and the `python -m` guard."""
+    from rlhf_scratch.commands.main import COMMANDS
+
+    assert "train" in ENTRIES and "exact" in ENTRIES, ENTRIES
+    for name in ENTRIES:
+        shape = ENTRY_SHAPE.fullmatch((ROOT / "rlhf_scratch" / f"{name}.py").read_text())
+        assert shape, f"rlhf_scratch/{name}.py: not a command path (a docstring, `from X import main`, the guard)"
+        assert shape.group(1) == COMMANDS[name.replace("_", "-")][0], (name, shape.group(1))
 
 
 @pytest.mark.parametrize(("path", "source", "culprit"), [
@@ -95,6 +116,7 @@ def test_every_folder_is_a_layer():
     ("rlhf_scratch/rollout/phase.py", "from rlhf_scratch import RLHFTrainer\n", "rlhf_scratch.algorithms"),
     ("rlhf_scratch/engine/loop.py", "from ..algorithms import ppo\n", "rlhf_scratch.algorithms"),
     ("rlhf_scratch/reward/tasks.py", "from interp import logits\n", "interp"),
+    ("rlhf_scratch/studies/runner.py", "from rlhf_scratch.train import main\n", "rlhf_scratch.train"),
 ])
 def test_a_planted_upward_import_is_found(path, source, culprit):
     bad = upward_imports(path, source)

@@ -1,9 +1,17 @@
-"""`from rlhf_scratch import ...`: the names a user of the blog (and of TRL) reaches for."""
+"""`from rlhf_scratch import ...`: the names a user of the blog (and of TRL) reaches for; and the
+`python -m rlhf_scratch.X` paths the docs give, each a file."""
 
+import importlib.util
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import rlhf_scratch
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BLOG_NAMES = [
     "RLHFTrainer", "RLHFArgs", "get_samples", "get_log_probs", "compute_advantages", "calc_kl_penalty",
@@ -32,19 +40,57 @@ def test_importing_the_config_does_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
-def test_the_module_paths_before_the_layers_are_the_same_modules():
-    """`import rlhf_scratch.loop` is `rlhf_scratch.engine.loop` itself (a monkeypatch of one patches
-    the other), for every moved module; `rlhf_scratch.rollout` (now a folder) still gives the old
-    module's names without importing torch for its own submodules."""
-    import importlib
-
-    from rlhf_scratch import _aliases
-
-    for old, new in _aliases.MOVED.items():
-        assert importlib.import_module(f"rlhf_scratch.{old}") is importlib.import_module(f"rlhf_scratch.{new}"), old
+def test_the_rollout_package_gives_its_modules_names_without_torch():
+    """`rlhf_scratch.rollout` (a folder) gives `make_rollout` and `Rollout` from its `phase` module, and
+    importing its torch-free submodules imports no torch."""
     from rlhf_scratch.rollout import Rollout, make_rollout, phase
 
     assert (make_rollout, Rollout) == (phase.make_rollout, phase.Rollout)
     code = "import sys; from rlhf_scratch.rollout import corpus, prompts; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PYTHON_M = re.compile(r"-m ((?:rlhf_scratch|interp)(?:\.\w+)+)")
+"""`python -m rlhf_scratch.train`, `torchrun ... -m rlhf_scratch.train`, `python -m interp.report`."""
+
+
+def python_m_paths(text: str) -> set[str]:
+    """The module paths of every `-m MODULE` in `text` (a trailing dot of a sentence dropped)."""
+    return set(PYTHON_M.findall(text))
+
+
+def runnable_file(module: str) -> Path | None:
+    """The file `python -m module` runs (a module's own .py, a package's __main__.py), found without
+    running it (`importlib.util.find_spec` imports only the parent packages); None if there is none."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # a parent that is not a package
+        return None
+    if spec is None or spec.origin is None or not spec.has_location:
+        return None
+    path = Path(spec.origin)
+    if spec.submodule_search_locations is not None:
+        path = path.with_name("__main__.py")
+    return path if path.is_file() and path.suffix == ".py" else None
+
+
+def test_every_python_m_path_in_the_docs_is_a_module_file():
+    """Each `python -m rlhf_scratch.X` a reader copies from README.md, CONTRIBUTING.md or docs/ runs a
+    file of the package (go-to-definition finds it); the files are found, not run."""
+    found = {path: doc for doc in DOCS for path in python_m_paths(doc.read_text())}
+    assert "rlhf_scratch.train" in found and "rlhf_scratch.exact" in found, sorted(found)
+    missing = [f"{doc.relative_to(ROOT)}: python -m {path}" for path, doc in sorted(found.items())
+               if runnable_file(path) is None]
+    assert not missing, "documented `python -m` paths with no module file:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("    python -m rlhf_scratch.train sentiment --algo rloo\n", True),
+    ("Run `python -m rlhf_scratch.no_such_command --help`.\n", False),
+    ("torchrun --nproc-per-node 2 -m rlhf_scratch.loop sentiment\n", False),  # an old path with no file
+    ("python -m rlhf_scratch.commands\n", False),  # a package without __main__.py
+])
+def test_a_planted_documented_path_with_no_file_is_found(text, ok):
+    assert all(runnable_file(path) is not None for path in python_m_paths(text)) is ok

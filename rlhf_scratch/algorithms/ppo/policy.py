@@ -2,8 +2,9 @@
 
 Only PPO knows it: everything outside this folder sees it through `models.policy.PolicyWithExtras`
 (`base`, a forward to ĥ and V, `extras()` = {"value_head": ...}, `extras_lr(args)` = --head-lr), and
-gets it from the LM through the registry's `policy` hook, `build_policy` below. Also importable as
-`rlhf_scratch.model` (its path before the layers), with `Policy` and `language_model` as it had them.
+gets it from the LM through the registry's `policy` hook, `build_policy` below. `Policy` and
+`language_model` (from `models.policy`) are importable from here too, as they were from this module's
+old home.
 """
 
 from __future__ import annotations
