@@ -155,7 +155,7 @@ def check_runs(runs: Iterable[tuple[str, list[str]]]) -> None:
     them, before the study writes its folder: parsed and validated by train's own parser, then each
     distinct setting against its model (`check_run_args`). A ConfigError of one line naming the
     first run that would fail, and its field."""
-    from rlhf_scratch.commands.train import parse_args
+    from rlhf_scratch.engine.run_args import parse_args  # train's own parser (below the commands)
 
     parsed = []
     for name, argv in runs:

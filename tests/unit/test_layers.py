@@ -1,7 +1,7 @@
 """The layering is a rule, not a habit: a module never imports a layer above it.
 
     config (0) < core, pages (1) < models (2) < rollout (3) < reward (4) < engine (5)
-    < algorithms (6) < controller (7) < interp, microscope (8) < course (9) < studies, commands (10)
+    < algorithms (6) < controller (7) < interp, microscope (8) < course (9) < studies (10) < commands (11)
     < the command paths (rlhf_scratch/train.py, ...: `python -m rlhf_scratch.train`)
 
 Every import counts, a function's own included (a lazy import is still a dependency). `from
@@ -21,7 +21,7 @@ import rlhf_scratch
 ROOT = Path(__file__).resolve().parents[2]
 RANK = {
     "config": 0, "core": 1, "pages": 1, "models": 2, "rollout": 3, "reward": 4, "engine": 5,
-    "algorithms": 6, "controller": 7, "interp": 8, "microscope": 8, "course": 9, "studies": 10, "commands": 10,
+    "algorithms": 6, "controller": 7, "interp": 8, "microscope": 8, "course": 9, "studies": 10, "commands": 11,
 }
 FACADE = {"rlhf_scratch/__init__.py"}
 """The public names (imported on first use): above every layer, imported by none."""
@@ -117,6 +117,8 @@ def test_a_module_at_the_top_is_a_command_path_and_nothing_else():
     ("rlhf_scratch/engine/loop.py", "from ..algorithms import ppo\n", "rlhf_scratch.algorithms"),
     ("rlhf_scratch/reward/tasks.py", "from interp import logits\n", "interp"),
     ("rlhf_scratch/studies/runner.py", "from rlhf_scratch.train import main\n", "rlhf_scratch.train"),
+    ("rlhf_scratch/studies/runner.py", "def f():\n    from rlhf_scratch.commands.train import parse_args\n",
+     "rlhf_scratch.commands"),  # a study starts runs as processes; it never imports the command layer
 ])
 def test_a_planted_upward_import_is_found(path, source, culprit):
     bad = upward_imports(path, source)
