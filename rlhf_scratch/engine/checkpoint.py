@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-CHECKPOINTS_DIR = "checkpoints"
+from rlhf_scratch.engine.runs import CHECKPOINTS_DIR, POLICY_FILE, list_checkpoints, read_status
+
 LATEST_FILE = "latest"
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -100,14 +101,6 @@ def save_checkpoint(run_dir: Path, phase: int, state: dict, keep: int) -> Path:
     return final
 
 
-def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Finished checkpoint folders, oldest first (temporary folders are not checkpoints)."""
-    root = Path(run_dir) / CHECKPOINTS_DIR
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("phase-"))
-
-
 def load_latest_checkpoint(run_dir: Path, say=print) -> dict:
     """The newest readable checkpoint's state; an unreadable one is skipped, saying so."""
     found = list_checkpoints(run_dir)
@@ -122,8 +115,6 @@ def load_latest_checkpoint(run_dir: Path, say=print) -> dict:
             return torch.load(path / CHECKPOINT_FILE, map_location="cpu", weights_only=False)
         except Exception as e:  # truncated, corrupt or missing file
             say(f"resume: {path} is unreadable ({type(e).__name__}); falling back to the previous checkpoint")
-    from rlhf_scratch.engine.runs import POLICY_FILE, read_status  # (runs imports this module)
-
     if read_status(run_dir).get("status") == "finished" and (Path(run_dir) / POLICY_FILE).is_file():
         raise CheckpointError(
             f"resume: {run_dir} finished, but its only checkpoint is unreadable, so it cannot be continued "

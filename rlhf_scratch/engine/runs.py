@@ -13,7 +13,7 @@
                          phases, "total_phases", "pid", "error" (failed: the exception's one line)},
                          rewritten after every phase
         train.lock       held (flock) by the process training the run, for as long as it lives
-        checkpoints/     phase-XXXX/checkpoint.pt and `latest` (see checkpoint.py): weights,
+        checkpoints/     phase-XXXX/checkpoint.pt and `latest` (checkpoint.py): weights,
                          optimizer moments, RNGs — what `--resume` needs; a finished run keeps one
 
 A run folder has one owner: the training process holds an exclusive `flock` on train.lock from
@@ -40,7 +40,6 @@ import torch
 from transformer_lens import HookedTransformer
 
 from rlhf_scratch.config import CommonArgs, ConfigError, registry
-from rlhf_scratch.engine.checkpoint import list_checkpoints
 from rlhf_scratch.models.loading import load_lm
 from rlhf_scratch.models.policy import Policy, build_policy, language_model, load_saved_state, saved_state, trainable_lm
 from rlhf_scratch.reward.model import KIND
@@ -52,6 +51,7 @@ SAMPLES_FILE = "samples.md"
 CURVES_FILE = "curves.png"
 POLICY_FILE = "policy.pt"
 LOCK_FILE = "train.lock"
+CHECKPOINTS_DIR = "checkpoints"  # phase-XXXX/ each (`checkpoint.save_checkpoint`)
 REWARDED_BY = "rewarded_by"  # config.json's key for what scored the run (not an args field)
 CONTROLLER = "controller"  # config.json's key for how the run is placed (`controller.options.controller_record`)
 REWARD_MODEL_KIND = KIND  # config.json's "algo" in a reward-model run folder (engine.reward_model.train_reward_model)
@@ -174,6 +174,14 @@ def write_status(run_dir: Path, status: str, phase: int, total_phases: int | Non
     tmp.write_text(json.dumps(record) + "\n")
     os.replace(tmp, path)
     return record
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Finished checkpoint folders, oldest first (temporary folders are not checkpoints)."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("phase-"))
 
 
 def read_status(run_dir: str | Path) -> dict:
