@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlhf_scratch.microscope.report import fmt
-from rlhf_scratch.pages.html import new_figure, save_figure
+from rlhf_scratch.pages.html import fmt, new_figure, save_figure
 
 
 def _cell(e: dict) -> str:

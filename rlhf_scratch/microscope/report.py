@@ -11,7 +11,8 @@ import json
 import math
 from pathlib import Path
 
-from rlhf_scratch.pages.html import esc, figure, new_figure, page, save_figure, table
+from rlhf_scratch.microscope import offpolicy_report as off
+from rlhf_scratch.pages.html import esc, figure, fmt, new_figure, page, save_figure, table
 
 TRUE_ABOUT = {
     "J": "∇J", "J_topk": "∇J under top-k", "J_T": "∇J under T", "kl_reverse": "∇KL(π‖π_ref)",
@@ -28,15 +29,6 @@ def finite(x):
     if isinstance(x, (list, tuple)):
         return [finite(v) for v in x]
     return x
-
-
-def fmt(x, nd: int = 4) -> str:
-    """A number for a table: `nd` decimals, or 3 significant digits when it is small, '—' for None/NaN."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "—"
-    if x != 0 and abs(x) < 10 ** -(nd - 1):
-        return f"{x:.2e}"
-    return f"{x:.{nd}f}"
 
 
 def with_se(entry: dict, key: str, nd: int = 4) -> str:
@@ -192,8 +184,6 @@ def write_outputs(result: dict, out: Path) -> Path:
         "## … where a completion is one token (max_len = 1)", markdown(KL_HEADER, kl_rows(one)),
         "## The length lesson", markdown(LESSON_HEADER, lesson_rows(result["length_lesson"])),
     ])
-    from rlhf_scratch.microscope import offpolicy_report as off  # imports `fmt` from here: a cycle at module level
-
     offp = result["off_policy"]
     md += "\n\n" + "\n\n".join(["## Off-policy: the sampler is not the learner", *off.intro(offp),
                                   *(f"### {title}\n\n{markdown(header, rows)}" for title, header, rows in off.sections(offp)),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -115,6 +116,15 @@ def save_figure(fig, path: Path, dpi: int = 110, tight_layout: bool = True) -> P
 
 
 # --- numbers --------------------------------------------------------------------------------------
+
+
+def fmt(x, nd: int = 4) -> str:
+    """A number for a table: `nd` decimals, or 3 significant digits when it is small, '—' for None/NaN."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    if x != 0 and abs(x) < 10 ** -(nd - 1):
+        return f"{x:.2e}"
+    return f"{x:.{nd}f}"
 
 
 def rounded(x, nd: int = 4):
