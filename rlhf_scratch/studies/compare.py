@@ -411,7 +411,8 @@ class CompareStudy(Study[CompareArgs]):
         run_dirs = {unit.name: self.run_dir(out, unit) for unit in units}
         results = {u.name: summarize(run_dirs[u.name], ledger[u.name]) for u in units}
         groups = by_group(units).values()
-        figures = plot_comparison({label(g[0]): [read_metrics(run_dirs[u.name]) for u in g] for g in groups}, out)
+        metrics = {label(g[0]): [read_metrics(run_dirs[u.name]) for u in g] for g in groups}
+        figures = plot_comparison(metrics, out, LAST)
         inside = None
         if args.interp:
             inside_png, inside = inside_view({label(g[0]): run_dirs[g[0].name] for g in groups}, out)

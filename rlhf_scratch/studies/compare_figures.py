@@ -9,7 +9,6 @@ import statistics
 from pathlib import Path
 
 from rlhf_scratch.pages.html import new_figure, save_figure
-from rlhf_scratch.studies.compare import LAST
 from rlhf_scratch.studies.runner import draw_band
 from rlhf_scratch.studies.stats import mean_interval
 
@@ -24,10 +23,11 @@ HELDOUT_PANELS = [("rewards/mean", "proxy reward"), ("eval/vader", "held-out: VA
                   ("eval/repeated_3grams", "held-out: repeated 3-grams")]
 
 
-def plot_comparison(groups: dict[str, list[list[dict]]], out: Path) -> list[Path]:
+def plot_comparison(groups: dict[str, list[list[dict]]], out: Path, last: int) -> list[Path]:
     """reward_vs_phase.png, frontier.png, heldout.png from each group's runs' metrics (one list per
-    seed). On the frontier each group's final point (the last LAST phases' means, averaged over the
-    seeds) carries its 95 % intervals on both axes when it has two seeds or more."""
+    seed). On the frontier each group's final point (the means of the last `last` phases, the
+    study's `compare.LAST`, averaged over the seeds) carries its 95 % intervals on both axes when it
+    has two seeds or more."""
     fig, ax = new_figure(figsize=(6.4, 4.0))
     for name, runs in groups.items():
         _band(ax, runs, "phase", "rewards/mean", name)
@@ -41,7 +41,7 @@ def plot_comparison(groups: dict[str, list[list[dict]]], out: Path) -> list[Path
             ax.plot([x["rollout/kl_full_vocab"] for x in r], [x["rewards/mean"] for x in r], marker=".", alpha=0.6,
                     label=name if i == 0 else None, color=f"C{colour}")
         if len(runs) > 1:
-            ikl, ireward = (mean_interval([statistics.mean(x[key] for x in r[-LAST:]) for r in runs])
+            ikl, ireward = (mean_interval([statistics.mean(x[key] for x in r[-last:]) for r in runs])
                             for key in ("rollout/kl_full_vocab", "rewards/mean"))
             ax.errorbar([ikl.mean], [ireward.mean], xerr=[ikl.half_width], yerr=[ireward.half_width], color=f"C{colour}",
                         marker="s", ms=6, capsize=3, zorder=3)
