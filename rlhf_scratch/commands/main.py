@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sample": ("rlhf_scratch.commands.sample", "a run's tuned completions beside the reference's, with reward and KL"),
     "export": ("rlhf_scratch.commands.export", "a run as a Hugging Face model folder (policy or reward model)"),
     "compare": ("rlhf_scratch.commands.compare", "the algorithms side by side over seeds: frontier, judges, inside view"),
+    "data": ("rlhf_scratch.commands.data", "a task's problems as verl's data files: train.parquet, test.parquet"),
     "preferences": ("rlhf_scratch.commands.preferences", "preference pairs labelled by a gold reward"),
     "reward-model": ("rlhf_scratch.commands.reward_model", "a Bradley-Terry reward model trained on preference pairs"),
     "overoptimization": ("rlhf_scratch.commands.overoptimization", "the Gao et al. reward over-optimisation study"),

@@ -113,6 +113,9 @@ def check_difficulty(digits: Sequence[int], ops: Sequence[str], carries: str) ->
         raise ValueError(f"digits: each must be a whole number 1..{MAX_DIGITS}; got {list(digits)}")
     if not ops or any(op not in OPS for op in ops):
         raise ValueError(f"ops: each must be one of {' '.join(OPS)}; got {list(ops)}")
+    for name, values in (("digits", list(digits)), ("ops", list(ops))):
+        if len(set(values)) < len(values):  # a repeat would weight the draw: say so, rather than do it silently
+            raise ValueError(f"{name}: each at most once (they are drawn uniformly); got {values}")
     if carries not in CARRIES:
         raise ValueError(f"carries: must be one of {', '.join(CARRIES)}; got {carries!r}")
 

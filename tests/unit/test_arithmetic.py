@@ -118,6 +118,7 @@ def test_the_verl_row():
     (dict(n=3, seed=1, digits=0), "digits: each must be a whole number 1..9; got [0]"),
     (dict(n=3, seed=1, digits=()), "digits: each must be a whole number 1..9; got []"),
     (dict(n=3, seed=1, ops="/"), "ops: each must be one of + - *; got ['/']"),
+    (dict(n=3, seed=1, digits=(2, 2)), "digits: each at most once (they are drawn uniformly); got [2, 2]"),
     (dict(n=3, seed=1, carries="some"), "carries: must be one of any, required, forbidden; got 'some'"),
     (dict(n=3, seed=1, digits=1, ops="-", carries="required"), "n: found 0 of 3 distinct problems"),  # never borrows
     (dict(n=101, seed=1, digits=1, ops="+"), "n: found 100 of 101 distinct problems"),  # only 100 exist
