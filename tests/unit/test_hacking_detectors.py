@@ -182,3 +182,22 @@ def test_the_null_directions_are_unit_seeded_and_leave_the_runs_random_numbers_a
     assert torch.rand(1) == before, "the global generator was not drawn from"
     assert v.shape == (5, 6) and torch.allclose(v.norm(dim=-1), torch.ones(5))
     assert torch.equal(v, null_directions(hidden, splits=5)) and not torch.allclose(v[0], v[1])
+
+
+def test_a_watched_run_is_the_study_run_with_the_watch_in_a_process_of_its_own(monkeypatch):
+    """--detectors runs `python -m rlhf_scratch.studies.hacking.watch SPEC`: the over-optimisation study's
+    RL run with WatchedEvaluation (the study's run module imports nothing of the hacking study)."""
+    import importlib.util
+
+    from rlhf_scratch.studies.hacking import watch
+    from rlhf_scratch.studies.hacking.study import WATCHED_RUN
+    from rlhf_scratch.studies.overoptimization.run import rl_command
+
+    seen = {}
+    monkeypatch.setattr(watch, "train_against_proxy",
+                        lambda spec, evaluation, **fields: seen.update(evaluation=evaluation, fields=fields) or 0)
+    spec = {"detectors": {"rater": "token", "penalty": 1.0}}
+    assert watch.train_watched(spec) == 0
+    assert seen == {"evaluation": watch.WatchedEvaluation, "fields": {"watch": spec["detectors"]}}
+    assert rl_command(spec, WATCHED_RUN)[1:3] == ["-m", WATCHED_RUN]
+    assert importlib.util.find_spec(WATCHED_RUN).origin == watch.__file__

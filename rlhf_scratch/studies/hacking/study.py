@@ -59,6 +59,8 @@ from rlhf_scratch.studies.runner import (
 
 PROG = "python -m rlhf_scratch.studies.hacking"
 DESCRIPTION = __doc__.split("\n\n")[0]
+WATCHED_RUN = "rlhf_scratch.studies.hacking.watch"
+"""The process of a --detectors run (`watch.train_watched`): named, not imported (it imports torch)."""
 RATER_PARAMETER = {"honest": None, "length": "rater_margin", "token": "rater_bonus", "repetition": "rater_penalty"}
 """The parameter that names a rater's units (`ppo-s1-token2`: b = 2)."""
 
@@ -271,7 +273,7 @@ class HackingStudy(Study[HackingArgs]):
 
     def run_units(self, args: HackingArgs, out: Path, ledger: Ledger) -> None:
         from rlhf_scratch.studies.hacking.pilot import rl_spec, split_prompts
-        from rlhf_scratch.studies.overoptimization.run import rl_command
+        from rlhf_scratch.studies.overoptimization.run import RL_MODULE, rl_command
 
         proxies = self.proxies(args, out, ledger)
         if args.mitigation != "none":  # each rater's proxy -> `min:RM,RM2,RM3` (`reward.ensemble`)
@@ -283,9 +285,11 @@ class HackingStudy(Study[HackingArgs]):
         for u in args.units():
             run_dir = self.run_dir(out, u)
             spec = rl_spec(args, u.method, u.seed, run_dir, proxies[u.setting[0]], train, held)
-            if args.detectors:  # the rater whose gold finds the direction at phase 0 (`watch`)
+            module = RL_MODULE
+            if args.detectors:  # the rater whose gold finds the direction at phase 0, in a watched run's process
                 spec["detectors"] = {"rater": u.setting[0], "penalty": args.rater_penalty}
-            jobs.append(Job(u.name, partial(rl_command, spec), run_dir, args.total_phases, asdict(u)))
+                module = WATCHED_RUN
+            jobs.append(Job(u.name, partial(rl_command, spec, module), run_dir, args.total_phases, asdict(u)))
         run_jobs(jobs, ledger, parallel=args.jobs, desc="phases, all runs", unit="phase")
 
     def report(self, args: HackingArgs, out: Path, ledger: Ledger) -> str:

@@ -45,6 +45,7 @@ RUN/detector_start.pt; a resumed run reads it back, and the alarm's history from
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -59,6 +60,7 @@ from rlhf_scratch.studies.overoptimization.run import (
     HeldOutEvaluation,
     held_out_metrics,
     held_out_rollout,
+    train_against_proxy,
 )
 
 START = "detector_start.pt"
@@ -253,3 +255,15 @@ def cosine(a: list[float], b: list[float]) -> float:
     """cos(a, b); 0 when a = 0 (phase 0's Δ)."""
     norm = sum(x * x for x in a) ** 0.5 * sum(y * y for y in b) ** 0.5
     return sum(x * y for x, y in zip(a, b)) / norm if norm else 0.0
+
+
+def train_watched(spec: dict) -> int:
+    """The body of one watched run's process: the over-optimisation study's RL run
+    (`run.train_against_proxy`) with `WatchedEvaluation` after every phase, watching for spec["detectors"]
+    ({"rater", "penalty"}). `python -m rlhf_scratch.studies.hacking.watch SPEC_JSON` runs it: the hacking
+    study's `rl_command(spec, WATCHED_RUN)`."""
+    return train_against_proxy(spec, WatchedEvaluation, watch=spec["detectors"])
+
+
+if __name__ == "__main__":
+    sys.exit(train_watched(json.loads(sys.argv[1])))

@@ -7,9 +7,10 @@ The judging is `HeldOutEvaluation`, a `loop.PhaseHook`: the loop calls it once p
 what it returns (study/gold, study/gold_se, study/proxy, study/kl, study/d, and the flaw measures of the
 hacking pilot: study/length, study/word_count, study/repeated_3grams) in metrics.jsonl beside
 the phase's own numbers, every `eval_every`-th phase and the last (the others log nothing of it). The
-study (`studies.overoptimization`) reads those back into its curves. A spec with "detectors" (the
-hacking study's --detectors) runs `studies.hacking.watch.WatchedEvaluation` instead: the same
-evaluation, and detectors of the hack on its rollout.
+study (`studies.overoptimization`) reads those back into its curves. The hacking study's watched
+runs (--detectors) are a process of their own, `python -m rlhf_scratch.studies.hacking.watch SPEC_JSON`:
+this same body with `hacking.watch.WatchedEvaluation` in place of `HeldOutEvaluation` (the same
+evaluation, and detectors of the hack on its rollout). This module imports nothing of the hacking study.
 """
 
 from __future__ import annotations
@@ -116,9 +117,10 @@ class HeldOutEvaluation:
             f.write(json.dumps({"phase": phase, **metrics, "samples": samples[:: self.per_prompt][:6]}) + "\n")
 
 
-def train_against_proxy(spec: dict) -> int:
+def train_against_proxy(spec: dict, evaluation: type[HeldOutEvaluation] = HeldOutEvaluation, **fields) -> int:
     """The body of one run's process: train `spec["algo"]` against the proxy `spec["proxy"]` (or
-    resume it), with `HeldOutEvaluation` after every phase. A failure is one `error:` line."""
+    resume it), with `evaluation` after every phase (`HeldOutEvaluation`, or a subclass given its
+    own extra `fields`: the hacking study's watch). A failure is one `error:` line."""
     from rlhf_scratch.config import make_args
     from rlhf_scratch.engine.runs import STATUS_FILE, load_args, read_status
 
@@ -131,13 +133,8 @@ def train_against_proxy(spec: dict) -> int:
             "tiny", algo=spec["algo"], task="sentiment", reward_model=spec["proxy"], prompts=spec["train_prompts"],
             run_dir=str(run_dir), **spec["train_fields"])
         trainer = registry.get(args.algo).trainer_class()(args, quiet=True)
-        hook_class, watch = HeldOutEvaluation, {}
-        if spec.get("detectors"):  # the hacking study's --detectors: the same evaluation, watched (`hacking.watch`)
-            from rlhf_scratch.studies.hacking.watch import WatchedEvaluation as hook_class
-
-            watch = {"watch": spec["detectors"]}
-        hook = hook_class(trainer, Path(spec["eval_prompts"]).read_text().splitlines(), spec["per_prompt"],
-                          spec.get("eval_every", 1), spec.get("word", RATER_DEFAULTS["token"]), **watch)
+        hook = evaluation(trainer, Path(spec["eval_prompts"]).read_text().splitlines(), spec["per_prompt"],
+                          spec.get("eval_every", 1), spec.get("word", RATER_DEFAULTS["token"]), **fields)
         trainer.train(run_dir, resume=resume, hooks=[hook])
     except (ValueError, OSError, RuntimeError) as e:  # TrainingStopped (Ctrl-C) too: its line says how to resume
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
@@ -145,9 +142,13 @@ def train_against_proxy(spec: dict) -> int:
     return 0
 
 
-def rl_command(spec: dict) -> list[str]:
-    """The process of one RL run: this module, with the run (`train_against_proxy`'s spec) as JSON."""
-    return [sys.executable, "-m", "rlhf_scratch.studies.overoptimization.run", json.dumps(spec)]
+RL_MODULE = "rlhf_scratch.studies.overoptimization.run"
+
+
+def rl_command(spec: dict, module: str = RL_MODULE) -> list[str]:
+    """The process of one RL run: `python -m module` (this one; a watched run's, `hacking.watch`) with
+    the run (`train_against_proxy`'s spec) as JSON."""
+    return [sys.executable, "-m", module, json.dumps(spec)]
 
 
 if __name__ == "__main__":
