@@ -384,7 +384,12 @@ def main(argv: list[str] | None = None) -> int:
     passed = sum(not r["problems"] for r in results)
     print(f"{passed} of {len(results)} kills continued to a correct folder ({len(names)} commands × {opts.instants} instants)")
     if opts.json:
-        opts.json.write_text(json.dumps({"seed": opts.seed, "instants": opts.instants, "results": results}, indent=1) + "\n")
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+        from provenance import provenance  # the commit that ran, read from git now (benchmarks/provenance.py)
+
+        record = {"provenance": provenance(), "seed": opts.seed, "instants": opts.instants, "cases": names,
+                  "passed": passed, "kills": len(results), "results": results}
+        opts.json.write_text(json.dumps(record, indent=1) + "\n")
     return 0 if passed == len(results) else 1
 
 

@@ -41,8 +41,9 @@ T = TypeVar("T")
 
 
 def has_critic(trainer: Any) -> bool:
-    """verl's use_critic, from the algorithm's registry entry (its policy has extras: PPO's value head)."""
-    return registry.get(trainer.args.algo).has_critic
+    """verl's use_critic, from the algorithm's registry entry (its policy has extras: PPO's value head).
+    A trainer class no entry names (a learner's, built and called directly) has no critic role."""
+    return trainer.args.algo in registry.names() and registry.get(trainer.args.algo).has_critic
 
 
 @contextmanager

@@ -88,6 +88,8 @@ class Trainer:
     `uses_reference` (GRPO at β = 0 loads none) and `extra_state`/`load_extra_state`."""
 
     METRICS: ClassVar[tuple[str, ...]] = ()
+    optimizer_steps: int = 0
+    """Optimizer steps taken by every optimizer of this trainer (`optimizer_step`): with the schedules, `steps_taken`."""
 
     def __init__(self, args: CommonArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
         args = args.with_local_paths_resolved()  # what config.json records must mean the same files on resume
@@ -106,8 +108,6 @@ class Trainer:
         forward = HiddenForward(lm) if self.policy is lm else self.policy  # the LM's learning forward returns ĥ
         self.learner = compiled(dist.wrap_for_training(forward), args)  # the learning forward (fast path, DDP, compile)
         self.skipped_in_a_row = 0
-        self.optimizer_steps = 0
-        """Optimizer steps taken by every optimizer of this trainer (`optimizer_step`): with the schedules, `steps_taken`."""
         self.decoders = DecoderCache()  # sampling's static cache (and CUDA graph), kept between rollouts
         if not self.quiet and (note := fast_path_note(lm, self.device)):
             tqdm.write(f"note: {note}", file=sys.stderr)

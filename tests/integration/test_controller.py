@@ -338,8 +338,8 @@ def test_ray_run_equals_the_in_process_run(algo, placement, overrides, local_ray
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("prompts", [None, "rt"])
-def test_two_ranks_on_ray_equal_the_torchrun_run(prompts, local_ray, tmp_path):
+@pytest.mark.parametrize("algo, prompts", [("ppo", None), ("ppo", "rt"), ("grpo", None)])
+def test_two_ranks_on_ray_equal_the_torchrun_run(algo, prompts, local_ray, tmp_path):
     """2 ranks in one colocated group (gloo, the package's DDP inside the group) against
     `torchrun --nproc-per-node 2`: every number bit-equal but the held-out eval/* means, which
     torchrun averages per rank first and the driver takes over the whole batch (1e-6). On review
@@ -351,13 +351,13 @@ def test_two_ranks_on_ray_equal_the_torchrun_run(prompts, local_ray, tmp_path):
 
     from rlhf_scratch.controller.ray_trainer import RayPPOTrainer
 
-    out = torchrun("-m", "rlhf_scratch.train", "sentiment", "--total-phases", "3", "--batch-size", "8", "--gen-len", "6",
+    out = torchrun("-m", "rlhf_scratch.train", "sentiment", "--algo", algo, "--total-phases", "3", "--batch-size", "8", "--gen-len", "6",
                    *(["--prompts", prompts] if prompts else []),
                    "--num-minibatches", "2", "--warmup-steps", "1", "--device", "cpu", "--run-dir", str(tmp_path / "run"),
                    cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     expected = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    controller = RayPPOTrainer(args_for("ppo", device="cpu", **({"prompts": prompts} if prompts else {})), workers=2, quiet=True)
+    controller = RayPPOTrainer(args_for(algo, device="cpu", **({"prompts": prompts} if prompts else {})), workers=2, quiet=True)
     try:
         got = read_metrics(controller.fit(tmp_path / "ray"))
         per_rank = controller.actor_rollout_wg.state_dict()

@@ -79,6 +79,8 @@ class RLHFTrainer(Trainer):
 
     METRICS = PPO_METRICS
     args: RLHFArgs
+    critic_alone: bool = False
+    """This phase's `update_critic` was a warmup phase's: only the critic learns, `update_actor` does nothing."""
 
     def __init__(self, args: RLHFArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
         super().__init__(args, reward_fn, quiet)
@@ -91,8 +93,6 @@ class RLHFTrainer(Trainer):
             self.critic = build_critic(self.lm)
             self.critic_optimizer, self.critic_scheduler = get_optimizer_and_scheduler(args, self.critic, args.critic_trunk_lr())
             self.critic_learner = compiled(self.critic, args)  # its learning forward, as the policy's (--compile)
-        self.critic_alone = False
-        """This phase's `update_critic` was a warmup phase's: only the critic learns, `update_actor` does nothing."""
 
     @staticmethod
     def check_ranks(args: RLHFArgs, ranks: int) -> None:
