@@ -159,7 +159,10 @@ def rate(
 
 
 def rater_record(rater: str, params: dict) -> dict:
-    """What a flawed rater's rows carry under "rater": its name and the parameters it used."""
+    """What a flawed rater's rows carry under "rater": its name and the parameters it used (the honest
+    rater's rows carry none: a KeyError, as for a rater that does not exist)."""
+    if rater == "honest":
+        raise KeyError("honest: the honest rater's rows carry no rater record")
     return {"name": rater, **{k: params[k] for k in RATER_USES[rater]}}
 
 

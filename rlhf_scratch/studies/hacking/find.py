@@ -66,40 +66,12 @@ from rlhf_scratch.reward.model import check_reward_model_run
 from rlhf_scratch.reward.preferences import RATER_DEFAULTS
 from rlhf_scratch.rollout.prompts import check_context
 from rlhf_scratch.studies.hacking.describe import Texts, describe, per_sample_ngram_fraction
+from rlhf_scratch.studies.hacking.excess import explained_share, standardised_gold  # the formulas (steps 1 and 3)
 
 PROG = "python -m rlhf_scratch.studies.hacking.find"
 ScoreFn = Callable[[list[str]], Tensor]
 """texts (prompt + completion) -> one score each: the proxy, or gold g."""
 INTERNAL = ("neuron", "head", "direction")
-
-
-# --- the formulas -------------------------------------------------------------------------------
-
-
-def standardised_gold(gold: Float[Tensor, " n"], gold_ref: Float[Tensor, " m"],
-                      proxy_ref: Float[Tensor, " m"]) -> Float[Tensor, " n"]:
-    """ĝ = μ_p + (g' − μ_g) · σ_p / σ_g, moments (population s.d.) over the reference's samples."""
-    sd_g = gold_ref.std(unbiased=False)
-    if sd_g == 0:
-        raise ValueError("standardised_gold: gold is constant on the reference's samples")
-    return proxy_ref.mean() + (gold - gold_ref.mean()) * proxy_ref.std(unbiased=False) / sd_g
-
-
-def explained_share(excess: Float[Tensor, " n"], activation: Float[Tensor, "n f"],
-                    policy: Bool[Tensor, " n"]) -> dict[str, Tensor]:
-    """Per feature (column): the within-group slope β_w, share = β_w (ā₁ − ā₀) / (ē₁ − ē₀) and r²_w
-    (module docstring; group 1 = `policy`). A column constant within both groups has β_w = 0."""
-    e, a = excess.double(), activation.double()
-    e_c, a_c = e.clone(), a.clone()
-    for g in (policy, ~policy):
-        e_c[g] -= e[g].mean()
-        a_c[g] -= a[g].mean(0)
-    cov, var_a, var_e = (a_c * e_c[:, None]).sum(0), (a_c * a_c).sum(0), (e_c * e_c).sum()
-    slope = torch.where(var_a > 0, cov / var_a.clamp_min(1e-300), torch.zeros_like(cov))
-    gap_a = a[policy].mean(0) - a[~policy].mean(0)
-    gap_e = e[policy].mean() - e[~policy].mean()
-    r2 = torch.where(var_a > 0, cov * cov / (var_a.clamp_min(1e-300) * var_e), torch.zeros_like(cov))
-    return {"slope": slope, "share": slope * gap_a / gap_e, "r2_within": r2, "gap_activation": gap_a, "gap_excess": gap_e}
 
 
 # --- samples and their scores -------------------------------------------------------------------
