@@ -12,22 +12,30 @@ AssertionError names the mistake instead of only printing two numbers:
 
 A pass prints one line: `check_calc_kl_penalty: all 3 cases pass`.
 
+Whatever goes wrong is that one AssertionError, naming the case: an answer of another dtype kind than
+the hand-worked one (int64 where it is floating point, a float mask where it is bool); your function
+returning what the check cannot read (None, a str, a numpy array: said beside what the solution returns
+there); your function raising (the error, chained, so its traceback still shows your line). Only a
+stub's NotImplementedError comes out as itself.
+
 Your `fn` must have the signature of the solution of the same name (written to be read, in the
 `course/solutions*.py` module named in `REFERENCES`; the package's own has the same): the check
 calls the required arguments by position and the optional ones by keyword, exactly as the trainers
 do. Only torch is imported here, so a notebook that imports the checks starts in a second.
 
 Longer than 500 lines because it is one catalogue read by section: what a check is made of (the
-first 170 lines), then one section per exercise function — its cases with the hand computation in
+first 350 lines, every other checks module's too), then one section per exercise function — its cases with the hand computation in
 comments, the mistakes they recognise, its `check_<name>` — in the exercises' order. A section is
 found by its function's name and read alone; a file per section would scatter 14 siblings of 40–90
 lines that share every helper, and `REFERENCES` and `CASES` list them all in one place.
 """
 
+import functools
+import importlib
 import inspect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -41,10 +49,12 @@ LN2, LN3 = math.log(2), math.log(3)
 
 @dataclass(frozen=True)
 class Reference:
-    """Where the solution lives and its signature (parameter names and defaults, no annotations)."""
+    """Where the solution lives and its signature (parameter names and defaults, no annotations).
+    `by_position`: the check passes every argument by position, so any names will do (the count must fit)."""
 
     module: str
     signature: str
+    by_position: bool = False
 
     def param_names(self) -> tuple[str, ...]:
         """`(a, b=1.0)` -> ("a", "b"); no default here holds a comma."""
@@ -138,10 +148,37 @@ def _close(out: Tensor, value: Tensor, case: Case) -> bool:
                                                        equal_nan=True)  # NaN is an answer only where it is expected
 
 
+def _kind(dtype: torch.dtype) -> str:
+    return ("a bool" if dtype == torch.bool else "a floating-point" if dtype.is_floating_point
+            else "a complex" if dtype.is_complex else "an integer")
+
+
+DTYPE_HINTS = {
+    "a floating-point": "compute in the inputs' floating-point dtype: an integer tensor rounds, and carries no gradient",
+    "an integer": "indices and counts are integers (torch.long): a float tensor cannot index",
+    "a bool": "a mask is a bool tensor (a comparison, e.g. x > 0), not 1.0 / 0.0 or 1 / 0",
+}
+
+
+def _dtype_problem(case: Case, out: Tensor) -> str | None:
+    """What is wrong with `out`'s dtype, where the hand-worked answer has another kind (floating point,
+    integer, bool: as its numbers are written, 1.0 or 1 or True)."""
+    try:
+        want = _kind(case.expected.dtype if isinstance(case.expected, Tensor) else torch.as_tensor(case.expected).dtype)
+    except (TypeError, ValueError, RuntimeError):  # an answer torch cannot read as one tensor: nothing to compare
+        return None
+    if _kind(out.dtype) == want:
+        return None
+    return f"  got {_describe(out)}; the answer is {want} tensor\n  hint: {DTYPE_HINTS.get(want, '')}"
+
+
 def _judge(case: Case, out: Any) -> str | None:
     """None if `out` is the answer; else what went wrong, with the hint of the mistake it matches."""
     if not isinstance(out, Tensor):
-        return f"  got a {type(out).__name__}, expected a tensor"
+        return f"  got {_describe(out)}, expected a tensor"
+    wrong_dtype = _dtype_problem(case, out)
+    if wrong_dtype is not None:
+        return wrong_dtype
     expected = _tensor(case.expected)
     got = f"  got      {_fmt(out)}\n  expected {_fmt(expected)}"
     if _close(out, expected, case):
@@ -162,23 +199,154 @@ def _check_signature(name: str, fn: object, ref: Reference | None = None) -> Non
         raise AssertionError(f"check_{name}: pass your function itself, {name}{ref.signature}; "
                              f"got {type(fn).__name__} {str(fn)[:40]!r}")
     try:
-        params = tuple(inspect.signature(fn).parameters)
+        signature = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin or C function: nothing to compare
         return
-    if params != ref.param_names():
+    params = tuple(signature.parameters)
+    if ref.by_position:
+        try:
+            signature.bind(*ref.param_names())
+        except TypeError as e:
+            raise AssertionError(f"check_{name}: fn is called as {name}{ref.signature}, every argument by position; "
+                                 f"yours is ({', '.join(params)}): {e}") from None
+    elif params != ref.param_names():
         raise AssertionError(f"check_{name}: fn must have the signature of {ref.module}.{name}{ref.signature}; "
                              f"yours is ({', '.join(params)})")
 
 
 def _run(name: str, fn: Callable, cases: list[Case], ref: Reference | None = None) -> None:
     """Run every case; raise at the first wrong one with its hint, or print the one pass line.
-    `ref`: the solution's Reference, for the checks of the other modules (`checks_sampling`, ...)."""
+    `ref`: the solution's Reference, for the checks of the other modules (`checks_sampling`, ...).
+    Whatever a case raises becomes that case's AssertionError (`_case_failed`), chained to the error (its
+    traceback shows where); but a stub's NotImplementedError stays one."""
     _check_signature(name, fn, ref)
+    learner = traced(fn)  # one for every case: a check may cache what it built from fn
     for i, case in enumerate(cases, 1):
-        problem = _judge(case, case.run(fn))
-        if problem is not None:
-            raise AssertionError(f"check_{name} failed on case {i}/{len(cases)} ({case.name}):\n{problem}")
+        where = f"check_{name} failed on case {i}/{len(cases)} ({case.name})"
+        learner.trace.clear()
+        solution = functools.partial(_solution_returns, name, case, ref)  # run only to explain a failure
+        try:
+            out = case.run(learner)
+        except Exception as e:
+            if isinstance(e, NotImplementedError):
+                raise  # a stub, not written yet
+            if isinstance(e, AssertionError) and not learner.trace.raised_here(e):  # the check's own verdict
+                if str(e).startswith(f"check_{name}"):
+                    raise
+                raise AssertionError(f"{where}:\n  {e}") from None
+            raise _case_failed(name, where, e, learner.trace, solution) from e
+        problem = _judge(case, out)
+        if problem is not None:  # a case that reads fn's tensor through a function of it sees no dtype: say it here
+            raise AssertionError(f"{where}:\n{_returned(name, learner.trace, solution, dtype_only=True) or problem}")
     print(f"check_{name}: all {len(cases)} cases pass")
+
+
+# --- what went wrong when a case raised --------------------------------------------------------
+
+
+@dataclass
+class Trace:
+    """What the learner's fn returned, and what it raised, while one case ran."""
+
+    returned: list[Any] = field(default_factory=list)
+    raised: BaseException | None = None
+
+    def clear(self) -> None:
+        self.returned.clear()
+        self.raised = None
+
+    def raised_here(self, err: BaseException) -> bool:
+        """`err` is what fn raised, or was raised from it."""
+        while err is not None:
+            if err is self.raised:
+                return True
+            err = err.__cause__ or err.__context__
+        return False
+
+
+def traced(fn: Callable) -> Callable:
+    """fn as a plain function (so it binds as a method where a check installs it) with fn's signature,
+    recording in its `.trace` what each call returned or raised."""
+    trace = Trace()
+
+    @functools.wraps(fn)
+    def learner(*args: Any, **kwargs: Any) -> Any:
+        try:
+            out = fn(*args, **kwargs)
+        except BaseException as e:
+            trace.raised = e
+            raise
+        trace.returned.append(out)
+        return out
+
+    learner.trace = trace
+    return learner
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
+
+
+def _describe(x: Any) -> str:
+    """What a value is, for a message: its type and, for a tensor or array, dtype and shape."""
+    if x is None:
+        return "None"
+    if isinstance(x, Tensor):
+        return f"{_a(str(x.dtype).removeprefix('torch.'))} tensor of shape {tuple(x.shape)}"
+    if type(x).__module__ == "numpy" and hasattr(x, "shape"):
+        return f"a numpy array ({x.dtype}) of shape {tuple(x.shape)}: return a torch tensor"
+    if isinstance(x, (list, tuple)):
+        kinds = sorted({type(v).__name__ for v in x})
+        return f"a {type(x).__name__} of {len(x)}" + (f" ({', '.join(kinds)})" if kinds else "")
+    if isinstance(x, (str, int, float, bool)):
+        return _a(type(x).__name__) + " " + (repr(x[:40]) if isinstance(x, str) else repr(x))
+    return _a(type(x).__name__)
+
+
+def _shape_of(x: Any) -> Any:
+    """What must agree between the learner's return and the solution's: the type, and a tensor's dtype kind and rank."""
+    return ("tensor", _kind(x.dtype), x.dim()) if isinstance(x, Tensor) else type(x)
+
+
+def _solution_returns(name: str, case: Case, ref: Reference | None) -> Any:
+    """What the solution's fn returns on `case` (its first call), or None where it cannot be run here."""
+    ref = ref or REFERENCES.get(name)
+    try:
+        solution = traced(getattr(importlib.import_module(ref.module), name))
+        case.run(solution)
+        return solution.trace.returned[0]
+    except Exception:  # the message is then made without it
+        return None
+
+
+def _returned(name: str, trace: Trace, solution: Callable[[], Any], dtype_only: bool = False) -> str | None:
+    """"your fn returned A, where the solution returns B" where fn's first return differs from the
+    solution's in type, or a tensor's dtype kind or rank (`dtype_only`: only a tensor's dtype kind); else None."""
+    if not trace.returned:
+        return None
+    mine, theirs = trace.returned[0], solution()
+    tensors = isinstance(mine, Tensor) and isinstance(theirs, Tensor)
+    if theirs is None or (not tensors and dtype_only) or _shape_of(mine) == _shape_of(theirs) \
+            or (dtype_only and _kind(mine.dtype) == _kind(theirs.dtype)):
+        return None
+    line = f"  your {name} returned {_describe(mine)}, where the solution returns {_describe(theirs)}"
+    if tensors and _kind(mine.dtype) != _kind(theirs.dtype):
+        line += f"\n  hint: {DTYPE_HINTS.get(_kind(theirs.dtype), '')}"
+    return line
+
+
+def _case_failed(name: str, where: str, err: Exception, trace: Trace, solution: Callable[[], Any]) -> AssertionError:
+    """The AssertionError for a case that raised: your fn raised (which case, what); or it returned
+    something the check could not use (what, and what the solution returns there); or, raised while
+    the check ran code your fn made (a trainer's method), the error with the case named."""
+    error = f"{type(err).__name__}: {err}".strip().rstrip(":")
+    if trace.raised_here(err):
+        return AssertionError(f"{where}:\n  your {name} raised {error}")
+    returned = _returned(name, trace, solution)
+    if returned is None and trace.returned:
+        returned = f"  your {name} returned {_describe(trace.returned[0])}, which the check could not use ({error})"
+    return AssertionError(f"{where}:\n" + (returned or f"  {error} (raised while the check ran your {name}; the "
+                                                        "traceback above shows where)"))
 
 
 # --- get_log_probs ----------------------------------------------------------------------------

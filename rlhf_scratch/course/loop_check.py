@@ -81,6 +81,7 @@ from rlhf_scratch.core.objectives import (
     generated_span,
     temperature_scaled,
 )
+from rlhf_scratch.course.checks import Reference, _case_failed, _check_signature, traced
 from rlhf_scratch.engine.optim import get_optimizer_and_scheduler
 from rlhf_scratch.rollout.generation import attention_mask_or_none
 from rlhf_scratch.rollout.phase import Rollout
@@ -91,6 +92,9 @@ LearningPhase = Callable[
     dict,
 ]
 """What `check_learning_phase` checks: fn(policy, ref_model, rollout, args, optimizer, scheduler) -> stats."""
+REFERENCE = Reference("notebooks/solutions/06_build_the_ppo_loop_solutions.ipynb",
+                      "(policy, ref_model, rollout, args, optimizer, scheduler)", by_position=True)
+"""How `fn` is called: six arguments by position (named as you like)."""
 
 CHECK_SETTINGS: dict[str, Any] = dict(
     batch_size=16, num_minibatches=2, gen_len=8, batches_per_learning_phase=2,  # 4 optimizer steps a phase
@@ -367,12 +371,32 @@ def run_learner(start: Start, fn: LearningPhase) -> PhaseResult:
     optimizer.load_state_dict(copy.deepcopy(start.optimizer_state))
     scheduler.load_state_dict(copy.deepcopy(start.scheduler_state))
     torch.set_rng_state(start.rng)
-    with first_gradients(optimizer, policy) as grads:
-        stats = fn(policy, ref_model, copy.deepcopy(start.rollout), copy.deepcopy(trainer.args), optimizer, scheduler)
+    learner = traced(fn)
+    try:
+        with first_gradients(optimizer, policy) as grads:
+            stats = learner(policy, ref_model, copy.deepcopy(start.rollout), copy.deepcopy(trainer.args), optimizer,
+                            scheduler)
+    except Exception as e:
+        if isinstance(e, NotImplementedError):  # the stub, not written yet
+            raise
+        raise LearningPhaseMismatch(str(_case_failed("learning_phase", "check_learning_phase failed", e,
+                                                     learner.trace, lambda: None))) from e
     if not isinstance(stats, dict):
         raise LearningPhaseMismatch(f"your learning phase returned {type(stats).__name__}; return a dict of its "
                                     "statistics, e.g. {'objective/total': mean J over the minibatches, ...}")
+    not_numbers = {k: v for k, v in stats.items() if not _number(v)}
+    if not_numbers:
+        k, v = next(iter(not_numbers.items()))
+        raise LearningPhaseMismatch(f"your learning phase's stats[{k!r}] is {type(v).__name__} {str(v)[:40]!r}: each "
+                                    "statistic is one number (a float, or a tensor of one element)")
     return outcome(policy, optimizer, scheduler, {k: float(v) for k, v in stats.items()}, grads)
+
+
+def _number(v: Any) -> bool:
+    """A statistic `float()` reads: a real number, or a tensor or array of one element."""
+    if isinstance(v, (Tensor, np.ndarray)):
+        return v.numel() == 1 if isinstance(v, Tensor) else v.size == 1
+    return isinstance(v, (int, float)) and not isinstance(v, bool) or isinstance(v, np.number)
 
 
 # ------------------------------------------------------------------ comparing
@@ -515,6 +539,7 @@ def check_learning_phase(fn: LearningPhase) -> LoopCheckReport:
     docstring); raise `LearningPhaseMismatch` naming what differs and its likely cause, or return
     the measured differences. One torch thread; the caller's RNGs (torch's, numpy's, Python's: the
     trainer's setup seeds them) and thread count are given back as they were."""
+    _check_signature("learning_phase", fn, REFERENCE)  # None, 42, a function of two arguments: named before the trainer is built
     threads, rngs = torch.get_num_threads(), (torch.get_rng_state(), np.random.get_state(), random.getstate())
     torch.set_num_threads(1)
     try:

@@ -6,6 +6,7 @@ The planted bugs are written out below as a learner would (each is the solution 
 so a check that stopped recognising a mistake, or stopped catching it at all, turns this red.
 """
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -103,6 +105,83 @@ def test_something_not_callable_is_named_before_anything_runs():
     with pytest.raises(AssertionError, match=r"^check_normalize_reward: pass your function itself, "
                                              r"normalize_reward\(reward, eps=1e-05\); got int '42'$"):
         checks._check_signature("normalize_reward", 42)
+
+
+def returning(name: str, value):
+    """A learner with the solution's signature that returns `value` (or `value(the solution's answer)`)."""
+    answer = solution(name)
+
+    @functools.wraps(answer)
+    def fn(*args, **kwargs):
+        return value(answer(*args, **kwargs)) if callable(value) else value
+
+    return fn
+
+
+def as_int64(x):
+    return x.long() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+WRONG_RETURNS = {"None": None, "str": "abc", "list": [0.5], "ndarray": np.zeros(3), "float": 0.5, "int64": as_int64}
+
+
+@pytest.mark.parametrize("name", list(catalogue.REFERENCES))
+def test_a_wrong_type_returned_is_one_assertion_error_of_the_check(name, capsys):
+    """None, a str, a list, a numpy array, a float, or the solution's floating-point answer as int64:
+    each check answers with its own AssertionError (check_<name> …), never a TypeError from inside the
+    check. Passing is allowed only where the wrong value is not the answer's (int64 of an integer answer,
+    or a return the check does not read)."""
+    for label, value in WRONG_RETURNS.items():
+        try:
+            check(name)(returning(name, value))
+        except AssertionError as e:
+            assert str(e).startswith(f"check_{name}"), f"{label}: {e}"
+            if label == "int64":
+                assert "int64" in str(e) or "floating" in str(e), f"{label}: {e}"
+        else:
+            assert label == "int64" or name == "reward_model_step", f"check_{name} passed a learner returning {label}"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("name, value, phrase", [
+    ("calc_k3_kl", None, "your calc_k3_kl returned None, where the solution returns a float32 tensor of shape (121, 4)"),
+    ("calc_k3_kl", np.zeros(3), "your calc_k3_kl returned a numpy array (float64) of shape (3,)"),
+    ("early_stop_index", None, "your early_stop_index returned None, where the solution returns an int 2"),
+    ("minibatch_rows", None, "your minibatch_rows returned None, where the solution returns a generator"),
+    ("paired_difference_interval", "abc", "your paired_difference_interval returned a str 'abc', where the solution "
+                                          "returns a tuple of 3"),
+    ("steered_logits", as_int64, "your steered_logits returned an int64 tensor of shape (2, 5, 10), where the solution "
+                                 "returns a float32 tensor of shape (2, 5, 10)\n  hint: compute in the inputs' floating"),
+    # the hand case's answer is integral ([[1, 7], [6, −8]]): int64 of it passed before
+    ("compute_advantages", as_int64, "your compute_advantages returned an int64 tensor of shape (2, 2), where the "
+                                     "solution returns a float32 tensor"),
+    ("completion_mask", lambda m: m.float(), "your completion_mask returned a float32 tensor of shape (3, 4), where the "
+                                             "solution returns a bool tensor of shape (3, 4)\n  hint: a mask is a bool"),
+])
+def test_the_wrong_type_or_dtype_is_named_with_the_case_and_what_the_solution_returns(name, value, phrase):
+    message = fails_with(name, returning(name, value), phrase)
+    assert message.startswith(f"check_{name} failed on case 1/"), message
+
+
+def test_an_exception_of_the_learner_names_the_case_it_raised_on():
+    """The learner's own error: one AssertionError naming the case and the error, chained to it (so the
+    traceback still shows the learner's line); a stub's NotImplementedError stays one."""
+    def compute_advantages(values, rewards, prefix_len, mask=None):
+        if mask is not None:
+            raise IndexError("my bug with the mask")
+        return solution("compute_advantages")(values, rewards, prefix_len)
+
+    with pytest.raises(AssertionError) as err:
+        check("compute_advantages")(compute_advantages)
+    assert str(err.value) == ("check_compute_advantages failed on case 2/2 (row 1 ends at EOS (mask)):\n"
+                              "  your compute_advantages raised IndexError: my bug with the mask")
+    assert isinstance(err.value.__cause__, IndexError)
+
+    def normalize_reward(reward, eps=1e-05):
+        raise NotImplementedError
+
+    with pytest.raises(NotImplementedError):
+        check("normalize_reward")(normalize_reward)
 
 
 def test_an_unknown_mistake_still_shows_the_case_and_both_numbers():

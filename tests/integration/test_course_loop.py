@@ -111,6 +111,34 @@ def hand_written_phase(bug: str | None = None):
     return learning_phase
 
 
+@pytest.mark.parametrize("fn, phrase", [
+    (None, "check_learning_phase: pass your function itself, learning_phase(policy, ref_model, rollout, args, "
+           "optimizer, scheduler); got NoneType 'None'"),
+    (42, "check_learning_phase: pass your function itself, learning_phase(policy, ref_model, rollout, args, "
+         "optimizer, scheduler); got int '42'"),
+    (lambda policy, rollout: {}, "check_learning_phase: fn is called as learning_phase(policy, ref_model, rollout, "
+                                 "args, optimizer, scheduler), every argument by position; yours is (policy, rollout)"),
+])
+def test_something_not_a_learning_phase_is_named_before_the_trainer_is_built(fn, phrase):
+    """As a notebook calls it (the suite's beartype would refuse None itself: the unwrapped function)."""
+    with pytest.raises(AssertionError) as err:
+        getattr(check_learning_phase, "__wrapped__", check_learning_phase)(fn)
+    assert str(err.value).startswith(phrase), str(err.value)
+
+
+def test_the_learners_own_error_and_a_statistic_that_is_no_number_are_named():
+    def raises(policy, ref_model, rollout, args, optimizer, scheduler):
+        raise KeyError("advantages")
+
+    with pytest.raises(LearningPhaseMismatch) as err:
+        check_learning_phase(raises)
+    assert str(err.value) == "check_learning_phase failed:\n  your learning_phase raised KeyError: 'advantages'"
+    assert isinstance(err.value.__cause__, KeyError)
+
+    with pytest.raises(LearningPhaseMismatch, match=r"stats\['objective/total'\] is str 'high': each statistic is one number"):
+        check_learning_phase(lambda policy, ref_model, rollout, args, optimizer, scheduler: {"objective/total": "high"})
+
+
 def test_the_packages_own_learning_phase_passes_bit_for_bit_and_the_rng_is_given_back():
     rng = torch.get_rng_state()
     report = check_learning_phase(package_phase)
