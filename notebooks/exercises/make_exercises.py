@@ -15,6 +15,8 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from rlhf_scratch.course import _CHECKS  # check name -> the module it lives in (imports no torch)
+
 HERE = Path(__file__).parent
 
 KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
@@ -33,7 +35,7 @@ from rlhf_scratch.course import (
 HOW = """\
 **How it works.** Each exercise gives a formula and what to watch for, then a stub: replace its
 `raise NotImplementedError` with your code and run the cell after it. `check_<name>` calls your
-function on small cases worked out by hand (in `rlhf_scratch/course/checks.py`) and prints one line
+function on small cases worked out by hand (in {checks_modules}) and prints one line
 when all pass. When one fails it raises an `AssertionError` that names the case and, when it
 recognises the mistake by the number you produced, says which one (`hint: ...`). Keep the
 signature as given: the checks call it as the trainers do.
@@ -67,10 +69,18 @@ def exercise_cells(ex: Exercise) -> list:
     return cells
 
 
+def checks_modules(exercises: list[Exercise]) -> str:
+    """Where these exercises' checks live, each module once, in order: "`rlhf_scratch/course/checks_sampling.py`
+    and `rlhf_scratch/course/checks_reward.py`" (the package's own map, so a check that moves is named where it is)."""
+    modules = [f"`rlhf_scratch/course/{module}.py`" for module in dict.fromkeys(_CHECKS[f"check_{ex.name}"] for ex in exercises)]
+    return modules[0] if len(modules) == 1 else ", ".join(modules[:-1]) + " and " + modules[-1]
+
+
 def notebook(intro: str, exercises: list[Exercise], outro: str, how: str = HOW, imports: str = "") -> nbformat.NotebookNode:
     """`imports`: lines added to the setup cell after the torch imports (what the stubs' signatures name)."""
     checks = "\n".join(f"    check_{ex.name}," for ex in exercises)
     setup = SETUP.format(checks=checks)
+    how = how.replace("{checks_modules}", checks_modules(exercises))
     if imports:
         setup = setup.replace("from torch import Tensor\n", "from torch import Tensor\n" + imports + "\n")
     cells = [new_markdown_cell(intro + "\n\n" + how, id="intro"), new_code_cell(setup, id="setup")]
@@ -658,7 +668,8 @@ def reward_model_step(model: nn.Module, chosen: Tensor, rejected: Tensor, optimi
     """loss = mean -log sigmoid(model(chosen) - model(rejected)); zero_grad, backward, step; return loss.item()."""
     raise NotImplementedError''')
 
-HOW_SOLUTIONS = HOW_03.replace("`rlhf_scratch/course/solutions.py`", "`rlhf_scratch/course/solutions.py`{extra}")
+HOW_SOLUTIONS = (HOW_03.replace("{checks_modules}", "{{checks_modules}}")  # left for `notebook` to fill in
+                 .replace("`rlhf_scratch/course/solutions.py`", "`rlhf_scratch/course/solutions.py`{extra}"))
 
 ROLLOUT = notebook(
     """# Exercises 4 · The rollout's parts: sampling, the replay memory, the reward model
@@ -1020,7 +1031,7 @@ each a whole job: **write an algorithm** the way the package adds one and train 
 estimator exactly** with the exact-gradient microscope instead of trusting a noisy run; and **decide
 a lesson** the way every study here does, over seeds with an interval — on the package's own
 recorded runs, where a one-seed lesson reversed. Each check compares with the package's own
-(`RLOOTrainer`, the microscope's exact KL, `studies.stats`). Notebook `../07_exact_gradient_microscope.ipynb`
+(`RLOOTrainer`, the microscope's exact KL, `studies.stats`). Notebook `../07_exact_gradients.ipynb`
 goes on to the open problems.""",
     [RLOO_TRAINER, K3, PAIRED],
     """## All three pass?
