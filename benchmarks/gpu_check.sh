@@ -4,6 +4,11 @@
 #   OUT=/tmp/gpu_out bash benchmarks/gpu_check.sh                 # on a GPU machine (≤ ~8 min)
 #   OUT=/tmp/gpu_out DEVICE=cpu bash benchmarks/gpu_check.sh      # the same steps, tiny and short, on a CPU
 #
+# Exit 0 only when every step that ran passed; 1 when a step failed or timed out (the last line names
+# them), 2 without OUT, 3 when the package does not import, 4 on a machine without a CUDA GPU (nothing
+# run: DEVICE=cpu is the CPU mode). Everything is written under $OUT (the default run's folder too,
+# removed once its metrics are copied); only the wheels of a GPU machine install outside, to /tmp/site.
+#
 # What it runs, in order of importance, each step under its own timeout and the whole under
 # BUDGET seconds (a step that would start past it is skipped, said in the log):
 #   1. the CUDA tests (pytest -m cuda): the CUDA-graph decode step, the fast forward on the GPU
@@ -35,7 +40,7 @@
 #   tar -cf - -C /tmp/ray-site . | xz -T2 -6 > $PROJECT/.extra/ray-site.tar.xz
 #   mkdir -p .extra && cp -r "$(python -c 'import vaderSentiment,os;print(os.path.dirname(vaderSentiment.__file__))')" .extra/
 set -u
-OUT=${OUT:?set OUT to the folder for the results}
+[ -n "${OUT:-}" ] || { echo "gpu_check: OUT=FOLDER is required, the folder for the results (OUT=/tmp/gpu_out bash benchmarks/gpu_check.sh)" >&2; exit 2; }
 DEVICE=${DEVICE:-cuda}
 BUDGET=${BUDGET:-540}
 STEPS=${STEPS:-1,2,3,4,5,6}   # which of the steps below to run (a shorter check: STEPS=1,2,3 BUDGET=300)
@@ -48,7 +53,14 @@ run(){ local name=$1 t=$2; shift 2; local l; l=$(left)
   case ",$STEPS," in *",${name%%.*},"*) ;; *) return ;; esac
   if [ "$l" -lt $(( t / 2 )) ]; then say "SKIP $name: ${l}s left of the budget"; return; fi
   [ "$l" -lt "$t" ] && t=$l
-  say "$name (timeout ${t}s)"; timeout "$t" "$@" >>"$L" 2>&1; say "$name rc=$?"; }
+  say "$name (timeout ${t}s)"; timeout "$t" "$@" >>"$L" 2>&1; local rc=$?; say "$name rc=$rc"
+  [ "$rc" -eq 0 ] || FAILED="$FAILED, $name$([ "$rc" -eq 124 ] && echo " (timed out)")"; }
+FAILED=""
+
+if [ "$DEVICE" != cpu ]; then  # before anything is installed: a machine without a GPU runs nothing
+  why=$(python3 -c "import torch; print('' if torch.cuda.is_available() else f'torch {torch.__version__} sees no CUDA device')" 2>&1 | tail -1)
+  [ -z "$why" ] || { echo "gpu_check: no GPU here ($why): nothing was run; DEVICE=cpu runs the same steps, tiny, on the CPU" | tee -a "$L" >&2; exit 4; }
+fi
 
 if [ -d .whl ] && [ "$DEVICE" != cpu ]; then
   mkdir -p /tmp/site; [ -f /tmp/site/.installed ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >>"$L" 2>&1 || say "pip failed"
@@ -73,10 +85,11 @@ run "2. gpu_speed ($SHAPE)" 100 python3 benchmarks/gpu_speed.py --device "$DEVIC
   --sections peak,learn,decode,round --json "$OUT/gpu_speed.json"
 run "3. beside TRL, tiny preset" 150 python3 benchmarks/bench_trl.py --device "$DEVICE" --threads 0 --repeats 1 \
   --rounds $ROUNDS --systems $SYSTEMS --json "$OUT/bench_tiny.json"
+RUN=$OUT/default_run  # inside OUT; its checkpoints are removed once the metrics are copied
 run "4. default run" 110 python3 -m rlhf_scratch.train sentiment --device "$DEVICE" --total-phases $PHASES \
-  --run-dir /tmp/gpu_check_default_$T0
-cp /tmp/gpu_check_default_$T0/metrics.jsonl "$OUT/ppo_default.jsonl" 2>/dev/null &&
-python3 - "$OUT/ppo_default.jsonl" >>"$L" 2>&1 <<'EOF'
+  --run-dir "$RUN"
+[ -f "$RUN/metrics.jsonl" ] && cp "$RUN/metrics.jsonl" "$OUT/ppo_default.jsonl" && rm -rf "$RUN" &&
+{ python3 - "$OUT/ppo_default.jsonl" >>"$L" 2>&1 || FAILED="$FAILED, 4. the default run's summary"; } <<'EOF'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 last = rows[-10:]
@@ -87,5 +100,6 @@ EOF
   --shape "$SHAPE" --sections learn-compile --json "$OUT/gpu_speed_compile.json"
 run "6. single controller, one device" 300 python3 benchmarks/controller_overhead.py --device "$DEVICE" --ranks 1 \
   --repeats 3 --phases $(( PHASES < 10 ? 3 : 10 )) --serialisation-reps 0 --out "$OUT/controller_overhead.json"
-say "done"
 grep -E "default run:|TFLOP|tokens_per_s|rc=|SKIP|passed|failed|×|ratio" "$L" | tail -60
+[ -z "$FAILED" ] || { say "FAILED: ${FAILED#, }"; exit 1; }
+say "done: every step that ran passed"
