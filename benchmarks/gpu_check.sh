@@ -7,7 +7,8 @@
 # Exit 0 only when every step that ran passed; 1 when a step failed or timed out (the last line names
 # them), 2 without OUT, 3 when the package does not import, 4 on a machine without a CUDA GPU (nothing
 # run: DEVICE=cpu is the CPU mode). Everything is written under $OUT (the default run's folder too,
-# removed once its metrics are copied); only the wheels of a GPU machine install outside, to /tmp/site.
+# removed once its metrics are copied), but the wheels a GPU machine installs (/tmp/site, kept for a
+# second call) and Ray's session logs of step 6 (/tmp/ray, Ray's own place).
 #
 # What it runs, in order of importance, each step under its own timeout and the whole under
 # BUDGET seconds (a step that would start past it is skipped, said in the log):
