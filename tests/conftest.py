@@ -1,7 +1,8 @@
 """Shared test setup: the Hub is never reached, and small random models for unit tests.
 
 The suite in three tiers, one folder each (README "Test" and CONTRIBUTING state their times):
-    tests/unit/         functions against hand-worked numbers, no whole runs: the contributor's loop
+    tests/unit/         functions against hand-worked numbers, no whole run and no process (its conftest
+                        fails a test that starts either): the contributor's loop
     tests/integration/  whole runs, commands, resume, the controller, pages (its `slow` tests marked)
     tests/slow/         notebooks, torchrun, the TRL peer check (every test marked slow by this file)
 The support modules (toy_algorithm, distributed_worker, kill_sweep, processes) stay in tests/, on sys.path.

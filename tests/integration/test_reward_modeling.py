@@ -13,9 +13,12 @@ of the mean would vanish).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
+from rlhf_scratch.reward.ensemble import RewardEnsemble
 from rlhf_scratch.reward.model import calc_reward_model_loss, reward_model_metrics
 
 CHOSEN = [2.0, 0.5, -1.0]
@@ -245,3 +248,32 @@ def test_reward_model_command_refuses_bad_input_in_one_line(tmp_path, capsys):
     assert err == f'error: pairs: {bad} line 2: no "rejected" field'
     assert main(["--pairs", str(bad), "--lr", "-1"]) == 2
     assert capsys.readouterr().err.strip() == "error: lr: must be > 0; got -1.0"
+
+
+def test_task_sentiment_scores_with_the_ensemble_of_two_real_reward_models(tmp_path, one_thread):
+    from rlhf_scratch.config import make_args
+    from rlhf_scratch.engine.reward_model import train_reward_model
+    from rlhf_scratch.reward.functions import SentimentReward
+    from rlhf_scratch.reward.model import RewardModelArgs
+    from rlhf_scratch.reward.tasks import make_reward_fn
+
+    rows = [{"prompt": p, "chosen": " good.", "rejected": " bad.", "score_chosen": 1.0, "score_rejected": 0.0}
+            for p in ("The film was", "I thought it", "This movie is", "The plot felt")]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    members = []
+    for seed in (1, 2):  # same pairs, different training seeds: different heads, different scores
+        run = tmp_path / f"rm{seed}"
+        train_reward_model(RewardModelArgs(pairs=str(pairs), run_dir=str(run), epochs=1, batch_size=2, lr=1e-3,
+                                           eval_fraction=0.25, seed=seed, quiet=True))
+        members.append(str(run))
+    samples = ["The film was good.", "The film was bad.", "I thought it dull"]
+    each = torch.stack([SentimentReward(m)(samples) for m in members])
+    assert not torch.allclose(each[0], each[1]), "two training seeds should give two different proxies"
+    fn = make_reward_fn(make_args("tiny", reward_model=f"min:{members[0]},{members[1]}"))
+    assert isinstance(fn, RewardEnsemble)
+    assert fn(samples).tolist() == pytest.approx(each.min(dim=0).values.tolist(), abs=1e-6)
+    neg = make_reward_fn(make_args("tiny", reward_model=f"mean:{members[0]},{members[1]}", direction="neg"))
+    assert neg(samples).tolist() == pytest.approx((-each.mean(dim=0)).tolist(), abs=1e-6)
+    with pytest.raises(ValueError, match="ensemble member .*nope is not a finished reward-model run"):
+        make_reward_fn(make_args("tiny", reward_model=f"min:{members[0]},{tmp_path / 'nope'}"))

@@ -96,35 +96,6 @@ def test_a_missing_or_mismatched_member_is_one_line_naming_it(tmp_path):
     check_members([a, _fake_run(tmp_path / "c")])
 
 
-def test_task_sentiment_scores_with_the_ensemble_of_two_real_reward_models(tmp_path, one_thread):
-    from rlhf_scratch.config import make_args
-    from rlhf_scratch.engine.reward_model import train_reward_model
-    from rlhf_scratch.reward.functions import SentimentReward
-    from rlhf_scratch.reward.model import RewardModelArgs
-    from rlhf_scratch.reward.tasks import make_reward_fn
-
-    rows = [{"prompt": p, "chosen": " good.", "rejected": " bad.", "score_chosen": 1.0, "score_rejected": 0.0}
-            for p in ("The film was", "I thought it", "This movie is", "The plot felt")]
-    pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    members = []
-    for seed in (1, 2):  # same pairs, different training seeds: different heads, different scores
-        run = tmp_path / f"rm{seed}"
-        train_reward_model(RewardModelArgs(pairs=str(pairs), run_dir=str(run), epochs=1, batch_size=2, lr=1e-3,
-                                           eval_fraction=0.25, seed=seed, quiet=True))
-        members.append(str(run))
-    samples = ["The film was good.", "The film was bad.", "I thought it dull"]
-    each = torch.stack([SentimentReward(m)(samples) for m in members])
-    assert not torch.allclose(each[0], each[1]), "two training seeds should give two different proxies"
-    fn = make_reward_fn(make_args("tiny", reward_model=f"min:{members[0]},{members[1]}"))
-    assert isinstance(fn, RewardEnsemble)
-    assert fn(samples).tolist() == pytest.approx(each.min(dim=0).values.tolist(), abs=1e-6)
-    neg = make_reward_fn(make_args("tiny", reward_model=f"mean:{members[0]},{members[1]}", direction="neg"))
-    assert neg(samples).tolist() == pytest.approx((-each.mean(dim=0)).tolist(), abs=1e-6)
-    with pytest.raises(ValueError, match="ensemble member .*nope is not a finished reward-model run"):
-        make_reward_fn(make_args("tiny", reward_model=f"min:{members[0]},{tmp_path / 'nope'}"))
-
-
 def test_a_run_records_its_members_absolute_and_their_weights_hashed(tmp_path, monkeypatch):
     """Which bug turns it red: members recorded as given (`min:rmA,rmB`), so a run resumed from another
     folder holding its own rmA silently trains against other weights; or no hash, so changed weights
