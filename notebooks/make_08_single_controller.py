@@ -96,7 +96,8 @@ def group_calls(method):
 calls = [("", "driver", "next_prompts", "")]
 for part in (dataflow.roll_out, dataflow.learn):  # the loop's steps, in order: _call("gen", times, trainer.generate_sequences, ...)
     for step, role in re.findall(r'_call\("(\w+)", times, trainer\.(\w+)', inspect.getsource(part)):
-        condition = "the algorithm has a critic" if step in ("values", "update_critic") else ""
+        condition = {"values": "V did not come with log π_old: --max-staleness 1",
+                     "update_critic": "the algorithm has a critic"}.get(step, "")
         remote = group_calls(getattr(RayPPOTrainer, role))
         calls += [(step, who, what, condition) for who, what in remote] or [(step, "driver", role, condition)]
 assert sum(who != "driver" for _, who, _, _ in calls) >= 5, "no worker-group call found in RayPPOTrainer's roles"
@@ -402,8 +403,10 @@ assert not moved"""),
 
 Only the clocks differ: the three `charts/` clocks and the loop's `timing/*` take other values, the
 in-process breakdown inside each role (`time/*`: generation, forwards, backward …) is measured only
-where the work runs, and `timing/values` is logged only through Ray (in process PPO's values come from
-the log-probs' own trunk forward, so the loop skips that call; through Ray the critic is called, as in verl).
+where the work runs. Neither backend logs `timing/values`: PPO's critic is the value head on the actor's
+own trunk, in the actor's process, so V comes with log π_old from the same forward and the loop skips
+verl's separate `compute_values` call (it is made only under `--max-staleness 1`, where the rollout pool's
+weights are the sampler's and V must be the critic's now).
 Every other number is **bit-equal** (the `!r` shows all the digits), and the final weights are the
 same tensors exactly. Not "within 1e-6": nothing is summed in another order,
 because with one rank the worker runs the in-process trainer's own functions on the same batch. With

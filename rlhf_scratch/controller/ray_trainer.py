@@ -8,8 +8,8 @@ package's own pieces). `fit` is that loop with this backend:
     rollout  = generate_sequences(prompts)              actor_rollout_ref.generate_sequences        gen
     ĥ_ref    = compute_ref_log_prob(rollout)            actor_rollout_ref.compute_ref_log_prob      ref
     rollout  = compute_log_prob(rollout, ĥ_ref)         actor_rollout_ref.compute_log_prob          old_log_prob
-    V        = compute_values(rollout)                  critic.compute_values (an algorithm with    values
-                                                          a critic: its registry entry says so)
+    V        = compute_values(rollout)                  critic.compute_values, where V did not come  values
+                                                          with log π_old (--max-staleness 1)
     rollout  = compute_scores(rollout)                  rm.compute_rm_score, the missing-EOS        reward
                                                           penalty, actor_rollout_ref.judge_pairs
     compute_advantages(batch)                           on the driver: the algorithm's own method   adv
@@ -109,10 +109,13 @@ def uses_critic(args: CommonArgs) -> bool:
     return registry.get(args.algo).has_critic
 
 
-def timing_steps(args: CommonArgs) -> tuple[str, ...]:
-    """The timing/<step> names a phase of `args.algo` on Ray logs (a warmup phase of PPO logs
-    update_actor too: the call is made, and learns nothing)."""
-    return tuple(step for step in STEPS if step not in ("values", "update_critic") or uses_critic(args))
+def timing_steps(args: CommonArgs, max_staleness: int = 0) -> tuple[str, ...]:
+    """The timing/<step> names a phase of `args.algo` on Ray logs: `update_critic` with a critic (a warmup
+    phase of PPO logs update_actor too: the call is made, and learns nothing), `values` only under
+    --max-staleness 1 (synchronous, V comes with log π_old from the actor's own forward)."""
+    critic = uses_critic(args)
+    return tuple(step for step in STEPS
+                 if (step != "update_critic" or critic) and (step != "values" or (critic and max_staleness)))
 
 
 def advantage_estimator(args: CommonArgs) -> Trainer:

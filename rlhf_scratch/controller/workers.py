@@ -5,8 +5,9 @@
                             whose role methods of the same names each call runs
         generate_sequences    trainer.generate_sequences
         compute_ref_log_prob  trainer.compute_ref_log_prob: the reference's forward, ĥ_ref
-        compute_log_prob      trainer.compute_log_prob(ref_hidden=ĥ_ref, with_values=False): log π_old,
-                              entropy, and from ĥ_ref beside the policy's ĥ log π_ref and the full-vocabulary KL
+        compute_log_prob      trainer.compute_log_prob(ref_hidden=ĥ_ref): log π_old, entropy, and from ĥ_ref
+                              beside the policy's ĥ log π_ref and the full-vocabulary KL; V(s_t) from the
+                              same forward (the critic is in this process), so the loop skips compute_values
         judge_pairs           trainer.judge_pairs (Online DPO's judge, if it has one): verdicts for the driver
         update_actor          trainer.update_actor on the advantages the driver sent: it only learns
         progress_state / weights_state / load_state_dict   the trainer's, for the loop's checkpoints
@@ -22,8 +23,9 @@
                             the weights it sampled with) and judge_pairs; sync_weights loads the actor's
                             weights; rollout_state / load_rollout_state carry it through a checkpoint
     CriticWorker            compute_values: trainer.compute_values, V(s_t) from the blog's value head on
-                            the actor's trunk (colocated: it reads the actor of its own process); a second
-                            trunk forward, the price of verl's separate call (the in-process run has one)
+                            the actor's trunk (colocated: it reads the actor of its own process); called
+                            only where the values did not come with log π_old (--max-staleness 1: the rollout
+                            pool's weights are the sampler's, V is the critic's now)
         update_critic         trainer.update_critic: the value loss alone, in PPO's --critic-warmup phases;
                               with --critic separate every phase, on the trainer's own critic model
                               (the trainer decides; the loop calls it every phase of an algorithm with a critic)
@@ -47,7 +49,8 @@ from rlhf_scratch.controller.decorator import Dispatch, register
 from rlhf_scratch.controller.protocol import LEFT_PAD, LEFT_PAD_MASK, DataProto
 from rlhf_scratch.controller.worker_group import Worker
 from rlhf_scratch.core.timing import take_times
-from rlhf_scratch.engine.batch import batch_of
+from rlhf_scratch.engine import distributed as dist
+from rlhf_scratch.engine.batch import gather_batch
 from rlhf_scratch.engine.checkpoint import rng_state, set_rng_state
 from rlhf_scratch.engine.run_setup import resolve_device
 from rlhf_scratch.engine.runs import save_run_policy
@@ -96,6 +99,11 @@ class ActorRolloutRefWorker(Worker):
     """The policy, its reference and its optimizer: `registry.get(args.algo)`'s trainer, built in
     this process exactly as the in-process run builds it (same seed, same order of random draws)."""
 
+    VALUES_WITH_LOG_PROBS = True
+    """The critic (the value head on this trunk, or --critic separate's model, held by this trainer) lives
+    in this process, so V(s_t) comes from the log-probs' own forward, as in process: one trunk forward
+    and one call fewer a phase than verl's separate `compute_values`, the same numbers."""
+
     def __init__(self, args: CommonArgs) -> None:
         super().__init__()
         self.trainer = registry.get(args.algo).trainer_class()(args, reward_fn=_no_reward, quiet=True)
@@ -120,13 +128,18 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @torch.no_grad()
     def compute_log_prob(self, batch: DataProto, ref: DataProto) -> DataProto:
-        """The trainer's `compute_log_prob` without the values (`CriticWorker.compute_values` gives
-        them) and with the reference's ĥ_ref from `ref` (`compute_ref_log_prob`'s): log π_old and the
-        entropy of each completion token, log π_ref and the full-vocabulary KL (PPO's
-        --cache-ref-logprobs: ĥ_ref and its logsumexp kept for the learning phase)."""
-        scored = self.trainer.compute_log_prob(to_rollout(batch), ref_hidden=ref.batch.get("ref_hidden"), with_values=False)
-        columns = ("logprobs", "entropy", "ref_logprobs", "kl", "ref_hidden", "ref_lse")
-        return DataProto({k: getattr(scored, k) for k in columns if getattr(scored, k) is not None})
+        """The trainer's `compute_log_prob` with the reference's ĥ_ref from `ref` (`compute_ref_log_prob`'s):
+        log π_old and the entropy of each completion token, log π_ref and the full-vocabulary KL (PPO's
+        --cache-ref-logprobs: ĥ_ref and its logsumexp kept for the learning phase), and where
+        `VALUES_WITH_LOG_PROBS` V(s_t) from the same trunk forward, as in process (the loop then skips
+        `compute_values`)."""
+        scored = self.trainer.compute_log_prob(to_rollout(batch), ref_hidden=ref.batch.get("ref_hidden"),
+                                               with_values=self.VALUES_WITH_LOG_PROBS)
+        columns = ("logprobs", "entropy", "ref_logprobs", "kl", "ref_hidden", "ref_lse", "values")
+        out = DataProto({k: getattr(scored, k) for k in columns if getattr(scored, k) is not None})
+        if scored.values is not None:  # a whole-sequence column: left-padded, as the rollout's
+            out.meta_info.update(left_padded(pad_token_id(self.trainer.lm)))
+        return out
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rewarded_by(self) -> dict:
@@ -196,6 +209,9 @@ class RolloutRefWorker(Worker):
     number of the actor's updates they carry), and scores with them: the log π_old it returns is the
     behaviour policy's, the one the samples were drawn from, and the algorithm's ratio is taken against it."""
 
+    VALUES_WITH_LOG_PROBS = False
+    """Its weights are the sampler's, a version old: V(s_t) is the critic's now (`CriticWorker.compute_values`)."""
+
     def __init__(self, args: CommonArgs) -> None:
         super().__init__()
         self.trainer = registry.get(args.algo).trainer_class()(args, reward_fn=_no_reward, quiet=True)
@@ -244,8 +260,13 @@ class RolloutRefWorker(Worker):
 
 def update_on_rank(trainer, update, batch: DataProto, with_progress: bool = False) -> DataProto:
     """`update` (the trainer's update_actor or update_critic) on this rank's rows with the advantages
-    the driver computed; the phase's metrics, and `after_update`'s numbers (with the progress state)."""
-    stats = update(batch_of(to_rollout(batch), batch.batch["advantages"]))
+    the driver computed; the phase's metrics, and `after_update`'s numbers (with the progress state).
+    The batch is the one a torchrun process learns on: this rank's rollout, every rank's columns
+    gathered inside the group (`batch.gather_batch`: GRPO's token count and per-step clip counts, PPO's
+    KL for its β, and the advantages, are over the whole batch), the advantages put back in rank order."""
+    learning = gather_batch(to_rollout(batch))
+    learning.advantages = dist.all_gather(batch.batch["advantages"])
+    stats = update(learning)
     take_times()  # the worker's timing sections are reported by the driver's clock, not summed here
     return DataProto(meta_info={"metrics": stats, "after": after_update(trainer, with_progress)})
 
