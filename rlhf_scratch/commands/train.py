@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 def parse(argv: list[str]) -> tuple[CommonArgs, str | None, ControllerArgs]:
     """The run's validated args, the folder to resume (None: a new run) and the controller: for a
     resumed run, as its config.json records it unless the command line says otherwise (`options.resumed_controller`)."""
-    controller, rest = split_controller_flags(argv)  # --controller ray: the single controller (controller/)
+    resuming = any(arg == "--resume" or arg.startswith("--resume=") for arg in argv)
+    controller, rest = split_controller_flags(argv, resuming)  # --controller ray: the single controller (controller/)
     args, resume = parse_args(rest)
     if resume is not None:
         import json

@@ -31,23 +31,33 @@ class ControllerArgs:
     """Join this Ray cluster instead of starting a local instance."""
 
 
-def split_controller_flags(argv: list[str]) -> tuple[ControllerArgs, list[str]]:
-    """The controller's flags (tyro, `cli.split_flags`), checked (one ConfigError line each), and the rest of argv."""
+def split_controller_flags(argv: list[str], resuming: bool = False) -> tuple[ControllerArgs, list[str]]:
+    """The controller's flags (tyro, `cli.split_flags`), checked (one ConfigError line each), and the rest of
+    argv. `resuming`: the flags are only what changes from the run's record, so how they combine is
+    checked after they are merged with it (`resumed_controller`)."""
     given, rest = split_flags(ControllerArgs, argv, default=ControllerArgs(), prog="python -m rlhf_scratch.train")
     for name, allowed in (("controller", CONTROLLERS), ("placement", PLACEMENTS)):
         if getattr(given, name) not in allowed:
             raise ConfigError(f"{name}: must be one of {', '.join(allowed)}; got {getattr(given, name)!r}")
     if given.max_staleness not in (0, 1):
         raise ConfigError(f"max_staleness: must be 0 (synchronous) or 1 (one step of asynchrony); got {given.max_staleness}")
-    if given.max_staleness and (given.controller, given.placement) != ("ray", "split"):
-        raise ConfigError("max_staleness: 1 needs --controller ray --placement split (a rollout pool of its own)")
-    if given.controller == "local" and given != ControllerArgs():
-        raise ConfigError("controller: --workers, --placement and --ray-address need --controller ray")
     if given.workers < 1:
         raise ConfigError(f"workers: must be at least 1; got {given.workers}")
+    if not resuming:
+        if given.controller == "local" and given != ControllerArgs():
+            raise ConfigError("controller: --workers, --placement and --ray-address need --controller ray")
+        check_combination(given)
+    return given, rest
+
+
+def check_combination(given: ControllerArgs) -> None:
+    """How the flags combine (a new run's, or a resumed run's once merged with its record)."""
+    if given.max_staleness and (given.controller, given.placement) != ("ray", "split"):
+        raise ConfigError("max_staleness: 1 needs --controller ray --placement split (a rollout pool of its own)")
     if given.max_staleness and given.workers != 1:
         raise ConfigError(f"max_staleness: 1 runs with --workers 1 only (a rollout pool of several ranks is not tested); got {given.workers}")
-    return given, rest
+    if given.controller == "local" and (given.placement != "colocated" or given.ray_address is not None):
+        raise ConfigError("controller: --placement and --ray-address need --controller ray")
 
 
 def check_staleness(algo: str, max_staleness: int) -> None:
@@ -69,8 +79,12 @@ way); the Ray address is the machine's, not the run's."""
 
 
 def controller_record(given: ControllerArgs) -> dict:
-    """What config.json records of how the run is placed."""
-    return {k: v for k, v in asdict(given).items() if k in RECORDED}
+    """What config.json records of how the run is placed; in process, `workers` is the number of
+    processes (torchrun's), the data-parallel ranks a resume must have again."""
+    record = {k: v for k, v in asdict(given).items() if k in RECORDED}
+    if given.controller == "local":
+        record["workers"] = int(os.environ.get("WORLD_SIZE", "1"))
+    return record
 
 
 def flags_given(argv: list[str]) -> set[str]:
@@ -80,22 +94,34 @@ def flags_given(argv: list[str]) -> set[str]:
 
 
 def resumed_controller(given: ControllerArgs, named: set[str], saved: dict | None) -> ControllerArgs:
-    """How a resumed run is placed: as its config.json records it (an older run records nothing: the
-    in-process loop), each field named on the command line instead. Changing the placement or moving
-    between the in-process loop and Ray at one rank changes no number (the equivalence tests); a
-    different --max-staleness would, and a different number of ranks cannot continue the RNGs: both
-    are refused in one line."""
-    saved = {**controller_record(ControllerArgs()), **(saved or {})}
-    merged = ControllerArgs(**{**saved, **{k: getattr(given, k) for k in named if k in RECORDED}},
+    """How a resumed run is placed: as its config.json records it, each field named on the command line
+    instead (an older run records nothing: the flags as given). Changing the placement, or moving between
+    the in-process loop and Ray at the same number of ranks, changes no number (the equivalence tests); a
+    different --max-staleness would, and a different number of ranks cannot continue the RNGs: both are
+    refused in one line, as is a combination the merged flags cannot run (one step of asynchrony in
+    process, say)."""
+    if saved is None:
+        if given.controller == "local" and given != ControllerArgs():
+            raise ConfigError("controller: --workers, --placement and --ray-address need --controller ray")
+        check_combination(given)
+        return given
+    record = {**controller_record(ControllerArgs()), **saved}
+    merged = ControllerArgs(**{**record, **{k: getattr(given, k) for k in named if k in RECORDED}},
                             ray_address=given.ray_address)
-    if merged.max_staleness != saved["max_staleness"]:
-        raise ConfigError(f"max_staleness: the run was trained with --max-staleness {saved['max_staleness']}; "
+    if merged.controller == "local" and "placement" not in named:
+        merged.placement = "colocated"  # (a Ray run's placement means nothing in one process)
+    if merged.max_staleness != record["max_staleness"]:
+        raise ConfigError(f"max_staleness: the run was trained with --max-staleness {record['max_staleness']}; "
                           f"resume it with the same (got {merged.max_staleness})")
     ranks = merged.workers if merged.controller == "ray" else int(os.environ.get("WORLD_SIZE", "1"))
-    saved_ranks = saved["workers"] if saved["controller"] == "ray" else None
-    if saved_ranks is not None and ranks != saved_ranks:
-        how = f"--controller ray --workers {saved_ranks}" if saved_ranks > 1 else "--workers 1 (or in process)"
-        raise ConfigError(f"workers: the run was trained on {saved_ranks} Ray rank(s); resume it with {how}")
+    if ranks != record["workers"]:
+        n = record["workers"]
+        if record["controller"] == "ray":
+            how = f"--controller ray --workers {n}" if n > 1 else "--workers 1 (or in process)"
+        else:
+            how = f"torchrun --nproc-per-node {n}, or --controller ray --workers {n}" if n > 1 else "one process"
+        raise ConfigError(f"workers: the run was trained on {n} rank(s); resume it with {how}")
+    check_combination(merged)
     return merged
 
 

@@ -185,7 +185,11 @@ class RunLife:
         its own, write status `failed` (Ctrl-C twice, or its output closed because the study that
         started it was killed: `interrupted`) with the error's one line, and
         add the next step to the exception as a note (shown under its traceback)."""
-        state = self.last.state()
+        try:  # (through Ray the weights are the workers': a dead worker cannot give them)
+            state = self.last.state()
+        except Exception as state_err:
+            tqdm.write(f"could not read the state of {self.unit_name} {self.last.unit} ({one_line(state_err)})")
+            state = None
         if state is not None and not isinstance(err, CheckpointError):  # a failed write would fail again
             try:
                 save_checkpoint(self.run_dir, self.last.unit, state, self.keep_checkpoints)

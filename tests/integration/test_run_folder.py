@@ -285,6 +285,29 @@ def test_a_run_whose_output_closed_is_interrupted_not_failed(tmp_path, err, stat
     assert saved["status"] == status and saved["phase"] == 1, saved
 
 
+def test_a_failure_whose_weights_cannot_be_read_is_still_recorded_failed(tmp_path, capsys):
+    """Through Ray the weights are the workers': after a worker died, reading them for the failure's
+    checkpoint raises too. The run is still marked failed with the FIRST error's line and no checkpoint
+    is written (the older one stands); the first error is what comes out."""
+    from rlhf_scratch.engine.lifecycle import RunLife
+    from rlhf_scratch.engine.runs import read_status
+
+    def dead_worker():
+        raise RuntimeError("actor_rollout_ref rank 0: the worker process died (weights_state)")
+
+    (tmp_path / "config.json").write_text('{"algo": "ppo", "task": "sentiment"}')
+    life = RunLife(tmp_path, 3, 1, state_now=dead_worker, moved=lambda: 0)
+    with pytest.raises(ValueError, match="^the reward function raised"):
+        with life:
+            life.start(0, {"phase": 0})
+            life.completed(1, {"phase": 1}, save=False)
+            raise ValueError("the reward function raised")
+    saved = read_status(tmp_path)
+    assert (saved["status"], saved["phase"], saved["error"]) == ("failed", 1, "ValueError: the reward function raised")
+    assert not (tmp_path / "checkpoints").exists()
+    assert "could not read the state of phase 1 (RuntimeError: actor_rollout_ref rank 0" in capsys.readouterr().out  # (tqdm.write)
+
+
 def test_a_run_killed_after_its_last_checkpoint_is_finished_by_resume(tmp_path, one_thread):
     """kill -9 after the last phase's checkpoint but before the run finished (policy.pt, status):
     `--resume` finishes it from that checkpoint — the same policy as the uninterrupted run's — instead

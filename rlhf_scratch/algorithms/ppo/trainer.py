@@ -218,9 +218,9 @@ class RLHFTrainer(Trainer):
         phase passes for the actor, as it does with the shared head). With the shared head after its
         warmup, nothing: the critic learns inside J (`update_actor`)."""
         warming = self.warming_up_critic  # decided before any step of this phase
+        self.critic_alone = warming  # (set first: never left over from an earlier phase)
         if self.critic is None and not warming:
             return {}
-        self.critic_alone = warming
         memory = self.replay_memory(batch)
         critic = None if self.critic is None else Learner(self.critic, self.critic_optimizer, self.critic_scheduler)
         learned = self.ascend(memory.get_minibatches(), self.critic_objective, total=len(memory), learner=critic)
