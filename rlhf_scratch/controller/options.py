@@ -44,18 +44,19 @@ def split_controller_flags(argv: list[str], resuming: bool = False) -> tuple[Con
     if given.workers < 1:
         raise ConfigError(f"workers: must be at least 1; got {given.workers}")
     if not resuming:
-        if given.controller == "local" and given != ControllerArgs():
-            raise ConfigError("controller: --workers, --placement and --ray-address need --controller ray")
         check_combination(given)
     return given, rest
 
 
-def check_combination(given: ControllerArgs) -> None:
-    """How the flags combine (a new run's, or a resumed run's once merged with its record)."""
+def check_combination(given: ControllerArgs, new_run: bool = True) -> None:
+    """How the flags combine: a new run's, or (`new_run=False`) a resumed run's once merged with its
+    record, where an in-process `workers` is its number of processes."""
     if given.max_staleness and (given.controller, given.placement) != ("ray", "split"):
         raise ConfigError("max_staleness: 1 needs --controller ray --placement split (a rollout pool of its own)")
     if given.max_staleness and given.workers != 1:
         raise ConfigError(f"max_staleness: 1 runs with --workers 1 only (a rollout pool of several ranks is not tested); got {given.workers}")
+    if given.controller == "local" and new_run and given != ControllerArgs():
+        raise ConfigError("controller: --workers, --placement and --ray-address need --controller ray")
     if given.controller == "local" and (given.placement != "colocated" or given.ray_address is not None):
         raise ConfigError("controller: --placement and --ray-address need --controller ray")
 
@@ -101,8 +102,6 @@ def resumed_controller(given: ControllerArgs, named: set[str], saved: dict | Non
     refused in one line, as is a combination the merged flags cannot run (one step of asynchrony in
     process, say)."""
     if saved is None:
-        if given.controller == "local" and given != ControllerArgs():
-            raise ConfigError("controller: --workers, --placement and --ray-address need --controller ray")
         check_combination(given)
         return given
     record = {**controller_record(ControllerArgs()), **saved}
@@ -121,7 +120,7 @@ def resumed_controller(given: ControllerArgs, named: set[str], saved: dict | Non
         else:
             how = f"torchrun --nproc-per-node {n}, or --controller ray --workers {n}" if n > 1 else "one process"
         raise ConfigError(f"workers: the run was trained on {n} rank(s); resume it with {how}")
-    check_combination(merged)
+    check_combination(merged, new_run=False)
     return merged
 
 
