@@ -83,8 +83,10 @@ def test_a_worker_killed_mid_phase_stops_the_run_in_one_line_and_resume_finishes
                 p.kill()
     assert proc.returncode == 1, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
-    line = err.strip().splitlines()[-1]
+    lines = err.strip().splitlines()
+    line = next((x for x in lines if x.startswith("error: ")), lines[-1])  # the error's line, then what to do next
     assert DIED.match(line), f"not one line naming role, rank and the death: {line!r}"
+    assert lines[-1].endswith(f"resume it from phase 1 with: python -m rlhf_scratch.train --resume {run_dir}"), lines[-1]
     status = status_of(run_dir)
     assert (status["status"], status["phase"], status["error"]) == ("failed", 1, f"WorkerError: {line.removeprefix('error: ')}"), \
         "status.json: failed at the last checkpoint (phase 1), with the command's line"

@@ -191,5 +191,5 @@ def test_two_process_run_writes_one_run_folder_from_rank_0(algo, tmp_path):
         alone = run_bounded([sys.executable, "-m", "rlhf_scratch.train", "--resume", str(run_dir), "--total-phases", "3"],
                             cwd=tmp_path)
         assert alone.returncode == 2 and alone.stderr.strip().splitlines() == [
-            "error: resume: the checkpoint was written by 2 process(es); resume it with the same number "
-            "(torchrun --nproc-per-node 2)"]
+            "error: workers: the run was trained on 2 rank(s); resume it with torchrun --nproc-per-node 2, "
+            "or --controller ray --workers 2"]  # (config.json records the ranks: refused before the models load)
