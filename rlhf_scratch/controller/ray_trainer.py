@@ -67,7 +67,7 @@ import torch
 
 from rlhf_scratch.config import CommonArgs, ConfigError, registry
 from rlhf_scratch.controller.fate import marking, start_reaper, stop_reaper
-from rlhf_scratch.controller.options import PLACEMENTS, check_staleness
+from rlhf_scratch.controller.options import PLACEMENTS, ControllerArgs, check_staleness, controller_record
 from rlhf_scratch.controller.protocol import LEFT_PAD, DataProto
 from rlhf_scratch.controller.worker_group import (
     DataProtoFuture,
@@ -157,7 +157,7 @@ class RayPPOTrainer:
         check_staleness(args.algo, max_staleness)
         self.args = args.with_local_paths_resolved()
         self.device, self.quiet = resolve_device(args.device), quiet
-        self.controller = {"controller": "ray", "workers": workers, "placement": placement, "max_staleness": max_staleness}
+        self.controller = controller_record(ControllerArgs("ray", workers, placement, max_staleness))
         """How this run is placed, recorded in its config.json (`--resume` places it the same way)."""
         self.max_staleness = max_staleness
         self.pending: tuple[DataProtoFuture, list[str], dict] | None = None
@@ -173,7 +173,7 @@ class RayPPOTrainer:
         self.pool_moves = 0  # changes of the rollout pool's weights or stream since construction (steps_taken)
         self.synced_this_phase = False
         self.drawn_from: dict = {}  # the prompts' position before the latest draw
-        self._after: dict[str, Any] = {}
+        self._after: dict[str, Any] = {}  # what the actor last reported: lr, steps taken, skipped steps (and after update_actor its progress state)
         actor = RayClassWithInitArgs(ActorRolloutRefWorker, self.args)
         critic = RayClassWithInitArgs(CriticWorker)
         rm = RayClassWithInitArgs(RewardModelWorker, self.args)
@@ -197,7 +197,7 @@ class RayPPOTrainer:
             """Who samples and scores: the actor itself (synchronous), or the rollout pool's copy."""
             self.record = self.rollout_wg.rewarded_by()[0]
             self.judged = self.record["judge"] is not None
-            self._take_after(self.actor_rollout_wg.after()[0])
+            self._after = self.actor_rollout_wg.after()[0]
             if max_staleness:
                 self.sync_weights()  # version 0 in both pools, by construction rather than by the seed
         except BaseException:  # a role that cannot start: end what did start, free every reservation
@@ -261,10 +261,11 @@ class RayPPOTrainer:
         """verl's guide's generate_scores: the reward model's score of each completion (`compute_rm_score`),
         rewards = scores less the missing-EOS penalty (`rollout.penalised_rewards`, as `compute_scores` in
         process), and the judge's verdict on each pair where the trainer has a judge."""
-        rollout.scores = self.rm_wg.compute_rm_score(self._proto(rollout)).batch["scores"]
+        proto = self._proto(rollout)
+        rollout.scores = self.rm_wg.compute_rm_score(proto).batch["scores"]
         rollout.rewards = penalised_rewards(rollout, self.args.missing_eos_penalty)
-        if self.judged:
-            rollout.verdicts = self.rollout_wg.judge_pairs(self._proto(rollout)).batch["verdicts"]
+        if self.judged:  # (the judge reads the texts, not the rewards: the same batch)
+            rollout.verdicts = self.rollout_wg.judge_pairs(proto).batch["verdicts"]
         return rollout
 
     def compute_advantages(self, batch: Batch) -> None:
@@ -307,13 +308,8 @@ class RayPPOTrainer:
     def _learned(self, update, batch: Batch) -> dict[str, float]:
         self._after = {}  # while the update runs, the steps taken are unknown
         out = update(self._learning_batch(batch))
-        self._take_after(out.meta_info["after"])
+        self._after = out.meta_info["after"]
         return out.meta_info["metrics"]
-
-    def _take_after(self, after: dict) -> None:
-        """What a worker reports after an update or a load: the learning rate, the steps taken, the
-        skipped steps in a row, and (after update_actor) the trainer's progress state."""
-        self._after = after
 
     # ------------------------------------------------------------------ what the loop records
     @property
@@ -359,7 +355,7 @@ class RayPPOTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """A checkpoint put back into every actor rank (and under asynchrony the rollout pool: a
         checkpoint without its state gives it the actor's weights) and the driver's prompts."""
-        self._take_after(self.actor_rollout_wg.load_state_dict(state)[0])
+        self._after = self.actor_rollout_wg.load_state_dict(state)[0]
         self.prompts.load_state_dict(state["prompts"])
         self.actor_version, self.pending, self.synced_this_phase = int(state["phase"]), None, False
         if self.max_staleness:

@@ -53,7 +53,7 @@ from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.batch import gather_batch
 from rlhf_scratch.engine.checkpoint import rng_state, set_rng_state
 from rlhf_scratch.engine.run_setup import resolve_device
-from rlhf_scratch.engine.runs import save_run_policy
+from rlhf_scratch.engine.runs import on_cpu, save_run_policy
 from rlhf_scratch.models.policy import load_saved_state, saved_state
 from rlhf_scratch.reward.tasks import make_reward_fn, rewarded_by
 from rlhf_scratch.rollout.generation import pad_token_id
@@ -198,7 +198,7 @@ class ActorRolloutRefWorker(Worker):
         """What the rollout pool needs of the policy now (`models.policy.saved_state`: every weight, or an
         adapted LM's adapters and extras), on the CPU; the call returns a future whose `refs[0]` the
         driver passes to `RolloutRefWorker.sync_weights` (the weights go through Ray's object store)."""
-        return {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v for k, v in saved_state(self.trainer.policy).items()}
+        return on_cpu(saved_state(self.trainer.policy))  # (Ray copies it into the object store as the call returns)
 
 
 class RolloutRefWorker(Worker):
@@ -246,8 +246,7 @@ class RolloutRefWorker(Worker):
         """What a checkpoint keeps of this pool to resume its stream: its weights and their version, and
         the RNG its next generation must start from — the one before its latest generation when that
         generation is in flight (the resumed run re-does it), else the RNG now."""
-        weights = {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v
-                   for k, v in saved_state(self.trainer.policy).items()}
+        weights = on_cpu(saved_state(self.trainer.policy))
         return {"weights": weights, "version": self.version, "rng": self.rng_before if in_flight else rng_state()}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -279,17 +278,6 @@ def after_update(trainer, with_progress: bool = False) -> dict:
     if with_progress:
         after["progress"] = trainer.progress_state()
     return after
-
-
-def on_cpu(value):
-    """`value` with every tensor in it copied to the CPU (a state dict's nested dicts and lists too)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().clone()
-    if isinstance(value, dict):
-        return {k: on_cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(on_cpu(v) for v in value)
-    return value
 
 
 class CriticWorker(Worker):

@@ -399,13 +399,13 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float | int]]:
 def save_run_policy(run_dir: str | Path, policy: torch.nn.Module) -> Path:
     """Save the tuned policy as `policy.pt` (`models.policy.saved_state`: with adapters, only what trains and the base's hash)."""
     path = Path(run_dir) / POLICY_FILE
-    torch.save(_on_cpu(saved_state(policy)), path)
+    torch.save(on_cpu(saved_state(policy)), path)
     return path
 
 
-def _on_cpu(state: dict) -> dict:
+def on_cpu(state: dict) -> dict:
     """A (nested) state dict with every tensor detached and on the CPU."""
-    return {k: _on_cpu(v) if isinstance(v, dict) else v.detach().cpu() if isinstance(v, torch.Tensor) else v
+    return {k: on_cpu(v) if isinstance(v, dict) else v.detach().cpu() if isinstance(v, torch.Tensor) else v
             for k, v in state.items()}
 
 
