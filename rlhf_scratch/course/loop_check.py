@@ -23,7 +23,13 @@ How the check works:
 1. `starting_state`: an `RLHFTrainer` on the tiny preset at a fixed seed with small settings
    (`CHECK_SETTINGS`) runs one whole phase, so that the check starts mid-training (the policy is
    off the reference: a KL penalty and its sign change the gradient; Adam has moments; the
-   scheduler is past its first step), and then takes ONE rollout.
+   scheduler is past its first step), and then takes ONE rollout (`check_rollout`) that has what a
+   mask or padding bug needs in order to show: 16 prompts of 2 to 9 tokens, left-padded (the
+   attention mask is False on some columns of 15 rows), and completions that end with EOS at lengths
+   1 to 7 (the pad token after it, the completion mask False: 51 of the 128 completion positions)
+   beside four cut at gen_len = 8 without one. On a rollout of equal prompts and full-length
+   completions a loop that ignores the completion mask, in J or in the advantages, computes the
+   package's numbers exactly, and passed.
 2. Your `fn` runs on deep copies of that state, `trainer.learning_phase(rollout)` on the original;
    torch's global RNG is put in the same state before each (the minibatches are shuffled with it:
    `ReplayMemory.get_minibatches`, `memory.minibatch_rows`).
@@ -35,8 +41,11 @@ How the check works:
    mixed the errors: the gradient each phase hands its first `optimizer.step()` (`first_gradients`)
    says whether J itself differs, and in which group. Then the package's phase is run again with
    each known mistake planted (`MISTAKES`: the objective minimised, the KL penalty added or the
-   wrong way round, the generated span off by one, value-loss gradients into the trunk, …) and the
-   message names the one whose whole update, or whose first gradient, yours matches.
+   wrong way round, the generated span off by one, value-loss gradients into the trunk, the mask
+   ignored in J or in the advantages, the value head detached, …) and the message names the one
+   whose whole update, or whose first gradient, yours matches. Where two mistakes move the
+   parameters alike (a detached value head and a value loss left out: the head gets no gradient
+   either way), the one whose "objective/total" is also yours is named (`matching_mistake`).
 
 The tolerance. Where your phase does the same operations in the same order (a wrapper around the
 trainer's method) everything is equal bit for bit. A phase written from the blog's functions on
@@ -44,10 +53,11 @@ full logits is not: the package makes the vocabulary-wide terms a chunk of posit
 a hand-written backward (`vocab_terms.token_terms`) and takes the reference's final residual from
 the rollout, so float32 sums are added in another order and the gradients differ at about 1e-6
 relative. Adam divides by √v, so a gradient entry near 0 can take a step of a different size: the
-updates of a correct full-logits phase differ by 3e-5 to 6e-5 relative (measured at seeds 0-3, the
-most in the trunk), and the statistics by about 1e-8. The planted mistakes move the update by
-1.2e-2 (the value head not detached, or the entropy bonus left out, at seed 0) to 1.9 (the
-objective minimised). `UPDATE_RTOL` = 1e-3 sits between the two, more than ten times from each.
+updates of a correct full-logits phase differ by 6.0e-5 to 9.2e-5 relative (measured on the check
+rollout at seeds 0-3, the most in the trunk), and the statistics by about 1e-8. The planted mistakes
+move the update by 1.3e-2 (the entropy bonus left out, at seeds 0, 2 and 3; value-loss gradients
+into the trunk, 2.5e-2, at seed 1) to 1.4-1.8 (the farthest at each seed; Adam's moments lost, 1.5, at seed 0).
+`UPDATE_RTOL` = 1e-3 sits between the two, more than ten times from each.
 
 Longer than 500 lines because the check and its diagnosis are one job: the planted mistakes
 (`MISTAKES`) are phases run through the very state, RNG and comparison the check uses, and the
@@ -57,6 +67,7 @@ message that names your mistake is assembled from both: they are read, and chang
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Iterator
@@ -72,6 +83,7 @@ from transformer_lens import HookedTransformer
 
 from rlhf_scratch.algorithms.ppo import RLHFTrainer, TransformerWithValueHead
 from rlhf_scratch.config import RLHFArgs, make_args
+from rlhf_scratch.core.advantages import compute_advantages
 from rlhf_scratch.core.memory import ReplayMinibatch
 from rlhf_scratch.core.objectives import (
     calc_clipped_sur_obj,
@@ -83,7 +95,8 @@ from rlhf_scratch.core.objectives import (
 )
 from rlhf_scratch.course.checks import Reference, _case_failed, _check_signature, traced
 from rlhf_scratch.engine.optim import get_optimizer_and_scheduler
-from rlhf_scratch.rollout.generation import attention_mask_or_none
+from rlhf_scratch.reward.functions import normalize_reward
+from rlhf_scratch.rollout.generation import attention_mask_or_none, decode_completions, pad_token_id
 from rlhf_scratch.rollout.phase import Rollout
 
 LearningPhase = Callable[
@@ -103,6 +116,18 @@ CHECK_SETTINGS: dict[str, Any] = dict(
     seed=0, threads=1, device="cpu",
 )
 """The trainer the check builds (with the tiny preset's defaults for everything else)."""
+
+CHECK_PROMPTS: tuple[str, ...] = (
+    "This movie was really", "I", "The film", "A long and winding story about a", "Honestly", "The actors in this one",
+    "What a", "It", "Nobody", "The ending of the film was", "This", "My friends and I", "Well", "The plot",
+    "One of the worst", "Why",
+)
+"""The check rollout's 16 prompts, of 2 to 9 tokens (BOS first): left-padded to the longest, so the
+attention mask is False on some columns of most rows and the positions count from each row's first token."""
+CHECK_LENGTHS: tuple[int, ...] = (8, 3, 5, 1, 8, 6, 2, 7, 4, 8, 5, 3, 8, 2, 6, 1)
+"""Each completion's length in the check rollout: below `gen_len` (8) it ends with EOS, its last kept
+token, and the pad token follows it (completion_mask False); 8 is cut at gen_len without EOS. 51 of the
+128 completion positions are padding, so a mean over them, or a reward placed at the last column, shows."""
 
 UPDATE_RTOL = 1e-3
 """Most relative difference ‖Δθ_yours − Δθ_package‖ / ‖Δθ_package‖ of a parameter group's update (see the module docstring)."""
@@ -195,13 +220,19 @@ def _minimised(trainer: RLHFTrainer) -> Iterator[None]:
 
 
 @contextmanager
-def _no_zero_grad(trainer: RLHFTrainer) -> Iterator[None]:
-    """Gradients accumulate over the phase's minibatches."""
-    trainer.optimizer.zero_grad = lambda set_to_none=True: None
+def _instead(obj: object, method: str, replacement: Callable) -> Iterator[None]:
+    """`obj.method` is `replacement` while the phase runs (an instance attribute, deleted after: the
+    class's method shows through again)."""
+    setattr(obj, method, replacement)
     try:
         yield
     finally:
-        del trainer.optimizer.zero_grad
+        delattr(obj, method)
+
+
+def _no_zero_grad(trainer: RLHFTrainer) -> AbstractContextManager:
+    """Gradients accumulate over the phase's minibatches."""
+    return _instead(trainer.optimizer, "zero_grad", lambda set_to_none=True: None)
 
 
 @contextmanager
@@ -236,14 +267,41 @@ def blog_objective(trainer: RLHFTrainer, mb: ReplayMinibatch, temperature: float
     return J, {"objective/total": J.item()}
 
 
-@contextmanager
-def _blog_objective(trainer: RLHFTrainer, **mistake: Any) -> Iterator[None]:
+def _blog_objective(trainer: RLHFTrainer, **mistake: Any) -> AbstractContextManager:
     """The phase's minibatch objective replaced by `blog_objective` with `mistake` planted."""
-    trainer.minibatch_objective = lambda mb, temperature: blog_objective(trainer, mb, temperature, **mistake)
-    try:
-        yield
-    finally:
-        del trainer.minibatch_objective
+    return _instead(trainer, "minibatch_objective",
+                    lambda mb, temperature: blog_objective(trainer, mb, temperature, **mistake))
+
+
+def _objective_over_padding(trainer: RLHFTrainer) -> AbstractContextManager:
+    """Every mean of J (and of its statistics) taken over all gen_len positions: the completion mask all True."""
+    objective = trainer.minibatch_objective
+    return _instead(trainer, "minibatch_objective", lambda mb, temperature: objective(
+        dataclasses.replace(mb, completion_mask=torch.ones_like(mb.completion_mask)), temperature))
+
+
+def _advantages_without_mask(trainer: RLHFTrainer) -> AbstractContextManager:
+    """`compute_advantages` called without the completion mask: each reward lands at the last column
+    (gen_len − 1), on the padding of a completion that ended early, and its EOS token's advantage is
+    V(s_{t+1}) − V(s_t), a value of the padding, instead of reward − V(s_t)."""
+    def compute(batch: Any) -> None:
+        args, everyone = trainer.args, batch.everyone
+        rewards = normalize_reward(everyone.rewards) if args.normalize_reward else everyone.rewards
+        batch.advantages = compute_advantages(everyone.value_span, rewards, 1)
+
+    return _instead(trainer, "compute_advantages", compute)
+
+
+def _value_head_detached(trainer: RLHFTrainer) -> AbstractContextManager:
+    """V(s_t) taken without its gradient (values.detach(), or under torch.no_grad()): the value loss is in
+    J, and in its statistics, but the value head never learns."""
+    hidden_and_extras = trainer.hidden_and_extras
+
+    def detached(ids: Tensor, attention_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        hidden, values = hidden_and_extras(ids, attention_mask)
+        return hidden, values.detach()
+
+    return _instead(trainer, "hidden_and_extras", detached)
 
 
 MISTAKES: tuple[Mistake, ...] = (
@@ -268,6 +326,20 @@ MISTAKES: tuple[Mistake, ...] = (
     Mistake("the value loss's gradients flow into the trunk although args.detach_value_head is True",
             "take V(s_t) from the detached final residual: policy(ids) does (TransformerWithValueHead.value_of), "
             "value_head(hidden) on the live residual does not", lambda t: _setting(t.policy, "detach_value_head", False)),
+    Mistake("the completion mask is ignored in the objective: J's means run over the padding after EOS too",
+            "pass mask=mb.completion_mask to every term (calc_clipped_sur_obj, calc_value_fn_loss, calc_entropy_bonus, "
+            "calc_kl_penalty): padding is no action, and it must not enter a mean nor the advantages' normalisation",
+            _objective_over_padding),
+    Mistake("the completion mask is ignored in the advantages: compute_advantages without mask= puts each reward "
+            "at the last column, on the padding of a completion that ended at EOS",
+            "compute_advantages(values, rewards, prefix_len, mask=rollout.completion_mask): the episode ends at each "
+            "completion's last kept token (its EOS), where the reward arrives",
+            _advantages_without_mask),
+    Mistake("the value head is detached: V(s_t) carries no gradient (values.detach(), torch.no_grad(), or the "
+            "rollout's V_old in the value loss), so the value head never learns",
+            "take V(s_t) from this minibatch's forward, with its gradient: policy(ids) returns (logits, values), "
+            "and the value loss trains the head (args.detach_value_head stops it at the head, not before)",
+            _value_head_detached),
     Mistake("the KL penalty is left out", "subtract calc_kl_penalty(logits, ref_logits, args.beta)",
             lambda t: _setting(t, "beta", 0.0)),
     Mistake("the entropy bonus is left out", "add calc_entropy_bonus(logits, args.ent_coef)",
@@ -295,10 +367,30 @@ def starting_state() -> Start:
     restores it first, so the check can be called again without rebuilding)."""
     trainer = RLHFTrainer(make_args("tiny", **CHECK_SETTINGS), quiet=True)
     trainer.learning_phase(trainer.rollout_phase())
-    rollout = trainer.rollout_phase()
+    rollout = check_rollout(trainer)
     return Start(trainer, rollout, copy.deepcopy(trainer.policy.state_dict()),
                  copy.deepcopy(trainer.optimizer.state_dict()), copy.deepcopy(trainer.scheduler.state_dict()),
                  torch.get_rng_state())
+
+
+@torch.no_grad()
+def check_rollout(trainer: RLHFTrainer) -> Rollout:
+    """One rollout of `CHECK_PROMPTS` (mixed lengths, left-padded), each completion then ended at its
+    `CHECK_LENGTHS` entry: EOS as its last kept token, the pad token after it, the completion mask
+    False there (what sampling with stop_at_eos leaves, at lengths chosen rather than drawn). Then
+    scored and rewarded as the loop does (`dataflow.roll_out`'s steps): log π_old, V_old, the
+    reference's ĥ_ref and the rewards are those of the ended completions."""
+    rollout = trainer.generate_sequences(list(CHECK_PROMPTS))
+    ids, mask, gen_len = rollout.completion_ids.clone(), rollout.completion_mask.clone(), rollout.completion_ids.shape[1]
+    eos = rollout.eos_token_id if isinstance(rollout.eos_token_id, int) else rollout.eos_token_id[0]
+    for row, length in enumerate(CHECK_LENGTHS):
+        mask[row] = torch.arange(gen_len) < length
+        if length < gen_len:
+            ids[row, length - 1], ids[row, length:] = eos, pad_token_id(trainer.lm)
+    rollout.completion_ids, rollout.completion_mask = ids, mask
+    rollout.completions = decode_completions(trainer.lm, ids, mask, stop_at_eos=True)
+    rollout = trainer.compute_log_prob(rollout, trainer.compute_ref_log_prob(rollout))
+    return trainer.compute_scores(rollout)
 
 
 def reset(start: Start) -> None:
@@ -488,18 +580,35 @@ def parameter_problems(start: Start, fn_result: PhaseResult, theirs: PhaseResult
 
 def matching_mistake(start: Start, fn_result: PhaseResult, before: dict[str, Tensor],
                      package_grads: dict[str, Tensor]) -> Mistake | None:
-    """The first planted mistake (the likeliest first) that reproduces yours: its whole update is yours
-    within `UPDATE_RTOL`, or — for a mistake in J itself — its first step's gradient is yours within
-    `GRAD_RTOL` (one minibatch at the starting parameters, where nothing else mixes in). The planted
-    updates lie at least 1e-2 apart, so at most one can match."""
+    """The planted mistake (the likeliest first) that reproduces yours: its whole update is yours within
+    `UPDATE_RTOL`, or — for a mistake in J itself — its first step's gradient is yours within `GRAD_RTOL`
+    (one minibatch at the starting parameters, where nothing else mixes in).
+
+    Two mistakes can move the parameters alike and differ only in J's value: a detached value head and
+    a value loss left out both leave the head without a gradient (and, with `detach_value_head`, the
+    trunk's gradient is the same), but the first still subtracts the value loss from J. So the first
+    mistake whose steps match AND whose "objective/total" is yours is named; failing that, the first
+    whose steps match."""
+    steps_only = None
     for mistake in MISTAKES:
         planted = run_package(start, mistake)
-        if max(update_errors(before, fn_result.params, planted.params).values()) <= UPDATE_RTOL:
+        same_update = max(update_errors(before, fn_result.params, planted.params).values()) <= UPDATE_RTOL
+        same_first_gradient = (
+            bool(fn_result.first_grads) and max(gradient_errors(planted.first_grads, package_grads).values()) > GRAD_RTOL
+            and max(gradient_errors(fn_result.first_grads, planted.first_grads).values()) <= GRAD_RTOL)
+        if not (same_update or same_first_gradient):
+            continue
+        if same_objective(fn_result.stats, planted.stats):
             return mistake
-        if (fn_result.first_grads and max(gradient_errors(planted.first_grads, package_grads).values()) > GRAD_RTOL
-                and max(gradient_errors(fn_result.first_grads, planted.first_grads).values()) <= GRAD_RTOL):
-            return mistake
-    return None
+        steps_only = steps_only or mistake
+    return steps_only
+
+
+def same_objective(mine: dict[str, float], theirs: dict[str, float]) -> bool:
+    """Whether both phases report the same mean J ("objective/total"), within the statistics' tolerance."""
+    if "objective/total" not in mine or "objective/total" not in theirs:
+        return False
+    return abs(mine["objective/total"] - theirs["objective/total"]) <= STAT_ATOL + STAT_RTOL * abs(theirs["objective/total"])
 
 
 def likely_causes(errors: dict[str, float]) -> str:

@@ -1,6 +1,8 @@
 """`check_learning_phase` (rlhf_scratch/course/loop_check.py): it passes the package's own PPO learning
 phase (bit for bit) and a correct one written from the blog's functions (within its tolerance), and
-fails, naming the cause, on the mistakes a learner makes when writing the loop by hand.
+fails, naming the cause, on the mistakes a learner makes when writing the loop by hand — the mask
+ignored in J or in the advantages and the value head detached among them, which its rollout (EOS,
+padding, prompts of mixed lengths) lets show.
 
 Notebook 06 and its solutions (notebooks/make_06_build_the_ppo_loop.py writes both): the learner's
 three stubs raise as shipped, the solutions' pass the check, and with them swapped in the notebook's
@@ -31,7 +33,14 @@ from rlhf_scratch.core.objectives import (
     get_log_probs,
     temperature_scaled,
 )
-from rlhf_scratch.course.loop_check import UPDATE_RTOL, LearningPhaseMismatch, check_learning_phase
+from rlhf_scratch.course.loop_check import (
+    CHECK_LENGTHS,
+    CHECK_PROMPTS,
+    UPDATE_RTOL,
+    LearningPhaseMismatch,
+    check_learning_phase,
+    starting_state,
+)
 from rlhf_scratch.reward.functions import normalize_reward
 from rlhf_scratch.rollout.generation import attention_mask_or_none
 
@@ -64,7 +73,11 @@ def objective(policy, ref_model, mb: ReplayMinibatch, args, temperature: float, 
     gen, mask, attn = generated_span(prefix_len), mb.completion_mask, attention_mask_or_none(mb.attention_mask)
     if bug == "off-by-one span":  # one slice for everything, each position paired with the token AT it
         gen = slice(prefix_len, None)
+    if bug == "mask ignored in the objective":  # mask=None in every term: the means run over the padding too
+        mask = None
     logits, values = policy_logits_and_values(policy, mb.sample_ids, attn, detach=bug != "value head not detached")
+    if bug == "value head detached":  # V(s_t) without its gradient: the head never learns
+        values = values.detach()
     with torch.no_grad():
         ref_logits = ref_model(mb.sample_ids, attention_mask=attn)
     logits_T, ref_T = temperature_scaled(logits[:, gen], temperature), temperature_scaled(ref_logits[:, gen], temperature)
@@ -80,6 +93,8 @@ def objective(policy, ref_model, mb: ReplayMinibatch, args, temperature: float, 
         kl = args.beta * (ref_lp.exp() * (ref_lp - lp)).sum(-1)[mask].mean()
     else:
         kl = calc_kl_penalty(logits_T, ref_T, args.beta, mask=mask)
+    if bug == "value loss left out":
+        value_loss = torch.zeros(())
     J = clipped - value_loss + entropy + (kl if bug == "KL penalty added" else -kl)
     return J, {"objective/total": J.item(), "losses/kl_penalty": kl.item(), "losses/value_loss": value_loss.item()}
 
@@ -90,7 +105,8 @@ def hand_written_phase(bug: str | None = None):
     def learning_phase(policy, ref_model, rollout, args, optimizer, scheduler):
         with torch.no_grad():
             rewards = normalize_reward(rollout.rewards) if args.normalize_reward else rollout.rewards
-            advantages = compute_advantages(rollout.values, rewards, rollout.prefix_len, mask=rollout.completion_mask)
+            mask = None if bug == "mask ignored in the advantages" else rollout.completion_mask
+            advantages = compute_advantages(rollout.values, rewards, rollout.prefix_len, mask=mask)
         memory = ReplayMemory(rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
                               advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase)
         own_rng = torch.Generator().manual_seed(0) if bug == "own generator" else None
@@ -157,6 +173,32 @@ def test_a_correct_phase_on_full_logits_passes_within_the_tolerance_but_not_bit_
     assert report.stat_errors["objective/total"] < 1e-6, report
 
 
+def test_the_check_rollout_has_eos_padding_and_mixed_prompt_lengths_so_a_mask_bug_shows():
+    """The rollout the check compares on (`loop_check.check_rollout`): completions of the lengths
+    `CHECK_LENGTHS`, each under 8 ended by EOS with the pad token after it, prompts left-padded by
+    different amounts; and on it the advantages with and without the mask differ at kept tokens (the
+    check's own data can tell the right loop from the mask bug: on the old 16 × 8 rollout they did not)."""
+    start = starting_state()
+    rollout, eos = start.rollout, start.rollout.eos_token_id
+    assert rollout.completion_mask.sum(1).tolist() == list(CHECK_LENGTHS)
+    assert len(set(CHECK_PROMPTS)) == len(CHECK_PROMPTS) == len(rollout) == 16
+    left_pad = (~rollout.attention_mask[:, :rollout.prefix_len]).sum(1)
+    assert left_pad.min() == 0 and len(set(left_pad.tolist())) >= 5, left_pad
+    assert not rollout.attention_mask[:, rollout.prefix_len:].logical_not().any(), "completions are never attention-masked"
+    for row, length in enumerate(CHECK_LENGTHS):
+        ends = rollout.completion_ids[row, length - 1].item() in (eos if isinstance(eos, tuple) else (eos,))
+        assert ends == (length < 8), (row, length)
+        assert bool(rollout.is_terminated[row]) == (length < 8)
+    assert int((~rollout.completion_mask).sum()) == 51
+    kept = rollout.completion_mask
+    rewards = normalize_reward(rollout.rewards)
+    masked = compute_advantages(rollout.values, rewards, rollout.prefix_len, mask=kept)
+    unmasked = compute_advantages(rollout.values, rewards, rollout.prefix_len)
+    ended = torch.tensor([length < 8 for length in CHECK_LENGTHS])
+    assert not torch.allclose(masked[kept & ended[:, None]], unmasked[kept & ended[:, None]])
+    assert torch.equal(masked[~ended], unmasked[~ended]), "a completion cut at gen_len has the same advantages either way"
+
+
 @pytest.mark.parametrize(("bug", "message"), [
     ("no scheduler step", r"scheduler was not stepped: call scheduler\.step\(\) once per learning phase"),
     ("minimised", r"matches the package's when the objective is MINIMISED"),
@@ -169,6 +211,13 @@ def test_a_correct_phase_on_full_logits_passes_within_the_tolerance_but_not_bit_
     ("off-by-one span", r"the gradient of J already differs: the trunk's by [0-9.e-]+, the value head's"
                         r"(.|\n)*matches the package's when the generated span is off by one"),
     ("no grad clip", r"the gradient of J is the package's: J is right(.|\n)*when the gradient norm is not clipped"),
+    # the check rollout ends completions at EOS (padding after it) and left-pads prompts of mixed lengths
+    ("mask ignored in the objective", r"matches the package's when the completion mask is ignored in the objective"),
+    ("mask ignored in the advantages", r"matches the package's when the completion mask is ignored in the advantages"),
+    # the same steps (the head gets no gradient either way), told apart by J: a detached V still costs its loss
+    ("value head detached", r"the value head \(value_head\.\*\) moved differently(.|\n)*matches the package's when "
+                            r"the value head is detached"),
+    ("value loss left out", r"matches the package's when the value loss is left out"),
 ])
 def test_a_planted_bug_fails_with_its_targeted_message(bug, message):
     """Each bug is recognised by the planted mistake it reproduces (or, for the scheduler and the
