@@ -93,10 +93,19 @@ REFERENCES: dict[str, Reference] = {
 
 @dataclass(frozen=True)
 class Mistake:
-    """A classic bug, recognised by what it returns on one case (worked out by hand)."""
+    """A classic bug, recognised by what it returns on one case (worked out by hand).
+
+    `like`, for a bug whose number depends on a constant the learner picks (an eps in a denominator):
+    whether an answer (float64) is this bug's, used in place of comparing it with `gives`, which is then
+    one instance worked by hand (eps = 1e-8)."""
 
     gives: Any  # a number or nested list (or a tensor); its shape counts too
     hint: str
+    like: Callable[[Tensor], bool] | None = None
+
+    def matches(self, out: Tensor, case: "Case") -> bool:
+        """Whether `out` is what this mistake gives on `case`."""
+        return bool(self.like(_tensor(out))) if self.like is not None else _close(out, _tensor(self.gives), case)
 
 
 @dataclass(frozen=True)
@@ -186,7 +195,7 @@ def _judge(case: Case, out: Any) -> str | None:
     if torch.isfinite(expected).all() and not torch.isfinite(_tensor(out)).all():
         return got + f"\n  hint: {case.if_not_finite}"
     for mistake in case.mistakes:
-        if _close(out, _tensor(mistake.gives), case):
+        if mistake.matches(out, case):
             return got + f"\n  hint: {mistake.hint}"
     if out.shape != expected.shape:
         return f"  got shape {tuple(out.shape)}, expected {tuple(expected.shape)}\n{got}"
@@ -1036,12 +1045,18 @@ def _explained_variance_cases() -> list[Case]:
              lambda fn: _number(fn(_t(m_values), _t(m_returns), mask=torch.tensor([[True, True, False]] * 2))),
              45 / 56,
              (Mistake(1 - (17 / 36) / (62 / 6), MASK_IGNORED + " (the padding's R = V makes the head look better)"),)),
+        # R = [2, 2, 2]: Var[R] = 0;  R − V = [1, 0, −1]: Var = 2/3 (÷ n; 1 with ÷ (n − 1))
         Case("nothing to explain: Var[R] = 0",
              lambda fn: _number(fn(_t([1.0, 2.0, 3.0]), _t([2.0, 2.0, 2.0]))),
              math.nan,
              (Mistake(0.0, "Var[R] = 0: the ratio is 0/0, undefined; return NaN (CleanRL's), not 0"),
               Mistake(1.0, "Var[R] = 0: the ratio is 0/0, undefined; return NaN (CleanRL's), not 1"),
-              Mistake(-math.inf, "Var[R] = 0: the ratio is 0/0, undefined; return NaN (CleanRL's), not -inf"))),
+              Mistake(-math.inf, "Var[R] = 0: the ratio is 0/0, undefined; return NaN (CleanRL's), not -inf"),
+              # 1 − (2/3) / (0 + ε): −6.7e7 at ε = 1e-8; any finite EV below −1 here is a tiny denominator
+              Mistake(1 - (2 / 3) / 1e-8, "an eps in the denominator: Var[R] = 0 makes 1 − Var[R − V] / (0 + eps) a "
+                                          "huge negative number that reads like a terrible head; the ratio is 0/0, "
+                                          "undefined: return NaN (CleanRL's), with no eps",
+                      like=lambda out: out.numel() == 1 and bool(torch.isfinite(out).all()) and out.item() < -1))),
     ]
 
 
@@ -1050,7 +1065,8 @@ def check_explained_variance(fn: Callable) -> None:
     the signature of `rlhf_scratch.core.objectives.explained_variance`.
 
     Recognises: the squared error for the variance of the errors, the ratio upside down, 1 − EV,
-    Var[V] for Var[R − V], the mask ignored, 0, 1 or -inf where Var[R] = 0 (NaN).
+    Var[V] for Var[R − V], the mask ignored, 0, 1, -inf or an eps's huge negative number where
+    Var[R] = 0 (NaN).
     """
     _run("explained_variance", fn, _explained_variance_cases())
 

@@ -16,8 +16,9 @@ mistake by the number it produced.
   every completion with its exact probability, so E_π[Σ_t k(y_t)] is a weighted sum, not a sample:
   the check says "unbiased" or "biased by X (exact)". Then three tokens worked by hand.
 - `check_paired_difference_interval`: cases worked by hand. Student's t quantiles at 1, 2 and 4
-  degrees of freedom have closed forms (`t_quantile_closed_form`), so the check needs no scipy;
-  tests/unit/test_capstone_checks.py compares them with `studies.stats.t_quantile`.
+  degrees of freedom have closed forms (`t_quantile_closed_form`); the two a mistake needs beside
+  them (n degrees of freedom for n − 1, at n = 3 and 5) are printed-table values (`T_TABLE`), so the
+  check needs no scipy; tests/unit/test_capstone_checks.py compares both with `studies.stats.t_quantile`.
 """
 
 from __future__ import annotations
@@ -108,10 +109,13 @@ def _loo(r: Tensor, G: int, divide: float | None = None, axis_wrong: bool = Fals
     return (out.T if axis_wrong else out).flatten()
 
 
-def _phase(trainer: Any, batch: Any, sign: float = 1.0, clip: bool = True, token_level: bool = False) -> None:
+def _phase(trainer: Any, batch: Any, sign: float = 1.0, clip: bool = True, token_level: bool = False,
+           mean_ratio: bool = False) -> None:
     """RLOO's update written out, or with one mistake: the objective minimised (`sign` −1), no clip,
-    the ratio and clip per token (PPO's) with the sequence advantage. (A sum over rows in place of the
-    mean is not among them: the gradient-norm clip of `SETTINGS` takes it back to the same step.)"""
+    the ratio and clip per token (PPO's) with the sequence advantage, the sequence's ratio from the
+    per-token MEAN log-ratio (exp of mean_t, GSPO's geometric mean, in place of exp of the sum). (A sum
+    over rows in place of the mean is not among them: the gradient-norm clip of `SETTINGS` takes it
+    back to the same step.)"""
     from rlhf_scratch.core.memory import minibatch_rows
     from rlhf_scratch.core.objectives import sequence_log_probs
 
@@ -122,6 +126,11 @@ def _phase(trainer: Any, batch: Any, sign: float = 1.0, clip: bool = True, token
         if token_level:
             ratio = (trainer.token_log_probs(rollout, rows) - rollout.logprobs[rows]).exp()
             adv = A[rows, None].expand_as(ratio)
+        elif mean_ratio:
+            log_ratio = trainer.token_log_probs(rollout, rows) - rollout.logprobs[rows]
+            kept = mask[rows]
+            ratio = ((log_ratio * kept).sum(-1) / kept.sum(-1)).exp()
+            adv = A[rows]
         else:
             ratio = (trainer.sequence_log_probs(rollout, rows) - sequence_log_probs(rollout.logprobs, mask)[rows]).exp()
             adv = A[rows]
@@ -145,6 +154,7 @@ def _package_results() -> dict[str, Any]:
     batch = gather_batch(copy.deepcopy(start.rollout))
     trainer.compute_advantages(batch)
     shaped, raw = trainer.shaped_rewards(batch), batch.everyone.rewards
+    lengths = batch.everyone.completion_mask.sum(-1)  # β Σ_t kl = raw − shaped, so β mean_t kl = (raw − shaped) / |o|
     advantages = {
         "right": batch.advantages,
         "mean": (shaped.view(-1, G) - shaped.view(-1, G).mean(1, keepdim=True)).flatten(),
@@ -153,12 +163,15 @@ def _package_results() -> dict[str, Any]:
         "G": _loo(shaped, G, divide=float(G)),
         "no_kl": _loo(raw, G),
         "plus_kl": _loo(2 * raw - shaped, G),  # R + β KL
+        "mean_kl": _loo(raw - (raw - shaped) / lengths, G),  # R − β mean_t KL
     }
     _restore(trainer, start)
     trainer.learning_phase(copy.deepcopy(start.rollout))
     package = _update(trainer, start)
     updates = {}
-    for key, mistake in {"minimised": dict(sign=-1.0), "unclipped": dict(clip=False), "token": dict(token_level=True)}.items():
+    planted = {"minimised": dict(sign=-1.0), "unclipped": dict(clip=False), "token": dict(token_level=True),
+               "mean_ratio": dict(mean_ratio=True)}
+    for key, mistake in planted.items():
         _restore(trainer, start)
         b = gather_batch(copy.deepcopy(start.rollout))
         trainer.compute_advantages(b)
@@ -239,7 +252,10 @@ def _make_rloo_algorithm_cases() -> list[Case]:
               Mistake(adv["G"], "divided by G: there are G − 1 others, so their mean is (Σ − r_i) / (G − 1)"),
               Mistake(adv["no_kl"], "the KL is missing from the reward: r = R − β Σ_t (log π_old − log π_ref) "
                                     "(batch.everyone.logprobs, .ref_logprobs, summed over the completion mask)"),
-              Mistake(adv["plus_kl"], "the KL's sign: the reward is R MINUS β · KL (the penalty pulls toward the reference)")),
+              Mistake(adv["plus_kl"], "the KL's sign: the reward is R MINUS β · KL (the penalty pulls toward the reference)"),
+              Mistake(adv["mean_kl"], "the KL AVERAGED over the completion's tokens: the sequence's KL is the SUM, "
+                                      "Σ_t (log π_old − log π_ref) = log π_old(o|q) − log π_ref(o|q), so β · KL "
+                                      "grows with the length (a mean would charge a long completion as a short one)")),
              atol=1e-6),
         Case("one learning phase, SGD: [your update's projection on the package's, its relative error]",
              _learner_update, [1.0, 0.0],
@@ -247,7 +263,10 @@ def _make_rloo_algorithm_cases() -> list[Case]:
               Mistake(upd["unclipped"], "the clip is missing: J = mean min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high) A); the "
                                         "second minibatch's ρ ≠ 1 (the policy has stepped), and there it binds"),
               Mistake(upd["token"], "the ratio per TOKEN (PPO's): RLOO's ρ is the whole sequence's, "
-                                    "exp(log π(o|q) − log π_old(o|q)) with log π(o|q) = self.sequence_log_probs(rollout, rows)")),
+                                    "exp(log π(o|q) − log π_old(o|q)) with log π(o|q) = self.sequence_log_probs(rollout, rows)"),
+              Mistake(upd["mean_ratio"], "the ratio from the MEAN per-token log-ratio, exp(mean_t (log π − log π_old)) "
+                                         "(GSPO's geometric mean): RLOO's ρ is the whole sequence's, exp of the SUM, "
+                                         "exp(log π(o|q) − log π_old(o|q)) with self.sequence_log_probs(rollout, rows)")),
              atol=1e-4),
     ]
 
@@ -257,7 +276,8 @@ def check_make_rloo_algorithm(fn: Callable) -> None:
     whose trainer's learning phase equals the package's `RLOOTrainer` (see the module docstring).
 
     Recognises: the baseline including the own sample, the wrong group axis, no /(G − 1), /G, the KL
-    missing from the reward or added; the objective minimised, no clip, a per-token ratio.
+    missing from the reward, added or averaged over tokens; the objective minimised, no clip, a
+    per-token ratio, a ratio from the per-token mean log-ratio.
     """
     from rlhf_scratch.config import registry
 
@@ -379,6 +399,15 @@ def t_quantile_closed_form(p: float, df: int) -> float:
     raise ValueError(f"t_quantile_closed_form: df must be 1, 2 or 4; got {df}")
 
 
+T_TABLE: dict[tuple[float, int], float] = {(0.975, 3): 3.182446305284263, (0.95, 5): 2.015048372669157}
+"""Student's t quantiles t_{p, df} without a closed form that the cases need (a t table's, to 16 digits)."""
+
+
+def t_quantile_by_hand(p: float, df: int) -> float:
+    """t_{p, df} from the closed form (df 1, 2, 4) or `T_TABLE`."""
+    return T_TABLE[(p, df)] if (p, df) in T_TABLE else t_quantile_closed_form(p, df)
+
+
 def _mean_sd(x: list[float], ddof: int = 1) -> tuple[float, float]:
     m = sum(x) / len(x)
     return m, math.sqrt(sum((v - m) ** 2 for v in x) / (len(x) - ddof))
@@ -398,7 +427,8 @@ def _intervals(a: list[float], b: list[float], confidence: float) -> dict[str, l
         return [mean, mean - half, mean + half]
 
     out = {"right": around(t * s / math.sqrt(n)), "z": around(z * s / math.sqrt(n)),
-           "n": around(t * s_pop / math.sqrt(n)), "sd": around(t * s), "unpaired": around(t * s_unpaired)}
+           "n": around(t * s_pop / math.sqrt(n)), "sd": around(t * s), "unpaired": around(t * s_unpaired),
+           "df_n": around(t_quantile_by_hand(q, n) * s / math.sqrt(n))}
     if 2 * n - 2 in (1, 2, 4):
         out["unpaired_pooled"] = around(t_quantile_closed_form(q, 2 * n - 2) * s_unpaired)
     return out
@@ -407,7 +437,7 @@ def _intervals(a: list[float], b: list[float], confidence: float) -> dict[str, l
 def _paired_cases() -> list[Case]:
     # PPO vs Online DPO, three seeds (made up, asymmetric): d = [0.2, 0.05, 0.25], d̄ = 1/6,
     # s_d² = (0.0333² + 0.1167² + 0.0833²) / 2 = 0.0108333, s_d = 0.10408, s_d/√3 = 0.0600925,
-    # t_{0.975, 2} = 0.95 / √(2 · 0.975 · 0.025) = 4.302653: half-width 0.258557
+    # t_{0.975, 2} = 0.95 / √(2 · 0.975 · 0.025) = 4.302653: half-width 0.258557 (with t_{0.975, 3} = 3.182446: 0.191241)
     a3, b3 = [0.9, 0.8, 0.85], [0.7, 0.75, 0.6]
     # five seeds at 90 %: d = [0.3, −0.1, 0.2, 0.4, 0.0], d̄ = 0.16, s_d = 0.207364, t_{0.95, 4} = 2.131847
     a5, b5 = [1.3, 0.9, 1.0, 1.6, 0.5], [1.0, 1.0, 0.8, 1.2, 0.5]
@@ -421,6 +451,9 @@ def _paired_cases() -> list[Case]:
                  "n": "the standard deviation divided by n: the deviations are from the sample's own mean, so divide "
                       "by n − 1 (Bessel; statistics.stdev, torch's default std)",
                  "sd": "that is ± t · s: the interval of the MEAN is ± t · s / √n",
+                 "df_n": "t with n degrees of freedom: s_d is estimated from the n differences around their own "
+                         "mean, which uses one up, so t has n − 1 (t_{0.975, 2} = 4.30 for three seeds, not "
+                         "t_{0.975, 3} = 3.18)",
                  "unpaired": "unpaired: you compared the two means as independent samples (√(s_a²/n + s_b²/n)); the "
                              "seeds are shared, so take d_i = a_i − b_i seed by seed and the spread of d",
                  "unpaired_pooled": "unpaired: a two-sample t interval (pooled, 2n − 2 degrees of freedom); the seeds "
@@ -447,7 +480,8 @@ def check_paired_difference_interval(fn: Callable) -> None:
     two methods over the same seeds with Student's t interval (the solution:
     `rlhf_scratch.course.solutions_capstones`; the package's with a verdict: `studies.stats.difference`).
 
-    Recognises: unpaired (independent-samples) intervals, z for t, the std over n, ± t·s, NaN for one seed.
+    Recognises: unpaired (independent-samples) intervals, z for t, t with n degrees of freedom for n − 1,
+    the std over n, ± t·s, NaN for one seed.
     """
     _run("paired_difference_interval", fn, _paired_cases(), REFERENCES["paired_difference_interval"])
 

@@ -304,6 +304,19 @@ def _pooled_share(e: Tensor, a: Tensor, policy: Tensor) -> Tensor:
     return slope * (a[policy].mean(0) - a[~policy].mean(0)) / (e[policy].mean() - e[~policy].mean())
 
 
+def _one_group_share(e: Tensor, a: Tensor, policy: Tensor, group: Tensor) -> Tensor:
+    """The mistake: the slope fitted on one group's samples alone (β_w = 0 where a is constant there)."""
+    a_c, e_c = a[group] - a[group].mean(0), e[group] - e[group].mean()
+    var_a = (a_c**2).sum(0)
+    slope = torch.where(var_a > 0, (a_c * e_c[:, None]).sum(0) / var_a.clamp_min(1e-300), torch.zeros_like(var_a))
+    return slope * (a[policy].mean(0) - a[~policy].mean(0)) / (e[policy].mean() - e[~policy].mean())
+
+
+ZERO_WITHIN = ("NaN or inf where the answer is finite: feature 1 is constant within each group, so Σ_g Σ_i (a_i − ā_g)² "
+               "= 0 and β_w is 0/0; the exercise defines β_w = 0 there (no variation inside a group, no slope: the "
+               "feature explains none of the excess), e.g. torch.where(var_a > 0, cov / var_a, 0)")
+
+
 def _explained_share_cases() -> list[Case]:
     e, a, p = torch.tensor(EXCESS, dtype=torch.float64), torch.tensor(ACTIVATION, dtype=torch.float64), torch.tensor(POLICY)
     gap_a = a[p].mean(0) - a[~p].mean(0)  # [3, 1, 4]
@@ -311,6 +324,9 @@ def _explained_share_cases() -> list[Case]:
     # feature 0: a centred [−1, 0, 1 | −1, 0, 1]: Σ a e = 2 + 5 = 7, Σ a² = 4 → β = 7/4, share = 7/4 · 3/4 = 21/16
     # feature 1: constant within each group → β = 0, share 0 (it only separates the groups)
     # feature 2: a centred [1, −1, 0 | 1, −1, 0]: Σ a e = −1 − 1 = −2, Σ a² = 4 → β = −1/2, share = −1/2 · 4/4 = −1/2
+    # the policy's samples alone (e centred [−2, −1, 3]): feature 0 a centred [−1, 0, 1]: Σ a e = 2 + 3 = 5, Σ a² = 2
+    #   → β = 5/2, share 15/8; feature 2 a centred [1, −1, 0]: Σ a e = −2 + 1 = −1, Σ a² = 2 → β = −1/2, share −1/2;
+    #   the reference's alone (e centred [−1, 0, 1]): β = 2/2 = 1 (share 3/4) and −1/2: [3/4, 0, −1/2]
     return [
         Case("6 samples (3 reference, 3 policy) × 3 features",
              lambda fn: fn(_t(EXCESS), _t(ACTIVATION), torch.tensor(POLICY)), [21 / 16, 0.0, -0.5],
@@ -321,7 +337,15 @@ def _explained_share_cases() -> list[Case]:
               Mistake((gap_a / 4).tolist(), "that is (ā₁ − ā₀) / (ē₁ − ē₀) alone: multiply by the within-group slope β_w, "
                                             "how much e moves per unit of a"),
               Mistake([21 / 4, 0.0, -2.0], "the division by the excess's gap ē₁ − ē₀ is missing: the share is a fraction of it"),
-              Mistake([-21 / 16, 0.0, 0.5], "the activation's gap the wrong way round: ā₁ − ā₀ is policy minus reference"))),
+              Mistake([-21 / 16, 0.0, 0.5], "the activation's gap the wrong way round: ā₁ − ā₀ is policy minus reference"),
+              Mistake(_one_group_share(e, a, p, p).tolist(),
+                      "the slope was fitted on the POLICY's samples only: fit it within BOTH groups, each centred on "
+                      "its own means and the sums taken over all samples (β_w = Σ_g Σ_i ... / Σ_g Σ_i ...); one "
+                      "group alone is half the evidence, and its own slope"),
+              Mistake(_one_group_share(e, a, p, ~p).tolist(),
+                      "the slope was fitted on the REFERENCE's samples only: fit it within BOTH groups, each centred "
+                      "on its own means and the sums taken over all samples")),
+             if_not_finite=ZERO_WITHIN),
     ]
 
 
@@ -329,7 +353,9 @@ def check_explained_share(fn: Callable) -> None:
     """Check `explained_share(excess, activation, policy) -> [features]`: β_w (ā₁ − ā₀) / (ē₁ − ē₀) with the
     within-group slope (the package's, with r² and the gaps: `studies.hacking.find.explained_share`).
 
-    Recognises: the pooled slope, the gap ratio without the slope, no division by the excess's gap, the gap's sign.
+    Recognises: the pooled slope, a slope fitted on the policy's (or the reference's) samples only, the gap ratio
+    without the slope, no division by the excess's gap, the gap's sign; NaN for the 0/0 of a feature constant
+    within each group (β_w = 0 there, as the exercise says).
     """
     _run("explained_share", fn, _explained_share_cases(), REFERENCES["explained_share"])
 

@@ -64,7 +64,8 @@ def ensemble_min(scores):
 
 def explained_share(excess, activation, policy):
     """share_f = β_w (ā₁ − ā₀) / (ē₁ − ē₀) per feature f (a column of `activation`), with the slope
-    β_w = Σ (a − ā_g)(e − ē_g) / Σ (a − ā_g)² fitted WITHIN each group g (policy = True: group 1)."""
+    β_w = Σ (a − ā_g)(e − ē_g) / Σ (a − ā_g)² fitted WITHIN each group g (policy = True: group 1); β_w = 0
+    for a column constant within each group (0/0: no variation inside a group, no slope)."""
     e, a = excess.double(), activation.double()
     e_within, a_within = e.clone(), a.clone()
     for group in (policy, ~policy):

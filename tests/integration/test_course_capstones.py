@@ -60,6 +60,31 @@ class NoKLInTheReward(MyRLOOTrainer):
         batch.advantages = (r - (r.sum(dim=1, keepdim=True) - r) / (G - 1)).flatten()
 
 
+class KLAveragedOverTokens(MyRLOOTrainer):
+    def compute_advantages(self, batch):
+        e, G = batch.everyone, self.args.num_generations
+        per_token = (e.logprobs - e.ref_logprobs) * e.completion_mask
+        kl = per_token.sum(-1) / e.completion_mask.sum(-1)  # the mistake: a mean over the tokens, not their sum
+        r = (e.rewards - self.args.beta * kl).view(-1, G)
+        batch.advantages = (r - (r.sum(dim=1, keepdim=True) - r) / (G - 1)).flatten()
+
+
+class RatioFromTheMeanLogRatio(MyRLOOTrainer):
+    def update_actor(self, batch):
+        from rlhf_scratch.core.memory import minibatch_rows
+
+        args, rollout, A = self.args, batch.rollout, batch.local_advantages
+        mask = rollout.completion_mask
+
+        def objective(rows):
+            log_ratio = (self.token_log_probs(rollout, rows) - rollout.logprobs[rows]) * mask[rows]
+            ratio = (log_ratio.sum(-1) / mask[rows].sum(-1)).exp()  # the mistake: exp of the MEAN, not of the sum
+            J = torch.minimum(ratio * A[rows], ratio.clamp(1 - args.epsilon_low, 1 + args.epsilon_high) * A[rows]).mean()
+            return J, {"objective/rloo": J.item()}
+
+        return self.ascend(minibatch_rows(len(rollout), args.num_minibatches, args.num_iterations), objective)
+
+
 class Minimised(MyRLOOTrainer):
     def update_actor(self, batch):
         from rlhf_scratch.core.memory import minibatch_rows
@@ -104,6 +129,8 @@ def entry_of(trainer_class):
     (WrongGroupAxis, "wrong group axis"),
     (NoDivisionByGMinusOne, "no /(G − 1)"),
     (NoKLInTheReward, "the KL is missing from the reward"),
+    (KLAveragedOverTokens, "the KL AVERAGED over the completion's tokens"),
+    (RatioFromTheMeanLogRatio, "the ratio from the MEAN per-token log-ratio"),
     (Minimised, "the objective was minimised"),
     (Unclipped, "the clip is missing"),
 ], ids=lambda x: getattr(x, "__name__", "")[:30])
@@ -220,6 +247,14 @@ def interval_population_std(a, b, confidence=0.95):
     return d.mean().item(), d.mean().item() - half, d.mean().item() + half
 
 
+def interval_t_with_n_degrees_of_freedom(a, b, confidence=0.95):
+    d = [x - y for x, y in zip(a, b)]
+    if len(d) < 2:
+        return d[0], -math.inf, math.inf
+    half = t_quantile((1 + confidence) / 2, len(d)) * statistics.stdev(d) / math.sqrt(len(d))  # the mistake: n, not n − 1
+    return statistics.fmean(d), statistics.fmean(d) - half, statistics.fmean(d) + half
+
+
 def interval_nan_for_one_seed(a, b, confidence=0.95):
     d = torch.tensor(a, dtype=torch.float64) - torch.tensor(b, dtype=torch.float64)
     from scipy.stats import t
@@ -232,6 +267,7 @@ def interval_nan_for_one_seed(a, b, confidence=0.95):
     (interval_unpaired, "unpaired"),
     (interval_with_z, "you used the normal's z"),
     (interval_population_std, "divide by n − 1"),
+    (interval_t_with_n_degrees_of_freedom, "t with n degrees of freedom"),
 ], ids=lambda x: getattr(x, "__name__", ""))
 def test_paired_interval_names_each_planted_mistake(bug, phrase):
     fails_with("paired_difference_interval", bug, phrase)

@@ -66,15 +66,18 @@ def test_the_recorded_signature_is_the_solutions(name):
 @pytest.mark.parametrize("name", list(catalogue.CASES))
 def test_no_classic_mistake_gives_the_answer(name):
     """The cases can tell each recognised mistake from the right answer (and from each other, when
-    their hints differ): a mistake whose number equals the answer would pass unnoticed."""
+    their hints differ): a mistake whose number equals the answer would pass unnoticed. A mistake
+    recognised by a rule (`like`: an eps of the learner's choosing) must take its own worked instance
+    and refuse the answer."""
     for case in catalogue.CASES[name]():
         expected = checks._tensor(case.expected)
         for mistake in case.mistakes:
             gives = checks._tensor(mistake.gives)
-            assert not checks._close(gives, expected, case), f"{name} / {case.name}: {mistake.hint}"
+            assert not mistake.matches(expected, case), f"{name} / {case.name}: {mistake.hint}"
+            assert mistake.matches(gives, case), f"{name} / {case.name}: its own worked number is not {mistake.hint}"
             for other in case.mistakes:
                 if other.hint != mistake.hint:
-                    assert not checks._close(gives, checks._tensor(other.gives), case), f"{name} / {case.name}"
+                    assert not other.matches(gives, case), f"{name} / {case.name}"
 
 
 def test_check_names_cover_the_exercises():
@@ -670,6 +673,18 @@ def test_explained_variance_recognises_the_mask_ignored():
 
 def test_explained_variance_wants_nan_when_the_returns_are_constant():
     fails_with("explained_variance", ev_zero_when_nothing_to_explain, "return NaN (CleanRL's), not 0")
+
+
+@pytest.mark.parametrize("eps", [1e-8, 1e-6, 1e-3])
+def test_explained_variance_names_an_eps_in_the_denominator_whatever_the_eps(eps):
+    """1 − Var[R − V] / (Var[R] + eps): right to 1e-7 where Var[R] > 0, −Var[R − V]/eps where it is 0."""
+    def ev_with_eps(values, returns, mask=None):
+        if mask is not None:
+            values, returns = values[mask], returns[mask]
+        return 1 - (returns - values).var(unbiased=False) / (returns.var(unbiased=False) + eps)
+
+    message = fails_with("explained_variance", ev_with_eps, "an eps in the denominator")
+    assert "case 3/3 (nothing to explain: Var[R] = 0)" in message, message
 
 
 def dla_with_each_components_own_scale(components, scale, ln_weight, direction):

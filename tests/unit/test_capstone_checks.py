@@ -17,6 +17,11 @@ def test_the_closed_form_t_quantiles_are_students(p, df):
     assert C.t_quantile_closed_form(p, df) == pytest.approx(t_quantile(p, df), rel=1e-9)
 
 
+@pytest.mark.parametrize("p, df", sorted(C.T_TABLE))
+def test_the_printed_t_table_values_are_students(p, df):
+    assert C.T_TABLE[(p, df)] == pytest.approx(t_quantile(p, df), rel=1e-9)
+
+
 def test_a_degree_of_freedom_without_a_closed_form_is_refused():
     with pytest.raises(ValueError, match="df must be 1, 2 or 4; got 3"):
         C.t_quantile_closed_form(0.975, 3)
