@@ -67,44 +67,13 @@ from torch import Tensor, nn
 from transformer_lens import HookedTransformer
 
 from interp.feature_diff import real_positions, right_padded, site_activations
+from interp.settings import CrosscoderSettings  # (torch-free: the command's flags)
 
 REF, TUNED = 0, 1
 """Index of each model along the crosscoder's model axis."""
 
 LABELS = ("reference-only", "shared", "tuned-only", "other", "dead")
 """What `classify_latents` calls a latent (dead: never fired on the tokens it was judged on)."""
-
-
-@dataclass
-class CrosscoderSettings:
-    """How the crosscoder is trained."""
-
-    d_latent: int = 1024
-    """Latents (8x the tiny preset's d_model = 128)."""
-    k: float = 16
-    """BatchTopK: mean active latents per position."""
-    training_tokens: int = 200_000
-    """Positions (each read by both models) to train on."""
-    batch_tokens: int = 1024
-    lr: float = 3e-3
-    """Adam's learning rate (3e-3 beat 1e-3 and 3e-4 on the tiny preset's site: fewer dead latents, lower FVU; docs/features.md)."""
-    aux_k: int = 64
-    """Dead latents that reconstruct the error in the auxiliary loss (Gao et al.: d_model / 2)."""
-    aux_coefficient: float = 1 / 32
-    """α of the auxiliary loss (Gao et al.'s 1/32)."""
-    dead_steps: int = 100
-    """Steps without firing after which a latent counts as dead for the auxiliary loss."""
-    seed: int = 0
-
-    def validate(self) -> None:
-        """Refuse bad values in one line naming the field."""
-        for name in ("d_latent", "training_tokens", "batch_tokens", "dead_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"crosscoder {name}: must be >= 1; got {getattr(self, name)}")
-        if not 0 < self.k <= self.d_latent:
-            raise ValueError(f"crosscoder k: must be in (0, d_latent = {self.d_latent}]; got {self.k}")
-        if self.lr <= 0 or self.aux_coefficient < 0 or self.aux_k < 0:
-            raise ValueError("crosscoder lr must be > 0, aux_coefficient and aux_k >= 0")
 
 
 class Crosscoder(nn.Module):

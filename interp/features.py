@@ -30,36 +30,21 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import torch
 import tyro
-from transformer_lens import HookedTransformer
 
-from interp.crosscoder import CrosscoderSettings
-from interp.features_page import make_features_report
-from interp.head_reads import HeadReader, HeadReads
-from interp.levels import DiffLevels
-from interp.sae import (
-    ARCHITECTURES,
-    HOOKS,
-    FeaturesError,
-    SAESettings,
-    evaluate_sae,
-    load_or_train,
-    require_sae_lens,
-    site_hook,
-)
-from interp.sampling import SampleSettings
-from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
+from interp.settings import ADL_K, ARCHITECTURES, CROSSCODER_POSITIONS, HOOKS, CrosscoderSettings, SAESettings
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.config.cli import parse_dataclass
 from rlhf_scratch.config.command import command
-from rlhf_scratch.engine.runs import LoadedRun, load_run
-from rlhf_scratch.reward.model import is_reward_model_run, load_reward_model_run
-from rlhf_scratch.reward.tasks import make_reward_fn
 from rlhf_scratch.rollout.corpus import CorpusUnavailableError, cache_dir, lm_texts
-from rlhf_scratch.rollout.prompts import load_prompts
+
+if TYPE_CHECKING:  # (torch: each is imported where it is used, after the flags are parsed)
+    from transformer_lens import HookedTransformer
+
+    from interp.head_reads import HeadReads
+    from rlhf_scratch.engine.runs import LoadedRun
 
 
 def default_cache_root() -> Path:
@@ -69,6 +54,8 @@ def default_cache_root() -> Path:
 
 def review_texts(split: str) -> list[str]:
     """The preset's review snippets of one split, or one line saying the corpus is unavailable."""
+    from interp.sae import FeaturesError
+
     try:
         return lm_texts(split)
     except CorpusUnavailableError as e:
@@ -80,6 +67,8 @@ def load_or_train_sae(reference: HookedTransformer, hook_name: str, settings: SA
     """The SAE for (reference, site, settings) on the review corpus (trained on its train split,
     judged on its validation split), from the cache (`default_cache_root()` unless given) or
     trained and cached now. Returns (sae, quality, cache folder, whether it was loaded from the cache)."""
+    from interp.sae import load_or_train
+
     root = Path(cache_root) if cache_root is not None else default_cache_root()
     return load_or_train(reference, hook_name, settings, root, review_texts, progress)
 
@@ -91,6 +80,10 @@ def _same_model(a: str, b: str) -> bool:
 def heads_of_run(run: LoadedRun, device: str = "cpu") -> HeadReads:
     """The heads of a run that read this LM's ĥ: PPO's value head, and the reward model where it is a
     Bradley–Terry reward-model run built on the same LM; one line for each that does not."""
+    from interp.head_reads import HeadReader, HeadReads
+    from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
+    from rlhf_scratch.reward.model import is_reward_model_run, load_reward_model_run
+
     readers, notes = [], []
     a = run.args
     if isinstance(run.policy, TransformerWithValueHead):
@@ -129,13 +122,13 @@ class FeaturesArgs:
     layer: int | None = None
     """Block of the site (None: n_layers // 2)."""
     hook: str = "resid_post"
-    """The site's hook, one of interp.sae.HOOKS."""
+    """The site's hook, one of interp.settings.HOOKS."""
     out: str | None = None
     """Output folder (None: RUN_DIR/interp)."""
     cache_dir: str | None = None
     """SAE cache (None: $RLHF_SCRATCH_CACHE/saes or ~/.cache/rlhf_scratch/saes)."""
     dictionary: str = ARCHITECTURES[0]
-    """SAE Lens architecture of the SAE, one of interp.sae.ARCHITECTURES (standard = L1)."""
+    """SAE Lens architecture of the SAE, one of interp.settings.ARCHITECTURES (standard = L1)."""
     l1_coefficient: float = SAESettings.l1_coefficient
     """L1 penalty of --dictionary standard (SAE Lens's)."""
     d_sae: int = SAESettings.d_sae
@@ -165,9 +158,9 @@ class FeaturesArgs:
     """Crosscoder BatchTopK k."""
     cc_tokens: int = 400_000
     """Positions the crosscoder trains on, epochs over the cached ones."""
-    cc_positions: int = DiffLevels.crosscoder_positions
+    cc_positions: int = CROSSCODER_POSITIONS
     """Distinct train-split positions cached for the crosscoder."""
-    adl_k: int = DiffLevels.adl_k
+    adl_k: int = ADL_K
     """First tokens per text the Activation Difference Lens averages."""
     adl_texts: int = 1000
     """Validation snippets the ADL reads (0: none)."""
@@ -215,6 +208,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: FeaturesArgs) -> int:
     """Train or load the SAE, diff, steer and ablate; write features.html."""
+    import torch
+
+    from interp.features_page import make_features_report
+    from interp.levels import DiffLevels
+    from interp.sae import evaluate_sae, require_sae_lens, site_hook
+    from interp.sampling import SampleSettings
+    from rlhf_scratch.engine.runs import load_run
+    from rlhf_scratch.reward.tasks import make_reward_fn
+    from rlhf_scratch.rollout.prompts import load_prompts
 
     run_dir = Path(args.run_dir)
     out = Path(args.out) if args.out else run_dir / "interp"

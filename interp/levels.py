@@ -48,6 +48,7 @@ from interp.crosscoder import (
 from interp.feature_diff import final_ln_scale, promoted_tokens, real_positions, site_activations, top_activating
 from interp.head_reads import HEAD_SITE, HeadReads, head_reads
 from interp.model_diff import activation_difference_lens, weight_diffs, weight_summary
+from interp.settings import ADL_K, CROSSCODER_POSITIONS
 from rlhf_scratch.pages.html import Html, esc, table
 
 
@@ -57,13 +58,13 @@ class DiffLevels:
 
     adl_texts: Sequence[str] = ()
     """Unrelated texts for the Activation Difference Lens (none: no ADL)."""
-    adl_k: int = 5
+    adl_k: int = ADL_K
     """First real tokens of each text the ADL averages over."""
     crosscoder: CrosscoderSettings | None = None
     """None: no crosscoder."""
     crosscoder_texts: Sequence[str] = ()
     """Texts whose positions (up to crosscoder_positions) the crosscoder trains on, besides the diff's sequences."""
-    crosscoder_positions: int = 200_000
+    crosscoder_positions: int = CROSSCODER_POSITIONS
     heads: HeadReads | None = None
     """The value head and the reward model to read (None: not read)."""
 

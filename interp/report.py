@@ -10,6 +10,8 @@ The command: it reads the run folder — the run's reference and tuned models
     RUN_DIR/interp/summary.json  the key numbers, machine-readable
 
 into a temporary folder, moved into place when done (`_write_in_place`: never old and new files mixed).
+The flags are checked before torch is imported (`make_report` too is imported on first use), so
+`--help` and a bad flag answer at once.
 """
 
 from __future__ import annotations
@@ -23,17 +25,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import torch
 import tyro
 
-from interp import families
 from interp.probes import REVIEW_PROMPTS
-from interp.report_page import make_report
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.config.cli import parse_dataclass
 from rlhf_scratch.config.command import command, first_line
 
-__all__ = ["main", "make_report"]
+__all__ = ["main", "make_report"]  # noqa: F822 (__getattr__)
+
+
+def __getattr__(name: str):
+    """`make_report` (`interp.report_page`'s, importable from here too), imported on first use: torch comes with it."""
+    if name == "make_report":
+        from interp.report_page import make_report
+
+        return make_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -76,7 +84,7 @@ def _bad_argument(args: ReportArgs, run_dir: Path, out: Path) -> str | None:
         return f"--gen-len: must be >= 1; got {args.gen_len}"
     if args.threads < 0:
         return f"--threads: must be >= 0; got {args.threads}"
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
+    if args.device.startswith("cuda") and not _cuda_available():
         return f"--device: {args.device!r} requested but no CUDA GPU is available; use --device cpu"
     if out.exists() and not out.is_dir():
         return f"--out: {out} is a file, not a folder"
@@ -85,6 +93,12 @@ def _bad_argument(args: ReportArgs, run_dir: Path, out: Path) -> str | None:
     if not (run_dir / "config.json").is_file():
         return f"{run_dir} is not a run folder (no config.json)"
     return None
+
+
+def _cuda_available() -> bool:
+    import torch  # (only when --device asks for CUDA)
+
+    return torch.cuda.is_available()
 
 
 def _write_in_place(out: Path, write: Callable[[Path], dict]) -> dict:
@@ -113,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: ReportArgs) -> int:
     """Load the run, write the report in place, print its headline."""
+    import torch
+
+    from interp import families
+    from interp.report_page import make_report
+
     run_dir = Path(args.run_dir)
     out = Path(args.out) if args.out else run_dir / "interp"
     if args.threads > 0:

@@ -27,7 +27,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +35,7 @@ import torch
 from transformer_lens import HookedTransformer
 
 from interp.families import require_site
-
-HOOKS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
-"""The sites an SAE may read, per block (no resid_mid where attention and MLP run in parallel)."""
-
-ARCHITECTURES = ("batchtopk", "matryoshka_batchtopk", "standard")
-"""SAE Lens's architecture names `--dictionary` accepts (the first is the default)."""
+from interp.settings import ARCHITECTURES, SAESettings  # (torch-free: the command's flags)
 
 Texts = Callable[[str], list[str]]
 """split -> texts: "train" (what the SAE trains on) and "val" (its evals)."""
@@ -81,35 +76,6 @@ def model_hash(model: HookedTransformer) -> str:
         h.update(str(tuple(tensor.shape)).encode())
         h.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
-
-
-@dataclass
-class SAESettings:
-    """How the SAE is trained (all of it goes into the cache key)."""
-
-    d_sae: int = 1024
-    """Number of features (8x the tiny preset's d_model = 128)."""
-    k: float = 16
-    """BatchTopK: mean number of active features per token during training."""
-    training_tokens: int = 400_000
-    """Activations to train on (about one pass over the train split; a few minutes on 2 CPU cores)."""
-    context_size: int = 128
-    """Tokens per sequence (review snippets concatenated, BOS-separated); capped at the model's n_ctx."""
-    batch_tokens: int = 1024
-    lr: float = 1e-3
-    seed: int = 0
-    eval_batches: int = 8
-    """Batches of 16 sequences for SAE Lens's evals on the validation split."""
-    architecture: str = ARCHITECTURES[0]
-    """One of `ARCHITECTURES`. Matryoshka: nested widths d_sae/8, d_sae/4, d_sae/2, d_sae."""
-    l1_coefficient: float = 1.0
-    """The standard SAE's L1 penalty (SAE Lens's default; not tuned here). Unused by the others."""
-
-    def key(self) -> str:
-        fields = asdict(self)
-        if self.architecture == ARCHITECTURES[0]:  # the key of a BatchTopK SAE as before these two fields: caches stay valid
-            del fields["architecture"], fields["l1_coefficient"]
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def training_config(settings: SAESettings, d_in: int):

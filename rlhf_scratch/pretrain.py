@@ -1,6 +1,6 @@
 """`python -m rlhf_scratch.pretrain` (= `rlhf pretrain`): rebuild the offline tiny preset.
 
-A documented command path, kept as a file; the command lives in rlhf_scratch/commands/tiny_preset/build.py.
+A documented command path, kept as a file; the command lives in rlhf_scratch/commands/pretrain.py.
 """
 
 import sys

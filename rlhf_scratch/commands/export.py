@@ -50,24 +50,27 @@ import tyro
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.config.cli import parse_dataclass
 from rlhf_scratch.config.command import command
-from rlhf_scratch.models.hf_format import (  # the conversions; this module is the command around them
-    EXTRAS_FILE,
-    final_norm_and_unembed,
-    to_hf_causal_lm,
-    to_hf_gemma,
-    to_hf_gpt2,
-    to_hf_gpt_neox,
-    to_hf_llama,
-    to_hf_qwen2,
-    to_hf_reward_model,
-)
 
-VALUE_HEAD_FILE = EXTRAS_FILE.format(name="value_head")
-"""What --value-head writes for a PPO run: its policy's one extra module (the flag keeps its documented name)."""
+CONVERSIONS = ("EXTRAS_FILE", "final_norm_and_unembed", "to_hf_causal_lm", "to_hf_gemma", "to_hf_gpt2",
+               "to_hf_gpt_neox", "to_hf_llama", "to_hf_qwen2", "to_hf_reward_model")
+"""`models.hf_format`'s conversions, importable from here too (this module is the command around them)."""
 
-__all__ = ["VALUE_HEAD_FILE", "export", "export_reward_model", "final_norm_and_unembed", "main", "push_to_hub",
-           "to_hf_causal_lm", "to_hf_gemma", "to_hf_gpt2", "to_hf_gpt_neox", "to_hf_llama", "to_hf_qwen2",
-           "to_hf_reward_model"]
+__all__ = ["export", "export_reward_model", "main", "push_to_hub", "VALUE_HEAD_FILE", *CONVERSIONS]  # noqa: F822 (__getattr__)
+
+
+def __getattr__(name: str):
+    """The conversions and VALUE_HEAD_FILE (what --value-head writes for a PPO run: its policy's one
+    extra module), imported on first use: torch comes with them, so `--help` and a bad flag answer first."""
+    if name == "VALUE_HEAD_FILE":
+        from rlhf_scratch.models.hf_format import EXTRAS_FILE
+
+        return EXTRAS_FILE.format(name="value_head")
+    if name in CONVERSIONS:
+        from rlhf_scratch.models import hf_format
+
+        return getattr(hf_format, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def export(run_dir: str | Path, out_dir: str | Path, value_head: bool = False) -> Path:
     """Write the tuned policy of `run_dir` to `out_dir` as a Hugging Face folder of its own family
@@ -75,6 +78,7 @@ def export(run_dir: str | Path, out_dir: str | Path, value_head: bool = False) -
     from safetensors.torch import save_file
 
     from rlhf_scratch.engine.runs import load_run
+    from rlhf_scratch.models.hf_format import EXTRAS_FILE, to_hf_causal_lm
     from rlhf_scratch.models.loading import no_weight_loading_bars
     from rlhf_scratch.models.policy import PolicyWithExtras, merged_lm
 
@@ -110,6 +114,7 @@ def export_reward_model(run_dir: str | Path, out_dir: str | Path) -> Path:
     as a `GPT2ForSequenceClassification` folder (config, model.safetensors, tokenizer) that
     `AutoModelForSequenceClassification.from_pretrained` loads and `--reward-model` accepts."""
     from rlhf_scratch.engine.runs import refuse_if_training
+    from rlhf_scratch.models.hf_format import to_hf_reward_model
     from rlhf_scratch.models.loading import no_weight_loading_bars
     from rlhf_scratch.reward.model import load_reward_model_run
 

@@ -10,31 +10,38 @@ tuned model's completion and reward, and the tuned sample's KL to the reference,
 Σ_t KL(π(·|s_t) ‖ π_ref(·|s_t)) over its kept tokens (nats), as the training log computes it.
 Runs offline on any run folder (PPO, RLOO, Online DPO). An instruct model is prompted through its
 chat template as in training (the run's --chat-template, or this one's); the table shows the
-prompts as typed and the completions' own text.
+prompts as typed and the completions' own text. The flags are parsed before torch is imported, so
+`--help` and a bad flag answer at once.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-import torch
 import tyro
 from tabulate import tabulate
 
 from rlhf_scratch.config import ConfigError, check_seed
 from rlhf_scratch.config.cli import parse_dataclass
 from rlhf_scratch.config.command import command
-from rlhf_scratch.rollout.generation import prompt_tokens, use_chat_template
-from rlhf_scratch.rollout.phase import Rollout, make_rollout
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlhf_scratch.rollout.phase import Rollout
 
 
 def sample_both(run, prompts: list[str], n: int, gen_len: int, temperature: float, top_k: int,
                 stop_at_eos: bool, seed: int) -> tuple[Rollout, Rollout]:
     """`n` completions of each prompt from the reference and from the tuned model (each scored
     against the reference and rewarded with the run's reward), with the same seed."""
+    import torch
+
     from rlhf_scratch.reward.tasks import make_reward_fn
+    from rlhf_scratch.rollout.generation import use_chat_template
+    from rlhf_scratch.rollout.phase import make_rollout
 
     reward_fn = make_reward_fn(run.args)
     rollouts = []
@@ -55,6 +62,8 @@ def one_line(text: str) -> str:
 
 def sequence_kl(rollout: Rollout) -> torch.Tensor:
     """Σ_t KL_t over each sample's kept tokens, nats."""
+    import torch
+
     return torch.where(rollout.completion_mask, rollout.kl, torch.zeros_like(rollout.kl)).sum(-1)
 
 
@@ -112,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(opts: SampleArgs) -> int:
     """Load the run, sample both models and print the table."""
     from rlhf_scratch.engine.runs import load_run, reward_shown
+    from rlhf_scratch.rollout.generation import prompt_tokens, use_chat_template
 
     prompts = list(opts.prompts) or ([line.rstrip("\n") for line in sys.stdin if line.strip()] if not sys.stdin.isatty() else [])
     run = load_run(opts.run_dir)

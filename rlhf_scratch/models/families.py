@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-import torch
 import tyro
 
 # A ChatML template (Qwen's format), for testing `--chat-template auto` with a tiny tokenizer.
@@ -105,6 +104,7 @@ def build_folder(name: str, out: str | Path, shape: Literal["tiny", "real"] = "t
     model, e.g. Qwen2's 151,936, for what grows with the vocabulary alone (the unembedding, the
     vocabulary terms' chunks); the tokenizer's ids are its first entries.
     """
+    import torch  # (here, not at the top: the command answers --help and a bad flag before torch is imported)
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from rlhf_scratch.models.loading import TINY_LM_DIR, asset_path

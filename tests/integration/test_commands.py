@@ -17,7 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 NOT_COMMANDS = {  # modules run with `python -m` that are not a user's command, and why
     "rlhf_scratch/commands/main.py": "the front door itself",
-    "rlhf_scratch/commands/tiny_preset/build.py": "run as `rlhf pretrain` (commands/pretrain.py)",
     "rlhf_scratch/microscope/__main__.py": "run as `rlhf exact` (microscope/cli.py)",
     "rlhf_scratch/studies/compare.py": "run as `rlhf compare` (commands/compare.py)",
     "rlhf_scratch/studies/overoptimization/study.py": "run as `rlhf overoptimization` (commands/overoptimization.py)",

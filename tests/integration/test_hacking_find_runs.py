@@ -1,4 +1,4 @@
-"""Finding the hack (studies/hacking/find.py) on policies made in the test: does the decomposition of
+"""Finding the hack (studies/hacking/find_steps.py) on policies made in the test: does the decomposition of
 the proxy–gold gap name repetition where the policy repeats, and something else where it does not?
 
 The shipped tiny LM is the reference. Two policies are fitted to it by a few steps of next-token
@@ -33,8 +33,9 @@ import torch
 from interp.probes import REVIEW_PROMPTS
 from rlhf_scratch.models.loading import load_lm
 from rlhf_scratch.reward.preferences import gold_scores, word_count
-from rlhf_scratch.studies.hacking.find import FindSettings, find_in_policy, sample_reference
 from rlhf_scratch.studies.hacking.find_page import summarise, write_page
+from rlhf_scratch.studies.hacking.find_settings import FindSettings
+from rlhf_scratch.studies.hacking.find_steps import find_in_policy, sample_reference
 
 PROMPTS = list(REVIEW_PROMPTS) + ["This film", "My favourite scene was", "The director", "I watched it and"]
 HONEST = [" a wonderful film with great acting.", " truly beautiful, moving and funny from start to end.",

@@ -1,4 +1,4 @@
-"""Finding the hack (studies/hacking/find.py, describe.py, find_page.py): each formula against numbers
+"""Finding the hack (studies/hacking/find.py, find_steps.py, excess.py, describe.py, find_page.py): each formula against numbers
 worked out by hand, the describer on hand-made texts, the verdict over seeds, and the bad flags."""
 
 import math
@@ -18,8 +18,10 @@ from rlhf_scratch.studies.hacking.describe import (
     per_sample_ngram_fraction,
     top_token_share,
 )
-from rlhf_scratch.studies.hacking.find import ablation_hooks, explained_share, main, standardised_gold, token_shares
+from rlhf_scratch.studies.hacking.excess import explained_share, standardised_gold
+from rlhf_scratch.studies.hacking.find import main
 from rlhf_scratch.studies.hacking.find_page import summarise
+from rlhf_scratch.studies.hacking.find_steps import ablation_hooks, token_shares
 from rlhf_scratch.studies.stats import t_sf
 
 

@@ -9,6 +9,7 @@ import math
 
 import torch
 
+from rlhf_scratch.commands.pretrain import main, parse_args
 from rlhf_scratch.commands.tiny_preset import build as pretrain
 from rlhf_scratch.models.loading import load_classifier, load_lm
 from rlhf_scratch.reward.functions import SentimentReward
@@ -33,10 +34,10 @@ def test_pack_puts_endoftext_before_every_snippet():
 
 
 def test_parse_args_smoke_and_overrides():
-    args = pretrain.parse_args(["--smoke", "--out", "x", "--lm-steps", "3"])
+    args = parse_args(["--smoke", "--out", "x", "--lm-steps", "3"])
     assert args.limit == 300 and args.out == "x" and args.lm_steps == 3
-    assert pretrain.parse_args([]) == pretrain.PretrainArgs()
-    zero = pretrain.parse_args(["--dropout", "0", "--install"])
+    assert parse_args([]) == pretrain.PretrainArgs()
+    zero = parse_args(["--dropout", "0", "--install"])
     assert zero.dropout == 0.0 and zero.install, "a flag given as 0 must not fall back to the default"
 
 
@@ -65,10 +66,10 @@ def test_smoke_pretraining_runs_end_to_end(tmp_path):
 
 def test_pretrain_refuses_to_overwrite(tmp_path, capsys):
     (tmp_path / "keep.txt").write_text("mine")
-    assert pretrain.main(["--smoke", "--out", str(tmp_path)]) == 2
+    assert main(["--smoke", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"error: out: {tmp_path} exists and is not empty; choose another --out"
     assert (tmp_path / "keep.txt").read_text() == "mine"
-    assert pretrain.main(["--smoke", "--install", "--out", str(tmp_path / "new")]) == 2
+    assert main(["--smoke", "--install", "--out", str(tmp_path / "new")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: install: would replace the shipped preset in ") and err.endswith("add --force (the current one is kept as <name>.bak)")
     assert not (tmp_path / "new").exists(), "nothing is written before the refusal"

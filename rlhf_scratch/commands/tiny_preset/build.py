@@ -19,7 +19,8 @@ assets took 22 minutes with the default single thread on a shared 2-core CPU):
 5. headroom: 256 samples of "This movie was really" from the LM loaded as a HookedTransformer;
    the mean positive reward of the classifier must lie in [0.3, 0.7].
 
-Both models are saved as Hugging Face folders in fp16, each with the tokenizer.
+Both models are saved as Hugging Face folders in fp16, each with the tokenizer. The settings are
+`args.PretrainArgs`; the command, `rlhf_scratch/commands/pretrain.py` (`pretrain` here does the work).
 """
 
 from __future__ import annotations
@@ -29,10 +30,9 @@ import json
 import math
 import re
 import shutil
-import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -41,75 +41,13 @@ from tqdm.auto import tqdm
 from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel
 from transformers.utils import logging as hf_logging
 
+from rlhf_scratch.commands.tiny_preset.args import PretrainArgs, check_outputs
 from rlhf_scratch.commands.tiny_preset.tokenizer import save_tokenizer, train_tokenizer
-from rlhf_scratch.config.cli import given_fields, parse_dataclass
-from rlhf_scratch.config.command import command
 from rlhf_scratch.models.loading import TINY_LM_DIR, TINY_REWARD_DIR, asset_path, load_lm
 from rlhf_scratch.reward.functions import SentimentReward, reward_fn_vader
 from rlhf_scratch.rollout import corpus
 
 PROMPT = "This movie was really"
-
-
-@dataclass
-class PretrainArgs:
-    out: str = "tiny_preset"
-    """output folder; gets tiny_lm/, tiny_reward/ and metrics.json"""
-    install: bool = False
-    """also copy the result into the package's assets folder, replacing the shipped preset (needs --force; the shipped one is kept as assets/<name>.bak)"""
-    force: bool = False
-    """allow --install to replace the shipped preset"""
-    seed: int = 0
-    """seed of every random choice (split, init, batches, dropout, sampling)"""
-    threads: int = 1
-    """torch CPU threads; 1 makes the result bit-reproducible (other counts change float
-    summation order) and is ~2x faster than 2 when other processes share the cores"""
-    limit: int = 0
-    """if > 0, keep only this many snippets per split (smoke tests)"""
-    vocab_size: int = 8192
-    """BPE vocabulary size, <|endoftext|> included"""
-    n_layer: int = 4
-    """transformer blocks"""
-    n_head: int = 4
-    """attention heads per block"""
-    d_model: int = 128
-    """width of the residual stream"""
-    n_ctx: int = 128
-    """context length; also the training window"""
-    dropout: float = 0.1
-    """dropout of LM pretraining and classifier fine-tuning"""
-    lm_steps: int = 700
-    """optimizer steps of LM pretraining"""
-    lm_batch_size: int = 32
-    """windows per LM optimizer step"""
-    lm_lr: float = 1.5e-3
-    """peak AdamW learning rate of LM pretraining (cosine decay to 10%)"""
-    lm_warmup: int = 50
-    """linear warmup steps of LM pretraining"""
-    lm_eval_every: int = 100
-    """validation loss every this many steps (the best step is kept)"""
-    weight_decay: float = 0.1
-    """AdamW weight decay (LM and classifier)"""
-    clf_epochs: int = 3
-    """epochs of classifier fine-tuning"""
-    clf_batch_size: int = 32
-    """reviews per classifier optimizer step"""
-    clf_lr: float = 3e-4
-    """AdamW learning rate of classifier fine-tuning"""
-    clf_max_len: int = 64
-    """classifier inputs are truncated to this many tokens"""
-    n_samples: int = 256
-    """headroom: number of sampled continuations of the prompt"""
-    gen_len: int = 30
-    """headroom: new tokens per sample"""
-
-    @classmethod
-    def smoke(cls, **overrides) -> "PretrainArgs":
-        """Sizes for a test that finishes in seconds."""
-        small = dict(limit=300, vocab_size=400, n_layer=1, n_head=2, d_model=32, n_ctx=64,
-                     lm_steps=4, lm_batch_size=8, lm_warmup=1, lm_eval_every=2, clf_epochs=1,
-                     clf_batch_size=32, n_samples=8, gen_len=5)
-        return cls(**{**small, **overrides})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,20 +302,6 @@ def folder_mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
 
 
-class PretrainError(ValueError):
-    """A refused output or install (one line)."""
-
-
-def check_outputs(args: PretrainArgs) -> None:
-    """Refuse, before any work, to overwrite a non-empty --out or (without --force) the shipped preset."""
-    out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise PretrainError(f"out: {out} exists and is not empty; choose another --out")
-    if args.install and not args.force:
-        raise PretrainError(f"install: would replace the shipped preset in {asset_path(TINY_LM_DIR).parent}; "
-                            "add --force (the current one is kept as <name>.bak)")
-
-
 def pretrain(args: PretrainArgs) -> dict:
     check_outputs(args)
     torch.set_num_threads(args.threads)
@@ -453,41 +377,3 @@ def pretrain(args: PretrainArgs) -> dict:
             shutil.copytree(folder, dest)
             print(f"installed {folder} -> {dest} (previous one kept in {backup})")
     return metrics
-
-
-@dataclass
-class PretrainCommand(PretrainArgs):
-    smoke: bool = False
-    """tiny sizes (PretrainArgs.smoke); finishes in seconds. Flags given beside it still win."""
-
-
-def parse_args(argv=None) -> PretrainArgs:
-    """PretrainArgs from the command line (tyro: every field a flag, its docstring the help)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    cmd = parse_dataclass(PretrainCommand, argv, default=PretrainCommand(), prog="python -m rlhf_scratch.pretrain",
-                          description=__doc__.split("\n\n")[0])
-    given = given_fields(cmd, PretrainCommand())
-    smoke = given.pop("smoke", False)
-    return PretrainArgs.smoke(**given) if smoke else PretrainArgs(**given)
-
-
-def main(argv=None) -> int:
-    """The command: `command()` owns its one-line errors and exit codes (a bad flag or output folder: 2)."""
-    return command(parse_checked, run, argv)
-
-
-def parse_checked(argv: list[str]) -> PretrainArgs:
-    """The command line, its output folders checked before anything trains."""
-    args = parse_args(argv)
-    check_outputs(args)
-    return args
-
-
-def run(args: PretrainArgs) -> int:
-    """Pretrain the tiny preset (its metrics are in the folder it writes)."""
-    pretrain(args)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

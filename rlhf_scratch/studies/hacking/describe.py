@@ -1,7 +1,7 @@
-"""The describer of `find.py`: name a found feature by the surface statistic of text it tracks.
+"""The describer of `find_steps.py`: name a found feature by the surface statistic of text it tracks.
 
 It is applied AFTER the finding, never as a candidate: the feature is found from the model alone
-(`find.py`), then its per-sample activation a_i is correlated with every statistic of a fixed,
+(`find_steps.py`), then its per-sample activation a_i is correlated with every statistic of a fixed,
 generic catalogue (`CATALOGUE`, plus the frequency of each of the pooled samples' most common
 words), and the best match is named. The catalogue lists what one can count in any text — length,
 word length, repeated n-grams, distinct tokens, the most frequent token's share, punctuation,

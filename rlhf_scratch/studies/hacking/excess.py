@@ -1,4 +1,4 @@
-"""The two formulas of `find.py` (issue 46, item 3), apart from the sampling and the model reading:
+"""The two formulas of `find_steps.py` (issue 46, item 3), apart from the sampling and the model reading:
 gold on the proxy's scale (step 1) and the share of the proxy's excess a feature explains (step 3).
 
     ĝ = μ_p + (g' − μ_g) · σ_p / σ_g        (μ, σ: mean and population s.d. over the reference's samples)
