@@ -175,6 +175,31 @@ def test_explained_share_names_the_pooled_slope():
     fails_with("explained_share", share_pooled, "fitted over all samples together")
 
 
+def share_policy_only(excess, activation, policy):
+    e, a = excess[policy] - excess[policy].mean(), activation[policy] - activation[policy].mean(0)
+    var_a = (a**2).sum(0)
+    slope = torch.where(var_a > 0, (a * e[:, None]).sum(0) / var_a, torch.zeros_like(var_a))
+    return slope * (activation[policy].mean(0) - activation[~policy].mean(0)) / (excess[policy].mean() - excess[~policy].mean())
+
+
+def share_unguarded(excess, activation, policy):
+    """The formula as written, 0/0 left in: NaN for a feature constant within each group."""
+    e, a = excess.clone(), activation.clone()
+    for group in (policy, ~policy):
+        e[group], a[group] = e[group] - excess[group].mean(), a[group] - activation[group].mean(0)
+    slope = (a * e[:, None]).sum(0) / (a**2).sum(0)
+    return slope * (activation[policy].mean(0) - activation[~policy].mean(0)) / (excess[policy].mean() - excess[~policy].mean())
+
+
+def test_explained_share_names_the_slope_of_the_policys_samples_alone():
+    fails_with("explained_share", share_policy_only, "fitted on the POLICY's samples only")
+
+
+def test_explained_share_says_what_a_feature_constant_within_each_group_gets():
+    """Σ (a − ā_g)² = 0: the exercise defines β_w = 0, and the check says so (not a generic division by 0)."""
+    fails_with("explained_share", share_unguarded, "the exercise defines β_w = 0 there")
+
+
 # --- notebook 09 and its solutions ---------------------------------------------------------------
 
 NOTEBOOKS = Path(__file__).parents[2] / "notebooks"
