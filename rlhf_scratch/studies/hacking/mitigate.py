@@ -355,7 +355,7 @@ class MitigateArgs:
 
 
 PLANNED = ("KL penalty β = 0.05", "KL penalty β = 0.2", f"reward-model ensemble, k = {ENSEMBLE_K}, min")
-"""The rows prepared for the lead's run (docs/human-feedback.md, "Stopping it"): "to be measured" until run."""
+"""The rows prepared for the lead's run (docs/hacking-detectors.md, "Stopping it"): "to be measured" until run."""
 
 
 def run(args: MitigateArgs) -> int:
