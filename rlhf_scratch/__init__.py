@@ -46,6 +46,9 @@ _EXPORTS = {
     "load_reward_model_run": "reward.model", "reward_model_classifier": "reward.model", "to_hf_reward_model": "models.hf_format", "export_reward_model": "commands.export",
     "kl_bon": "studies.overoptimization", "best_of_n_expectation": "studies.overoptimization",
     "fit_gao": "studies.overoptimization",
+    # verifiable rewards (docs/verifiable.md): the rule, the metric, the problems
+    "pass_at_k": "reward.pass_at_k", "mean_pass_at_k": "reward.pass_at_k", "accuracy_reward": "reward.verifiable",
+    "format_reward": "reward.verifiable", "make_problems": "reward.arithmetic", "verifiable_metrics": "reward.verifiable_eval",
 }
 # every algorithm's args class, trainer and formulas, as its registry entry names them (rlhf_scratch/config/registry.py)
 _EXPORTS.update({name: entry.module.removeprefix("rlhf_scratch.") for entry in registry.ALGORITHMS.values()

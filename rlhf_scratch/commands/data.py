@@ -30,7 +30,15 @@ import tyro
 from rlhf_scratch.config import ConfigError, check_seed
 from rlhf_scratch.config.cli import parse_dataclass
 from rlhf_scratch.config.command import command
-from rlhf_scratch.reward.arithmetic import CARRIES, DEFAULT_OPS, DIGITS, check_difficulty
+from rlhf_scratch.reward.arithmetic import (
+    CARRIES,
+    DATA_SEED,
+    DEFAULT_OPS,
+    DIGITS,
+    TEST_SIZE,
+    TRAIN_SIZE,
+    check_difficulty,
+)
 
 PROG = "rlhf data"
 DATASETS = ("arithmetic",)
@@ -45,11 +53,11 @@ class DataArgs:
     """What to write: arithmetic."""
     out: str = tyro.MISSING
     """New folder for train.parquet and test.parquet (one that exists must be empty)."""
-    train_size: int = 5000
+    train_size: int = TRAIN_SIZE
     """Problems in the train split."""
-    test_size: int = 500
+    test_size: int = TEST_SIZE
     """Problems in the test split (the held-out ones: none is in the train split)."""
-    seed: int = 1
+    seed: int = DATA_SEED
     """Seeds the problems: the same flags write the same files."""
     digits: tuple[int, ...] = DIGITS
     """Digits of each operand; several (--digits 1 2 3) are drawn uniformly."""
@@ -102,16 +110,13 @@ def verl_schema():
 
 def arithmetic_splits(args: DataArgs) -> dict[str, list[dict]]:
     """{"train": rows, "test": rows}: the problems of `args`, split, as verl rows."""
-    from rlhf_scratch.reward.arithmetic import make_problems, split_problems, verl_row
+    from rlhf_scratch.reward.arithmetic import splits_rows
 
     try:
-        problems = make_problems(args.train_size + args.test_size, args.seed, digits=args.digits, ops=args.ops,
-                                 carries=args.carries)
+        return splits_rows(args.train_size, args.test_size, args.seed, digits=args.digits, ops=args.ops, carries=args.carries)
     except ValueError as e:  # "n: found 0 of 5500 ...": on the command line, n is the two flags' sum
         message = str(e)
         raise ConfigError("train_size + test_size" + message[1:] if message.startswith("n: ") else message) from None
-    train, test = split_problems(problems, args.test_size)
-    return {split: [verl_row(p, split, i) for i, p in enumerate(part)] for split, part in (("train", train), ("test", test))}
 
 
 def write_splits(splits: dict[str, list[dict]], out: Path) -> None:

@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exact": ("rlhf_scratch.microscope.cli", "every gradient estimator against the exact gradient (the microscope)"),
     "families": ("rlhf_scratch.models.families", "a random-init Hugging Face folder of a model family"),
     "pretrain": ("rlhf_scratch.commands.pretrain", "rebuild the offline tiny preset from scratch"),
+    "pretrain-arithmetic": ("rlhf_scratch.commands.arithmetic_lm", "build the arithmetic task's model from scratch, stopped partly right"),
     "notebooks": ("rlhf_scratch.course.execute_notebooks", "execute (or --check) the course's notebooks"),
 }
 

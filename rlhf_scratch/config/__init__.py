@@ -41,6 +41,9 @@ TRUNCATIONS = ("error", "left", "right")  # verl's data.truncation for a prompt 
 LORA_TARGETS = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")  # the block weights LoRA can adapt (lora.LAYOUTS)
 """What scores each task that reads no reward model (a refused --reward-model names it)."""
 PROMPT_PREFIX = "prefix"  # --prompts prefix: every sample continues args.prefix (the blog)
+SHIPPED_MODELS = ("tiny", "arithmetic")
+"""The models the package ships (rlhf_scratch/assets): `tiny`, the review LM, and `arithmetic`, the arithmetic
+task's (`rlhf pretrain-arithmetic`); a name, not a path."""
 
 
 class ConfigError(ValueError):
@@ -100,7 +103,7 @@ class CommonArgs:
     preset: str = "tiny"
     """`tiny` (shipped offline LM + classifier) or `gpt2` (GPT-2 + lvwerra/distilbert-imdb, the blog's setup)."""
     model: str = "tiny"
-    """Policy to tune: `tiny`, a TransformerLens pretrained name (e.g. `gpt2`) or a local HF folder of GPT-2, Pythia, Llama, Qwen2 or Gemma (docs/models.md)."""
+    """Policy to tune: `tiny`, `arithmetic` (the arithmetic task's, shipped), a TransformerLens pretrained name (e.g. `gpt2`) or a local HF folder of GPT-2, Pythia, Llama, Qwen2 or Gemma (docs/models.md)."""
     reward_model: str = "tiny"
     """What scores task `sentiment`: a classifier (`tiny`, a Hub id, a local folder; label 1 = positive)
     or a reward model — a `python -m rlhf_scratch.reward_model` run folder or its export (its scalar
@@ -218,6 +221,27 @@ class CommonArgs:
     opening is completed into one review, not run on into the next)."""
     missing_eos_penalty: float | None = None
     """Subtract this from the reward of a completion that never produced EOS (TRL's option)."""
+    format_weight: float = 0.0
+    """Task arithmetic: r = accuracy + format_weight · format, TRL's `reward_weights` over its
+    `accuracy_reward` and `format_reward` (reward/verifiable.py: an integer answer, right or wrong, earns
+    the format part). 0 (default): the accuracy alone."""
+
+    # --- validation (verl's data.val_files, trainer.test_freq, rollout.val_kwargs.n) -----------
+    val_prompts: str = ""
+    """Held-out prompts the run is validated on, a source as --prompts takes (`arithmetic:test`: the
+    arithmetic task's test split); their columns reach the task's evaluation (pass@1, pass@k, by
+    difficulty: `eval/...` in metrics.jsonl). Empty (default, except the arithmetic task's): no validation."""
+    test_freq: int = 10
+    """Validate every this many phases, and after the last (verl's trainer.test_freq); also once before
+    the first phase (verl's val_before_train), written to validation.jsonl as phase 0."""
+    val_n: int = 8
+    """Samples of each held-out prompt, at the run's temperature (verl's val_kwargs.n): pass@1 is the mean
+    of c/n, pass@n the unbiased 1 − C(n−c, n)/C(n, n) (reward/pass_at_k.py)."""
+    val_size: int = 0
+    """Validate on the first this many held-out prompts (0: all of them)."""
+    val_temperature: float = 1.0
+    """The temperature the validation samples at (verl's val_kwargs.temperature), from the whole softmax
+    (no top-k, no top-p): pass@k is of the model's own distribution, whatever the training samples with."""
 
     # --- early stopping --------------------------------------------------------------------
     early_stopping: bool = False
@@ -280,6 +304,13 @@ class CommonArgs:
             value = getattr(self, name)
             _check(_finite(value) and value >= 0, name, f"must be a finite number >= 0; got {value}")
         _check(self.top_k >= 0, "top_k", f"must be >= 0 (0 = the whole vocabulary); got {self.top_k}")
+        _check(_finite(self.val_temperature) and self.val_temperature > 0, "val_temperature",
+               f"must be > 0; got {self.val_temperature}")
+        _check(self.val_size >= 0, "val_size", f"must be >= 0 (0 = every held-out prompt); got {self.val_size}")
+        _check(self.format_weight == 0 or self.task == "arithmetic", "format_weight",
+               f"is the arithmetic task's (its format reward); got {self.format_weight} with task {self.task}")
+        _check(not self.val_prompts or registry.get_task(self.task).evaluate is not None, "val_prompts",
+               f"task {self.task} has no evaluation of its own to validate with; got {self.val_prompts!r}")
         _check(self.lora_rank >= 0, "lora_rank", f"must be >= 0 (0 = full fine-tuning); got {self.lora_rank}")
         _check(_finite(self.lora_alpha) and self.lora_alpha > 0, "lora_alpha", f"must be > 0; got {self.lora_alpha}")
         targets = self.lora_target_names()
@@ -316,17 +347,19 @@ class CommonArgs:
 
     def _positive_ints(self) -> tuple[str, ...]:
         return ("total_phases", "batch_size", "num_minibatches", "gen_len", "window_size", "patience", "table_every", "plot_every",
-                "keep_checkpoints", "max_skipped_steps")
+                "keep_checkpoints", "max_skipped_steps", "test_freq", "val_n")
 
     def _nonnegative_floats(self) -> tuple[str, ...]:
-        return ("base_lr", "max_grad_norm", "warmup_steps", "final_scale")
+        return ("base_lr", "max_grad_norm", "warmup_steps", "final_scale", "format_weight")
 
     def with_local_paths_resolved(self) -> "CommonArgs":
         """These args with every local path they name made absolute (`model`, `reward_model`, a
         prompts file or folder), so that a run folder's config means the same files wherever it is
         resumed from. Names that are not local paths (`tiny`, `rt`, a Hub id) are left as they are;
         an ensemble's members (`min:A,B`) are made absolute one by one."""
-        special = {"model": ("tiny",), "reward_model": ("tiny",), "prompts": (PROMPT_PREFIX, "rt")}
+        sources = (PROMPT_PREFIX, "rt", *(f"{t.name}{split}" for t in registry.TASKS.values() if t.data is not None
+                                          for split in ("", *(f":{s}" for s in t.splits))))  # a task's own problems
+        special = {"model": SHIPPED_MODELS, "reward_model": ("tiny",), "prompts": sources, "val_prompts": ("", *sources)}
         resolved = {}
         for name, keep in special.items():
             value = getattr(self, name)
@@ -494,9 +527,22 @@ PRESETS: dict[str, dict[str, Any]] = {
 def preset_values(preset: str, cls: type[CommonArgs]) -> dict[str, Any]:
     """The values `preset` gives the fields of `cls` (see PRESETS)."""
     _check(preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}; got {preset!r}")
+    return values_for(cls, PRESETS[preset])
+
+
+def task_values(task: str, cls: type[CommonArgs]) -> dict[str, Any]:
+    """The values task `task` brings to the fields of `cls` (its registry entry's `defaults`: the
+    arithmetic task's model, prompts and gen_len), read as a preset's are; none for a task that brings
+    none, or an unknown one (`validate` names it)."""
+    return values_for(cls, registry.get_task(task).defaults) if task in registry.task_names() else {}
+
+
+def values_for(cls: type[CommonArgs], given: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `given` that are fields of `cls`; a value given as {algo: value} is that algorithm's
+    only (skipped for the others)."""
     names = {f.name for f in dataclasses.fields(cls)}
     values = {}
-    for key, value in PRESETS[preset].items():
+    for key, value in given.items():
         if isinstance(value, dict):  # {algo: value}: that algorithm's only
             if cls.ALGO not in value:
                 continue
@@ -507,12 +553,13 @@ def preset_values(preset: str, cls: type[CommonArgs]) -> dict[str, Any]:
 
 
 def make_args(preset: str = "tiny", algo: str = "ppo", **overrides: Any) -> CommonArgs:
-    """Preset values, then `overrides` (e.g. from the command line), validated, for `algo`.
-    A field's old name (`kl_coef` for PPO's `beta`) is taken as its new one."""
+    """Preset values, then the task's (`task_values`), then `overrides` (e.g. from the command line),
+    validated, for `algo`. A field's old name (`kl_coef` for PPO's `beta`) is taken as its new one."""
     cls = args_class(algo)
     overrides = {cls.RENAMED.get(k, k): v for k, v in overrides.items()}
     names = {f.name for f in dataclasses.fields(cls)}
     for key in overrides:
         _check(key in names, key, f"is not an {cls.__name__} field")
-    values = {**preset_values(preset, cls), **{k: v for k, v in overrides.items() if v is not None}}
+    task = overrides.get("task", cls.__dataclass_fields__["task"].default)
+    values = {**preset_values(preset, cls), **task_values(task, cls), **{k: v for k, v in overrides.items() if v is not None}}
     return cls(preset=preset, **values).validate()

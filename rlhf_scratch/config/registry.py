@@ -21,7 +21,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,22 @@ class Task:
     scored_by: str | None = None
     """What scores it, for messages, when it reads no reward model; None: it reads `--reward-model`
     (the classifier or reward-model run of task sentiment)."""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """Field values the task brings (its model, its prompts, a gen_len its answers fit), applied over the
+    preset's and under the command line's (`config.task_values`); a value given as {algo: value} is that
+    algorithm's only."""
+    data: str | Callable | None = None
+    """"module:function" making its own problems, `function(split) -> list[dict]` in verl's columns (`prompt`,
+    `reward_model.ground_truth`, `extra_info`, ...): `--prompts TASK` reads the train split, `--prompts
+    TASK:test` the test split, as `rlhf data TASK` writes them; None: it has none."""
+    splits: tuple[str, ...] = ("train", "test")
+    """The splits `data` makes."""
+    algo: str | None = None
+    """The --algo `train TASK` runs when none is given (None: ppo, the blog's); the arithmetic task's is grpo."""
+    evaluate: str | Callable | None = None
+    """"module:function" scoring a validation rollout (`--val-prompts`, every `--test-freq` phases),
+    `function(rollout) -> {"eval/...": value}` (verifiable tasks: pass@1, pass@k, the format rate, by
+    difficulty); None: the task has no validation of its own."""
 
     def reward_factory(self) -> Callable:
         return resolve(self.reward)
@@ -192,6 +208,13 @@ def unregister_task(name: str) -> None:
     TASKS.pop(name, None)
 
 
+def default_algo(task: str) -> str:
+    """The --algo of `train TASK` without one: the task's own (`Task.algo`), else ppo (an unknown task: ppo,
+    and `validate` names it)."""
+    load_plugins()
+    return (TASKS[task].algo if task in TASKS else None) or "ppo"
+
+
 def task_names() -> tuple[str, ...]:
     """Every registered TASK, in registration order."""
     load_plugins()
@@ -211,6 +234,12 @@ register_task(Task("sentiment", f"{_REWARD}:sentiment_reward"))
 register_task(Task("vader", f"{_REWARD}:vader_reward", scored_by="VADER"))
 register_task(Task("periods", f"{_REWARD}:periods_reward", scored_by="counting periods"))
 register_task(Task("first_token", f"{_REWARD}:first_token_reward", scored_by="its first token"))
+register_task(Task(
+    "arithmetic", f"{_REWARD}:arithmetic_reward", scored_by="its answer, checked by a rule",
+    defaults=dict(model="arithmetic", prompts="arithmetic", val_prompts="arithmetic:test", total_phases=1000, test_freq=100, gen_len=6,
+                  stop_at_eos=True, top_k=0, prepend_bos=True),
+    data="rlhf_scratch.reward.arithmetic:task_rows", algo="grpo", evaluate="rlhf_scratch.reward.verifiable_eval:verifiable_metrics",
+))
 
 
 _PKG = "rlhf_scratch.algorithms"

@@ -227,9 +227,13 @@ class RayPPOTrainer:
     def _proto(self, rollout: Rollout) -> DataProto:
         return from_rollout(rollout, self.pad_id)
 
-    def generate_sequences(self, prompts: list[str]) -> Rollout:
+    def generate_sequences(self, prompts: list[str], validate: dict | None = None) -> Rollout:
         """G completions of each prompt: the actor's (synchronous), or under asynchrony the generation
-        submitted a phase before (its wait), or one submitted now if none is in flight."""
+        submitted a phase before (its wait), or one submitted now if none is in flight. A validation's
+        (`validate`: `Trainer.generate_sequences`) is the actor's, the weights just learned, always synchronous."""
+        if validate is not None:
+            return to_rollout(self.actor_rollout_wg.generate_sequences(DataProto(
+                non_tensor_batch={"prompts": prompts}, meta_info={"num_generations": int(validate["n"]), "validate": validate})))
         if not self.max_staleness:
             out = self.actor_rollout_wg.generate_sequences(self._prompts_proto(prompts))
         else:

@@ -112,8 +112,12 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """G completions of each prompt (the trainer's G: `meta_info["num_generations"]` says the same)."""
-        return from_rollout(self.trainer.generate_sequences(list(prompts.non_tensor_batch["prompts"])),
+        """G completions of each prompt (the trainer's G: `meta_info["num_generations"]` says the same), or a
+        validation's n (`meta_info["validate"]`: `Trainer.generate_sequences`)."""
+        validate = prompts.meta_info.get("validate")
+        if validate is not None:  # each rank draws its share of the call: a stream of its own (rank 0's is the whole call's in process)
+            validate = {**validate, "seed": (int(validate["seed"]) + 7919 * self.rank) % 2**63}
+        return from_rollout(self.trainer.generate_sequences(list(prompts.non_tensor_batch["prompts"]), validate=validate),
                             pad_token_id(self.trainer.lm))
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

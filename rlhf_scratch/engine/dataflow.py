@@ -23,6 +23,7 @@ trainer decides what each call does in a phase (PPO's --critic-warmup: `update_c
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -78,6 +79,30 @@ def learn(trainer: Any, batch: Batch, times: dict[str, float] | None = None) -> 
     critic = _call("update_critic", times, trainer.update_critic, batch) if has_critic(trainer) else {}
     actor = _call("update_actor", times, trainer.update_actor, batch)
     return merge_stats(critic, actor)
+
+
+def validate(trainer: Any, prompts: list[str], n: int, key: str, rows_per_call: int,
+             times: dict[str, float] | None = None) -> dict[str, list]:
+    """verl's `_validate`: `n` samples of each held-out prompt from the policy now, at the run's sampling
+    settings, `rows_per_call` rows a `generate_sequences` call (the training's batch: memory it is known
+    to fit), call i drawn from a random stream of its own seeded from (key, i) (`Trainer.generate_sequences`'
+    `validate`: the run's own stream is left as it was; the loop's key is the run's seed and the phase). With several processes (torchrun) each draws
+    every world_size-th call and all of them get every sample, so the samples do not depend on the number
+    of processes. `timing/testing` (verl's name) collects the time. Returns the samples in prompt order:
+    {"prompts": each prompt n times in a row, "completions", "lengths"} (what a task's `evaluate` reads)."""
+    from rlhf_scratch.engine import distributed as dist
+
+    per_call = max(1, rows_per_call // n)
+    calls = [prompts[i : i + per_call] for i in range(0, len(prompts), per_call)]
+    mine = []
+    with _clock("testing", times):
+        for index in range(dist.rank(), len(calls), dist.world_size()):
+            seed = random.Random(f"{key}-{index}").getrandbits(62)
+            rollout = trainer.generate_sequences(calls[index], validate={"n": n, "seed": seed})
+            mine.append((index, list(rollout.prompts), list(rollout.completions), rollout.lengths.tolist()))
+        done = sorted((part for rank in dist.gather_objects(mine) for part in rank), key=lambda part: part[0])
+    return {"prompts": [p for part in done for p in part[1]], "completions": [c for part in done for c in part[2]],
+            "lengths": [n for part in done for n in part[3]]}
 
 
 def merge_stats(*parts: dict[str, float]) -> dict[str, float]:

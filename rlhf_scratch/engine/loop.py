@@ -40,7 +40,15 @@ from rlhf_scratch.engine.contract import TrainerContract
 from rlhf_scratch.engine.dataflow import STEPS, learn, roll_out
 from rlhf_scratch.engine.lifecycle import RunLife, TrainingStopped
 from rlhf_scratch.engine.logger import Metrics, RunLogger
-from rlhf_scratch.engine.runs import describe_rewarded_by, load_rewarded_by, new_run_dir, read_status
+from rlhf_scratch.engine.runs import (
+    append_metrics,
+    cut_metrics,
+    describe_rewarded_by,
+    load_rewarded_by,
+    new_run_dir,
+    read_status,
+)
+from rlhf_scratch.engine.validation import VALIDATION_FILE, Validation
 from rlhf_scratch.reward.heldout import HELDOUT_METRICS, heldout_metrics
 from rlhf_scratch.rollout.phase import Rollout
 
@@ -185,9 +193,12 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
     finished_before = resume and read_status(run_dir)["status"] == "finished"
     with life:
         logger = RunLogger(run_dir, args, quiet) if main else _SilentLogger()
+        validation = Validation.of(args)
         done = 0
         if resume:
             done = restore_state(trainer, load_latest_checkpoint(run_dir, logger.say), early_stopping)
+            if main:
+                cut_metrics(run_dir, done, file=VALIDATION_FILE)
             if done >= args.total_phases and finished_before:
                 raise ConfigError(f"total_phases: {run_dir} has completed {done} phases, so total_phases="
                                   f"{args.total_phases} leaves none to run; give a larger --total-phases to continue it")
@@ -200,12 +211,16 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
         life.start(done, capture_state(trainer, done, early_stopping))
         for hook in hooks:
             hook.start(run_dir, done)
+        if validation is not None and done == 0:  # the model before training (verl's val_before_train)
+            _validated(validation, trainer, 0, run_dir, logger, main)
         take_times()  # start the per-part clocks from zero
         stop: TrainingStopped | None = None
         phase = done
         with tqdm(desc="phases", disable=quiet or not main, initial=done, total=args.total_phases) as bar:
             for phase in range(done + 1, args.total_phases + 1):
                 metrics, rollout = _one_phase(trainer, phase, hooks, run_dir)
+                if validation is not None and validation.due(phase):
+                    metrics.update(_validated(validation, trainer, phase, run_dir, logger, main))
                 with timed("logging"):
                     logger.log_phase(metrics)
                 bar.update(1)
@@ -242,6 +257,17 @@ def _run_phases(trainer: TrainerContract, run_dir: Path, quiet: bool, resume: bo
                 shutil.rmtree(old, ignore_errors=True)
         life.finished(phase)
     return run_dir
+
+
+def _validated(validation: Validation, trainer: TrainerContract, phase: int, run_dir: Path, logger, main: bool) -> Metrics:
+    """Validate after `phase` phases (`validation.Validation`), write the line of validation.jsonl, say pass@1."""
+    metrics = validation.run(trainer, phase)
+    if main:
+        append_metrics(run_dir, {"phase": phase, **metrics}, file=VALIDATION_FILE)
+        if "eval/pass@1" in metrics:
+            logger.say(f"validation after phase {phase}: eval/pass@1 {metrics['eval/pass@1']:.3f} "
+                       f"({int(metrics.get('eval/problems', 0))} held-out problems, {validation.args.val_n} samples each)")
+    return metrics
 
 
 def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook], run_dir: Path) -> tuple[Metrics, Rollout]:

@@ -13,7 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from rlhf_scratch.config import PRESETS, TASKS, CommonArgs, ConfigError, args_class, preset_values, registry
+from rlhf_scratch.config import (
+    PRESETS,
+    TASKS,
+    CommonArgs,
+    ConfigError,
+    args_class,
+    preset_values,
+    registry,
+    task_values,
+)
 from rlhf_scratch.config.cli import flag_of, given_fields, parse_dataclass, split_flags
 
 PROG = "python -m rlhf_scratch.train"
@@ -30,7 +39,7 @@ def description(algo: str) -> str:
     return "\n\n".join([
         f"RLHF of a language model toward the reward of TASK: {PROG} TASK [--FIELD VALUE ...]. "
         f"This is --algo {algo}: {cls.__doc__.strip()}",
-        f"TASK is {', '.join(TASKS)}; --algo is one of {', '.join(registry.names())} (default ppo; "
+        f"TASK is {', '.join(TASKS)}; --algo is one of {', '.join(registry.names())} (default ppo, the arithmetic task's grpo; "
         "each has its own flags: --algo ALGO --help).",
         f"To continue an interrupted run: {PROG} --resume RUN_DIR (only "
         f"{', '.join(flag_of(f) for f in RESUMABLE)} may be given with it).",
@@ -95,11 +104,12 @@ def parse_args(argv: list[str]) -> tuple[CommonArgs, str | None]:
                 raise ConfigError(f"resume: {flag_of(name)} {value} conflicts with the run's saved "
                                   f"{name}={getattr(saved, name)!r} (only {allowed} may change)")
         return args.validate(), resume
-    algo, preset = algo or "ppo", preset or "tiny"
+    task = task_given(rest)
+    algo, preset = algo or registry.default_algo(task), preset or "tiny"
     cls = args_class(algo)
     if preset not in PRESETS:
         raise ConfigError(f"preset: must be one of {', '.join(PRESETS)}; got {preset!r}")
-    default = cls(preset=preset, task="", **preset_values(preset, cls))
+    default = cls(preset=preset, task="", **{**preset_values(preset, cls), **task_values(task, cls)})
     try:
         args = parse_dataclass(cls, rest, default=default, prog=PROG, description=description(algo),
                                aliases=cls.FLAG_ALIASES)
@@ -108,6 +118,18 @@ def parse_args(argv: list[str]) -> tuple[CommonArgs, str | None]:
     if args.task == "":
         raise ConfigError(f"task: required, one of {', '.join(TASKS)} (or --resume RUN_DIR)")
     return args.validate(), None
+
+
+def task_given(argv: list[str]) -> str:
+    """The task the command line names (`--task T` or `--task=T`, the last if repeated; "" if none):
+    its defaults are the parse's, under the flags (`config.task_values`)."""
+    task = ""
+    for i, token in enumerate(argv):
+        if token == "--task" and i + 1 < len(argv):
+            task = argv[i + 1]
+        elif token.startswith("--task="):
+            task = token.split("=", 1)[1]
+    return task
 
 
 def other_algorithm_hint(message: str, algo: str) -> str:

@@ -353,22 +353,22 @@ def describe_rewarded_by(rewarded_by: dict | None) -> str:
     return rewarded_by["reward"] + weights + (f", judged by {judge}" if judge else "")
 
 
-def append_metrics(run_dir: Path, metrics: dict[str, float | int]) -> None:
-    """Append one phase's metrics as a JSON line."""
+def append_metrics(run_dir: Path, metrics: dict[str, float | int], file: str = METRICS_FILE) -> None:
+    """Append one phase's metrics as a JSON line (to metrics.jsonl, or `file`: validation.jsonl)."""
     try:
-        with open(run_dir / METRICS_FILE, "a") as f:
+        with open(run_dir / file, "a") as f:
             f.write(json.dumps(metrics) + "\n")
     except OSError as e:
-        raise RunFolderError(f"run_dir: cannot write {run_dir / METRICS_FILE} ({e.strerror})") from None
+        raise RunFolderError(f"run_dir: cannot write {run_dir / file} ({e.strerror})") from None
 
 
-def cut_metrics(run_dir: str | Path, last: int, key: str = "phase") -> list[dict[str, float | int]]:
+def cut_metrics(run_dir: str | Path, last: int, key: str = "phase", file: str = METRICS_FILE) -> list[dict[str, float | int]]:
     """Cut metrics.jsonl back to the lines whose `key` (a run's phase, a reward model's step) is at
     most `last`, the checkpoint a run resumes from: what was logged after it, before the interruption,
     is logged again by the resumed run, so no line is duplicated or missing. A last line a kill cut
-    short is dropped too. The file is replaced whole (write, then rename): a kill while cutting leaves
-    it as it was. Returns the lines kept."""
-    path = Path(run_dir) / METRICS_FILE
+    short is dropped too. The file (`file`: another of the run's, validation.jsonl) is replaced whole (write, then rename):
+    a kill while cutting leaves it as it was. Returns the lines kept."""
+    path = Path(run_dir) / file
     if not path.is_file():
         return []
     lines = [line for line in path.read_text().splitlines() if line.strip()]
@@ -382,7 +382,7 @@ def cut_metrics(run_dir: str | Path, last: int, key: str = "phase") -> list[dict
             raise RunFolderError(f"{path} line {i + 1}: not JSON; the file is damaged") from None
         if metrics[key] <= last:
             kept.append(metrics)
-    tmp = path.with_name(f".{METRICS_FILE}.tmp")
+    tmp = path.with_name(f".{file}.tmp")
     tmp.write_text("".join(json.dumps(m) + "\n" for m in kept))
     os.replace(tmp, path)
     return kept

@@ -39,7 +39,8 @@ The base does not import the loop: `train()` goes through `engine.run.run`, the 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -176,14 +177,20 @@ class Trainer:
         """This phase's prompts: batch_size / G of them, this process's share."""
         return dist.shard(self.prompts.next_batch(self.args.batch_size // self.num_generations))
 
-    def generate_sequences(self, prompts: list[str]) -> Rollout:
-        """G completions of each prompt, sampled from the policy (`rollout.generate_sequences`)."""
+    def generate_sequences(self, prompts: list[str], validate: dict | None = None) -> Rollout:
+        """G completions of each prompt, sampled from the policy (`rollout.generate_sequences`). With
+        `validate` ({"n": n, "seed": s}, verl's validate meta_info with val_kwargs.n: `dataflow.validate`)
+        n completions of each instead, at --val-temperature from the whole softmax, drawn from a random stream
+        of their own seeded with s, so that a validation leaves the run's own stream, and so its samples, as they were."""
         args = self.args
-        return generate_sequences(
-            self.lm, prompts, num_generations=self.num_generations, gen_len=args.gen_len,
-            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, prepend_bos=args.prepend_bos,
-            stop_at_eos=args.eos_stops(), kv_cache=args.kv_cache, cuda_graph=args.cuda_graph, decoders=self.decoders,
-        )
+        n, temperature, top_k, top_p = ((self.num_generations, args.temperature, args.top_k, args.top_p) if validate is None
+                                        else (int(validate["n"]), args.val_temperature, 0, 1.0))
+        with nullcontext() if validate is None else own_random_stream(int(validate["seed"]), self.device):
+            return generate_sequences(
+                self.lm, prompts, num_generations=n, gen_len=args.gen_len,
+                temperature=temperature, top_k=top_k, top_p=top_p, prepend_bos=args.prepend_bos,
+                stop_at_eos=args.eos_stops(), kv_cache=args.kv_cache, cuda_graph=args.cuda_graph, decoders=self.decoders,
+            )
 
     def compute_log_prob(self, rollout: Rollout, ref_hidden: Tensor | None = None, with_values: bool = True) -> Rollout:
         """log π_old, log π_ref, the per-token KL, the entropy and (with extras: PPO's value head on
@@ -376,3 +383,13 @@ def mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
 
 
 __all__ = ["Trainer", "mean_stats", "merge_stats"]  # merge_stats: dataflow's, named here for the algorithms
+
+
+@contextmanager
+def own_random_stream(seed: int, device: torch.device | str) -> Iterator[None]:
+    """torch's random stream (the CPU's, and the device's on a GPU) seeded with `seed` inside, and put back
+    as it was on leaving: what is drawn inside changes nothing drawn after."""
+    devices = [torch.device(device)] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield

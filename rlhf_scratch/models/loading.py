@@ -40,6 +40,9 @@ from rlhf_scratch.core.quiet import quiet_hooked_transformer
 TINY = "tiny"
 TINY_LM_DIR = "tiny_lm"
 TINY_REWARD_DIR = "tiny_reward"
+ARITHMETIC = "arithmetic"
+ARITHMETIC_LM_DIR = "arithmetic_lm"
+"""The arithmetic task's shipped model (`commands/arithmetic_lm.py` builds it)."""
 # What from_pretrained does by default, for the Hub path and the local path alike.
 PROCESSING = dict(fold_ln=True, center_writing_weights=True, center_unembed=True,
                   fold_value_biases=True)
@@ -65,8 +68,15 @@ def asset_path(subdir: str) -> Path:
 
 
 def _local_folder(name: str, tiny_subdir: str, field: str = "model") -> Path | None:
-    """`tiny` -> the shipped folder; an existing folder -> itself; a path that does not exist
-    (starting with /, ./, ../ or ~) -> a one-line error; else None (a Hub id)."""
+    """`tiny` -> the shipped folder; `arithmetic` (an LM) -> the arithmetic task's shipped model; an
+    existing folder -> itself; a path that does not exist (starting with /, ./, ../ or ~) -> a one-line
+    error; else None (a Hub id)."""
+    if name == ARITHMETIC and tiny_subdir == TINY_LM_DIR:
+        path = asset_path(ARITHMETIC_LM_DIR)
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"the arithmetic model is missing from {path}; rebuild it with "
+                                    f"`rlhf pretrain-arithmetic --install --force`")
+        return path
     if name == TINY:
         path = asset_path(tiny_subdir)
         if not (path / "config.json").exists() and not (path / "tokenizer.json").exists():
@@ -148,7 +158,7 @@ def _in_hub_cache(name: str) -> bool:
 def hub_errors(name: str):
     """Turn "the Hub is unreachable" failures while loading `name` into HubUnreachableError
     (at once, when the Hub cannot be reached and nothing of `name` is cached)."""
-    remote = name != TINY and not Path(name).expanduser().exists()
+    remote = name not in (TINY, ARITHMETIC) and not Path(name).expanduser().exists()
     if remote and not _in_hub_cache(name) and not hub_reachable():
         raise HubUnreachableError(name)
     try:

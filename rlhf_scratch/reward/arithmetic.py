@@ -31,8 +31,12 @@ from dataclasses import dataclass
 
 OPS = ("+", "-", "*")
 CARRIES = ("any", "required", "forbidden")
-DIGITS = (1, 2)
-"""The default mix: one- and two-digit operands, drawn half and half."""
+DIGITS = (2,)
+"""The default difficulty: two-digit operands (12,195 distinct sums and differences: a 500-problem test
+split and a 5,000-problem train split are drawn alike). Not one digit beside them: only 155 one-digit
+problems exist, so a 500-problem test split would hold most of them and the train split almost none, and
+the two splits would differ in difficulty. Three digits (--digits 2 3) is a harder task than the shipped
+model was trained to (a 2-layer model learns it an order of magnitude slower on a CPU)."""
 DEFAULT_OPS = ("+", "-")
 MAX_DIGITS = 9
 MAX_REJECTED = 10_000
@@ -187,5 +191,27 @@ def verl_row(problem: Problem, split: str, index: int) -> dict:
     }
 
 
+TRAIN_SIZE, TEST_SIZE, DATA_SEED = 5000, 500, 1
+"""The task's own problems (`rlhf data arithmetic`'s defaults, `--prompts arithmetic`): 5,000 train and 500
+test problems of `make_problems(5500, seed=1)` at the default difficulty. Fixed, whatever the run's --seed
+(which shuffles them): every seed of a study is held out on the same 500 problems."""
+
+
+def splits_rows(train_size: int = TRAIN_SIZE, test_size: int = TEST_SIZE, seed: int = DATA_SEED,
+                digits: int | Sequence[int] = DIGITS, ops: str | Sequence[str] = DEFAULT_OPS,
+                carries: str = "any") -> dict[str, list[dict]]:
+    """{"train": rows, "test": rows}: `make_problems(train_size + test_size, seed, ...)` split
+    (`split_problems`) and written as verl rows (`verl_row`): what `rlhf data arithmetic` writes."""
+    train, test = split_problems(make_problems(train_size + test_size, seed, digits=digits, ops=ops, carries=carries),
+                                 test_size)
+    return {split: [verl_row(p, split, i) for i, p in enumerate(part)] for split, part in (("train", train), ("test", test))}
+
+
+def task_rows(split: str) -> list[dict]:
+    """The `arithmetic` task's own problems of `split` (its registry entry's `data`): `splits_rows()`'s, so
+    `--prompts arithmetic` is row for row `--prompts DIR/train.parquet` of `rlhf data arithmetic --out DIR`."""
+    return splits_rows()[split]
+
+
 __all__ = ["ABILITY", "CARRIES", "DATA_SOURCE", "OPS", "Problem", "check_difficulty", "has_carry", "make_problems",
-           "solve", "split_problems", "verl_row"]
+           "solve", "split_problems", "splits_rows", "task_rows", "verl_row"]

@@ -78,6 +78,17 @@ def first_token_reward(args: CommonArgs, device: str = "cpu") -> RewardFn:
     return fn
 
 
+def arithmetic_reward(args: CommonArgs, device: str = "cpu") -> RewardFn:
+    """Task arithmetic: TRL's `accuracy_reward` against each prompt's `ground_truth` column (1 right, 0
+    not), plus --format-weight times `format_reward` (1 for an integer answer, right or wrong) when it is
+    not 0, as TRL weighs its reward functions (`reward_weights`)."""
+    from rlhf_scratch.reward.verifiable import accuracy_reward, weighted_rewards
+
+    if not args.format_weight:
+        return accuracy_reward
+    return weighted_rewards(format_weight=args.format_weight)
+
+
 FIRST_TOKENS = (",", ".", " not", " a", " so", " the", " is", " be", " really", " as")
 """The right first tokens of task `first_token`. Chosen on the tiny LM after the blog's prefix "This
 movie was really" (1,024 samples of 64 tokens, seed 1): together about a fifth of the first tokens

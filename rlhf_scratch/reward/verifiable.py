@@ -28,6 +28,7 @@ that goes on with another problem on the next line has still answered).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 INTEGER = re.compile(r"0|-?[1-9][0-9]*")
@@ -78,4 +79,17 @@ def format_reward(*, prompts: list[Any] | None = None, completions: list[Any],
     return [0.0 if parse_answer(c) is None else 1.0 for c in completions]
 
 
-__all__ = ["INTEGER", "accuracy_reward", "canonical_ground_truth", "completion_text", "format_reward", "parse_answer"]
+def weighted_rewards(format_weight: float) -> Callable[..., list[float]]:
+    """r = accuracy_reward + format_weight · format_reward, one TRL-style reward function: TRL's
+    `reward_weights` ([1, format_weight]) over the two, summed per completion. Its name says its weights."""
+
+    def accuracy_and_format(*, completions: list[Any], ground_truth: list[str | int], **kwargs: Any) -> list[float]:
+        accuracy = accuracy_reward(completions=completions, ground_truth=ground_truth)
+        shape = format_reward(completions=completions)
+        return [a + format_weight * f for a, f in zip(accuracy, shape)]
+
+    accuracy_and_format.__name__ = f"accuracy_reward+{format_weight:g}*format_reward"
+    return accuracy_and_format
+
+
+__all__ = ["INTEGER", "accuracy_reward", "canonical_ground_truth", "completion_text", "format_reward", "parse_answer", "weighted_rewards"]

@@ -53,6 +53,7 @@ from rlhf_scratch.rollout.generation import (
     tokenize_prompts,
 )
 from rlhf_scratch.rollout.reward_call import score_completions
+from rlhf_scratch.rollout.rl_dataset import prompt_columns
 
 
 @dataclass(kw_only=True)
@@ -302,12 +303,14 @@ def compute_log_prob(
 def compute_scores(rollout: Rollout, reward_fn, missing_eos_penalty: float | None = None) -> Rollout:
     """Reward the rollout's completions (verl's compute_rm_score and the driver's reward shaping):
     `reward_fn` (either contract of `rollout.reward_call.score_completions`) gives the scores;
-    rewards = scores − missing_eos_penalty for each completion without EOS. Returns the same rollout."""
+    rewards = scores − missing_eos_penalty for each completion without EOS. Returns the same rollout.
+    A TRL-style reward also gets the columns each prompt carries (`rl_dataset.prompt_columns`: the
+    arithmetic task's `ground_truth`), one entry per completion, as TRL passes a dataset's columns."""
     with timed("reward"):
         ids_cpu, mask_cpu = rollout.completion_ids.cpu(), rollout.completion_mask.cpu()  # per-row work on the host
         rollout.scores = score_completions(
             reward_fn, rollout.prompts, rollout.completions,
-            [ids[keep].tolist() for ids, keep in zip(ids_cpu, mask_cpu)],
+            [ids[keep].tolist() for ids, keep in zip(ids_cpu, mask_cpu)], **prompt_columns(rollout.prompts),
         ).to(rollout.completion_ids.device)
     rollout.rewards = penalised_rewards(rollout, missing_eos_penalty)
     return rollout

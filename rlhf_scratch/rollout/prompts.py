@@ -35,9 +35,11 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from rlhf_scratch.config import PROMPT_PREFIX
+from rlhf_scratch.config import PROMPT_PREFIX, registry
 
 RT = "rt"
 FILE_SUFFIXES = (".txt", ".jsonl")  # sources named by line
@@ -106,23 +108,92 @@ def _prompt_value(value: object, place: str, key: str) -> str | Messages:
     return [{"role": m["role"], "content": m["content"]} for m in value]
 
 
+@dataclass
+class PromptTable:
+    """A source's prompts and, row for row, the row's other columns: what TRL passes a reward
+    function beside the completions (`reward_kwargs`), verl's non-tensor fields of a row
+    (`data_source`, `reward_model`, `extra_info`)."""
+
+    rows: list[str | Messages]
+    columns: list[dict[str, Any]] | None = None
+    """One dict per row (None: the source has no other column: prefix, rt, .txt)."""
+
+
+def reward_columns(record: dict[str, Any], key: str) -> dict[str, Any]:
+    """A row's columns other than its prompt, as a reward function receives them: every one as it
+    is (TRL passes a dataset's columns so), and verl's `reward_model.ground_truth` also as
+    `ground_truth` when the row has no column of that name (verl's reward manager reads it there)."""
+    columns = {k: v for k, v in record.items() if k != key}
+    judged = columns.get("reward_model")
+    if isinstance(judged, dict) and "ground_truth" in judged and "ground_truth" not in columns:
+        columns["ground_truth"] = judged["ground_truth"]
+    return columns
+
+
+GSM8K_ANSWER = "####"
+"""GSM8K's answer column ends in `#### 72`: the final answer after the marker (verl's gsm8k.py extracts it so)."""
+
+
+def is_gsm8k(columns: list[str], key: str) -> bool:
+    """A GSM8K-style source: no `key` column (the default one), but `question` and `answer`."""
+    return key == "prompt" and key not in columns and "question" in columns and "answer" in columns
+
+
+def gsm8k_record(record: dict[str, Any], place: str) -> dict[str, Any]:
+    """A GSM8K row as the package reads a row: `prompt` the question, `ground_truth` the answer after
+    `####` with its thousands commas removed (verl's examples/data_preprocess/gsm8k.py `extract_solution`)."""
+    question, answer = record.get("question"), record.get("answer")
+    if not isinstance(question, str) or not isinstance(answer, str) or GSM8K_ANSWER not in answer:
+        raise PromptError(f'{place}: a GSM8K row needs a "question" string and an "answer" string ending in "#### ANSWER"')
+    truth = answer.rsplit(GSM8K_ANSWER, 1)[1].strip().replace(",", "")
+    if not truth:
+        raise PromptError(f'{place}: the "answer" has nothing after "####"')
+    return {**record, "prompt": question, "ground_truth": truth}
+
+
+def table_from_records(records: list[dict[str, Any]], key: str, place: Callable[[int], str]) -> PromptTable:
+    """Rows (dicts) as a PromptTable: each row's `key` its prompt (`_prompt_value`), the rest its
+    columns (`reward_columns`); a GSM8K-style source (`is_gsm8k`) read as question / `#### answer`.
+    `place(i)` names the i-th (0-based) row in an error."""
+    if records and is_gsm8k(list(records[0]), key):
+        records = [gsm8k_record(r, place(i)) for i, r in enumerate(records)]
+    rows, columns = [], []
+    for i, record in enumerate(records):
+        if key not in record:
+            raise PromptError(f'{place(i)}: no "{key}" field')
+        rows.append(_prompt_value(record[key], place(i), key))
+        columns.append(reward_columns(record, key))
+    return PromptTable(rows, columns)
+
+
 def prompts_from_jsonl(path: Path, key: str = "prompt") -> list[str | Messages]:
     """One JSON object per non-blank line, each with a `key` field (other fields ignored)."""
-    prompts = []
+    return table_from_jsonl(path, key).rows
+
+
+def table_from_jsonl(path: Path, key: str = "prompt") -> PromptTable:
+    """`prompts_from_jsonl` with each line's other fields (`PromptTable`)."""
+    records, places = [], []
     for number, line in _nonblank_lines(path):
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
             raise PromptError(f"prompts: {path} line {number}: not valid JSON ({e.msg})") from None
-        if not isinstance(record, dict) or key not in record:
+        if not isinstance(record, dict):
             raise PromptError(f'prompts: {path} line {number}: no "{key}" field')
-        prompts.append(_prompt_value(record[key], f"prompts: {path} line {number}", key))
-    return prompts
+        records.append(record)
+        places.append(f"prompts: {path} line {number}")
+    return table_from_records(records, key, places.__getitem__)
 
 
 def prompts_from_parquet(path: Path, key: str = "prompt") -> list[str | Messages]:
     """The `key` column of a parquet file (verl's `data.train_files`), read with pyarrow: strings
     or lists of messages; the error names the 1-based row."""
+    return table_from_parquet(path, key).rows
+
+
+def table_from_parquet(path: Path, key: str = "prompt") -> PromptTable:
+    """`prompts_from_parquet` with each row's other columns (`PromptTable`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -135,15 +206,20 @@ def prompts_from_parquet(path: Path, key: str = "prompt") -> list[str | Messages
     except (OSError, pa.ArrowException) as e:
         first_line = (str(e).strip().splitlines() or [""])[0]
         raise PromptError(f"prompts: {path}: not a readable parquet file ({first_line})") from None
-    if key not in table.column_names:
+    if key not in table.column_names and not is_gsm8k(table.column_names, key):
         raise PromptError(f"prompts: {path}: no '{key}' column (columns: {', '.join(table.column_names)}); "
                           f"name it with --prompt-key")
-    return [_prompt_value(v, f"prompts: {path} row {row}", key) for row, v in enumerate(table.column(key).to_pylist(), start=1)]
+    return table_from_records(table.to_pylist(), key, lambda i: f"prompts: {path} row {i + 1}")
 
 
 def prompts_from_dataset(name: str, key: str = "prompt") -> list[str | Messages]:
     """The `key` column of a `datasets` dataset's train split: a folder written by `save_to_disk`
     (`load_from_disk`), else a Hub id or a folder of data files (`load_dataset`)."""
+    return table_from_dataset(name, key).rows
+
+
+def table_from_dataset(name: str, key: str = "prompt") -> PromptTable:
+    """`prompts_from_dataset` with each row's other columns (`PromptTable`)."""
     import datasets
 
     from rlhf_scratch.models.loading import hub_errors, is_offline_error
@@ -168,32 +244,52 @@ def prompts_from_dataset(name: str, key: str = "prompt") -> list[str | Messages]
                 raise  # (the Hub's absence is HubUnreachableError's job)
             first_line = (str(e).strip().splitlines() or [""])[0]
             raise PromptError(f"prompts: {name}: {type(e).__name__}: {first_line}".rstrip(": ")) from None
-    if key not in data.column_names:
+    if key not in data.column_names and not is_gsm8k(data.column_names, key):
         raise PromptError(f"prompts: {name}: no '{key}' column (columns: {', '.join(data.column_names)})")
-    return [_prompt_value(v, f"prompts: {name} row {row}", key) for row, v in enumerate(data[key], start=1)]
+    return table_from_records(data.to_list(), key, lambda i: f"prompts: {name} row {i + 1}")
 
 
 def load_prompt_rows(source: str, prefix: str = "This movie was really", seed: int = 0,
                      key: str = "prompt") -> list[str | Messages]:
     """The prompts of `source` (see the module docstring), in file/dataset order (not shuffled):
     strings, and lists of chat messages where the source has them."""
+    return load_prompt_table(source, prefix, seed, key).rows
+
+
+def load_prompt_table(source: str, prefix: str = "This movie was really", seed: int = 0,
+                      key: str = "prompt") -> PromptTable:
+    """`load_prompt_rows` with each row's other columns: what a reward function is given beside its
+    completion (`PromptTable`); none for the prefix, `rt` and .txt sources."""
     suffix = Path(source).suffix.lower()
     if source == PROMPT_PREFIX:
-        return [prefix]
+        return PromptTable([prefix])
+    task, _, split = source.partition(":")
     if source == RT:
-        prompts: list[str | Messages] = list(review_openings(seed))
+        table = PromptTable(list(review_openings(seed)))
     elif suffix == ".txt":
-        prompts = list(prompts_from_txt(Path(source).expanduser()))
+        table = PromptTable(list(prompts_from_txt(Path(source).expanduser())))
     elif suffix == ".jsonl":
-        prompts = prompts_from_jsonl(Path(source).expanduser(), key)
+        table = table_from_jsonl(Path(source).expanduser(), key)
     elif suffix == PARQUET:
-        prompts = prompts_from_parquet(Path(source).expanduser(), key)
+        table = table_from_parquet(Path(source).expanduser(), key)
+    elif task in registry.task_names() and registry.get_task(task).data is not None:
+        table = task_problems(task, split or "train", key)
     else:
-        prompts = prompts_from_dataset(source, key)
-    if not prompts:
+        table = table_from_dataset(source, key)
+    if not table.rows:
         what = "file" if suffix in (*FILE_SUFFIXES, PARQUET) else "dataset"
         raise PromptError(f"prompts: {source}: no prompts ({what} is empty)")
-    return prompts
+    return table
+
+
+def task_problems(task: str, split: str, key: str = "prompt") -> PromptTable:
+    """A task's own problems (`--prompts TASK` its train split, `--prompts TASK:test` its test split):
+    the rows its registry entry's `data` makes, in verl's columns, as `rlhf data TASK` writes them."""
+    entry = registry.get_task(task)
+    if split not in entry.splits:
+        raise PromptError(f"prompts: {task}:{split}: task {task} has the splits {', '.join(entry.splits)}")
+    records = registry.resolve(entry.data)(split)
+    return table_from_records(records, key, lambda i: f"prompts: {task}:{split} row {i + 1}")
 
 
 def load_prompts(source: str, prefix: str = "This movie was really", seed: int = 0, key: str = "prompt") -> list[str]:

@@ -27,25 +27,56 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from rlhf_scratch.config import PROMPT_PREFIX, TRUNCATIONS, CommonArgs
-from rlhf_scratch.rollout.prompts import Messages, PromptError, load_prompt_rows, locate
+from rlhf_scratch.rollout.prompts import Messages, PromptError, load_prompt_table, locate
 
 
-class TokenizedPrompt(str):
+class Prompt(str):
+    """A prompt with its row's other columns (`prompts.PromptTable`): the string is its text, `columns`
+    what the reward function is given beside each of its completions (`prompt_columns`: TRL passes a
+    dataset's columns so; here the arithmetic task's `ground_truth`). A `str`, so every `list[str]` of
+    prompts carries it as it is (the PromptIterator, the rollout, a DataProto's non-tensor column, a Ray pickle)."""
+
+    columns: dict[str, Any]
+
+    def __new__(cls, text: str, columns: dict[str, Any] | None = None) -> Prompt:
+        prompt = super().__new__(cls, text)
+        prompt.columns = dict(columns or {})
+        return prompt
+
+    def __reduce__(self):  # pickled with its columns, not as a bare string
+        return (Prompt, (str(self), self.columns))
+
+
+class TokenizedPrompt(Prompt):
     """A prompt whose token ids are fixed: the string is its text (what the reward and the logs
-    read), `ids` what the model is given. A `str`, so every `list[str]` of prompts carries it as it
-    is (the rollout, a DataProto's non-tensor column, a Ray pickle)."""
+    read), `ids` what the model is given (and, as every Prompt, its row's `columns`)."""
 
     ids: tuple[int, ...]
 
-    def __new__(cls, text: str, ids: list[int] | tuple[int, ...]) -> TokenizedPrompt:
-        prompt = super().__new__(cls, text)
+    def __new__(cls, text: str, ids: list[int] | tuple[int, ...], columns: dict[str, Any] | None = None) -> TokenizedPrompt:
+        prompt = super().__new__(cls, text, columns)
         prompt.ids = tuple(int(i) for i in ids)
         return prompt
 
-    def __reduce__(self):  # pickled as (text, ids), not as a bare string
-        return (TokenizedPrompt, (str(self), self.ids))
+    def __reduce__(self):  # pickled as (text, ids, columns), not as a bare string
+        return (TokenizedPrompt, (str(self), self.ids, self.columns))
+
+
+def with_columns(prompt: str, columns: dict[str, Any] | None) -> str:
+    """`prompt` carrying `columns` (a `Prompt`), or the plain string when there are none."""
+    return Prompt(prompt, columns) if columns else prompt
+
+
+def prompt_columns(prompts: list[str]) -> dict[str, list[Any]]:
+    """The columns every one of `prompts` carries, as TRL gives them to a reward function: one list per
+    column, one entry per prompt (`{"ground_truth": ["132", "23", ...]}`). A column some prompt lacks is
+    left out; plain strings carry none."""
+    names = [dict.fromkeys(getattr(p, "columns", {})) for p in prompts]
+    common = [k for k in (names[0] if names else {}) if all(k in n for n in names)]
+    return {k: [p.columns[k] for p in prompts] for k in common}
 
 
 def note(text: str) -> None:
@@ -83,19 +114,21 @@ def truncate(ids: list[int], max_length: int, side: str) -> list[int]:
 def prepare_prompts(
     rows: list[str | Messages], tokenizer, *, prepend_bos: bool, max_prompt_length: int = 0,
     truncation: str = "error", filter_overlong: bool = False, source: str = "prompts",
-    say: Callable[[str], None] | None = note,
+    say: Callable[[str], None] | None = note, columns: list[dict[str, Any] | None] | None = None,
 ) -> list[str]:
     """The prompts the run samples from (see the module docstring); `max_prompt_length` 0: no limit.
+    `columns` (one per row, or None) ride on each prompt (`Prompt`), through any cut; a dropped row drops its own.
     An error names the row (1-based, as the source counts it: `prompts.locate`)."""
     if truncation not in TRUNCATIONS:
         raise PromptError(f"truncation: must be one of {', '.join(TRUNCATIONS)}; got {truncation!r}")
     prompts: list[str] = []
-    for index, row in enumerate(rows, start=1):
+    columns = columns or [None] * len(rows)
+    for index, (row, cols) in enumerate(zip(rows, columns), start=1):
         if not isinstance(row, str) and not has_template(tokenizer):
             raise PromptError(f"{locate(source, index)}: chat messages need a chat template, and the "
                               f"model's tokenizer has none (or --chat-template none was given)")
         if not max_prompt_length and isinstance(row, str):
-            prompts.append(row)  # nothing to fix: tokenized where it is sampled, as always
+            prompts.append(with_columns(row, cols))  # nothing to fix: tokenized where it is sampled, as always
             continue
         ids = prompt_ids(tokenizer, row, prepend_bos)
         if max_prompt_length and len(ids) > max_prompt_length:
@@ -105,9 +138,9 @@ def prepare_prompts(
                 raise PromptError(f"{locate(source, index)}: {len(ids)} tokens exceed max_prompt_length "
                                   f"{max_prompt_length} (--truncation left|right cuts it, --filter-overlong-prompts drops it)")
             kept = truncate(ids, max_prompt_length, truncation)
-            prompts.append(TokenizedPrompt(tokenizer.decode(kept, skip_special_tokens=True), kept))
+            prompts.append(TokenizedPrompt(tokenizer.decode(kept, skip_special_tokens=True), kept, cols))
         else:
-            prompts.append(row if isinstance(row, str) else TokenizedPrompt(row[-1]["content"], ids))
+            prompts.append(with_columns(row, cols) if isinstance(row, str) else TokenizedPrompt(row[-1]["content"], ids, cols))
     dropped = len(rows) - len(prompts)
     if not prompts:
         raise PromptError(f"{source}: all {len(rows)} prompts are longer than max_prompt_length {max_prompt_length}")
@@ -117,20 +150,23 @@ def prepare_prompts(
     return prompts
 
 
-def run_prompts(args: CommonArgs, tokenizer=None, say: Callable[[str], None] | None = note) -> list[str]:
-    """The run's prompts, prepared (`prepare_prompts`) with `tokenizer` — the model's — or, when none
-    is given and a prompt needs one (messages, or --max-prompt-length), the tokenizer of args.model
-    with --chat-template applied. In source order; `PromptIterator` shuffles them."""
-    rows = load_prompt_rows(args.prompts, prefix=args.prefix, seed=args.seed, key=args.prompt_key)
+def run_prompts(args: CommonArgs, tokenizer=None, say: Callable[[str], None] | None = note, source: str | None = None) -> list[str]:
+    """The run's prompts — of `source`, by default `args.prompts` (the validation's: `args.val_prompts`) —
+    prepared (`prepare_prompts`) with `tokenizer` — the model's — or, when none is given and a prompt
+    needs one (messages, or --max-prompt-length), the tokenizer of args.model with --chat-template
+    applied. Each carries its row's other columns (`Prompt`). In source order; `PromptIterator` shuffles them."""
+    source = args.prompts if source is None else source
+    table = load_prompt_table(source, prefix=args.prefix, seed=args.seed, key=args.prompt_key)
+    rows, columns = table.rows, table.columns or [None] * len(table.rows)
     if not args.max_prompt_length and all(isinstance(row, str) for row in rows):
-        return rows  # type: ignore[return-value]  (strings: nothing to prepare, no tokenizer loaded)
+        return [with_columns(row, cols) for row, cols in zip(rows, columns)]  # nothing to prepare, no tokenizer loaded
     if tokenizer is None:
         from rlhf_scratch.models.loading import load_tokenizer
 
         tokenizer = load_tokenizer(args.model)
         if args.chat_template == "none":  # as generation.use_chat_template does to the model's
             tokenizer.chat_template = None
-    source = "prefix" if args.prompts == PROMPT_PREFIX else args.prompts
+    named = "prefix" if source == PROMPT_PREFIX else source
     return prepare_prompts(rows, tokenizer, prepend_bos=args.prepend_bos, max_prompt_length=args.max_prompt_length,
                            truncation=args.truncation, filter_overlong=args.filter_overlong_prompts,
-                           source=source, say=say)
+                           source=named, say=say, columns=columns)

@@ -19,7 +19,7 @@ def rows(problems):
 
 def test_the_rows_of_a_seed_are_fixed():
     # Checked by hand: 60+93 carries in the tens (6+9=15), 74+37 in the units (4+7=11), 6+6=12 carries.
-    assert rows(make_problems(5, seed=7)) == [
+    assert rows(make_problems(5, seed=7, digits=(1, 2))) == [
         ("60+93=", "153", 2, "+", True),
         ("8+1=", "9", 1, "+", False),
         ("74+37=", "111", 2, "+", True),

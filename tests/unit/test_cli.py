@@ -23,7 +23,7 @@ def test_help_lists_every_field_with_its_default(capsys):
 
 def test_unknown_task_and_preset(capsys):
     assert main(["poetry"]) == 2
-    assert capsys.readouterr().err.strip() == "error: task: must be one of sentiment, vader, periods, first_token; got 'poetry'"
+    assert capsys.readouterr().err.strip() == "error: task: must be one of sentiment, vader, periods, first_token, arithmetic; got 'poetry'"
     assert main(["sentiment", "--preset", "gpt5"]) == 2
     assert capsys.readouterr().err.strip() == "error: preset: must be one of tiny, gpt2; got 'gpt5'"
 

@@ -24,7 +24,7 @@ from rlhf_scratch.config import PRESETS, ConfigError, RLHFArgs, make_args
          "batch_size / num_minibatches x gen_len = 1 x 1 = 1"),
         (dict(clip_coef=1.5), "clip_coef: must be in (0, 1); got 1.5"),
         (dict(temperature=0.0), "temperature: must be > 0; got 0.0"),
-        (dict(task="poetry"), "task: must be one of sentiment, vader, periods, first_token; got 'poetry'"),
+        (dict(task="poetry"), "task: must be one of sentiment, vader, periods, first_token, arithmetic; got 'poetry'"),
         (dict(direction="up"), "direction: must be 'pos' or 'neg'; got 'up'"),
         (dict(total_phases=0), "total_phases: must be >= 1; got 0"),
         (dict(advantage="mc"), "advantage: must be one of one_step, gae; got 'mc'"),

@@ -9,7 +9,7 @@ from rlhf_scratch.reward.arithmetic import make_problems
 from rlhf_scratch.reward.verifiable import accuracy_reward
 from rlhf_scratch.rollout.prompts import load_prompt_rows
 
-SMALL = ["--train-size", "4", "--test-size", "2", "--seed", "1"]
+SMALL = ["--train-size", "4", "--test-size", "2", "--seed", "1", "--digits", "1", "2"]
 
 
 def row(split, index, prompt, truth, digits, op, carry):
@@ -40,7 +40,7 @@ def test_the_files_have_verls_columns_and_types(written):
 
 
 def test_the_rows_exactly_the_test_split_first(written):
-    # make_problems(6, seed=1): 4+1, 93-70 | 22+72, 9-6, 4-3, 0-0 (checked by hand: 93-70 and 22+72 carry nowhere)
+    # make_problems(6, seed=1, digits=(1, 2)): 4+1, 93-70 | 22+72, 9-6, 4-3, 0-0 (checked by hand: 93-70 and 22+72 carry nowhere)
     assert pq.read_table(written / "test.parquet").to_pylist() == [
         row("test", 0, "4+1=", "5", 1, "+", False),
         row("test", 1, "93-70=", "23", 2, "-", False),
@@ -54,7 +54,7 @@ def test_the_rows_exactly_the_test_split_first(written):
 
 
 def test_round_trip_through_the_prompt_reader_and_the_reward(written):
-    problems = make_problems(6, seed=1)[2:]
+    problems = make_problems(6, seed=1, digits=(1, 2))[2:]
     rows = load_prompt_rows(str(written / "train.parquet"))  # what `--prompts DIR/train.parquet` reads
     assert rows == [[{"role": "user", "content": p.prompt}] for p in problems]
     truths = [r["ground_truth"] for r in pq.read_table(written / "train.parquet").column("reward_model").to_pylist()]

@@ -22,8 +22,9 @@ def exclaims():
 def test_the_builtin_tasks_are_the_table_in_order():
     from rlhf_scratch.config import SCORED_BY, TASKS
 
-    assert TASKS == ("sentiment", "vader", "periods", "first_token")
-    assert SCORED_BY == {"vader": "VADER", "periods": "counting periods", "first_token": "its first token"}
+    assert TASKS == ("sentiment", "vader", "periods", "first_token", "arithmetic")
+    assert SCORED_BY == {"vader": "VADER", "periods": "counting periods", "first_token": "its first token",
+                         "arithmetic": "its answer, checked by a rule"}
     assert registry.get_task("sentiment").reads_reward_model and not registry.get_task("periods").reads_reward_model
 
 
@@ -36,7 +37,7 @@ def test_a_registered_task_is_validated_rewarded_and_recorded(exclaims):
 
 
 def test_an_unknown_task_names_the_registered_ones(exclaims):
-    with pytest.raises(ConfigError, match="task: must be one of sentiment, vader, periods, first_token, exclaims; got 'nope'"):
+    with pytest.raises(ConfigError, match="task: must be one of sentiment, vader, periods, first_token, arithmetic, exclaims; got 'nope'"):
         make_args("tiny", task="nope").validate()
 
 
