@@ -308,6 +308,9 @@ def in_process_run(algo, tmp_path, **overrides):
                  id="rloo-early_stopping"),
     pytest.param("online_dpo", "split", {"judge": "vader"}, marks=pytest.mark.slow,  # the judge's verdicts, then the pairs on the driver
                  id="online_dpo-judge-split"),
+    # the arithmetic task: each prompt's ground truth rides to the reward worker, and the validation (phase 2 and 3)
+    pytest.param("grpo", "colocated", {"task": "arithmetic", "num_generations": 4, "test_freq": 2, "val_size": 6, "val_n": 3},
+                 id="grpo-arithmetic-validation"),
     pytest.param("rloo", "split", {}, marks=pytest.mark.slow, id="rloo-split"),
     pytest.param("grpo", "colocated", {}, marks=pytest.mark.slow, id="grpo"),
     pytest.param("ppo", "split", {"critic_warmup": 2}, marks=pytest.mark.slow, id="ppo-critic_warmup-split"),
@@ -331,6 +334,8 @@ def test_ray_run_equals_the_in_process_run(algo, placement, overrides, local_ray
         diff = {k: (g[k], e[k]) for k in keys if not (g[k] == e[k] or (g[k] != g[k] and e[k] != e[k]))}
         assert not diff, f"phase {phase}: the controller's numbers differ from the in-process run's: {diff}"
         assert all(f"timing/{step}" in g for step in timing_steps(args)), phase
+    if args.val_prompts:  # validated after phases 2 and 3, the same numbers as in process
+        assert [("eval/pass@1" in m) for m in got] == [False, True, True]
     assert expected_weights.keys() == weights.keys()
     moved = [k for k in weights if not torch.equal(weights[k], expected_weights[k])]
     assert not moved, f"weights differ from the in-process run's: {moved[:5]}"
