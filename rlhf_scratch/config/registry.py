@@ -237,7 +237,11 @@ register_task(Task("first_token", f"{_REWARD}:first_token_reward", scored_by="it
 register_task(Task(
     "arithmetic", f"{_REWARD}:arithmetic_reward", scored_by="its answer, checked by a rule",
     defaults=dict(model="arithmetic", prompts="arithmetic", val_prompts="arithmetic:test", total_phases=1000, test_freq=100, gen_len=6,
-                  stop_at_eos=True, top_k=0, prepend_bos=True),
+                  stop_at_eos=True, top_k=0, prepend_bos=True,
+                  # PPO's blog default, the one-step advantage r_t + V(s_t+1) − V(s_t), leans on a value head that has not
+                  # learned a reward given only at the answer's end: held-out pass@1 fell 0.352 → 0.320 in 1000 phases
+                  # (one seed); GAE (λ = 0.95) rose to 0.522 in 400 (docs/verifiable.md)
+                  advantage={"ppo": "gae"}),
     data="rlhf_scratch.reward.arithmetic:task_rows", algo="grpo", evaluate="rlhf_scratch.reward.verifiable_eval:verifiable_metrics",
 ))
 
