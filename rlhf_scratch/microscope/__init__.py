@@ -12,7 +12,12 @@ Off-policy (`offpolicy`, measured by `offpolicy_run`, reported by `offpolicy_rep
 estimators and TRL's importance-sampling corrections when the completions come from a stale policy
 or a sampler whose numbers differ from the learner's (bf16 logits, another top-k / top-p).
 
-    python -m rlhf_scratch.exact --out exact/        # ~1–2 min on one core; docs/exact.md
+The same estimators on a verifiable task (`arithmetic`: one-digit sums, the rule accuracy reward, every
+completion of at most two digits and EOS listed), where a group estimator's expectation is exact too
+(`groups`: under a 0/1 reward it depends on the group only through how many others are right).
+
+    python -m rlhf_scratch.exact --out exact/                       # ~1–2 min on one core; docs/exact.md
+    python -m rlhf_scratch.exact --env arithmetic --out exact_a/    # one-digit sums
 
 Importing this package imports nothing (the command line answers a bad flag before torch loads).
 """

@@ -2,11 +2,14 @@
 
 Writes DIR/exact.json (one entry per estimator; the off-policy section under "off_policy"),
 DIR/exact.md (the tables), DIR/exact.png, DIR/exact_offpolicy.png and DIR/exact.html. A bad flag is
-one line on stderr and exit code 2, before torch is imported.
+one line on stderr and exit code 2, before torch is imported. `--env arithmetic` measures the same
+estimators on one-digit sums under the rule accuracy reward (`microscope.arithmetic`; no off-policy
+section, so no exact_offpolicy.png).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,12 @@ PROG = "python -m rlhf_scratch.exact"
 REWARD_NAMES = ("correct", "length", "sentiment")  # env.REWARDS, without importing torch
 MAX_COMPLETIONS = 20_000
 OUTPUTS = ("exact.json", "exact.md", "exact.png", "exact_offpolicy.png", "exact.html")
+ENVS = ("letters", "arithmetic")
+ARITHMETIC = {"vocab": 11, "max_len": 3}
+"""The arithmetic environment's fixed size (`microscope.arithmetic`: EOS and ten digits, two digits and EOS)."""
+ARITHMETIC_REWARDS = ("accuracy", "format")  # env.RULE_REWARDS, without importing torch
+OFF_POLICY_FIELDS = ("off_policy_reward", "stale_step", "staleness", "is_clips", "top_p", "off_policy_draws")
+"""The off-policy section's settings: the letters environment's only."""
 
 
 @dataclass
@@ -31,14 +40,19 @@ class ExactArgs:
 
     out: Annotated[str, tyro.conf.arg(help_behavior_hint="(required)")] = ""
     """The folder to write exact.json, exact.md, exact.png, exact_offpolicy.png and exact.html into."""
+    env: str = "letters"
+    """letters (words a, b, c, …; 'a' first is right) or arithmetic (one-digit sums a+b= drawn with --seed,
+    EOS and the digits, at most 2 digits and EOS, the rule accuracy reward; vocab 11 and max_len 3 fixed)."""
     vocab: int = 5
     """Tokens, EOS included (the words are a, b, c, …; 'a' first is the right answer)."""
     max_len: int = 5
     """Longest completion; one that reaches it without EOS is cut there."""
     p_right: tuple[float, ...] = (0.1, 0.5)
-    """π(first token = 'a') for each prompt (one number per prompt: a hard one and a medium one)."""
+    """π(first token = 'a') for each prompt (one number per prompt: a hard one and a medium one);
+    arithmetic: π(the whole right answer) for each problem."""
     reward: str = "correct"
-    """The main table's reward: correct (right/wrong, blind to length), length (|y| / max_len), sentiment."""
+    """The main table's reward: correct (right/wrong, blind to length), length (|y| / max_len), sentiment;
+    arithmetic: accuracy (the rule; chosen when this is left at correct) or format."""
     num_generations: int = 8
     """G, completions per prompt in a batch (a batch is one group of each prompt)."""
     draws: int = 10_000
@@ -77,9 +91,34 @@ class ExactArgs:
     """torch threads (1: the measured run time is one core's)."""
 
     def validate(self) -> ExactArgs:
-        """One ConfigError line for the first bad field."""
+        """One ConfigError line for the first bad field; the arithmetic environment's fixed values filled in."""
         if not self.out:
             raise ConfigError("out: required (the folder to write exact.json and the rest into)")
+        if self.env not in ENVS:
+            raise ConfigError(f"env: must be one of {', '.join(ENVS)}; got {self.env!r}")
+        if self.env == "arithmetic":
+            return dataclasses.replace(self, **self.arithmetic_values()).validate_values()
+        return self.validate_values()
+
+    def arithmetic_values(self) -> dict:
+        """The fields `--env arithmetic` sets (vocab, max_len, reward), or one ConfigError line for a flag it
+        cannot honour: another size, a letters reward, an off-policy setting (that section is the letters')."""
+        default = ExactArgs()
+        for name, fixed in ARITHMETIC.items():
+            if getattr(self, name) not in (getattr(default, name), fixed):
+                raise ConfigError(f"{name}: --env arithmetic fixes it at {fixed} (EOS and the ten digits, at most two "
+                                  f"digits and EOS); got {getattr(self, name)}")
+        reward = "accuracy" if self.reward == default.reward else self.reward
+        if reward not in ARITHMETIC_REWARDS:
+            raise ConfigError(f"reward: --env arithmetic is scored by {' or '.join(ARITHMETIC_REWARDS)}; got {self.reward!r}")
+        for name in OFF_POLICY_FIELDS:
+            if getattr(self, name) != getattr(default, name):
+                raise ConfigError(f"{name}: the off-policy section is the letters environment's; --env arithmetic "
+                                  f"does not run it")
+        return {**ARITHMETIC, "reward": reward}
+
+    def validate_values(self) -> ExactArgs:
+        """The checks of every field but `env`."""
         for name, low in (("vocab", 3), ("max_len", 1), ("num_generations", 2), ("draws", 2),
                           ("draws_by_reward", 2), ("top_k", 1), ("off_policy_draws", 2),
                           ("threads", 0)):
@@ -91,7 +130,7 @@ class ExactArgs:
         if n > MAX_COMPLETIONS:
             raise ConfigError(f"max_len: {len(self.p_right)} prompts x vocab {self.vocab} x max_len {self.max_len} "
                               f"make {n:,} completions; at most {MAX_COMPLETIONS:,} are listed")
-        for name in ("reward", "off_policy_reward"):
+        for name in ("reward", "off_policy_reward")[self.env == "arithmetic":]:
             if getattr(self, name) not in REWARD_NAMES:
                 raise ConfigError(f"{name}: must be one of {', '.join(REWARD_NAMES)}; got {getattr(self, name)!r}")
         if not self.staleness or any(k < 1 for k in self.staleness):

@@ -33,10 +33,13 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from rlhf_scratch.core.objectives import get_log_probs, sequence_log_probs
+from rlhf_scratch.reward.verifiable import accuracy_reward, format_reward
 
 EOS = 0
 RIGHT = 1  # the right answer of the right/wrong reward: the first token is "a" (for every prompt)
 REWARDS = ("correct", "length", "sentiment")
+RULE_REWARDS = ("accuracy", "format")
+"""The rule rewards of prompts with a ground truth (`reward.verifiable`): the arithmetic environment's."""
 WORDS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -78,6 +81,12 @@ class Environment:
     completions: Completions
     prefixes: tuple[tuple[int, ...], ...]
     """Row p of θ is the prefix `prefixes[p]` = (x, words …); the roots (x,) come first, one per prompt."""
+    words: str = WORDS
+    """The text of tokens 1 … V−1 (letters here; the digits 0 … 9 in `microscope.arithmetic`)."""
+    ground_truth: tuple[str, ...] = ()
+    """Each prompt's answer where a rule scores it (`microscope.arithmetic`: "14" for 5+9=); empty here."""
+    prompt_text: tuple[str, ...] = ()
+    """Each prompt as text where it has one ("5+9="); empty here."""
 
     @property
     def num_prefixes(self) -> int:
@@ -94,7 +103,25 @@ class Environment:
     def text(self, row: int) -> str:
         """A completion as text: its words, then '.' for EOS (cut ones end without it)."""
         n = int(self.completions.lengths[row])
-        return "".join("." if int(t) == EOS else WORDS[int(t) - 1] for t in self.completions.tokens[row, 1 : n + 1])
+        return "".join("." if int(t) == EOS else self.words[int(t) - 1] for t in self.completions.tokens[row, 1 : n + 1])
+
+    def decoded(self, comps: Completions | None = None) -> list[str]:
+        """Each completion's text as the rollout hands it to a reward function: its words, EOS not in it."""
+        comps = self.completions if comps is None else comps
+        return ["".join(self.words[t - 1] for t in row[1 : n + 1] if t != EOS)
+                for row, n in zip(comps.tokens.tolist(), comps.lengths.tolist())]
+
+    def right(self, comps: Completions | None = None) -> Bool[Tensor, " n"]:
+        """Which completions are right answers: the first token is "a" (`reward_correct`), or, where a rule
+        scores the prompts (`ground_truth`), the accuracy reward is 1."""
+        comps = self.completions if comps is None else comps
+        if self.ground_truth:
+            return rewards_of(self, "accuracy", comps) == 1
+        return comps.first == RIGHT
+
+    def right_first(self, x: int) -> int:
+        """The first token of prompt x's right answer ("a", or the ground truth's first digit)."""
+        return self.words.index(self.ground_truth[x][0]) + 1 if self.ground_truth else RIGHT
 
     def param_rows(self, keep) -> Bool[Tensor, " params"]:
         """A mask of θ's parameters (flattened [prefixes · vocab]): the rows whose prefix satisfies `keep`."""
@@ -151,16 +178,31 @@ def reward_sentiment(comps: Completions, vocab: int) -> Float[Tensor, " n"]:
     return torch.sigmoid(torch.where(comps.mask, v, torch.zeros_like(v)).sum(-1))
 
 
+def reward_rule(env: Environment, comps: Completions, reward: str) -> Float[Tensor, " n"]:
+    """The package's rule rewards (`reward.verifiable`, TRL's contract) on each completion's decoded text
+    and its prompt's ground truth: `accuracy_reward` (1 for the right integer, written one way only) or
+    `format_reward` (1 for any integer so written)."""
+    texts = env.decoded(comps)
+    if reward == "accuracy":
+        truth = [env.ground_truth[x] for x in comps.prompt.tolist()]
+        return torch.tensor(accuracy_reward(completions=texts, ground_truth=truth))
+    return torch.tensor(format_reward(completions=texts))
+
+
 def rewards_of(env: Environment, reward: str, comps: Completions | None = None) -> Float[Tensor, " n"]:
     """The named reward of `comps` (default: every completion)."""
     comps = env.completions if comps is None else comps
+    if reward in RULE_REWARDS:
+        if not env.ground_truth:
+            raise ValueError(f"reward: {reward} needs prompts with a ground truth (the arithmetic environment)")
+        return reward_rule(env, comps, reward)
     if reward == "correct":
         return reward_correct(comps)
     if reward == "length":
         return reward_length(comps, env.max_len)
     if reward == "sentiment":
         return reward_sentiment(comps, env.vocab)
-    raise ValueError(f"reward: must be one of {', '.join(REWARDS)}; got {reward!r}")
+    raise ValueError(f"reward: must be one of {', '.join(REWARDS + RULE_REWARDS)}; got {reward!r}")
 
 
 # --- policies ---------------------------------------------------------------------------------------
@@ -172,10 +214,18 @@ def make_policies(
     """(θ, θ_ref): θ_ref ~ N(0, ref_scale²) per logit, θ = θ_ref + N(0, drift²), both seeded; then
     θ's root row of prompt x is set so that its first token is the right answer with probability
     `p_right[x]` (`set_p_right`). π ≠ π_ref, so the KL terms have gradients."""
+    theta, theta_ref = random_tables(env, seed, ref_scale, drift)
+    return set_p_right(theta, p_right), theta_ref
+
+
+def random_tables(
+    env: Environment, seed: int, ref_scale: float = 1.0, drift: float = 0.5
+) -> tuple[Float[Tensor, "prefixes vocab"], Float[Tensor, "prefixes vocab"]]:
+    """(θ, θ_ref) before any row is set: θ_ref ~ N(0, ref_scale²) per logit, θ = θ_ref + N(0, drift²), seeded."""
     g = torch.Generator().manual_seed(seed)
     theta_ref = ref_scale * torch.randn(env.num_prefixes, env.vocab, generator=g)
     theta = theta_ref + drift * torch.randn(env.num_prefixes, env.vocab, generator=g)
-    return set_p_right(theta, p_right), theta_ref
+    return theta, theta_ref
 
 
 def set_p_right(theta: Float[Tensor, "prefixes vocab"], p_right: tuple[float, ...]) -> Float[Tensor, "prefixes vocab"]:

@@ -160,11 +160,13 @@ def intro(result: dict) -> list[str]:
     """The settings in a few lines."""
     env, s = result["environment"], result["settings"]
     pol = env["policy"]
+    problems = f" (one-digit sums: {', '.join(env['problems'])})" if env.get("problems") else ""
+    right = "π(right answer)" if env.get("problems") else "π(first = a)"
     return [
-        f"vocabulary {' '.join(env['vocab'])} (EOS = <eos>), max_len {env['max_len']}, {env['prompts']} prompts: "
+        f"vocabulary {' '.join(env['vocab'])} (EOS = <eos>), max_len {env['max_len']}, {env['prompts']} prompts{problems}: "
         f"{env['completions']:,} completions ({env['completions_per_prompt']:,} per prompt), a table of "
         f"{env['prefixes']} prefixes x {len(env['vocab'])} logits = {env['parameters']:,} parameters.",
-        f"reward: {env['reward']} ({env['reward_about']}); π(first = a) per prompt {', '.join(f'{p:.2f}' for p in pol['p_right'])}; "
+        f"reward: {env['reward']} ({env['reward_about']}); {right} per prompt {', '.join(f'{p:.2f}' for p in pol['p_right'])}; "
         f"J {pol['J']:.4f}, E[len] {pol['E_length']:.4f}, KL(π‖π_ref) {pol['kl_reverse']:.4f}, KL(π_ref‖π) {pol['kl_forward']:.4f}.",
         f"batch: {env['batch']}; Monte-Carlo n = {s['draws']:,} batches per estimator (common to all); value function: "
         f"{env['value_function']}; top-k {s['top_k']}, temperature {s['temperature']}, GAE λ {s['gae_lambda']}, ε {s['clip']}, "
@@ -172,36 +174,61 @@ def intro(result: dict) -> list[str]:
     ]
 
 
+GROUPS_HEADER = ("estimator", "advantage", "token weight", "c per prompt", "cos, exact", "E g·∇/‖∇‖², exact",
+                 "‖E g − ∇‖/‖∇‖, exact", "E g·∇/‖∇‖², MC ± s.e.", "z")
+
+
+def groups_rows(groups: dict) -> list[list[str]]:
+    """Each group estimator's exact expectation (0/1 reward, `groups`) beside its Monte-Carlo one."""
+    return [[name, g["advantage"], g["token_weight"], ", ".join(fmt(c) for c in g["c_per_prompt"] or []) or "—",
+             fmt(g["cos_to_true"]), fmt(g["norm_ratio_along_true"]), fmt(g["rel_error"]),
+             f"{fmt(g['mc_norm_ratio_along_true'])} ± {fmt(g['mc_norm_ratio_along_true_se'])}", fmt(g["z"], 2)]
+            for name, g in groups.items()]
+
+
+def sections(result: dict) -> list[tuple[str, tuple, list]]:
+    """(title, header, rows) of each table after the main one; an environment's missing section is left out."""
+    out = [("Under each reward", by_reward_header(result), by_reward_rows(result))]
+    if result.get("exact_groups"):
+        out.append(("The group estimators exactly (0/1 reward)", GROUPS_HEADER, groups_rows(result["exact_groups"])))
+    out.append(("The KL estimators against both KLs", KL_HEADER, kl_rows(result["estimators"])))
+    if result["one_token"] is not None:
+        out.append(("… where a completion is one token (max_len = 1)", KL_HEADER, kl_rows(result["one_token"])))
+    out.append(("The length lesson", LESSON_HEADER, lesson_rows(result["length_lesson"])))
+    return out
+
+
 def write_outputs(result: dict, out: Path) -> Path:
-    """exact.json, exact.md, exact.png, exact_offpolicy.png, exact.html in `out`; returns the page's path."""
+    """exact.json, exact.md, exact.png, exact_offpolicy.png (where there is an off-policy section),
+    exact.html in `out`; returns the page's path."""
     (out / "exact.json").write_text(json.dumps(finite(result), indent=1, ensure_ascii=False))
-    one = result["one_token"]
     md = "\n\n".join([
         "# The exact-gradient microscope", *intro(result),
         "## Every estimator against its true gradient", markdown(MAIN_HEADER, main_rows(result["estimators"])),
-        "## Under each reward", markdown(by_reward_header(result), by_reward_rows(result)),
-        "## The KL estimators against both KLs", markdown(KL_HEADER, kl_rows(result["estimators"])),
-        "## … where a completion is one token (max_len = 1)", markdown(KL_HEADER, kl_rows(one)),
-        "## The length lesson", markdown(LESSON_HEADER, lesson_rows(result["length_lesson"])),
+        *(f"## {title}\n\n{markdown(header, rows)}" for title, header, rows in sections(result)),
     ])
-    offp = result["off_policy"]
-    md += "\n\n" + "\n\n".join(["## Off-policy: the sampler is not the learner", *off.intro(offp),
-                                  *(f"### {title}\n\n{markdown(header, rows)}" for title, header, rows in off.sections(offp)),
-                                  "### Off-policy: one line per knob", "\n".join(f"- {line}" for line in offp["advice"])])
-    (out / "exact.md").write_text(md + "\n")
     png = plot(result, out / "exact.png")
-    off_png = off.plot(offp, out / "exact_offpolicy.png")
     body = [f"<h1>{esc('The exact-gradient microscope')}</h1>", *(f"<p>{esc(p)}</p>" for p in intro(result)),
             figure(png, "Every estimator against the truth"),
             "<h2>Every estimator against its true gradient</h2>", table(main_rows(result["estimators"]), MAIN_HEADER),
-            "<h2>Under each reward</h2>", table(by_reward_rows(result), by_reward_header(result)),
-            "<h2>The KL estimators against both KLs</h2>", table(kl_rows(result["estimators"]), KL_HEADER),
-            "<h2>… where a completion is one token</h2>", table(kl_rows(one), KL_HEADER),
-            "<h2>The length lesson</h2>", table(lesson_rows(result["length_lesson"]), LESSON_HEADER),
-            "<h2>Off-policy: the sampler is not the learner</h2>", *(f"<p>{esc(p)}</p>" for p in off.intro(offp)),
-            figure(off_png, "Off-policy: staleness, the IS modes over C, the KL under staleness"),
-            *(f"<h3>{esc(title)}</h3>" + table(rows, header) for title, header, rows in off.sections(offp)),
-            "<h3>One line per knob</h3>", "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in offp["advice"]) + "</ul>"]
+            *(f"<h2>{esc(title)}</h2>" + table(rows, header) for title, header, rows in sections(result))]
+    offp = result["off_policy"]
+    if offp is not None:
+        md, body = with_off_policy(offp, out, md, body)
+    (out / "exact.md").write_text(md + "\n")
     path = out / "exact.html"
     path.write_text(page("The exact-gradient microscope", body))
     return path
+
+
+def with_off_policy(offp: dict, out: Path, md: str, body: list[str]) -> tuple[str, list[str]]:
+    """The off-policy section added to the markdown and the page, its figure written."""
+    md += "\n\n" + "\n\n".join(["## Off-policy: the sampler is not the learner", *off.intro(offp),
+                                  *(f"### {title}\n\n{markdown(header, rows)}" for title, header, rows in off.sections(offp)),
+                                  "### Off-policy: one line per knob", "\n".join(f"- {line}" for line in offp["advice"])])
+    off_png = off.plot(offp, out / "exact_offpolicy.png")
+    body = [*body, "<h2>Off-policy: the sampler is not the learner</h2>", *(f"<p>{esc(p)}</p>" for p in off.intro(offp)),
+            figure(off_png, "Off-policy: staleness, the IS modes over C, the KL under staleness"),
+            *(f"<h3>{esc(title)}</h3>" + table(rows, header) for title, header, rows in off.sections(offp)),
+            "<h3>One line per knob</h3>", "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in offp["advice"]) + "</ul>"]
+    return md, body

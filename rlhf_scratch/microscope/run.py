@@ -4,7 +4,10 @@ that `exact.json` holds:
 
     {"settings", "environment", "truths", "estimators", "by_reward", "length_lesson", "one_token", "off_policy", "seconds"}
 
-("off_policy": `offpolicy_run.measure_off_policy`, the sampler is not the learner.)
+("off_policy": `offpolicy_run.measure_off_policy`, the sampler is not the learner.) With `--env arithmetic`
+(`microscope.arithmetic`: one-digit sums, the rule accuracy reward) the same estimators are measured on
+that environment, "by_reward" holds the format reward, "exact_groups" each group estimator's exact
+expectation (`microscope.groups`), and "one_token" and "off_policy" are None (the letters' sections).
 
 A `Scene` is one policy under one reward, ready to measure any estimator (the tests and notebook 07
 use it directly). Monte-Carlo draws are made once per policy and shared by every batch estimator
@@ -23,10 +26,14 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from rlhf_scratch.config import ConfigError
+from rlhf_scratch.microscope.arithmetic import (
+    arithmetic_policies,
+    make_arithmetic_environment,
+    one_digit_sums,
+    set_p_answer,
+)
 from rlhf_scratch.microscope.env import (
     EOS,
-    RIGHT,
-    WORDS,
     Environment,
     make_environment,
     make_policies,
@@ -36,6 +43,7 @@ from rlhf_scratch.microscope.env import (
     set_p_right,
 )
 from rlhf_scratch.microscope.estimators import Estimator, Knobs, all_estimators
+from rlhf_scratch.microscope.groups import GROUP_ESTIMATORS, coefficient, exact_group_estimator
 from rlhf_scratch.microscope.measure import (
     Moments,
     directions,
@@ -55,7 +63,11 @@ REWARD_ABOUT = {
     "correct": "right/wrong, blind to length: 1 if the first token is 'a'",
     "length": "pays for length: |y| / max_len",
     "sentiment": "sentiment-like: σ(Σ_t valence(y_t)), valence a +1, b −1, c +½, d −½, …",
+    "accuracy": "the rule: accuracy_reward, 1 for the ground truth written one way only (then EOS)",
+    "format": "the rule's shape: format_reward, 1 for any integer written one way only",
 }
+ENV_REWARDS = {"letters": ("correct", "length", "sentiment"), "arithmetic": ("accuracy", "format")}
+"""Each environment's rewards, its main one first (the others are the by-reward table)."""
 COMPACT = ("true", "cos_to_true", "zero_mean", "norm_ratio", "norm_ratio_along_true", "norm_ratio_along_true_se", "rel_error",
            "bias_se", "d_length", "d_length_se", "exact", "n")
 """The fields the by-reward table keeps of each estimator."""
@@ -86,13 +98,18 @@ def check_truths(sc: Scene, estimators: list[Estimator], where: str) -> None:
 
 def length_parts(env: Environment) -> dict[str, Tensor]:
     """Masks of θ's parameters: every row after the first token, the rows after a right first token
-    ('a…'), the rows after a wrong one. The right/wrong reward moves only the roots; how long an
-    answer goes on is decided in these rows."""
+    ('a…', or the answer's first digit), the rows after a wrong one. The right/wrong reward moves only
+    the roots; how long an answer goes on is decided in these rows."""
     return {
         "after_first": env.param_rows(lambda p: len(p) >= 2),
-        "after_right": env.param_rows(lambda p: len(p) >= 2 and p[1] == RIGHT),
-        "after_wrong": env.param_rows(lambda p: len(p) >= 2 and p[1] != RIGHT),
+        "after_right": env.param_rows(lambda p: len(p) >= 2 and p[1] == env.right_first(p[0])),
+        "after_wrong": env.param_rows(lambda p: len(p) >= 2 and p[1] != env.right_first(p[0])),
     }
+
+
+def set_p(env: Environment, theta: Tensor, p_right: tuple[float, ...]) -> Tensor:
+    """θ with π(right | x) = p_right[x]: the first token 'a' (letters), the whole answer (arithmetic)."""
+    return set_p_answer(env, theta, p_right) if env.ground_truth else set_p_right(theta, p_right)
 
 
 @dataclass
@@ -157,6 +174,15 @@ def scene(vocab: int = 5, max_len: int = 5, p_right: tuple[float, ...] = (0.1, 0
     return make_scene(env, theta, theta_ref, reward, Knobs(max_len=max_len, **knobs))
 
 
+def arithmetic_scene(p_right: tuple[float, ...] = (0.1, 0.5), reward: str = "accuracy", seed: int = 0,
+                     drift: float = 0.5, **knobs) -> Scene:
+    """The arithmetic Scene from scratch: len(p_right) one-digit sums drawn with `seed`, π(right answer | x)
+    = p_right[x] (`microscope.arithmetic`)."""
+    env = make_arithmetic_environment(one_digit_sums(len(p_right), seed))
+    theta, theta_ref = arithmetic_policies(env, seed, tuple(p_right), drift)
+    return make_scene(env, theta, theta_ref, reward, Knobs(max_len=env.max_len, **knobs))
+
+
 def measure_all(sc: Scene, draws: Tensor, dpo_beta: float, bar=None) -> dict:
     """Every estimator (and Online DPO at the start) in one scene: {name: summary}."""
     entries = {}
@@ -184,7 +210,7 @@ def policy_facts(sc: Scene) -> dict:
     env = sc.env
     q = probabilities(env, sc.theta).double()
     comps = env.completions
-    right = comps.first == RIGHT
+    right = env.right()
     lengths = comps.lengths.double()
     return {
         "J": sc.truths["J"].value,
@@ -198,9 +224,10 @@ def policy_facts(sc: Scene) -> dict:
 
 
 def length_lesson(sc: Scene, p_right: float, draws: int, seed: int, bar=None) -> dict:
-    """The lesson at one policy: every prompt's π(first = a) set to p_right, the right/wrong reward;
+    """The lesson at one policy: every prompt's π(right) set to p_right, the right/wrong reward;
     the true gradient's effect on length and each `LESSON` estimator's."""
-    at = make_scene(sc.env, set_p_right(sc.theta, (p_right,) * sc.env.num_prompts), sc.theta_ref, "correct", sc.knobs)
+    right_wrong = "accuracy" if sc.env.ground_truth else "correct"
+    at = make_scene(sc.env, set_p(sc.env, sc.theta, (p_right,) * sc.env.num_prompts), sc.theta_ref, right_wrong, sc.knobs)
     check_truths(at, [e for e in all_estimators() if e.name in LESSON], f"the length lesson at p_right {p_right}")
     batches = at.draws(draws, seed)
     rows = {"true": true_length_effect(at)}
@@ -226,9 +253,35 @@ def knobs_of(args) -> Knobs:
 
 def main_scene(args) -> Scene:
     """The scene every table of `args` starts from: its environment, the seeded policies, its reward."""
-    env = make_environment(args.vocab, args.max_len, len(args.p_right))
-    theta, theta_ref = make_policies(env, args.seed, tuple(args.p_right), drift=args.drift)
-    return make_scene(env, theta, theta_ref, args.reward, knobs_of(args))
+    if args.env == "arithmetic":
+        env = make_arithmetic_environment(one_digit_sums(len(args.p_right), args.seed))
+        theta, theta_ref = arithmetic_policies(env, args.seed, tuple(args.p_right), args.drift)
+    else:
+        env = make_environment(args.vocab, args.max_len, len(args.p_right))
+        theta, theta_ref = make_policies(env, args.seed, tuple(args.p_right), drift=args.drift)
+    return make_scene(env, theta, theta_ref, args.reward, dataclasses.replace(knobs_of(args), max_len=env.max_len))
+
+
+def exact_groups(sc: Scene, entries: dict) -> dict:
+    """Each reducible group estimator's exact expectation under the 0/1 reward (`groups`), beside its
+    Monte-Carlo one in `entries`: cos, size along ∇J and the error exactly, c_x per prompt (sequence
+    surrogates), and z = (MC size − exact size) / MC s.e. (|z| ≲ 2: the two agree)."""
+    p = tuple(policy_facts(sc)["p_right"])
+    G = sc.knobs.num_generations
+    out = {}
+    for name, (advantage, weight) in GROUP_ESTIMATORS.items():
+        e = sc.measure(exact_group_estimator(name, p, G))
+        mc = entries[name]
+        out[name] = {
+            "advantage": advantage, "token_weight": weight,
+            "cos_to_true": e["cos_to_true"], "norm_ratio": e["norm_ratio"],
+            "norm_ratio_along_true": e["norm_ratio_along_true"], "rel_error": e["rel_error"],
+            "c_per_prompt": [coefficient(advantage, G, px) for px in p] if weight == "sequence" else None,
+            "mc_cos_to_true": mc["cos_to_true"], "mc_norm_ratio_along_true": mc["norm_ratio_along_true"],
+            "mc_norm_ratio_along_true_se": mc["norm_ratio_along_true_se"], "mc_n": mc["n"],
+            "z": (mc["norm_ratio_along_true"] - e["norm_ratio_along_true"]) / mc["norm_ratio_along_true_se"],
+        }
+    return out
 
 
 def measure_one_token(args, knobs: Knobs) -> dict:
@@ -245,10 +298,11 @@ def measure(args, progress: bool = True) -> dict:
     torch.manual_seed(args.seed)
     main = main_scene(args)
     env, theta, theta_ref, knobs = main.env, main.theta, main.theta_ref, main.knobs
-    others = [r for r in REWARD_ABOUT if r != args.reward]
+    letters = args.env == "letters"
+    others = [r for r in ENV_REWARDS[args.env] if r != args.reward]
     for sc in [main, *(make_scene(env, theta, theta_ref, r, knobs) for r in others)]:  # before any Monte-Carlo
         check_truths(sc, all_estimators(), f"p_right {' '.join(map(str, args.p_right))}, reward {sc.reward}")
-    off_policy = off_policy_scene(args)  # its own checks, before any Monte-Carlo too
+    off_policy = off_policy_scene(args) if letters else None  # its own checks, before any Monte-Carlo too
     num_batch = sum(e.unit == "batch" for e in all_estimators())
     total = (args.draws * (num_batch + len(LESSON) * len(args.lesson_p_right))
              + args.draws_by_reward * num_batch * len(others))
@@ -264,11 +318,13 @@ def measure(args, progress: bool = True) -> dict:
         by_reward[reward] = {name: {k: e[k] for k in COMPACT if k in e} for name, e in full.items()}
     lesson = length_lessons(main, args, bar)
     bar.close()
+    groups = exact_groups(main, entries) if args.reward == "accuracy" else None  # a 0/1 reward (the letters' keep their table)
 
     return {
         "settings": dataclasses.asdict(args),
         "environment": {
-            "vocab": ["<eos>"] + [WORDS[w - 1] for w in range(1, args.vocab)], "eos": EOS, "max_len": args.max_len,
+            "name": args.env, "problems": [f"{p}{t}" for p, t in zip(env.prompt_text, env.ground_truth)],
+            "vocab": ["<eos>", *env.words[: env.vocab - 1]], "eos": EOS, "max_len": env.max_len,
             "prompts": env.num_prompts, "completions": len(env.completions),
             "completions_per_prompt": len(env.completions) // env.num_prompts, "prefixes": env.num_prefixes,
             "parameters": env.num_params, "reward": args.reward, "reward_about": REWARD_ABOUT[args.reward],
@@ -281,7 +337,8 @@ def measure(args, progress: bool = True) -> dict:
         "estimators": entries,
         "by_reward": by_reward,
         "length_lesson": lesson,
-        "one_token": measure_one_token(args, knobs),
-        "off_policy": measure_off_policy(args, progress, off_policy),
+        "exact_groups": groups,
+        "one_token": measure_one_token(args, knobs) if letters else None,
+        "off_policy": measure_off_policy(args, progress, off_policy) if letters else None,
         "seconds": time.perf_counter() - start,
     }
