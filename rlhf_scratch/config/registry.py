@@ -178,6 +178,10 @@ class Task:
     TASK:test` the test split, as `rlhf data TASK` writes them; None: it has none."""
     splits: tuple[str, ...] = ("train", "test")
     """The splits `data` makes."""
+    reward_funcs: str | Callable | None = None
+    """"module:function", `function(args) -> [(name, reward function), ...]`: the parts of the task's reward,
+    TRL's `reward_funcs`, each logged every phase as `rewards/<name>/mean` and `/std` (TRL's names) on either
+    backend; None: the reward is one column, `rewards/mean`."""
     algo: str | None = None
     """The --algo `train TASK` runs when none is given (None: ppo, the blog's); the arithmetic task's is grpo."""
     evaluate: str | Callable | None = None
@@ -242,7 +246,7 @@ register_task(Task(
                   # learned a reward given only at the answer's end: held-out pass@1 fell 0.352 → 0.320 in 1000 phases
                   # (one seed); GAE (λ = 0.95) rose to 0.522 in 400 (docs/verifiable.md)
                   advantage={"ppo": "gae"}),
-    data="rlhf_scratch.reward.arithmetic:task_rows", algo="grpo", evaluate="rlhf_scratch.reward.verifiable_eval:verifiable_metrics",
+    data="rlhf_scratch.reward.arithmetic:task_rows", algo="grpo", reward_funcs=f"{_REWARD}:arithmetic_reward_funcs", evaluate="rlhf_scratch.reward.verifiable_eval:verifiable_metrics",
 ))
 
 

@@ -30,7 +30,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from tqdm.auto import tqdm
 
-from rlhf_scratch.config import ConfigError
+from rlhf_scratch.config import ConfigError, registry
 from rlhf_scratch.core.kl_control import EarlyStopping
 from rlhf_scratch.core.timing import PARTS, take_times, timed
 from rlhf_scratch.engine import distributed as dist
@@ -51,6 +51,8 @@ from rlhf_scratch.engine.runs import (
 from rlhf_scratch.engine.validation import VALIDATION_FILE, Validation
 from rlhf_scratch.reward.heldout import HELDOUT_METRICS, heldout_metrics
 from rlhf_scratch.rollout.phase import Rollout
+from rlhf_scratch.rollout.reward_call import reward_func_metrics
+from rlhf_scratch.rollout.rl_dataset import prompt_columns
 
 # Logged every phase by every algorithm, computed from the rollout (TRL's names where TRL has one).
 SHARED_METRICS = (
@@ -291,6 +293,7 @@ def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook],
         "phase": phase,
         **rollout_metrics(batch.everyone),
         **dist.mean_over_ranks(heldout_metrics(rollout, trainer.args.direction)),  # judges never trained on
+        **dist.mean_over_ranks(reward_funcs_metrics(trainer, rollout)),  # TRL's rewards/<name>/mean of a task's parts
         **dist.mean_over_ranks(learn_stats),
         "charts/learning_rate": lr,
         "charts/rollout_time": rollout_time,
@@ -302,6 +305,19 @@ def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook],
     }
     metrics["charts/tokens_per_s"] = metrics["completions/total_tokens"] / seconds
     return metrics, rollout
+
+
+def reward_funcs_metrics(trainer: TrainerContract, rollout: Rollout) -> Metrics:
+    """`rewards/<name>/mean` and `/std` of each part of the task's own reward (its registry entry's
+    `reward_funcs`: TRL's per-function names), over this process's rows; none for a task whose reward is
+    one column, or when the run was given a reward function of its own."""
+    args = trainer.args
+    task = registry.get_task(args.task)
+    if task.reward_funcs is None or trainer.rewarded_by()["reward"] != f"task {args.task}":
+        return {}
+    ids = [row[keep].tolist() for row, keep in zip(rollout.completion_ids.cpu(), rollout.completion_mask.cpu())]
+    return reward_func_metrics(registry.resolve(task.reward_funcs)(args), rollout.prompts, rollout.completions, ids,
+                               **prompt_columns(rollout.prompts))
 
 
 class _SilentLogger:

@@ -81,12 +81,20 @@ def first_token_reward(args: CommonArgs, device: str = "cpu") -> RewardFn:
 def arithmetic_reward(args: CommonArgs, device: str = "cpu") -> RewardFn:
     """Task arithmetic: TRL's `accuracy_reward` against each prompt's `ground_truth` column (1 right, 0
     not), plus --format-weight times `format_reward` (1 for an integer answer, right or wrong) when it is
-    not 0, as TRL weighs its reward functions (`reward_weights`)."""
+    not 0, as TRL weighs its reward functions (`reward_weights`); its parts: `arithmetic_reward_funcs`."""
     from rlhf_scratch.reward.verifiable import accuracy_reward, weighted_rewards
 
     if not args.format_weight:
         return accuracy_reward
     return weighted_rewards(format_weight=args.format_weight)
+
+
+def arithmetic_reward_funcs(args: CommonArgs) -> list[tuple[str, RewardFn]]:
+    """The arithmetic reward's parts, TRL's `reward_funcs` by name: accuracy_reward, and format_reward
+    when --format-weight is not 0 (each logged as rewards/<name>/mean and /std every phase)."""
+    from rlhf_scratch.reward.verifiable import accuracy_reward, format_reward
+
+    return [("accuracy_reward", accuracy_reward)] + ([("format_reward", format_reward)] if args.format_weight else [])
 
 
 FIRST_TOKENS = (",", ".", " not", " a", " so", " the", " is", " be", " really", " as")

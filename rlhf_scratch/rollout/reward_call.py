@@ -127,3 +127,16 @@ def score_completions(
     else:
         out = reward_fn([p + c for p, c in zip(prompts, completions)])
     return check_rewards(out, name, len(completions))
+
+
+def reward_func_metrics(reward_funcs: list[tuple[str, RewardFn]], prompts: list[str], completions: list[str],
+                        completion_ids: list[list[int]], **columns: Any) -> dict[str, float]:
+    """TRL's per-function reward metrics: each of a reward's parts (TRL's `reward_funcs`, named) called as
+    `score_completions` calls a reward, `rewards/<name>/mean` and `rewards/<name>/std` (TRL's names; the
+    std with n − 1, as torch's) over the completions given."""
+    metrics = {}
+    for name, fn in reward_funcs:
+        scores = score_completions(fn, prompts, completions, completion_ids, **columns)
+        metrics[f"rewards/{name}/mean"] = scores.mean().item()
+        metrics[f"rewards/{name}/std"] = scores.std().item() if len(scores) > 1 else 0.0
+    return metrics

@@ -40,6 +40,9 @@ def test_every_algorithm_trains_on_arithmetic_and_validates(algo, extra, tmp_pat
         assert 0 <= line["eval/pass@1"] <= line["eval/pass@4"] <= 1
         assert {"eval/pass@1/op=+", "eval/pass@1/op=-", "eval/pass@1/digits=2"} <= set(line)
     assert all(0 <= m["rewards/mean"] <= 1 for m in metrics)
+    # TRL's per-function name: the reward is accuracy_reward alone, so its mean is the reward's
+    assert all(m["rewards/accuracy_reward/mean"] == pytest.approx(m["rewards/mean"]) for m in metrics)
+    assert all("rewards/format_reward/mean" not in m for m in metrics)
 
 
 def test_the_validation_leaves_the_runs_samples_as_they_were(tmp_path, one_thread):

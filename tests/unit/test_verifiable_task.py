@@ -116,6 +116,19 @@ def test_the_format_weight_adds_its_share_for_any_integer_answer():
     assert fn.__name__ == "accuracy_reward+0.25*format_reward"
 
 
+def test_trls_per_function_reward_metrics_by_hand():
+    from rlhf_scratch.reward.tasks import arithmetic_reward_funcs
+    from rlhf_scratch.rollout.reward_call import reward_func_metrics
+
+    parts = arithmetic_reward_funcs(make_args(algo="grpo", task="arithmetic", format_weight=0.5))
+    assert [name for name, _ in parts] == ["accuracy_reward", "format_reward"]
+    metrics = reward_func_metrics(parts, ["1+1="] * 4, ["2", "3", "x", "2"], [[1]] * 4, ground_truth=["2"] * 4)
+    # accuracy 1 0 0 1: mean 0.5, std (n - 1) sqrt(1/3); format 1 1 0 1: mean 0.75, std 0.5
+    assert metrics == pytest.approx({"rewards/accuracy_reward/mean": 0.5, "rewards/accuracy_reward/std": (1 / 3) ** 0.5,
+                                     "rewards/format_reward/mean": 0.75, "rewards/format_reward/std": 0.5})
+    assert [n for n, _ in arithmetic_reward_funcs(make_args(algo="grpo", task="arithmetic"))] == ["accuracy_reward"]
+
+
 def test_validation_metrics_by_hand():
     # two problems, n = 4: 12 right 3 times (c = 3), 40 never (c = 0); digits 2 and 3, + and -
     a = Prompt("5+7=", {"ground_truth": "12", "extra_info": {"digits": 2, "op": "+", "carry": True}})
