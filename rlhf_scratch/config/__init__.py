@@ -37,6 +37,7 @@ from rlhf_scratch.config import registry
 DIRECTIONS = ("pos", "neg")
 KV_CACHES = ("auto", "static", "transformer_lens")
 CHAT_TEMPLATES = ("auto", "none")
+FILTER_GROUPS_METRICS = ("seq_reward", "score")  # verl's filter_groups.metric, as this package's rollout has them
 TRUNCATIONS = ("error", "left", "right")  # verl's data.truncation for a prompt over max_prompt_length
 LORA_TARGETS = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")  # the block weights LoRA can adapt (lora.LAYOUTS)
 """What scores each task that reads no reward model (a refused --reward-model names it)."""
@@ -221,6 +222,16 @@ class CommonArgs:
     opening is completed into one review, not run on into the next)."""
     missing_eos_penalty: float | None = None
     """Subtract this from the reward of a completion that never produced EOS (TRL's option)."""
+    overlong_buffer: bool = False
+    """DAPO's overlong reward shaping (verl's reward_model.overlong_buffer.enable; TRL's
+    `get_soft_overlong_punishment` reward): a completion longer than gen_len − overlong_buffer_len tokens
+    loses up to overlong_buffer_penalty_factor of its reward, linearly in its length up to gen_len
+    (`rollout.phase.soft_overlong_punishment`; docs/grpo.md). Off by default."""
+    overlong_buffer_len: int = 0
+    """L_cache: the last this many tokens before --gen-len, where the penalty grows (verl's
+    overlong_buffer.len, TRL's soft_punish_cache): 1 to gen_len, given with --overlong-buffer."""
+    overlong_buffer_penalty_factor: float = 1.0
+    """The penalty at gen_len tokens (verl's overlong_buffer.penalty_factor; TRL's is 1)."""
     format_weight: float = 0.0
     """Task arithmetic: r = accuracy + format_weight · format, TRL's `reward_weights` over its
     `accuracy_reward` and `format_reward` (reward/verifiable.py: an integer answer, right or wrong, earns
@@ -330,6 +341,11 @@ class CommonArgs:
                f"must be a finite number; got {self.reward_threshold}")
         _check(self.missing_eos_penalty is None or (_finite(self.missing_eos_penalty) and self.missing_eos_penalty >= 0),
                "missing_eos_penalty", f"must be a finite number >= 0; got {self.missing_eos_penalty}")
+        _check(not self.overlong_buffer or 1 <= self.overlong_buffer_len <= self.gen_len, "overlong_buffer_len",
+               f"must be in 1..gen_len ({self.gen_len}) with --overlong-buffer; got {self.overlong_buffer_len}")
+        for name in ("overlong_buffer_len", "overlong_buffer_penalty_factor"):  # without the switch they would do nothing
+            _check(self.overlong_buffer or getattr(self, name) == self.__dataclass_fields__[name].default, name,
+                   f"needs --overlong-buffer (the penalty is off without it); got {name} {getattr(self, name)!r}")
         task = registry.TASKS[self.task]
         _check(task.reads_reward_model or self.reward_model == PRESETS[self.preset]["reward_model"], "reward_model",
                f"only task sentiment reads a reward model; task {self.task} is scored by "
@@ -350,7 +366,7 @@ class CommonArgs:
                 "keep_checkpoints", "max_skipped_steps", "test_freq", "val_n")
 
     def _nonnegative_floats(self) -> tuple[str, ...]:
-        return ("base_lr", "max_grad_norm", "warmup_steps", "final_scale", "format_weight")
+        return ("base_lr", "max_grad_norm", "warmup_steps", "final_scale", "format_weight", "overlong_buffer_penalty_factor")
 
     def with_local_paths_resolved(self) -> "CommonArgs":
         """These args with every local path they name made absolute (`model`, `reward_model`, a
@@ -397,6 +413,11 @@ class CommonArgs:
     def samples_per_group(self) -> int:
         """Completions of one prompt that must stay on one rank (RLOO's G, DPO's pair)."""
         return 1
+
+    def filters_groups(self) -> bool:
+        """Whether a phase drops the groups whose rewards are all equal and samples more (DAPO's dynamic
+        sampling: `GroupArgs.filter_groups`); an algorithm without groups never does."""
+        return False
 
     def check_world_size(self, world_size: int) -> None:
         """Under torchrun each of `world_size` ranks takes batch_size / world_size samples — whole
@@ -456,9 +477,25 @@ class GroupArgs(CommonArgs):
     """Upper clip of the ratio: 1 + epsilon_high."""
     beta: float = 0.0
     """β of the KL to the reference."""
+    filter_groups: bool = False
+    """DAPO's dynamic sampling (Yu et al. 2025; verl's algorithm.filter_groups.enable): a group whose G
+    rewards are all equal has every advantage 0 and teaches nothing, so it is dropped and more prompts
+    are sampled until the batch is full of groups with a spread, or --max-num-gen-batches is reached
+    (`engine.dataflow.roll_out_filtered`; counted as filter_groups/... in metrics.jsonl)."""
+    filter_groups_metric: Literal["seq_reward", "score"] = "seq_reward"
+    """What must differ inside a group for it to be kept (verl's filter_groups.metric): `seq_reward`, the
+    reward the advantages read (after the missing-EOS and overlong penalties), or `score`, the reward
+    function's own."""
+    max_num_gen_batches: int = 10
+    """The most generation batches (of batch_size / G prompts each) one phase samples, the first
+    included (verl's filter_groups.max_num_gen_batches; 0: no limit; 10 as the DAPO recipe). Where verl
+    raises there, the batch is filled up with dropped groups instead (counted: filter_groups/filled_groups)."""
 
     def samples_per_group(self) -> int:
         return self.num_generations
+
+    def filters_groups(self) -> bool:
+        return self.filter_groups
 
     def validate(self) -> "GroupArgs":
         super().validate()
@@ -468,6 +505,12 @@ class GroupArgs(CommonArgs):
                f"must be divisible by num_generations ({self.batch_size} % {self.num_generations} != 0)")
         _check(_finite(self.epsilon_low) and 0 < self.epsilon_low < 1, "epsilon_low", f"must be in (0, 1); got {self.epsilon_low}")
         _check(_finite(self.epsilon_high) and self.epsilon_high > 0, "epsilon_high", f"must be > 0; got {self.epsilon_high}")
+        _check(self.filter_groups_metric in FILTER_GROUPS_METRICS, "filter_groups_metric",
+               f"must be one of {', '.join(FILTER_GROUPS_METRICS)}; got {self.filter_groups_metric!r}")
+        _check(self.max_num_gen_batches >= 0, "max_num_gen_batches", f"must be >= 0 (0 = no limit); got {self.max_num_gen_batches}")
+        for name in ("filter_groups_metric", "max_num_gen_batches"):  # without the switch they would do nothing
+            _check(self.filter_groups or getattr(self, name) == self.__dataclass_fields__[name].default, name,
+                   f"needs --filter-groups (dynamic sampling is off without it); got {name} {getattr(self, name)!r}")
         return self
 
     def _positive_ints(self) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ def preflight(args: CommonArgs, controller: ControllerArgs) -> None:
     from rlhf_scratch.config import registry
 
     refuse_torchrun(controller)
-    check_staleness(args.algo, controller.max_staleness)
+    check_staleness(args.algo, controller.max_staleness, args.filters_groups())
     registry.get(args.algo).trainer_class().check_ranks(args, controller.workers)  # (imports torch: still before Ray)
     check_ray_address(controller.ray_address)
 

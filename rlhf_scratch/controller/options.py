@@ -61,10 +61,15 @@ def check_combination(given: ControllerArgs, new_run: bool = True) -> None:
         raise ConfigError("controller: --placement and --ray-address need --controller ray")
 
 
-def check_staleness(algo: str, max_staleness: int) -> None:
+def check_staleness(algo: str, max_staleness: int, filter_groups: bool = False) -> None:
     """Refuse (one ConfigError line) an algorithm whose loss would not correct stale samples: its registry
-    entry names no `staleness_correction`."""
+    entry names no `staleness_correction`; and DAPO's dynamic sampling, which samples until its batch is
+    full, where the next phase's batch is sampled during this phase's update."""
     from rlhf_scratch.config import registry
+
+    if max_staleness and filter_groups:
+        raise ConfigError("filter_groups: samples until the phase's batch is full, and --max-staleness 1 samples the next "
+                          "phase's batch while this one learns; run one of them, not both")
 
     if max_staleness and registry.get(algo).staleness_correction is None:
         correcting = [name for name in registry.names() if registry.get(name).staleness_correction is not None]

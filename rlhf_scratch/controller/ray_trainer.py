@@ -89,7 +89,7 @@ from rlhf_scratch.engine.dataflow import STEPS
 from rlhf_scratch.engine.loop import PhaseHook, run_training
 from rlhf_scratch.engine.run_setup import resolve_device
 from rlhf_scratch.engine.trainer import Trainer
-from rlhf_scratch.rollout.phase import Rollout, penalised_rewards
+from rlhf_scratch.rollout.phase import OverlongBuffer, Rollout, penalised_rewards
 from rlhf_scratch.rollout.prompts import PromptIterator
 from rlhf_scratch.rollout.rl_dataset import run_prompts
 
@@ -154,7 +154,7 @@ class RayPPOTrainer:
             raise ConfigError(f"workers: must be at least 1; got {workers}")
         if max_staleness not in (0, 1) or (max_staleness and (placement, workers) != ("split", 1)):
             raise ConfigError(f"max_staleness: {max_staleness} needs 0, or 1 with placement split and 1 worker")
-        check_staleness(args.algo, max_staleness)
+        check_staleness(args.algo, max_staleness, args.filters_groups())
         self.args = args.with_local_paths_resolved()
         self.device, self.quiet = resolve_device(args.device), quiet
         self.controller = controller_record(ControllerArgs("ray", workers, placement, max_staleness))
@@ -263,11 +263,11 @@ class RayPPOTrainer:
 
     def compute_scores(self, rollout: Rollout) -> Rollout:
         """verl's guide's generate_scores: the reward model's score of each completion (`compute_rm_score`),
-        rewards = scores less the missing-EOS penalty (`rollout.penalised_rewards`, as `compute_scores` in
-        process), and the judge's verdict on each pair where the trainer has a judge."""
+        rewards = scores less the missing-EOS penalty and the soft overlong punishment (`rollout.penalised_rewards`,
+        as `compute_scores` in process), and the judge's verdict on each pair where the trainer has a judge."""
         proto = self._proto(rollout)
         rollout.scores = self.rm_wg.compute_rm_score(proto).batch["scores"]
-        rollout.rewards = penalised_rewards(rollout, self.args.missing_eos_penalty)
+        rollout.rewards = penalised_rewards(rollout, self.args.missing_eos_penalty, OverlongBuffer.of(self.args))
         if self.judged:  # (the judge reads the texts, not the rewards: the same batch)
             rollout.verdicts = self.rollout_wg.judge_pairs(proto).batch["verdicts"]
         return rollout

@@ -28,6 +28,19 @@ def check_groups(rewards: Float[Tensor, " batch"], num_generations: int, who: st
 
 
 @torch.no_grad()
+def zero_std_groups(values: Float[Tensor, " batch"], num_generations: int) -> Bool[Tensor, " prompts"]:
+    """TRL's is_std_zero: for each group of G consecutive values, whether they are all equal (their std is
+    0 up to float dust, `isclose`). A group whose rewards are all equal has every advantage 0 under GRPO
+    and RLOO: it teaches nothing. DAPO's dynamic sampling drops such groups (verl's filter_groups keeps
+    a group whose metric std is > 0); `frac_reward_zero_std` is their share.
+
+        values [1, 1, 0, 1,  0, 0, 0, 0,  1, 1, 1, 1],  G = 4   ->   [False, True, True]"""
+    check_groups(values, num_generations, "zero_std_groups")
+    group_std = values.view(-1, num_generations).std(dim=1)  # [prompts]
+    return torch.isclose(group_std, torch.zeros_like(group_std))
+
+
+@torch.no_grad()
 def group_reward_stats(
     scores: Float[Tensor, " batch"], rewards: Float[Tensor, " batch"], num_generations: int
 ) -> dict[str, float]:
@@ -40,8 +53,7 @@ def group_reward_stats(
 
     `rewards` are what the advantages are built from (RLOO: after the KL shaping; GRPO: after any
     missing-EOS penalty)."""
-    group_std = rewards.view(-1, num_generations).std(dim=1)  # [prompts]
-    zero_std = torch.isclose(group_std, torch.zeros_like(group_std))
+    zero_std = zero_std_groups(rewards, num_generations)
     return {
         "reward": scores.mean().item(),
         "reward_std": scores.std().item() if len(scores) > 1 else 0.0,

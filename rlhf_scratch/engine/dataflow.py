@@ -15,6 +15,11 @@ forwards each call to its worker group.
         update_critic(batch)              timing/update_critic  where the algorithm has a critic
         update_actor(batch)               timing/update_actor
 
+With --filter-groups (GRPO, RLOO: DAPO's dynamic sampling, `roll_out_filtered`) the rollout is
+generate_sequences → compute_scores, again on more prompts until the batch is full of groups whose rewards
+differ, then the log-probs of the kept rows (verl's DAPO trainer's order): the same roles, so both backends
+have it.
+
 Which roles an algorithm has is its registry entry's (`registry.Algorithm.has_critic`); the
 trainer decides what each call does in a phase (PPO's --critic-warmup: `update_critic` learns alone and
 `update_actor` returns nothing). In process the values come from the log-probs' own trunk forward
@@ -32,7 +37,10 @@ from typing import Any, TypeVar
 import torch
 
 from rlhf_scratch.config import registry
+from rlhf_scratch.core.advantages import zero_std_groups
+from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.batch import Batch
+from rlhf_scratch.rollout.groups import concat_rollouts, take_groups
 
 STEPS = ("gen", "ref", "old_log_prob", "values", "reward", "adv", "update_critic", "update_actor")
 """The dataflow's steps, verl's names, each logged as `timing/<step>` (seconds, the call's wait included)
@@ -65,11 +73,67 @@ def roll_out(trainer: Any, prompts: list[str], times: dict[str, float] | None = 
     """The rollout of `prompts`: sampled, scored by the policy and the reference, valued, rewarded.
     `times` (if given) collects `timing/<step>`."""
     rollout = _call("gen", times, trainer.generate_sequences, prompts)
+    return _call("reward", times, trainer.compute_scores, _log_probs(trainer, rollout, times))
+
+
+def _log_probs(trainer: Any, rollout, times: dict[str, float] | None):
+    """ĥ_ref, then log π_old (log π_ref, KL, entropy), then the values where the algorithm has a critic
+    and they did not come with the log-probs."""
     ref_hidden = _call("ref", times, trainer.compute_ref_log_prob, rollout)
     rollout = _call("old_log_prob", times, trainer.compute_log_prob, rollout, ref_hidden)
     if rollout.values is None and has_critic(trainer):
         rollout.values = _call("values", times, trainer.compute_values, rollout)
-    return _call("reward", times, trainer.compute_scores, rollout)
+    return rollout
+
+
+FILTER_GROUPS_METRICS = ("filter_groups/num_gen_batches", "filter_groups/dropped_groups", "filter_groups/filled_groups")
+"""Logged every phase of a run with --filter-groups (`roll_out_filtered`): generation batches sampled (verl's
+train/num_gen_batches), groups with all-equal rewards left out, and such groups trained on all the same because
+--max-num-gen-batches was reached before the batch was full (groups: every process's)."""
+
+
+def roll_out_phase(trainer: Any, times: dict[str, float] | None = None) -> tuple[Any, dict[str, float]]:
+    """This phase's rollout: `roll_out` of the next prompts, or with --filter-groups `roll_out_filtered`;
+    and the dynamic sampling's counts (FILTER_GROUPS_METRICS; none without it)."""
+    if trainer.args.filters_groups():
+        return roll_out_filtered(trainer, times)
+    return roll_out(trainer, trainer.next_prompts(), times), {}
+
+
+@torch.no_grad()
+def roll_out_filtered(trainer: Any, times: dict[str, float] | None = None) -> tuple[Any, dict[str, float]]:
+    """DAPO's dynamic sampling (Yu et al. 2025; verl's algorithm.filter_groups), written with the roles:
+
+        until P groups with a spread are in hand (P = the prompts of one next_prompts), or max_num_gen_batches
+        generation batches were sampled (0: no limit):
+            part = compute_scores(generate_sequences(next_prompts()))            timing/gen, timing/reward
+            its groups whose filter_groups_metric is all equal (`zero_std_groups`) are left out
+        rollout = the first P groups with a spread (any more are not used, as verl's), filled up with left-out
+                  groups in the order sampled when the limit came first (verl raises there)
+        then compute_ref_log_prob → compute_log_prob → compute_values, on those rows only
+
+    A left-out group has every advantage 0 under GRPO and RLOO: it would only dilute the batch. Every
+    next_prompts moves the run's prompt iterator, which the checkpoint keeps (a resumed run draws the same).
+    Under torchrun each process fills its own share, and all sample as many batches (`any_rank`). Returns the
+    rollout and FILTER_GROUPS_METRICS."""
+    args = trainer.args
+    G, limit = args.num_generations, args.max_num_gen_batches
+    parts, spread, need = [], [], 0
+    while True:
+        prompts = trainer.next_prompts()
+        need = need or len(prompts)
+        part = _call("reward", times, trainer.compute_scores, _call("gen", times, trainer.generate_sequences, prompts))
+        parts.append(part)
+        spread.append(~zero_std_groups(part.rewards if args.filter_groups_metric == "seq_reward" else part.scores, G))
+        if len(parts) == limit or not dist.any_rank(int(torch.cat(spread).sum()) < need):
+            break
+    spread_all = torch.cat(spread)
+    kept, left_out = spread_all.nonzero().flatten().tolist(), (~spread_all).nonzero().flatten().tolist()
+    filled = max(0, need - len(kept))
+    rollout = _log_probs(trainer, take_groups(concat_rollouts(parts), (kept + left_out)[:need]), times)
+    counts = [sum(c) for c in zip(*dist.gather_objects((len(left_out) - filled, filled)))]
+    return rollout, {"filter_groups/num_gen_batches": float(len(parts)), "filter_groups/dropped_groups": float(counts[0]),
+                     "filter_groups/filled_groups": float(counts[1])}
 
 
 def learn(trainer: Any, batch: Batch, times: dict[str, float] | None = None) -> dict[str, float]:

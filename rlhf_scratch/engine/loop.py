@@ -37,7 +37,7 @@ from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.batch import Gathered, gather_batch
 from rlhf_scratch.engine.checkpoint import list_checkpoints, load_latest_checkpoint
 from rlhf_scratch.engine.contract import TrainerContract
-from rlhf_scratch.engine.dataflow import STEPS, learn, roll_out
+from rlhf_scratch.engine.dataflow import STEPS, learn, roll_out_phase
 from rlhf_scratch.engine.lifecycle import RunLife, TrainingStopped
 from rlhf_scratch.engine.logger import Metrics, RunLogger
 from rlhf_scratch.engine.runs import (
@@ -50,7 +50,7 @@ from rlhf_scratch.engine.runs import (
 )
 from rlhf_scratch.engine.validation import VALIDATION_FILE, Validation
 from rlhf_scratch.reward.heldout import HELDOUT_METRICS, heldout_metrics
-from rlhf_scratch.rollout.phase import Rollout
+from rlhf_scratch.rollout.phase import OverlongBuffer, Rollout
 from rlhf_scratch.rollout.reward_call import reward_func_metrics
 from rlhf_scratch.rollout.rl_dataset import prompt_columns
 
@@ -107,6 +107,20 @@ def rollout_metrics(rollout: Rollout | Gathered) -> Metrics:
         "completions/clipped_ratio": (~terminated).float().mean().item(),
         "completions/mean_terminated_length": lengths[terminated].mean().item() if terminated.any() else 0.0,
     }
+
+
+OVERLONG_METRICS = ("rewards/overlong_reward", "completions/overlong_ratio")
+"""Logged with --overlong-buffer (verl's overlong_reward and overlong, under this package's namespaces): the mean
+soft overlong punishment added to the rewards (<= 0), and the fraction of completions it reached."""
+
+
+def overlong_metrics(rollout: Rollout | Gathered, args) -> Metrics:
+    """OVERLONG_METRICS of the (gathered) rollout, where the run shapes its rewards with --overlong-buffer."""
+    overlong = OverlongBuffer.of(args)
+    if overlong is None:
+        return {}
+    punishment = overlong.punishment(rollout.lengths)
+    return {"rewards/overlong_reward": punishment.mean().item(), "completions/overlong_ratio": (punishment < 0).float().mean().item()}
 
 
 def phase_times(phase_seconds: float) -> Metrics:
@@ -278,7 +292,7 @@ def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook],
     start, steps = time.perf_counter(), {}
     lr = trainer.learning_rate()
     with torch.no_grad():
-        rollout = roll_out(trainer, trainer.next_prompts(), steps)
+        rollout, sampling = roll_out_phase(trainer, steps)  # with --filter-groups, DAPO's dynamic sampling
     rollout_time = time.perf_counter() - start
     batch = gather_batch(rollout)
     learn_stats = learn(trainer, batch, steps)
@@ -292,6 +306,8 @@ def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook],
     metrics: Metrics = {
         "phase": phase,
         **rollout_metrics(batch.everyone),
+        **overlong_metrics(batch.everyone, trainer.args),
+        **sampling,
         **dist.mean_over_ranks(heldout_metrics(rollout, trainer.args.direction)),  # judges never trained on
         **dist.mean_over_ranks(reward_funcs_metrics(trainer, rollout)),  # TRL's rewards/<name>/mean of a task's parts
         **dist.mean_over_ranks(learn_stats),

@@ -57,7 +57,7 @@ from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.accel import compiled, learning_autocast
 from rlhf_scratch.engine.batch import Batch, gather_batch
 from rlhf_scratch.engine.checkpoint import rng_state, set_rng_state
-from rlhf_scratch.engine.dataflow import learn, merge_stats, roll_out
+from rlhf_scratch.engine.dataflow import learn, merge_stats, roll_out_phase
 from rlhf_scratch.engine.optim import Learner, clip_and_step, get_optimizer_and_scheduler
 from rlhf_scratch.engine.run_setup import load_policy, make_prompt_iterator, setup_torch
 from rlhf_scratch.engine.runs import save_run_policy
@@ -68,6 +68,7 @@ from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.reward.tasks import RewardFn, make_reward_fn
 from rlhf_scratch.reward.tasks import rewarded_by as rewarded_by_record
 from rlhf_scratch.rollout.phase import (
+    OverlongBuffer,
     Rollout,
     compute_log_prob,
     compute_scores,
@@ -216,9 +217,11 @@ class Trainer:
         return policy_values(self.policy, rollout, self.args.minibatch_size(), self.learning_precision)
 
     def compute_scores(self, rollout: Rollout) -> Rollout:
-        """The reward of each completion, less the missing-EOS penalty (`rollout.compute_scores`),
+        """The reward of each completion, less the missing-EOS penalty and the soft overlong punishment
+        (--overlong-buffer) (`rollout.compute_scores`),
         and a judge's verdicts on its pairs where the algorithm has one (`judge_pairs`)."""
-        return self.judge_pairs(compute_scores(rollout, self.reward_fn, self.args.missing_eos_penalty))
+        return self.judge_pairs(compute_scores(rollout, self.reward_fn, self.args.missing_eos_penalty,
+                                               OverlongBuffer.of(self.args)))
 
     def judge_pairs(self, rollout: Rollout) -> Rollout:
         """Set `rollout.verdicts` from the judge, if the algorithm asks one (Online DPO); else nothing."""
@@ -227,8 +230,9 @@ class Trainer:
     # ------------------------------------------------------------------ the two phases, composed
     def rollout_phase(self) -> Rollout:
         """This phase's rollout: the loop's own dataflow (`dataflow.roll_out`: prompts →
-        generate_sequences → compute_ref_log_prob → compute_log_prob → compute_scores), no gradients."""
-        return roll_out(self, self.next_prompts())
+        generate_sequences → compute_ref_log_prob → compute_log_prob → compute_scores; with --filter-groups
+        DAPO's dynamic sampling, `dataflow.roll_out_filtered`), no gradients."""
+        return roll_out_phase(self)[0]
 
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
         """The rollout gathered over processes once (`batch.gather_batch`), then the loop's own learning

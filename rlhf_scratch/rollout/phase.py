@@ -300,10 +300,12 @@ def compute_log_prob(
 
 
 @torch.no_grad()
-def compute_scores(rollout: Rollout, reward_fn, missing_eos_penalty: float | None = None) -> Rollout:
+def compute_scores(rollout: Rollout, reward_fn, missing_eos_penalty: float | None = None,
+                   overlong: OverlongBuffer | None = None) -> Rollout:
     """Reward the rollout's completions (verl's compute_rm_score and the driver's reward shaping):
     `reward_fn` (either contract of `rollout.reward_call.score_completions`) gives the scores;
-    rewards = scores − missing_eos_penalty for each completion without EOS. Returns the same rollout.
+    rewards = scores − missing_eos_penalty for each completion without EOS, + the soft overlong
+    punishment (`overlong`: `penalised_rewards`). Returns the same rollout.
     A TRL-style reward also gets the columns each prompt carries (`rl_dataset.prompt_columns`: the
     arithmetic task's `ground_truth`), one entry per completion, as TRL passes a dataset's columns."""
     with timed("reward"):
@@ -312,16 +314,61 @@ def compute_scores(rollout: Rollout, reward_fn, missing_eos_penalty: float | Non
             reward_fn, rollout.prompts, rollout.completions,
             [ids[keep].tolist() for ids, keep in zip(ids_cpu, mask_cpu)], **prompt_columns(rollout.prompts),
         ).to(rollout.completion_ids.device)
-    rollout.rewards = penalised_rewards(rollout, missing_eos_penalty)
+    rollout.rewards = penalised_rewards(rollout, missing_eos_penalty, overlong)
     return rollout
 
 
-def penalised_rewards(rollout: Rollout, missing_eos_penalty: float | None) -> Float[Tensor, " batch"]:
-    """rewards = scores − missing_eos_penalty for each completion without EOS (the scores themselves
-    without a penalty): `compute_scores`' shaping, and the single controller driver's after its reward model scored."""
-    if not missing_eos_penalty:
-        return rollout.scores
-    return rollout.scores - missing_eos_penalty * (~rollout.is_terminated).float()
+def penalised_rewards(rollout: Rollout, missing_eos_penalty: float | None,
+                      overlong: OverlongBuffer | None = None) -> Float[Tensor, " batch"]:
+    """rewards = scores − missing_eos_penalty for each completion without EOS, + the soft overlong
+    punishment of its length (`soft_overlong_punishment`, with `overlong`); the scores themselves
+    without either: `compute_scores`' shaping, and the single controller driver's after its reward model scored."""
+    rewards = rollout.scores
+    if missing_eos_penalty:
+        rewards = rewards - missing_eos_penalty * (~rollout.is_terminated).float()
+    if overlong is not None:
+        rewards = rewards + overlong.punishment(rollout.lengths)
+    return rewards
+
+
+def soft_overlong_punishment(
+    lengths: Int[Tensor, " batch"], max_len: int, buffer_len: int, penalty_factor: float = 1.0
+) -> Float[Tensor, " batch"]:
+    """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13; TRL's `get_soft_overlong_punishment`,
+    verl's reward_model.overlong_buffer): nothing up to max_len − buffer_len tokens, then a penalty
+    growing linearly to −penalty_factor at max_len, added to the reward:
+
+        R_length(|y|) = 0                                              |y| <= L_max − L_cache
+                      = −penalty_factor · (|y| − (L_max − L_cache)) / L_cache     otherwise
+
+    L_max = `max_len` (verl's max_response_length, TRL's max_completion_len: here --gen-len),
+    L_cache = `buffer_len` (verl's overlong_buffer.len, TRL's soft_punish_cache). A completion
+    cut at L_max without EOS gets the whole −penalty_factor (no completion here is longer than L_max).
+
+        max_len 10, buffer_len 4, factor 1:   |y| = 6 -> 0,  7 -> −0.25,  9 -> −0.75,  10 -> −1"""
+    expected = max_len - buffer_len
+    return (-(lengths.float() - expected) / buffer_len * penalty_factor).clamp(max=0.0)
+
+
+@dataclass(frozen=True)
+class OverlongBuffer:
+    """The settings of `soft_overlong_punishment` (verl's reward_model.overlong_buffer: len,
+    penalty_factor; its max_response_length is the run's gen_len)."""
+
+    len: int
+    penalty_factor: float
+    max_len: int
+
+    @classmethod
+    def of(cls, args) -> OverlongBuffer | None:
+        """The run's (`CommonArgs`: --overlong-buffer, --overlong-buffer-len, --overlong-buffer-penalty-factor,
+        --gen-len), or None when it is off."""
+        if not args.overlong_buffer:
+            return None
+        return cls(args.overlong_buffer_len, args.overlong_buffer_penalty_factor, args.gen_len)
+
+    def punishment(self, lengths: Int[Tensor, " batch"]) -> Float[Tensor, " batch"]:
+        return soft_overlong_punishment(lengths, self.max_len, self.len, self.penalty_factor)
 
 
 @torch.no_grad()

@@ -311,6 +311,11 @@ def in_process_run(algo, tmp_path, **overrides):
     # the arithmetic task: each prompt's ground truth rides to the reward worker, and the validation (phase 2 and 3)
     pytest.param("grpo", "colocated", {"task": "arithmetic", "num_generations": 4, "test_freq": 2, "val_size": 6, "val_n": 3},
                  id="grpo-arithmetic-validation"),
+    # DAPO's dynamic sampling and the overlong penalty (issue 56, item 5): the extra generation batches and the
+    # kept groups' log-probs through the worker group, the penalty on the driver
+    pytest.param("grpo", "colocated", {"task": "arithmetic", "num_generations": 4, "val_prompts": "", "filter_groups": True,
+                                       "overlong_buffer": True, "overlong_buffer_len": 3, "seed": 3},
+                 id="grpo-arithmetic-dynamic_sampling"),
     pytest.param("rloo", "split", {}, marks=pytest.mark.slow, id="rloo-split"),
     pytest.param("grpo", "colocated", {}, marks=pytest.mark.slow, id="grpo"),
     pytest.param("ppo", "split", {"critic_warmup": 2}, marks=pytest.mark.slow, id="ppo-critic_warmup-split"),
@@ -334,6 +339,8 @@ def test_ray_run_equals_the_in_process_run(algo, placement, overrides, local_ray
         diff = {k: (g[k], e[k]) for k in keys if not (g[k] == e[k] or (g[k] != g[k] and e[k] != e[k]))}
         assert not diff, f"phase {phase}: the controller's numbers differ from the in-process run's: {diff}"
         assert all(f"timing/{step}" in g for step in timing_steps(args)), phase
+    if args.filters_groups():  # the case samples again: the backends agree on more than one batch a phase
+        assert any(m["filter_groups/num_gen_batches"] > 1 for m in got)
     if args.val_prompts:  # validated after phases 2 and 3, the same numbers as in process
         assert [("eval/pass@1" in m) for m in got] == [False, True, True]
     assert expected_weights.keys() == weights.keys()
