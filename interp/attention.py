@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -199,12 +200,24 @@ def head_ablation_effects(
 
     Negative = the head was pushing towards the positive words. Run it on the tuned model.
     """
-    clean = logit_diff(model(tokens), sentiment, last_pos).mean()
+    return head_ablation_metric(model, tokens, means, lambda logits: logit_diff(logits, sentiment, last_pos).mean())
+
+
+@torch.no_grad()
+def head_ablation_metric(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    means: Float[Tensor, "n_layers n_heads d_head"],
+    metric: Callable[[Tensor], Tensor],
+) -> Float[Tensor, "n_layers n_heads"]:
+    """metric(logits) with each head mean-ablated minus without, one head at a time (`metric` maps the
+    logits to one number: the logit difference, or a right answer's log-prob in `interp.answers`)."""
+    clean = float(metric(model(tokens)))
     effects = torch.zeros(model.cfg.n_layers, model.cfg.n_heads)
     for layer in range(model.cfg.n_layers):
         for head in range(model.cfg.n_heads):
             logits = model.run_with_hooks(tokens, fwd_hooks=mean_ablation_hooks([(layer, head)], means))
-            effects[layer, head] = (logit_diff(logits, sentiment, last_pos).mean() - clean).item()
+            effects[layer, head] = float(metric(logits)) - clean
     return effects
 
 
@@ -250,11 +263,22 @@ def head_patching(
     reference's logit difference in nats, fraction of the tuned - reference gap recovered; nan
     when the gap is ~0).
     """
+    return head_patching_metric(reference, tuned, tokens, lambda logits: logit_diff(logits, sentiment, last_pos).mean())
+
+
+@torch.no_grad()
+def head_patching_metric(
+    reference: HookedTransformer,
+    tuned: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    metric: Callable[[Tensor], Tensor],
+) -> tuple[Float[Tensor, "n_layers n_heads"], Float[Tensor, "n_layers n_heads"]]:
+    """`head_patching` for any `metric(logits)` -> one number: (its change in the reference, the
+    fraction of the tuned - reference gap of it recovered; nan when the gap is ~0)."""
     require_additive_blocks(reference, "head-output patching")  # the swap adds to hook_attn_out
     ref_logits, ref_cache = reference.run_with_cache(tokens)
     tuned_logits, tuned_cache = tuned.run_with_cache(tokens)
-    ref_ld = logit_diff(ref_logits, sentiment, last_pos).mean().item()
-    tuned_ld = logit_diff(tuned_logits, sentiment, last_pos).mean().item()
+    ref_m, tuned_m = float(metric(ref_logits)), float(metric(tuned_logits))
     n_layers, n_heads = reference.cfg.n_layers, reference.cfg.n_heads
     delta = head_results(tuned_cache) - head_results(ref_cache)
     delta = delta.reshape(n_layers, n_heads, *delta.shape[1:])  # layer head batch pos d_model
@@ -265,5 +289,5 @@ def head_patching(
             def add_delta(attn_out: Tensor, hook, d=delta[layer, head]) -> Tensor:
                 return attn_out + d.to(attn_out.device)
             logits = reference.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.hook_attn_out", add_delta)])
-            effects[layer, head] = logit_diff(logits, sentiment, last_pos).mean().item() - ref_ld
-    return effects, recovered_fraction(effects + ref_ld, ref_ld, tuned_ld)
+            effects[layer, head] = float(metric(logits)) - ref_m
+    return effects, recovered_fraction(effects + ref_m, ref_m, tuned_m)

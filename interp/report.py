@@ -61,6 +61,9 @@ class ReportArgs:
     """Skip the sampled reward analyses."""
     device: str = "cpu"
     """Where the models run."""
+    n_problems: int = 0
+    """For a run of a task with its own problems (arithmetic): how many of its held-out problems the report
+    reads, the first N of the test split (0: all)."""
     threads: int = 1
     """Torch CPU threads (1: the tiny model's matrices are too small to gain from more, and on a busy
     CPU extra threads made it 30x slower; 0 = torch's default)."""
@@ -84,6 +87,8 @@ def _bad_argument(args: ReportArgs, run_dir: Path, out: Path) -> str | None:
         return f"--gen-len: must be >= 1; got {args.gen_len}"
     if args.threads < 0:
         return f"--threads: must be >= 0; got {args.threads}"
+    if args.n_problems < 0:
+        return f"--n-problems: must be >= 0; got {args.n_problems}"
     if args.device.startswith("cuda") and not _cuda_available():
         return f"--device: {args.device!r} requested but no CUDA GPU is available; use --device cpu"
     if out.exists() and not out.is_dir():
@@ -129,9 +134,6 @@ def _run(args: ReportArgs) -> int:
     """Load the run, write the report in place, print its headline."""
     import torch
 
-    from interp import families
-    from interp.report_page import make_report
-
     run_dir = Path(args.run_dir)
     out = Path(args.out) if args.out else run_dir / "interp"
     if args.threads > 0:
@@ -140,16 +142,31 @@ def _run(args: ReportArgs) -> int:
         from rlhf_scratch.engine.runs import load_run, reward_shown
 
         run = load_run(run_dir, device=args.device)
+        problems = _held_out_problems(run, args.n_problems)
         reward_fn = None
-        if not args.no_reward:
+        if not args.no_reward and problems is None:
             from rlhf_scratch.reward.tasks import make_reward_fn
 
             reward_fn = make_reward_fn(run.args, device=args.device)
     except ValueError as err:  # RunFolderError (still training: what to do), a bad reward model: the run named
         message = first_line(err)
         raise ConfigError(f"{'' if message.startswith(f'{run_dir}: ') else f'{run_dir}: '}{message}") from None
-    shown = reward_shown(run_dir, run.args)  # a Python reward the command line cannot load: said so
-    if reward_fn is not None:
+    if problems is not None:  # a task with its own problems: the answer analyses on its held-out ones
+        summary = _write_in_place(out, lambda folder: _answer_report(run, problems, folder))
+    else:
+        summary = _review_report(run, run_dir, out, args, reward_fn, reward_shown(run_dir, run.args))
+    for line in summary["headline"]:
+        print(line)
+    print(f"wrote {out / 'report.html'} in {summary['seconds']:.1f} s")
+    return 0
+
+
+def _review_report(run, run_dir: Path, out: Path, args: ReportArgs, reward_fn, shown: str) -> dict:
+    """The blog's report: the run's prompt and the review prompts (a task without problems of its own)."""
+    from interp import families
+    from interp.report_page import make_report
+
+    if reward_fn is not None:  # a Python reward the command line cannot load: said so
         print(shown)
     longest = max(len(run.reference.to_tokens(p)[0]) for p in [run.args.prefix, *REVIEW_PROMPTS])
     if longest + args.gen_len > run.reference.cfg.n_ctx:
@@ -157,15 +174,48 @@ def _run(args: ReportArgs) -> int:
                           f"context n_ctx={run.reference.cfg.n_ctx}")
     title = f"What did RLHF change? {run_dir.name}" + (f" ({shown})" if reward_fn is not None else "")
     try:
-        summary = _write_in_place(out, lambda folder: make_report(
+        return _write_in_place(out, lambda folder: make_report(
             run.reference, run.tuned, list(REVIEW_PROMPTS), folder, reward_fn=reward_fn, run_prompt=run.args.prefix,
             n_samples=args.n_samples, gen_len=args.gen_len, title=title))
     except families.UnsupportedModel as err:  # an analysis that would be wrong on this family: one line
         raise ConfigError(str(err)) from None
-    for line in summary["headline"]:
-        print(line)
-    print(f"wrote {out / 'report.html'} in {summary['seconds']:.1f} s")
-    return 0
+
+
+def _held_out_problems(run, n: int) -> tuple[str, list] | None:
+    """(source, prompts) of the run's task's held-out problems — its registry entry's `data`, the test split
+    (the first `n`; 0: all), each prompt carrying its ground truth — or None for a task without problems."""
+    from rlhf_scratch.config import registry
+    from rlhf_scratch.rollout.rl_dataset import run_prompts
+
+    task = registry.get_task(run.args.task)
+    if task.data is None:
+        return None
+    source = f"{task.name}:{'test' if 'test' in task.splits else task.splits[-1]}"
+    prompts = run_prompts(run.args, tokenizer=run.reference.tokenizer, say=None, source=source)
+    prompts = prompts[:n] if n else prompts
+    if any("ground_truth" not in getattr(p, "columns", {}) for p in prompts):
+        raise ValueError(f"{source}: a problem without a ground_truth column; the answer analyses need one")
+    longest = max(len(run.reference.to_tokens(p + p.columns["ground_truth"])[0]) + 1 for p in prompts)
+    if longest > run.reference.cfg.n_ctx:
+        raise ValueError(f"{source}: the longest problem with its answer and EOS ({longest} tokens) exceeds the "
+                         f"model's context n_ctx={run.reference.cfg.n_ctx}")
+    return source, prompts
+
+
+def _answer_report(run, problems: tuple[str, list], folder: Path) -> dict:
+    """The report of a task with its own problems (`interp.answer_page`), on its held-out ones."""
+    from interp.answer_page import make_answer_report
+    from rlhf_scratch.engine.runs import read_status
+
+    source, prompts = problems
+    a = run.args
+    phase = read_status(run.path).get("phase")
+    draws = (f"one {a.algo.upper()} run (seed {a.seed}{f', {phase} phases' if phase is not None else ''}): one seed, "
+             "so no interval over seeds")
+    return make_answer_report(run.reference, run.tuned, [str(p) for p in prompts],
+                              [str(p.columns["ground_truth"]) for p in prompts], folder,
+                              columns=[p.columns for p in prompts], source=f"held-out problems ({source})", draws=draws,
+                              title=f"What did RL change? {run.path.name} ({a.task})")
 
 
 if __name__ == "__main__":

@@ -13,14 +13,13 @@ The progress bar names each step after its function: `analyse_logit_lens` shows 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 from interp import logits
-from interp.report_steps import ANALYSES, Context, step_name
+from interp.report_steps import ANALYSES, Context, run_steps
 from rlhf_scratch.pages.html import esc, figures_html, findings_html, generated_in, page, rounded, table
 
 
@@ -44,8 +43,6 @@ def make_report(
 
     Returns the summary (also written as summary.json). reward_fn=None skips the reward parts.
     """
-    from tqdm.auto import tqdm
-
     t0 = time.time()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -60,12 +57,7 @@ def make_report(
     ctx = Context(reference, tuned, prompts, tokens, last, st, ref_logits, tuned_logits, ref_cache, tuned_cache,
                   out_dir, reward_fn, n_samples, gen_len, k_heads, seed,
                   summary={"prompts": prompts, "sentiment_words": {"pos": list(st.pos_words), "neg": list(st.neg_words)}})
-    bar = tqdm(total=len(ANALYSES) + 1, desc="interp report", disable=not progress, file=sys.stderr)
-    for analysis in ANALYSES:
-        bar.set_postfix_str(step_name(analysis))
-        ctx.summary.update(analysis(ctx))
-        bar.update()
-    bar.set_postfix_str("write")
+    bar = run_steps(ANALYSES, ctx, progress)
     ctx.summary["headline"] = _headline(ctx.summary)
     ctx.summary["seconds"] = time.time() - t0
     summary = rounded(ctx.summary)

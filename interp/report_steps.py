@@ -6,6 +6,7 @@ the summary. `ANALYSES` is the order; a later step may read an earlier one's sec
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -293,4 +294,19 @@ ANALYSES: tuple[Callable[[Context], dict], ...] = (
 def step_name(analysis: Callable) -> str:
     """What the progress bar calls a step: `analyse_logit_lens` -> "logit lens"."""
     return analysis.__name__.removeprefix("analyse_").replace("_", " ")
+
+
+def run_steps(analyses: tuple[Callable, ...], ctx, progress: bool = True):
+    """Each of `analyses` in order on `ctx` (a `Context`, or `interp.answer_steps.AnswerContext`), its sections
+    merged into `ctx.summary`, under a progress bar naming each step; returns the bar, at the page's "write"
+    step (one count left: the caller updates and closes it when the page is written)."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(analyses) + 1, desc="interp report", disable=not progress, file=sys.stderr)
+    for analysis in analyses:
+        bar.set_postfix_str(step_name(analysis))
+        ctx.summary.update(analysis(ctx))
+        bar.update()
+    bar.set_postfix_str("write")
+    return bar
 

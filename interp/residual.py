@@ -20,6 +20,7 @@ recovers 100% only when RLHF left those alone; what it leaves is the unembedding
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -248,22 +249,35 @@ def residual_patching(
     *reference's* sentiment direction (the patched model is the reference from the site on).
     per_position=True gives a site x position grid; use it with one prompt (or equal lengths).
     """
-    ref_logits = reference(tokens)
+    return residual_patching_metric(reference, tuned, tokens, lambda logits: logit_diff(logits, sentiment, last_pos).mean(),
+                                    per_position)
+
+
+@torch.no_grad()
+def residual_patching_metric(
+    reference: HookedTransformer,
+    tuned: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    metric: Callable[[Tensor], Tensor],
+    per_position: bool = False,
+) -> PatchingResult:
+    """`residual_patching` for any `metric(logits)` -> one number (the logit difference, or a right
+    answer's log-prob in `interp.answers`); the result's `*_logit_diff` fields hold the metric."""
+    ref_m = float(metric(reference(tokens)))
     tuned_logits, tuned_cache = tuned.run_with_cache(tokens, names_filter=lambda n: "hook_resid" in n)
-    ref_ld = logit_diff(ref_logits, sentiment, last_pos).mean().item()
-    tuned_ld = logit_diff(tuned_logits, sentiment, last_pos).mean().item()
+    tuned_m = float(metric(tuned_logits))
     n_sites = reference.cfg.n_layers + 1
     positions = list(range(tokens.shape[1])) if per_position else [None]
     effect = torch.zeros(n_sites, len(positions))
     for site in range(n_sites):
         for j, pos in enumerate(positions):
             logits = patched_residual_logits(reference, tokens, tuned_cache, [site], pos)
-            effect[site, j] = logit_diff(logits, sentiment, last_pos).mean().item() - ref_ld
+            effect[site, j] = float(metric(logits)) - ref_m
     if not per_position:
         effect = effect[:, 0]
     labels = [f"{i}_pre" for i in range(n_sites - 1)] + ["final_post"]
-    fraction = recovered_fraction(effect + ref_ld, ref_ld, tuned_ld)
-    return PatchingResult(labels, effect, fraction, ref_ld, tuned_ld)
+    fraction = recovered_fraction(effect + ref_m, ref_m, tuned_m)
+    return PatchingResult(labels, effect, fraction, ref_m, tuned_m)
 
 
 def hybrid_logits_fn(reference: HookedTransformer, tuned: HookedTransformer, site: int):
