@@ -245,7 +245,9 @@ register_task(Task(
                   # PPO's blog default, the one-step advantage r_t + V(s_t+1) − V(s_t), leans on a value head that has not
                   # learned a reward given only at the answer's end: held-out pass@1 fell 0.352 → 0.320 in 1000 phases
                   # (one seed); GAE (λ = 0.95) rose to 0.522 in 400 (docs/verifiable.md)
-                  advantage={"ppo": "gae"}),
+                  advantage={"ppo": "gae"},
+                  # Online DPO's pairs judged by the rule: a tie (two right, two wrong) is undecided, not the first's
+                  judge={"online_dpo": "rule"}),
     data="rlhf_scratch.reward.arithmetic:task_rows", algo="grpo", reward_funcs=f"{_REWARD}:arithmetic_reward_funcs", evaluate="rlhf_scratch.reward.verifiable_eval:verifiable_metrics",
 ))
 

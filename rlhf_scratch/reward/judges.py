@@ -6,7 +6,8 @@ A judge is any callable
 
 returning, for each pair of completions of a prompt, 0 if the first is better, 1 if the second
 is, or -1 if it cannot tell (the trainer then skips that pair and counts it). A TRL user's judge
-fits unchanged. The two shipped here run offline; each reads the whole text, prompt + completion.
+fits unchanged. The three shipped here run offline: two read the whole text, prompt + completion;
+the rule judge reads the completions against the prompt's ground truth (a verifiable task's).
 """
 
 from __future__ import annotations
@@ -53,14 +54,35 @@ class VaderJudge:
         return _prefer(first, second, 0.0)
 
 
+class RuleJudge:
+    """A verifiable task's rule as a pairwise judge: the completion `accuracy_reward` calls right (against
+    the prompt's own `ground_truth` column, `rl_dataset.Prompt`) wins; both right or both wrong is -1,
+    weighted out of the loss. Picking by reward instead would send a tie to the first completion (TRL's
+    rule), teaching the policy a coin's preference on every pair of two right or two wrong answers."""
+
+    def __call__(self, prompts: list[str], pairs: list[tuple[str, str]]) -> list[int]:
+        from rlhf_scratch.reward.verifiable import accuracy_reward
+
+        if any("ground_truth" not in getattr(p, "columns", {}) for p in prompts):
+            raise ValueError("judge rule: every prompt needs its ground_truth column (task arithmetic, or rows with "
+                             "reward_model.ground_truth)")
+        truths = [p.columns["ground_truth"] for p in prompts]
+        first = accuracy_reward(completions=[a for a, _ in pairs], ground_truth=truths)
+        second = accuracy_reward(completions=[b for _, b in pairs], ground_truth=truths)
+        return _prefer(first, second, 0.0)
+
+
 def make_judge(name: str | None, direction: str, device: str = "cpu") -> Judge | None:
-    """`tiny` → ClassifierJudge, `vader` → VaderJudge, None → no judge (the reward picks)."""
+    """`tiny` → ClassifierJudge, `vader` → VaderJudge, `rule` → RuleJudge (a verifiable task's), None → no
+    judge (the reward picks)."""
     if name is None:
         return None
     if name == "tiny":
         judge = ClassifierJudge(direction, "tiny", device)
     elif name == "vader":
         judge = VaderJudge(direction)
+    elif name == "rule":
+        judge = RuleJudge()
     else:
         raise ValueError(f"judge: unknown judge {name!r}")
     judge.made_for = (name, direction)  # so the run folder records it by name (tasks.rewarded_by)

@@ -71,7 +71,7 @@ CASES = [
      "batch_size: a minibatch must hold at least 2 tokens to normalise advantages; batch_size / num_minibatches "
      "x gen_len = 1 x 1 = 1"),
     (["sentiment", "--algo", "online_dpo", "--loss-type", "hinge"], "loss_type: must be one of sigmoid, ipo; got 'hinge'"),
-    (["sentiment", "--algo", "online_dpo", "--judge", "gpt4"], "judge: must be one of tiny, vader; got 'gpt4'"),
+    (["sentiment", "--algo", "online_dpo", "--judge", "gpt4"], "judge: must be one of tiny, vader, rule; got 'gpt4'"),
     (["sentiment", "--device", "bogus"], "device: must be auto, cpu, cuda[:N] or mps; got 'bogus'"),
     (["sentiment", "--gen-len", "100000"], "gen_len: 100000 leaves no room for a prompt in the model's context n_ctx=128"),
     (["sentiment", "--prefix", "great " * 200], "prefix: 203 tokens with gen_len 30 exceed the model's context n_ctx=128"),

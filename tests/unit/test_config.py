@@ -60,7 +60,7 @@ def test_unknown_preset_and_unknown_field():
         ("rloo", dict(beta=float("nan")), "beta: must be a finite number >= 0; got nan"),
         ("online_dpo", dict(batch_size=8, num_minibatches=8), "num_minibatches: must keep whole pairs in a minibatch"),
         ("online_dpo", dict(loss_type="hinge"), "loss_type: must be one of sigmoid, ipo; got 'hinge'"),
-        ("online_dpo", dict(judge="gpt4"), "judge: must be one of tiny, vader; got 'gpt4'"),
+        ("online_dpo", dict(judge="gpt4"), "judge: must be one of tiny, vader, rule; got 'gpt4'"),
         ("online_dpo", dict(beta=0.0), "beta: must be > 0; got 0.0"),
     ],
 )

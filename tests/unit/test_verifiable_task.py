@@ -129,6 +129,20 @@ def test_trls_per_function_reward_metrics_by_hand():
     assert [n for n, _ in arithmetic_reward_funcs(make_args(algo="grpo", task="arithmetic"))] == ["accuracy_reward"]
 
 
+def test_the_rule_judge_prefers_the_right_answer_and_abstains_on_a_tie():
+    from rlhf_scratch.reward.judges import make_judge
+
+    judge = make_judge("rule", "pos")
+    prompts = [Prompt("5+7=", {"ground_truth": "12"})] * 4
+    # right vs wrong, wrong vs right, both right, both wrong (a malformed "012" is wrong)
+    assert judge(prompts, [("12", "13"), ("012", "12"), ("12", " 12"), ("1", "x")]) == [0, 1, -1, -1]
+    with pytest.raises(ValueError, match="every prompt needs its ground_truth column"):
+        judge(["5+7="], [("12", "13")])
+    assert make_args(algo="online_dpo", task="arithmetic").judge == "rule"
+    with pytest.raises(ConfigError, match="^judge: rule judges a verifiable task's answers .*; got task vader$"):
+        make_args(algo="online_dpo", task="vader", judge="rule")
+
+
 def test_validation_metrics_by_hand():
     # two problems, n = 4: 12 right 3 times (c = 3), 40 never (c = 0); digits 2 and 3, + and -
     a = Prompt("5+7=", {"ground_truth": "12", "extra_info": {"digits": 2, "op": "+", "carry": True}})

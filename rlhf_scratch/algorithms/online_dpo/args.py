@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlhf_scratch.config import CommonArgs, _check, _finite
+from rlhf_scratch.config import CommonArgs, _check, _finite, registry
 
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
-JUDGES = ("tiny", "vader")
+JUDGES = ("tiny", "vader", "rule")
 
 
 @dataclass
@@ -29,7 +29,8 @@ class OnlineDPOArgs(CommonArgs):
     """`sigmoid` (DPO: -log σ(β h)) or `ipo` ((h - 1/(2β))²)."""
     judge: str | None = None
     """Who picks the winner: None (the task's reward, higher wins), `tiny` (the tiny classifier as
-    a pairwise judge) or `vader` (the VADER lexicon as a judge)."""
+    a pairwise judge), `vader` (the VADER lexicon as a judge) or `rule` (a verifiable task's rule: the right
+    answer wins, two right or two wrong is undecided; task arithmetic's default)."""
     top_k: int = 0
     """Sample from the top-k tokens only (0 = all, TRL's default: see docs/fidelity.md, "Top-k")."""
 
@@ -43,6 +44,8 @@ class OnlineDPOArgs(CommonArgs):
                f"must keep whole pairs in a minibatch (batch_size / num_minibatches = {self.minibatch_size()} is odd)")
         _check(self.loss_type in DPO_LOSS_TYPES, "loss_type", f"must be one of {', '.join(DPO_LOSS_TYPES)}; got {self.loss_type!r}")
         _check(self.judge is None or self.judge in JUDGES, "judge", f"must be one of {', '.join(JUDGES)}; got {self.judge!r}")
+        _check(self.judge != "rule" or registry.get_task(self.task).evaluate is not None, "judge",
+               f"rule judges a verifiable task's answers against their ground truth (task arithmetic); got task {self.task}")
         _check(_finite(self.beta) and self.beta > 0, "beta", f"must be > 0; got {self.beta}")
         return self
 
