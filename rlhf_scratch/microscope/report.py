@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from rlhf_scratch.microscope import offpolicy_report as off
@@ -186,7 +187,7 @@ def groups_rows(groups: dict) -> list[list[str]]:
             for name, g in groups.items()]
 
 
-def sections(result: dict) -> list[tuple[str, tuple, list]]:
+def sections(result: dict) -> list[tuple[str, Sequence[str], list[list[str]]]]:
     """(title, header, rows) of each table after the main one; an environment's missing section is left out."""
     out = [("Under each reward", by_reward_header(result), by_reward_rows(result))]
     if result.get("exact_groups"):
