@@ -23,7 +23,7 @@ from rlhf_scratch.config.cli import given_fields, parse_dataclass, split_flags
 from rlhf_scratch.config.command import command
 
 if TYPE_CHECKING:
-    from rlhf_scratch.reward.model import RewardModelArgs
+    from rlhf_scratch.reward.model_args import RewardModelArgs
 
 
 PROG = "python -m rlhf_scratch.reward_model"
@@ -47,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def parse(argv: list[str]) -> tuple[RewardModelArgs, Around]:
     """The reward model's validated args (a resumed run's own, the few flags it may change applied)."""
-    from rlhf_scratch.engine.runs import start_over_hint, stopped_before_config
-    from rlhf_scratch.reward.model import KIND, RewardModelArgs  # (torch: after the module is imported)
+    from rlhf_scratch.reward.model_args import KIND, RewardModelArgs  # torch-free: --help answers at once
 
     around, rest = split_flags(Around, argv, default=Around(), prog=PROG)
     parsed = parse_dataclass(RewardModelArgs, rest, default=RewardModelArgs(), prog=PROG,
@@ -58,6 +57,8 @@ def parse(argv: list[str]) -> tuple[RewardModelArgs, Around]:
         resume = around.resume
         config = Path(resume) / "config.json"
         if not config.is_file():
+            from rlhf_scratch.engine.runs import start_over_hint, stopped_before_config  # (torch: only here)
+
             if stopped_before_config(resume):
                 raise ConfigError(f"resume: {resume}: {start_over_hint(resume, 'it wrote config.json')}")
             raise ConfigError(f"resume: {resume} is not a reward-model run folder (no config.json)")

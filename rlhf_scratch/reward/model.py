@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -29,10 +28,11 @@ from torch import Tensor, nn
 from transformer_lens import HookedTransformer
 from transformer_lens.hook_points import HookPoint
 
+from rlhf_scratch.reward.model_args import KIND, RewardModelArgs  # noqa: F401  (the args, read from here too)
+
 # Logged every `log_every` steps (train, TRL RewardTrainer's names) and after every epoch on the
 # held-out pairs (the same names with an `eval/` prefix; TRL writes `eval_`).
 REWARD_MODEL_METRICS = ("loss", "accuracy", "margin", "min_reward", "mean_reward", "max_reward")
-KIND = "reward_model"  # config.json's "algo" in a reward-model run folder (the engine's runs.REWARD_MODEL_KIND)
 WEIGHTS_FILE = "reward_model.pt"
 
 
@@ -248,66 +248,6 @@ def gold_accuracy(rm_chosen: Float[Tensor, " batch"], rm_rejected: Float[Tensor,
 
 
 # --- training ------------------------------------------------------------------------------------
-
-
-@dataclass
-class RewardModelArgs:
-    """Training a Bradley–Terry reward model on preference pairs."""
-
-    pairs: str = ""
-    """Preference pairs: a .jsonl file (from `python -m rlhf_scratch.preferences`) or a dataset id/folder."""
-    model: str = "tiny"
-    """The LM to start from: `tiny`, a local GPT-2 folder or a TransformerLens model name."""
-    run_dir: str | None = None
-    """Run folder; default runs/reward_model-<timestamp>. An existing non-empty folder is refused."""
-    eval_fraction: float = 0.1
-    """Fraction of the pairs held out (at least one pair), chosen with the seed."""
-    epochs: int = 2
-    """Passes over the training pairs."""
-    batch_size: int = 32
-    """Pairs per optimizer step (2·batch_size texts per forward)."""
-    lr: float = 1e-4
-    """AdamW learning rate (trunk and head), constant."""
-    max_grad_norm: float = 1.0
-    """Global gradient-norm clip."""
-    center_rewards_coefficient: float | None = None
-    """c of the centring term c · mean((r_c + r_r)²) (TRL recommends 0.01); None: no term."""
-    seed: int = 1
-    """Seeds the split, the shuffles and the head's initialisation."""
-    threads: int = 1
-    """torch CPU threads (0 = torch's default)."""
-    device: str = "auto"
-    """`auto`, `cpu` or `cuda`."""
-    log_every: int = 10
-    """Log the training metrics (averaged since the last log) every this many steps."""
-    save_every: int = 50
-    """Checkpoint every this many steps and at the end (0 = only at the end)."""
-    keep_checkpoints: int = 2
-    """How many of the newest checkpoints to keep."""
-    quiet: bool = False
-    """No progress bar or messages."""
-
-    def validate(self) -> "RewardModelArgs":
-        from rlhf_scratch.config import ConfigError, check_seed
-
-        def check(ok: bool, field: str, rule: str) -> None:
-            if not ok:
-                raise ConfigError(f"{field}: {rule}")
-
-        check(bool(self.pairs), "pairs", "required: a .jsonl file of preference pairs or a dataset id")
-        check(0 < self.eval_fraction < 1, "eval_fraction", f"must be in (0, 1); got {self.eval_fraction}")
-        for name in ("epochs", "batch_size", "log_every", "keep_checkpoints"):
-            check(getattr(self, name) >= 1, name, f"must be >= 1; got {getattr(self, name)}")
-        check(self.save_every >= 0, "save_every", f"must be >= 0; got {self.save_every}")
-        check(math.isfinite(self.lr) and self.lr > 0, "lr", f"must be > 0; got {self.lr}")
-        check(self.center_rewards_coefficient is None or self.center_rewards_coefficient >= 0,
-              "center_rewards_coefficient", f"must be >= 0; got {self.center_rewards_coefficient}")
-        check(self.threads >= 0, "threads", f"must be >= 0; got {self.threads}")
-        check_seed(self.seed)  # as train's: numpy's range
-        return self
-
-    def to_dict(self) -> dict:
-        return {"algo": KIND, **asdict(self)}
 
 
 def split_pairs(n: int, eval_fraction: float, seed: int) -> tuple[list[int], list[int]]:

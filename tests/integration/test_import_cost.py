@@ -11,11 +11,10 @@ from rlhf_scratch.commands.main import COMMANDS
 ANSWERS_BEFORE_TORCH = (
     "train", "sample", "export", "compare", "data", "preferences", "overoptimization", "hacking", "hacking-pilot",
     "hacking-bon", "hacking-mitigate", "hacking-find", "length", "features-seeds", "report", "features", "exact",
-    "families", "pretrain", "pretrain-arithmetic", "pass-at-k", "notebooks",
+    "families", "pretrain", "pretrain-arithmetic", "pass-at-k", "notebooks", "reward-model",
 )
 """The commands whose `--help` and bad flags are answered before torch (or transformers) is imported: a
-fraction of a second instead of the 6-15 s an import of torch takes on the 2-core machine. Not yet:
-reward-model (its flags are `RewardModelArgs`, defined beside the model in reward/model.py)."""
+fraction of a second instead of the 6-15 s an import of torch takes on the 2-core machine."""
 
 
 def test_importing_the_config_does_not_import_torch():
