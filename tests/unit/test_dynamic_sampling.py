@@ -2,7 +2,7 @@
 algorithm.filter_groups) drops exactly the groups whose rewards are all equal and samples more, counts
 what it did, and fills up at its limit; the soft overlong punishment (verl's reward_model.overlong_buffer,
 TRL's get_soft_overlong_punishment) against numbers worked out by hand; their flags refused in one line
-where they cannot apply. A short run of each on both backends: tests/integration/test_dynamic_sampling.py
+where they cannot apply. A short run of each on both backends: tests/integration/test_dynamic_sampling_run.py
 and test_controller.py."""
 
 from dataclasses import dataclass
