@@ -8,7 +8,7 @@
 
 As notebook 06: each stub is one function of `rlhf_scratch/course/solutions_hacking.py`, its signature
 and docstring read from there (one definition), its body `raise NotImplementedError`; the solution cell
-is the function's source. Stub cells carry `metadata["exercise"] = name` and the tag `exercise`, each
+is the function's source (`notebook_generator.exercise_cells`). Stub cells carry `metadata["exercise"] = name` and the tag `exercise`, each
 followed by its check cell (tag `check`), as in notebooks/exercises/. The learner's notebook is not
 executed as shipped (`EXCLUDED` in rlhf_scratch/course/execute_notebooks.py); the solutions are.
 Every number shown comes from the recorded studies in benchmarks/ (hacking_confirm, hacking_decided,
@@ -17,34 +17,18 @@ hacking_mitigations of 2026-11-27) or is computed in the notebook; nothing is tr
 Edit the text here, not in the notebooks, then run this file.
 """
 
-import ast
 import sys
 from pathlib import Path
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-from notebook_generator import KERNEL
+from nbformat.v4 import new_code_cell, new_markdown_cell
+from notebook_generator import exercise_cells, graded_notebook, write_graded
 
 HERE = Path(__file__).parent
 NOTEBOOK = HERE / "09_reward_hacking.ipynb"
 SOLUTIONS = HERE / "solutions" / "09_reward_hacking_solutions.ipynb"
 SOURCE = HERE.parent / "rlhf_scratch" / "course" / "solutions_hacking.py"
 """The solutions, read as text (this file runs without the package on the path)."""
-
-
-def solution(name: str) -> str:
-    """The source of `name` in solutions_hacking.py."""
-    text = SOURCE.read_text()
-    fn = next(f for f in ast.parse(text).body if isinstance(f, ast.FunctionDef) and f.name == name)
-    return ast.get_source_segment(text, fn)
-
-
-def stub(name: str) -> str:
-    """The solution's def line(s) and docstring, then a raise."""
-    source = solution(name)
-    fn = ast.parse(source).body[0]
-    head = "\n".join(source.splitlines()[: fn.body[0].end_lineno])
-    return f'{head}\n    raise NotImplementedError("write {name}")'
 
 
 TITLE = r"""# 9 · Reward hacking: predict it, see it, decide it, stop it
@@ -200,16 +184,8 @@ NEXT = r"""## Where next
 EXERCISES = ("registered_fall", "held_out_peak", "early_stop_index", "ensemble_mean", "ensemble_min", "explained_share")
 
 
-def exercise(name: str, solved: bool) -> list:
-    meta = {"exercise": name, "tags": ["exercise"]}
-    return [new_code_cell(solution(name) if solved else stub(name), id=f"{name}-{'solution' if solved else 'stub'}",
-                          metadata=meta),
-            new_code_cell(f"check_{name}({name})", id=f"check-{name}".replace("_", "-"),
-                          metadata={"exercise": name, "tags": ["check"]})]
-
-
 def cells(solved: bool) -> list:
-    ex = {name: exercise(name, solved) for name in EXERCISES}
+    ex = {name: exercise_cells(SOURCE, name, solved) for name in EXERCISES}
     md, code = new_markdown_cell, new_code_cell
     return [
         md(SOLUTIONS_TITLE if solved else TITLE, id="title"),
@@ -240,9 +216,7 @@ def cells(solved: bool) -> list:
 
 
 def notebook(solved: bool) -> nbformat.NotebookNode:
-    nb = new_notebook(cells=cells(solved), metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}})
-    nbformat.validate(nb)
-    return nb
+    return graded_notebook(cells(solved))
 
 
 NOTEBOOKS = {NOTEBOOK: False, SOLUTIONS: True}
@@ -250,13 +224,7 @@ NOTEBOOKS = {NOTEBOOK: False, SOLUTIONS: True}
 
 
 def main(argv: list[str]) -> None:
-    for path, solved in NOTEBOOKS.items():
-        nbformat.write(notebook(solved), path)
-        print(f"wrote {path}")
-    if "--no-run" not in argv:
-        from rlhf_scratch.course.execute_notebooks import execute
-
-        execute(SOLUTIONS)
+    write_graded(NOTEBOOKS, notebook, argv)
 
 
 if __name__ == "__main__":

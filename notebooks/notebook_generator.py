@@ -2,7 +2,16 @@
 "md" or "code", become a notebook (stable cell ids, so regenerating changes no diff), which is written
 and then executed by `rlhf_scratch.course.execute_notebooks` (the suite's kernel environment, each
 cell's source hash recorded), unless the command line says --no-run.
+
+A graded notebook (09, 10) is written twice, the learner's with stubs and its solutions: each exercise is a
+function of a course solutions module (`exercise_cells`: the stub is its def line and docstring read from
+there, then a raise; the solution cell its source), followed by its check cell, and only the solutions are
+executed (`write_graded`).
 """
+
+import ast
+from collections.abc import Callable
+from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
@@ -26,3 +35,53 @@ def write(path, cells: list[tuple[str, str, str]], argv: list[str]) -> None:
 
         execute(path)
     print(f"wrote {path}")
+
+
+# --- graded notebooks: stubs to write, and their solutions -----------------------------------------
+
+
+def solution(source: Path, name: str) -> str:
+    """The source of function `name` in the solutions module `source` (read as text: a generator runs
+    without the package on the path)."""
+    text = source.read_text()
+    fn = next(f for f in ast.parse(text).body if isinstance(f, ast.FunctionDef) and f.name == name)
+    return ast.get_source_segment(text, fn)
+
+
+def stub(source: Path, name: str) -> str:
+    """The solution's def line(s) and docstring, then a raise."""
+    text = solution(source, name)
+    fn = ast.parse(text).body[0]
+    head = "\n".join(text.splitlines()[: fn.body[0].end_lineno])
+    return f'{head}\n    raise NotImplementedError("write {name}")'
+
+
+def exercise_cells(source: Path, name: str, solved: bool) -> list:
+    """The exercise's cell (the stub, or the solution; tag `exercise`) and its check cell (tag `check`)."""
+    meta = {"exercise": name, "tags": ["exercise"]}
+    return [new_code_cell(solution(source, name) if solved else stub(source, name),
+                          id=f"{name}-{'solution' if solved else 'stub'}", metadata=meta),
+            new_code_cell(f"check_{name}({name})", id=f"check-{name}".replace("_", "-"),
+                          metadata={"exercise": name, "tags": ["check"]})]
+
+
+def graded_notebook(cells: list) -> nbformat.NotebookNode:
+    """A notebook of ready-made cells (nbformat's), validated."""
+    nb = new_notebook(cells=cells, metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}})
+    nbformat.validate(nb)
+    return nb
+
+
+def write_graded(notebooks: dict[Path, bool], notebook: Callable[[bool], nbformat.NotebookNode],
+                 argv: list[str]) -> None:
+    """Write each notebook (`notebooks`: path -> whether its exercises are solved), then execute the solved
+    ones (not with --no-run): the learner's stubs raise, so theirs is not executed."""
+    for path, solved in notebooks.items():
+        nbformat.write(notebook(solved), path)
+        print(f"wrote {path}")
+    if "--no-run" not in argv:
+        from rlhf_scratch.course.execute_notebooks import execute
+
+        for path, solved in notebooks.items():
+            if solved:
+                execute(path)

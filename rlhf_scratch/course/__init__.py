@@ -12,8 +12,9 @@ so. `notebooks/exercises/` holds a stub and its check for every function. The ch
 memory, the reward model), `checks_interp.py` (05: interpretability on a planted model),
 `checks_capstones.py` (06: RLOO's trainer from the contract, a KL estimator graded by the microscope,
 a paired interval over seeds), `checks_hacking.py` (notebook 09: the fall of gold decided over seeds, early
-stopping, a reward-model ensemble, the share of the proxy's excess a feature explains); `catalogue.py` lists them all. The solutions written to be read: `solutions.py`, `solutions_interp.py`,
-`solutions_capstones.py`, `solutions_hacking.py`; `capstone_kit.py` is what notebook 06 builds with. The other
+stopping, a reward-model ensemble, the share of the proxy's excess a feature explains), `checks_verifiable.py`
+(notebook 10: the answer parsed, the rule rewards, pass@k); `catalogue.py` lists them all. The solutions written to be read: `solutions.py`, `solutions_interp.py`,
+`solutions_capstones.py`, `solutions_hacking.py`, `solutions_verifiable.py`; `capstone_kit.py` is what notebook 06 builds with. The other
 modules of this package (the learning-phase check of notebook 06, re-executing the notebooks) are
 imported by name.
 
@@ -67,6 +68,12 @@ _CHECKS_BY_MODULE = {
         "check_explained_share",
         "check_held_out_peak",
         "check_registered_fall",
+    ),
+    "checks_verifiable": (  # notebook 10: RL with verifiable rewards
+        "check_accuracy_reward",
+        "check_format_reward",
+        "check_parse_answer",
+        "check_pass_at_k",
     ),
 }
 _CHECKS = {name: module for module, names in _CHECKS_BY_MODULE.items() for name in names}

@@ -1,6 +1,7 @@
 """Every exercise of the course in one place: its solution's `Reference`, its cases and its `check_*`,
 gathered from the topic modules (`checks`, `checks_sampling`, `checks_reward`, `checks_interp`,
-`checks_capstones`, and `checks_hacking`: notebook 09's, whose stubs are in that notebook).
+`checks_capstones`, and `checks_hacking` and `checks_verifiable`: notebooks 09's and 10's, whose stubs are in
+those notebooks).
 
 The tests read this (every check passes its solution, no classic mistake gives the answer, every stub
 has its check), and so does `notebooks/exercises/make_exercises.py`'s test of which checks exist.
@@ -16,10 +17,11 @@ from rlhf_scratch.course import (
     checks_interp,
     checks_reward,
     checks_sampling,
+    checks_verifiable,
 )
 from rlhf_scratch.course.checks import Case, Reference
 
-MODULES = (checks, checks_sampling, checks_reward, checks_interp, checks_capstones, checks_hacking)
+MODULES = (checks, checks_sampling, checks_reward, checks_interp, checks_capstones, checks_hacking, checks_verifiable)
 
 REFERENCES: dict[str, Reference] = {name: ref for m in MODULES for name, ref in m.REFERENCES.items()}
 """Each exercise's solution: `from <module> import <name>`, with this signature."""

@@ -57,8 +57,8 @@ class Reference:
     by_position: bool = False
 
     def param_names(self) -> tuple[str, ...]:
-        """`(a, b=1.0)` -> ("a", "b"); no default here holds a comma."""
-        return tuple(p.split("=")[0].strip() for p in self.signature.strip("()").split(","))
+        """`(a, b=1.0, **kwargs)` -> ("a", "b", "kwargs"); no default here holds a comma."""
+        return tuple(p.split("=")[0].strip().lstrip("*") for p in self.signature.strip("()").split(","))
 
 
 FORMULAS = "rlhf_scratch.course.solutions_formulas"

@@ -54,6 +54,10 @@ EXCLUDED: dict[str, str] = {
         "the learner's six functions are stubs that raise NotImplementedError; its solutions, "
         "solutions/09_reward_hacking_solutions.ipynb, are executed, and tests/integration/test_course_hacking.py "
         "runs its stubs and solutions against the checks",
+    "10_verifiable_rewards.ipynb":
+        "the learner's four functions are stubs that raise NotImplementedError; its solutions, "
+        "solutions/10_verifiable_rewards_solutions.ipynb, are executed, and tests/integration/test_course_verifiable.py "
+        "runs its stubs and solutions against the checks",
     "exercises/01_ppo_objective_exercises.ipynb":
         "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
     "exercises/02_beyond_ppo_exercises.ipynb":

@@ -28,6 +28,7 @@ from rlhf_scratch.course import catalogue, checks
 EXERCISES = Path(__file__).parents[2] / "notebooks" / "exercises"
 EXERCISE_NOTEBOOKS = sorted(EXERCISES.glob("*.ipynb"))
 NOTEBOOK_09 = EXERCISES.parent / "09_reward_hacking.ipynb"
+NOTEBOOK_10 = EXERCISES.parent / "10_verifiable_rewards.ipynb"
 
 
 def solution(name: str):
@@ -59,7 +60,9 @@ def test_every_check_passes_the_package_solution_and_prints_one_line(name, capsy
 @pytest.mark.parametrize("name", list(catalogue.REFERENCES))
 def test_the_recorded_signature_is_the_solutions(name):
     params = inspect.signature(solution(name)).parameters.values()
-    actual = "(" + ", ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in params) + ")"
+    stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    actual = "(" + ", ".join(stars.get(p.kind, "") + (p.name if p.default is p.empty else f"{p.name}={p.default!r}")
+                             for p in params) + ")"
     assert catalogue.REFERENCES[name].signature == actual
 
 
@@ -740,8 +743,9 @@ def test_the_notebooks_are_what_the_generator_writes():
 
 
 def test_the_exercises_cover_every_check_once():
-    """notebooks/exercises/ and notebook 09 (reward hacking, whose stubs are in the notebook itself)."""
-    names = [c.metadata["exercise"] for path in [*EXERCISE_NOTEBOOKS, NOTEBOOK_09]
+    """notebooks/exercises/ and notebooks 09 (reward hacking) and 10 (verifiable rewards), whose stubs are in the
+    notebooks themselves."""
+    names = [c.metadata["exercise"] for path in [*EXERCISE_NOTEBOOKS, NOTEBOOK_09, NOTEBOOK_10]
              for c in _code_cells(nbformat.read(path, as_version=4), "exercise")]
     assert sorted(names) == sorted(catalogue.REFERENCES)
 

@@ -7,13 +7,16 @@ Fast (seconds): here beside the other test_course_*.py files because test_course
 every check's planted bug.
 """
 
-import importlib.util
 import json
-from pathlib import Path
 
-import nbformat
 import pytest
 import torch
+from graded_notebooks import (
+    assert_predictions_answered,
+    assert_stubs_raise_and_solutions_pass,
+    assert_written_by,
+    load_generator,
+)
 
 from rlhf_scratch.course import catalogue
 from rlhf_scratch.course import checks_hacking as C
@@ -202,56 +205,23 @@ def test_explained_share_says_what_a_feature_constant_within_each_group_gets():
 
 # --- notebook 09 and its solutions ---------------------------------------------------------------
 
-NOTEBOOKS = Path(__file__).parents[2] / "notebooks"
+SCRIPT = "make_09_reward_hacking.py"
 
 
 @pytest.fixture
 def make_09(monkeypatch):
-    monkeypatch.syspath_prepend(str(NOTEBOOKS))  # as `python notebooks/make_09_reward_hacking.py` runs it
-    spec = importlib.util.spec_from_file_location("make_09", NOTEBOOKS / "make_09_reward_hacking.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_generator(monkeypatch, SCRIPT)  # as `python notebooks/make_09_reward_hacking.py` runs it
 
 
 def test_notebook_09_and_its_solutions_are_what_the_generator_writes(make_09):
-    for path, solved in make_09.NOTEBOOKS.items():
-        on_disk, built = nbformat.read(path, as_version=4), make_09.notebook(solved)
-        assert [(c.id, c.cell_type, c.source, c.metadata.get("tags")) for c in on_disk.cells] == \
-               [(c.id, c.cell_type, c.source, c.metadata.get("tags")) for c in built.cells], \
-            f"{path.name}: run python notebooks/make_09_reward_hacking.py"
+    assert_written_by(make_09, SCRIPT)
 
 
 def test_notebook_09_ships_stubs_that_raise_with_the_solutions_signature_and_the_solutions_pass(make_09, capsys):
     """Each stub raises NotImplementedError inside its check (the signature test passed), each solution cell
     is the course's solution and passes; every check in the catalogue's hacking module has one stub."""
-    stubs, solved = (nbformat.read(p, as_version=4) for p in make_09.NOTEBOOKS)
-    setup = next(c for c in stubs.cells if c.id == "setup").source
-    names = []
-    for nb, raises in ((stubs, True), (solved, False)):
-        namespace: dict = {}
-        exec(setup.replace("torch.set_num_threads(1)", ""), namespace)
-        for cell in nb.cells:
-            if "exercise" not in cell.metadata.get("tags", []):
-                continue
-            name = cell.metadata["exercise"]
-            exec(cell.source, namespace)
-            after = nb.cells[nb.cells.index(cell) + 1]
-            assert after.source == f"check_{name}({name})" and "check" in after.metadata["tags"]
-            if raises:
-                names.append(name)
-                with pytest.raises(NotImplementedError):
-                    namespace[f"check_{name}"](namespace[name])
-            else:
-                namespace[f"check_{name}"](namespace[name])
-                assert capsys.readouterr().out.endswith(f"check_{name}: all {len(C.CASES[name]())} cases pass\n")
-    assert sorted(names) == sorted(C.REFERENCES)
+    assert_stubs_raise_and_solutions_pass(make_09, C, capsys)
 
 
 def test_every_prediction_of_notebook_09_is_answered_after_code(make_09):
-    cells = make_09.cells(solved=True)
-    asks = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and "**Predict**" in c.source]
-    assert len(asks) == 2
-    for i in asks:
-        answer = next(j for j in range(i + 1, len(cells)) if "<details>" in cells[j].source)
-        assert any(cells[j].cell_type == "code" for j in range(i + 1, answer))
+    assert_predictions_answered(make_09, 2)
