@@ -113,8 +113,14 @@ class ArithmeticLMArgs:
 # --- the tokenizer --------------------------------------------------------------------------------
 
 
-def build_tokenizer():
-    """The character tokenizer (see the module docstring) as a Hugging Face fast tokenizer."""
+CALCULATOR_TOKENS = ("<calc>", "</calc>", "?")
+"""The calculator environment's call, its end and its error (reward/calculator.py), one token each, ids 15-17
+of the sibling tokenizer (`build_tokenizer(calculator=True)`); the shipped tokenizer has none of them."""
+
+
+def build_tokenizer(calculator: bool = False):
+    """The character tokenizer (see the module docstring) as a Hugging Face fast tokenizer; with
+    `calculator`, the sibling's: the same ids 0-14, then `CALCULATOR_TOKENS` as whole tokens."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -123,6 +129,8 @@ def build_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
     tok.add_special_tokens([ENDOFTEXT])
+    if calculator:
+        tok.add_tokens(list(CALCULATOR_TOKENS))  # matched whole, before the split into characters
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=ENDOFTEXT, eos_token=ENDOFTEXT, unk_token=ENDOFTEXT, pad_token=ENDOFTEXT,
         model_max_length=1024, padding_side="right", clean_up_tokenization_spaces=False,

@@ -237,6 +237,15 @@ class CommonArgs:
     `accuracy_reward` and `format_reward` (reward/verifiable.py: an integer answer, right or wrong, earns
     the format part). 0 (default): the accuracy alone."""
 
+    # --- multi-turn episodes (issue 58: rollout/environment.py, rollout/episodes.py) ----------
+    env: str = ""
+    """An environment that answers the model's turns (`calculator`: the arithmetic task's, `<calc>47*85</calc>`
+    answered with `3995`): each completion is then an episode of model turns and the environment's
+    observations, token in and token out, trained on the model's tokens only. Empty (default): one turn."""
+    max_turns: int = 4
+    """Most model turns of an episode with --env (each ends at EOS or the environment's stop token); the
+    episode's tokens, the environment's included, stay within --gen-len."""
+
     # --- validation (verl's data.val_files, trainer.test_freq, rollout.val_kwargs.n) -----------
     val_prompts: str = ""
     """Held-out prompts the run is validated on, a source as --prompts takes (`arithmetic:test`: the
@@ -320,6 +329,13 @@ class CommonArgs:
         _check(self.val_size >= 0, "val_size", f"must be >= 0 (0 = every held-out prompt); got {self.val_size}")
         _check(self.format_weight == 0 or self.task == "arithmetic", "format_weight",
                f"is the arithmetic task's (its format reward); got {self.format_weight} with task {self.task}")
+        _check(self.env == "" or self.env in registry.env_names(), "env",
+               f"must be one of {', '.join(registry.env_names())} (or empty: no environment); got {self.env!r}")
+        _check(self.max_turns >= 1, "max_turns", f"must be >= 1; got {self.max_turns}")
+        _check(bool(self.env) or self.max_turns == self.__dataclass_fields__["max_turns"].default, "max_turns",
+               f"needs --env NAME (without an environment an episode is one turn); got max_turns {self.max_turns}")
+        _check(not self.env or self.eos_stops(), "stop_at_eos",
+               "must be on with --env: a model turn ends at EOS or at the environment's stop token")
         _check(not self.val_prompts or registry.get_task(self.task).evaluate is not None, "val_prompts",
                f"task {self.task} has no evaluation of its own to validate with; got {self.val_prompts!r}")
         _check(self.lora_rank >= 0, "lora_rank", f"must be >= 0 (0 = full fine-tuning); got {self.lora_rank}")

@@ -34,6 +34,22 @@ def resolve(target: str | Callable[..., Any]) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def _add(table: dict[str, Any], entry: Any, who: str, kind: str) -> Any:
+    """Add `entry` to `table` under its name (a name already taken is an error naming `who` and `kind`)."""
+    if entry.name in table:
+        raise ValueError(f"{who}: {kind} named {entry.name!r} is registered already")
+    table[entry.name] = entry
+    return entry
+
+
+def _lookup(table: dict[str, Any], name: str, flag: str) -> Any:
+    """The entry of `name` in `table` (plugins loaded first); a ValueError naming `flag` and the choices."""
+    load_plugins()
+    if name not in table:
+        raise ValueError(f"{flag}: must be one of {', '.join(table)}; got {name!r}")
+    return table[name]
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """One algorithm: what the command line, the run folder, the studies and the exports need to know."""
@@ -96,10 +112,7 @@ ALGORITHMS: dict[str, Algorithm] = {}
 
 def register(algorithm: Algorithm) -> Algorithm:
     """Add `algorithm` to the table (a name already taken is an error: unregister it first)."""
-    if algorithm.name in ALGORITHMS:
-        raise ValueError(f"register: an algorithm named {algorithm.name!r} is registered already")
-    ALGORITHMS[algorithm.name] = algorithm
-    return algorithm
+    return _add(ALGORITHMS, algorithm, "register", "an algorithm")
 
 
 def unregister(name: str) -> None:
@@ -146,10 +159,7 @@ def names() -> tuple[str, ...]:
 
 def get(name: str) -> Algorithm:
     """The entry of `name`; a ValueError naming the choices for an unknown one."""
-    load_plugins()
-    if name not in ALGORITHMS:
-        raise ValueError(f"algo: must be one of {', '.join(ALGORITHMS)}; got {name!r}")
-    return ALGORITHMS[name]
+    return _lookup(ALGORITHMS, name, "algo")
 
 
 # --- tasks: a name on the command line -> the reward it means --------------------------------------
@@ -202,10 +212,7 @@ TASKS: dict[str, Task] = {}
 
 def register_task(task: Task) -> Task:
     """Add `task` to the table (a name already taken is an error: unregister_task it first)."""
-    if task.name in TASKS:
-        raise ValueError(f"register_task: a task named {task.name!r} is registered already")
-    TASKS[task.name] = task
-    return task
+    return _add(TASKS, task, "register_task", "a task")
 
 
 def unregister_task(name: str) -> None:
@@ -227,10 +234,7 @@ def task_names() -> tuple[str, ...]:
 
 def get_task(name: str) -> Task:
     """The entry of task `name`; a ValueError naming the choices for an unknown one."""
-    load_plugins()
-    if name not in TASKS:
-        raise ValueError(f"task: must be one of {', '.join(TASKS)}; got {name!r}")
-    return TASKS[name]
+    return _lookup(TASKS, name, "task")
 
 
 _REWARD = "rlhf_scratch.reward.tasks"
@@ -276,4 +280,54 @@ register(Algorithm(
              "aggregate_grpo_terms", "calc_clip_counts", "mean_length_by_advantage_sign"),
     study_flags=("--measure-kl",), compared_by_default=False,
     staleness_correction="the loss type's ratio π_θ/π_behaviour (per token, or GSPO's per sequence)",
+))
+
+
+# --- environments: --env NAME -> the multi-turn episode it means ------------------------------------
+
+
+@dataclass(frozen=True)
+class Environment:
+    """One environment: `--env NAME` makes each completion a multi-turn episode (`rollout/environment.py`'s
+    contract, `rollout/episodes.py`'s rollout). Adding one is a module with its factory and one
+    `register_env(Environment(...))`."""
+
+    name: str
+    """The --env argument."""
+    make: str | Callable
+    """"module:function" (or the function): `make(args, tokenizer) -> factory`, `factory(prompt) -> Environment`
+    for each prompt row, `factory.stop_ids` the tokens that end a model turn besides EOS."""
+    description: str = ""
+    """What it does, for messages and --help."""
+
+    def factory(self) -> Callable:
+        return resolve(self.make)
+
+
+ENVIRONMENTS: dict[str, Environment] = {}
+
+
+def register_env(env: Environment) -> Environment:
+    """Add `env` to the table (a name already taken is an error: unregister_env it first)."""
+    return _add(ENVIRONMENTS, env, "register_env", "an environment")
+
+
+def unregister_env(name: str) -> None:
+    ENVIRONMENTS.pop(name, None)
+
+
+def env_names() -> tuple[str, ...]:
+    """Every registered --env, in registration order."""
+    load_plugins()
+    return tuple(ENVIRONMENTS)
+
+
+def get_env(name: str) -> Environment:
+    """The entry of environment `name`; a ValueError naming the choices for an unknown one."""
+    return _lookup(ENVIRONMENTS, name, "env")
+
+
+register_env(Environment(
+    "calculator", "rlhf_scratch.reward.calculator:make_calculator",
+    description="the arithmetic task's calculator: <calc>47*85</calc> is answered with 3995",
 ))

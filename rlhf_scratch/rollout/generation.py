@@ -291,6 +291,7 @@ def generate(
     cuda_graph: bool = True,
     top_p: float = 1.0,
     decoders: DecoderCache | None = None,
+    stop_ids: tuple[int, ...] | None = None,
 ) -> tuple[Int[Tensor, "batch gen_len"], Bool[Tensor, "batch gen_len"]]:
     """Sample `gen_len` tokens after each (left-padded) prompt, with a KV cache.
 
@@ -308,9 +309,11 @@ def generate(
     one shape: its cache and captured graph are reused, its weights laid out again each call.
     `top_k` and `top_p` restrict each draw (`sample_next_token`); the log-probs of the tokens are
     computed afterwards over the whole softmax, as TRL computes them (docs/fidelity.md, "Top-k").
+    `stop_ids` replaces the tokens a row stops at (default: `eos_token_ids`): a multi-turn episode stops
+    at EOS or at its environment's stop token (`episodes.generate_episodes`).
     """
     batch, device = prompt_ids.shape[0], prompt_ids.device
-    eos, pad = eos_token_ids(model), pad_token_id(model)
+    eos, pad = eos_token_ids(model) if stop_ids is None else stop_ids, pad_token_id(model)
     completion_ids = torch.full((batch, gen_len), pad, dtype=torch.long, device=device)
     completion_mask = torch.zeros((batch, gen_len), dtype=torch.bool, device=device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)

@@ -44,7 +44,7 @@ SECONDS = ["--total-phases", "1", "--batch-size", "4", "--num-minibatches", "2",
            "--run-dir", "{root}/accepted"]
 CASES = [
     # (argv, the one line on stderr, after "error: ")
-    (["poetry"], "task: must be one of sentiment, vader, periods, first_token; got 'poetry'"),
+    (["poetry"], "task: must be one of sentiment, vader, periods, first_token, arithmetic; got 'poetry'"),
     ([], "task: required, one of sentiment, vader, periods, first_token (or --resume RUN_DIR)"),
     (["sentiment", "--algo", "a2c"], "algo: must be one of ppo, rloo, online_dpo, grpo; got 'a2c'"),
     (["sentiment", "--preset", "gpt5"], "preset: must be one of tiny, gpt2; got 'gpt5'"),
@@ -64,6 +64,8 @@ CASES = [
     (["sentiment", "--lora-alpha", "8", *SECONDS], "lora_alpha: needs --lora-rank R > 0"),
     (["sentiment", "--threads", "-2"], "threads: must be >= 0 (0 = torch's default); got -2"),
     (["sentiment", "--save-every", "-1"], "save_every: must be >= 0 (0 = only at the end); got -1"),
+    (["arithmetic", "--env", "abacus"], "env: must be one of calculator (or empty: no environment); got 'abacus'"),
+    (["arithmetic", "--max-turns", "2", *SECONDS], "max_turns: needs --env NAME (without an environment an episode is one turn)"),
     (["sentiment", "--batch-size", "30"], "batch_size: must be divisible by num_minibatches (30 % 4 != 0)"),
     (["sentiment", "--algo", "rloo", "--batch-size", "64", "--num-generations", "3"],
      "batch_size: must be divisible by num_generations (64 % 3 != 0)"),
