@@ -9,8 +9,19 @@ the last generated token; there is no state after that, so values[:, -1] is neve
 With a completion mask `mask: Bool[batch, gen_len]` (completions that end at EOS; aligned with
 the advantages, True up to and including the first EOS), the episode ends at each sample's LAST
 KEPT token: the reward arrives there, nothing after it is an action, and those positions get
-advantage 0. Masks must keep a prefix of each completion (no False followed by a True); a row
-that keeps nothing is allowed and gets all zeros (its reward is then never used).
+advantage 0. A row that keeps nothing is allowed and gets all zeros (its reward is then never used).
+
+A multi-turn episode (issue 58, rollout/episodes.py) has holes in its mask: the environment's tokens
+(a tool's reply) sit between the model's turns, False in the mask. They are not actions — the model
+did not choose them — so they get no advantage, and they are not steps of the MDP either: they belong
+to the transition. The state after a model token t is the state in which the model next acts, the one
+before its next kept token n(t) (the environment's tokens included in it), so
+
+    next value of t  =  V(s_{n(t)})      n(t) = the next kept position after t (none after the last: 0)
+
+and GAE's recursion runs over kept positions only, A_t = δ_t + γλ A_{n(t)}: no discount, no reward and
+no value estimate for the tokens in between. With a prefix mask (one turn) n(t) = t + 1 and every
+number is what it was, bit for bit (tested).
 """
 
 import torch
@@ -90,14 +101,28 @@ def _check_mask(mask: Tensor, shape: tuple[int, int]) -> None:
         raise ValueError(f"mask must be a bool tensor (True = kept token); got dtype {mask.dtype}")
     if tuple(mask.shape) != shape:
         raise ValueError(f"mask has shape {tuple(mask.shape)}, expected (batch, gen_len) = {shape}")
-    if (mask[:, 1:] & ~mask[:, :-1]).any():
-        raise ValueError("mask must keep a prefix of each completion (a False followed by a True was found)")
 
 
 def last_kept(mask: Bool[Tensor, "batch gen_len"]) -> Bool[Tensor, "batch gen_len"]:
-    """True at each sample's last kept token: where the episode ends and the reward arrives."""
-    next_kept = torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], dim=1)
-    return mask & ~next_kept
+    """True at each sample's last kept token: where the episode ends and the reward arrives (the end
+    of the model's last turn; an earlier turn's end is not the episode's)."""
+    kept_from_here = mask.flip(1).cumsum(1).flip(1)  # kept tokens at or after t
+    return mask & (kept_from_here == 1)
+
+
+def next_kept_values(
+    v: Float[Tensor, "batch gen_len"], mask: Bool[Tensor, "batch gen_len"]
+) -> Float[Tensor, "batch gen_len"]:
+    """At each position t, V(s_{n(t)}) = v[:, n(t)], n(t) the next kept position after t; 0 where
+    there is none (after the last kept token). With a prefix mask, v[:, t + 1] before the last kept token.
+
+        v [1., 2., 3., 4., 5.],  mask [T, F, F, T, T]   ->   [4., 4., 4., 5., 0.]"""
+    gen_len = mask.shape[1]
+    positions = torch.arange(gen_len, device=mask.device).expand_as(mask)
+    kept_at = torch.where(mask, positions, torch.full_like(positions, gen_len))
+    after = torch.cat([kept_at[:, 1:], torch.full_like(kept_at[:, :1], gen_len)], dim=1)
+    nxt = after.flip(1).cummin(1).values.flip(1)  # the smallest kept position > t, or gen_len
+    return torch.where(nxt < gen_len, v.gather(1, nxt.clamp(max=gen_len - 1)), torch.zeros_like(v))
 
 
 @torch.no_grad()
@@ -114,7 +139,8 @@ def compute_advantages(
     i.e. Q = cat(values[:, prefix_len:-1], rewards[:, None]), A = Q - values[:, prefix_len-1:-1].
     (This is GAE with gamma = 1, lambda = 0: low variance, biased by the value function.)
     With `mask`, `last` is each sample's last kept token and masked positions get 0 (a sample
-    that keeps no token gets a row of zeros).
+    that keeps no token gets a row of zeros); across the environment's tokens of a multi-turn episode
+    Q_t = V(s_{n(t)}), the state of the model's next token (`next_kept_values`, the module docstring).
     """
     _check_prefix_len(prefix_len, values.shape[1])
     v = values[:, prefix_len - 1 : -1]
@@ -122,7 +148,7 @@ def compute_advantages(
         q = torch.cat([values[:, prefix_len:-1], rewards[:, None]], dim=1)
         return q - v
     _check_mask(mask, tuple(v.shape))
-    q = torch.where(last_kept(mask), rewards[:, None], values[:, prefix_len:])
+    q = torch.where(last_kept(mask), rewards[:, None], next_kept_values(v, mask))
     return torch.where(mask, q - v, torch.zeros_like(v))
 
 
@@ -152,8 +178,10 @@ def compute_gae_advantages(
     head's errors accumulate over gen_len steps instead of cancelling.
 
     With `mask`, the episode ends at each sample's last kept token (reward there, V after it 0)
-    and nothing from masked positions flows back into kept ones (their deltas are 0 and they all
-    come after the last kept token); masked positions get 0, a sample keeping nothing all zeros.
+    and nothing from masked positions flows back into kept ones (their deltas are 0); masked
+    positions get 0, a sample keeping nothing all zeros. The environment's tokens inside a multi-turn
+    episode are part of the transition (the module docstring): δ_t reads V(s_{n(t)}), and the
+    recursion steps from one kept position to the next, A_t = δ_t + γλ A_{n(t)}.
     """
     _check_prefix_len(prefix_len, values.shape[1])
     v = values[:, prefix_len - 1 : -1]  # V(s_t) for the generated steps
@@ -161,14 +189,13 @@ def compute_gae_advantages(
         mask = torch.ones_like(v, dtype=torch.bool)
     _check_mask(mask, tuple(v.shape))
     end = last_kept(mask)
-    next_kept = mask & ~end  # steps followed by another kept step
-    next_v = torch.where(next_kept, values[:, prefix_len:], torch.zeros_like(v))
+    next_v = next_kept_values(v, mask)  # V(s_{n(t)}); 0 after the last kept step
     step_rewards = torch.where(end, rewards[:, None], torch.zeros_like(v))
     deltas = torch.where(mask, step_rewards + gamma * next_v - v, torch.zeros_like(v))
 
     advantages = torch.empty_like(deltas)
     running = torch.zeros_like(rewards)
-    for t in reversed(range(deltas.shape[1])):
-        running = deltas[:, t] + gamma * gae_lambda * running
-        advantages[:, t] = running
+    for t in reversed(range(deltas.shape[1])):  # an environment's token passes A_{n(t)} on unchanged
+        running = torch.where(mask[:, t], deltas[:, t] + gamma * gae_lambda * running, running)
+        advantages[:, t] = torch.where(mask[:, t], running, torch.zeros_like(running))
     return advantages
