@@ -67,6 +67,8 @@ from rlhf_scratch.models.static_cache import DecoderCache
 from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.reward.tasks import RewardFn, make_reward_fn
 from rlhf_scratch.reward.tasks import rewarded_by as rewarded_by_record
+from rlhf_scratch.rollout.environment import make_environment_factory
+from rlhf_scratch.rollout.episodes import generate_episodes
 from rlhf_scratch.rollout.phase import (
     OverlongBuffer,
     Rollout,
@@ -111,6 +113,7 @@ class Trainer:
         self.learner = compiled(dist.wrap_for_training(forward), args)  # the learning forward (fast path, DDP, compile)
         self.skipped_in_a_row = 0
         self.decoders = DecoderCache()  # sampling's static cache (and CUDA graph), kept between rollouts
+        self.environments = make_environment_factory(args, lm.tokenizer)  # --env: episodes of turns (issue 58)
         if not self.quiet and (note := fast_path_note(lm, self.device)):
             tqdm.write(f"note: {note}", file=sys.stderr)
 
@@ -182,11 +185,18 @@ class Trainer:
         """G completions of each prompt, sampled from the policy (`rollout.generate_sequences`). With
         `validate` ({"n": n, "seed": s}, verl's validate meta_info with val_kwargs.n: `dataflow.validate`)
         n completions of each instead, at --val-temperature from the whole softmax, drawn from a random stream
-        of their own seeded with s, so that a validation leaves the run's own stream, and so its samples, as they were."""
+        of their own seeded with s, so that a validation leaves the run's own stream, and so its samples, as they were.
+        With --env each completion is an episode of up to --max-turns turns (`rollout.episodes.generate_episodes`)."""
         args = self.args
         n, temperature, top_k, top_p = ((self.num_generations, args.temperature, args.top_k, args.top_p) if validate is None
                                         else (int(validate["n"]), args.val_temperature, 0, 1.0))
         with nullcontext() if validate is None else own_random_stream(int(validate["seed"]), self.device):
+            if self.environments is not None:
+                return generate_episodes(
+                    self.lm, prompts, self.environments, num_generations=n, gen_len=args.gen_len, max_turns=args.max_turns,
+                    temperature=temperature, top_k=top_k, top_p=top_p, prepend_bos=args.prepend_bos, kv_cache=args.kv_cache,
+                    cuda_graph=args.cuda_graph, decoders=self.decoders,
+                )[0]
             return generate_sequences(
                 self.lm, prompts, num_generations=n, gen_len=args.gen_len,
                 temperature=temperature, top_k=top_k, top_p=top_p, prepend_bos=args.prepend_bos,

@@ -1,0 +1,24 @@
+"""`train arithmetic --env calculator` end to end (issue 58). The shipped model's character tokenizer has no
+`<calc>` token, so it cannot call: every episode is one turn, and the run must equal the run without an
+environment number for number — the episode path (turn by turn, segments assembled into the rollout)
+changes nothing where nothing is called."""
+
+import json
+
+from rlhf_scratch.commands.train import main as train
+from rlhf_scratch.engine.loop import without_timings
+from rlhf_scratch.engine.runs import read_metrics
+
+SHORT = ["--total-phases", "2", "--batch-size", "8", "--num-minibatches", "2", "--warmup-steps", "1", "--threads", "1",
+         "--table-every", "100", "--plot-every", "100", "--test-freq", "2", "--val-size", "8", "--val-n", "2"]
+
+
+def test_the_calculator_on_the_shipped_model_trains_as_the_single_turn_run(tmp_path, one_thread):
+    runs = {name: tmp_path / name for name in ("plain", "calculator")}
+    assert train(["arithmetic", *SHORT, "--run-dir", str(runs["plain"])]) == 0
+    assert train(["arithmetic", *SHORT, "--env", "calculator", "--max-turns", "3", "--run-dir", str(runs["calculator"])]) == 0
+    config = json.loads((runs["calculator"] / "config.json").read_text())
+    assert (config["env"], config["max_turns"]) == ("calculator", 3)
+    plain, episodes = ([without_timings(m) for m in read_metrics(runs[name])] for name in ("plain", "calculator"))
+    assert len(plain) == 2 and "eval/pass@1" in plain[-1]
+    assert episodes == plain
