@@ -45,7 +45,7 @@ SECONDS = ["--total-phases", "1", "--batch-size", "4", "--num-minibatches", "2",
 CASES = [
     # (argv, the one line on stderr, after "error: ")
     (["poetry"], "task: must be one of sentiment, vader, periods, first_token, arithmetic; got 'poetry'"),
-    ([], "task: required, one of sentiment, vader, periods, first_token (or --resume RUN_DIR)"),
+    ([], "task: required, one of sentiment, vader, periods, first_token, arithmetic (or --resume RUN_DIR)"),
     (["sentiment", "--algo", "a2c"], "algo: must be one of ppo, rloo, online_dpo, grpo; got 'a2c'"),
     (["sentiment", "--preset", "gpt5"], "preset: must be one of tiny, gpt2; got 'gpt5'"),
     (["sentiment", "--kl-coeff", "1"], "unrecognized arguments: --kl-coeff 1"),
