@@ -193,3 +193,20 @@ def test_two_process_run_writes_one_run_folder_from_rank_0(algo, tmp_path):
         assert alone.returncode == 2 and alone.stderr.strip().splitlines() == [
             "error: workers: the run was trained on 2 rank(s); resume it with torchrun --nproc-per-node 2, "
             "or --controller ray --workers 2"]  # (config.json records the ranks: refused before the models load)
+
+
+def test_the_validation_of_two_processes_equals_one_processs(tmp_path):
+    """`dataflow.validate` under torchrun: each rank draws every second call from the call's own stream and
+    every rank gets every sample, so the held-out numbers do not depend on the number of processes (the
+    run's first validation, before training: both start from the same weights)."""
+    flags = ["arithmetic", "--algo", "grpo", "--total-phases", "1", "--batch-size", "8", "--num-generations", "4",
+             "--num-minibatches", "2", "--val-size", "20", "--val-n", "4", "--device", "cpu", "--threads", "1"]
+    two = torchrun("-m", "rlhf_scratch.train", *flags, "--run-dir", str(tmp_path / "two"), cwd=tmp_path)
+    assert two.returncode == 0, two.stderr[-2000:]
+    one = run_bounded([sys.executable, "-m", "rlhf_scratch.train", *flags, "--run-dir", str(tmp_path / "one")], cwd=tmp_path)
+    assert one.returncode == 0, one.stderr[-2000:]
+    lines = {name: [json.loads(line) for line in (tmp_path / name / "validation.jsonl").read_text().splitlines()]
+             for name in ("one", "two")}
+    assert [v["phase"] for v in lines["two"]] == [0, 1], "one validation.jsonl, written by rank 0 only"
+    before = [{k: v for k, v in line.items() if not k.startswith("timing/")} for line in (lines["one"][0], lines["two"][0])]
+    assert before[0] == before[1] and before[0]["eval/problems"] == 20
