@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 from rlhf_scratch.config.cli import given_fields, parse_dataclass
 from rlhf_scratch.config.command import command
 from rlhf_scratch.reward.arithmetic import DEFAULT_OPS, DIGITS, Problem, check_difficulty, draw_problem, make_problems
+from rlhf_scratch.reward.calculator import CalculatorFactory, evaluate
 from rlhf_scratch.reward.pass_at_k import pass_at_k
 from rlhf_scratch.reward.verifiable import accuracy_reward
 
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 ENDOFTEXT = "<|endoftext|>"
 CHARACTERS = "0123456789+-*="
 """Every character a problem or an answer is written with; one token each, after <|endoftext|>."""
+TOOL_MAX_NEW = 24
+"""Most new tokens of an episode when the calculator answers (a call, its reply and the answer; within n_ctx 32)."""
 CHAT_TEMPLATE = "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
 """BOS, then each message's content as it is: [{"role": "user", "content": "47+85="}] is `<|endoftext|>47+85=`,
 the tokens a plain prompt gets with prepend_bos (no role markers: the model has never seen any)."""
@@ -102,6 +105,11 @@ class ArithmeticLMArgs:
     """stop at the first evaluation whose held-out pass@1 is at least this"""
     report_samples: int = 16
     """samples per held-out problem for the final report (accuracy by difficulty, pass@k up to this)"""
+    calculator: float = 0.0
+    """the sibling model (issue 58, docs/environments.md): this share of the training problems is demonstrated with
+    a call, 47*85= then <calc>47*85</calc>, the calculator's 3995, and the answer 3995, the loss on the call and the
+    answer only (the calculator's reply is masked, as RL masks it), with the sibling tokenizer (<calc>, </calc>, ?
+    added); its pass@1 is then of episodes the calculator answers. 0: the shipped model's stream and tokenizer"""
 
     @classmethod
     def smoke(cls, **overrides) -> ArithmeticLMArgs:
@@ -147,10 +155,12 @@ def held_out(args: ArithmeticLMArgs) -> list[Problem]:
     return make_problems(args.train_size + args.test_size, args.data_seed, digits=args.digits, ops=args.ops)[: args.test_size]
 
 
-def training_batch(rng: random.Random, args: ArithmeticLMArgs, excluded: set[str], eos: int, encode) -> tuple[torch.Tensor, torch.Tensor]:
+def training_batch(rng: random.Random, args: ArithmeticLMArgs, excluded: set[str], eos: int, encode,
+                   calls: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`batch_size` problems drawn as the task draws them, none of `excluded`, as right-padded rows
     `<eos> prompt answer <eos>` and the mask of the positions whose next token is learned (the answer
-    and its EOS)."""
+    and its EOS). With `calls` (the ids of <calc> and </calc>: --calculator), a share --calculator of the rows
+    is `<eos> prompt <calc>expr</calc> result answer <eos>`, the result (the calculator's) not learned."""
     import torch
 
     rows, learned = [], []
@@ -159,6 +169,11 @@ def training_batch(rng: random.Random, args: ArithmeticLMArgs, excluded: set[str
         if problem.prompt in excluded:
             continue
         prompt, answer = encode(problem.prompt), encode(problem.ground_truth) + [eos]
+        if calls is not None and rng.random() < args.calculator:  # (no draw without --calculator: the stream as shipped)
+            call, result = [calls[0], *encode(problem.prompt[:-1]), calls[1]], encode(str(evaluate(problem.prompt[:-1])))
+            rows.append([eos] + prompt + call + result + answer)
+            learned.append([False] * len(prompt) + [True] * len(call) + [False] * len(result) + [True] * len(answer))
+            continue
         rows.append([eos] + prompt + answer)
         learned.append([False] * len(prompt) + [True] * len(answer))  # position i predicts token i + 1
     width = max(map(len, rows))
@@ -173,16 +188,46 @@ def training_batch(rng: random.Random, args: ArithmeticLMArgs, excluded: set[str
 # --- evaluation -----------------------------------------------------------------------------------
 
 
-def sample_answers(model, tokenizer, prompts: list[str], n: int, generator: torch.Generator, max_new: int = 6) -> list[list[str]]:
+def sample_answers(model, tokenizer, prompts: list[str], n: int, generator: torch.Generator, max_new: int = 6,
+                   tools: CalculatorFactory | None = None) -> list[list[str]]:
     """`n` completions of each prompt, sampled at temperature 1 from the full softmax, cut at EOS:
-    prompts of one length are one batch (no padding), each row re-run whole per new token (a few tokens)."""
+    prompts of one length are one batch (no padding), each row re-run whole per new token (a few tokens).
+    With `tools`, episodes: the calculator answers each call (`ToolRows`) and the answer is the last turn."""
     import torch
 
     with torch.no_grad():
-        return _sample_answers(model, tokenizer, prompts, n, generator, max_new)
+        return _sample_answers(model, tokenizer, prompts, n, generator, max_new, tools)
 
 
-def _sample_answers(model, tokenizer, prompts, n, generator, max_new):
+class ToolRows:
+    """The calculator answering each row of a lockstep batch, one token a step so the batch stays rectangular:
+    a row that samples </calc> is fed the calculator's reply (reward/calculator.py), token by token, in place
+    of its next samples; `turn_start` is where each row's current turn began (its answer: the last turn)."""
+
+    def __init__(self, factory: CalculatorFactory, rows: int, start: int):
+        self.envs, self.close = [factory("") for _ in range(rows)], factory.stop_ids[0]
+        self.pending: list[list[int]] = [[] for _ in range(rows)]
+        self.turn_start = [start] * rows
+
+    def force(self, token: torch.Tensor) -> list[bool]:
+        """Put each row's next pending reply token in place of its sample; which rows were fed."""
+        fed = [bool(queue) for queue in self.pending]
+        for row, queue in enumerate(self.pending):
+            if queue:
+                token[row] = queue.pop(0)
+        return fed
+
+    def after(self, ids: torch.Tensor, fed: list[bool]) -> None:
+        """After a step: a reply fed out starts a new turn; a sampled </calc> is a call, answered."""
+        for row, was_fed in enumerate(fed):
+            if was_fed and not self.pending[row]:
+                self.turn_start[row] = ids.shape[1]
+            elif not was_fed and int(ids[row, -1]) == self.close:
+                turn = tuple(ids[row, self.turn_start[row]:].tolist())
+                self.pending[row] = list(self.envs[row].step(turn).observation)
+
+
+def _sample_answers(model, tokenizer, prompts, n, generator, max_new, tools=None):
     import torch
 
     eos = tokenizer.eos_token_id
@@ -194,27 +239,33 @@ def _sample_answers(model, tokenizer, prompts, n, generator, max_new):
     for length, members in sorted(by_length.items()):
         ids = torch.tensor([encoded[i] for i in members for _ in range(n)])
         done = torch.zeros(len(ids), dtype=torch.bool)
+        rows = None if tools is None else ToolRows(tools, len(ids), length)
         for _ in range(max_new):
             probs = torch.softmax(model(ids).logits[:, -1].float(), dim=-1)
             token = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            fed = None if rows is None else rows.force(token)
             token[done] = eos
             done |= token == eos
             ids = torch.cat([ids, token[:, None]], dim=1)
+            if rows is not None:
+                rows.after(ids, fed)
             if done.all():
                 break
         for row, i in enumerate(r for r in members for _ in range(n)):
-            completion = ids[row, length:].tolist()
+            completion = ids[row, length if rows is None else rows.turn_start[row]:].tolist()
             completion = completion[: completion.index(eos)] if eos in completion else completion
             out[i].append(tokenizer.decode(completion))
     return out
 
 
-def correct_counts(model, tokenizer, problems: list[Problem], n: int, seed: int) -> list[int]:
-    """c for each problem: how many of `n` samples `accuracy_reward` calls right."""
+def correct_counts(model, tokenizer, problems: list[Problem], n: int, seed: int, tools: CalculatorFactory | None = None) -> list[int]:
+    """c for each problem: how many of `n` samples `accuracy_reward` calls right (with `tools`: episodes'
+    last turns, the calculator answering)."""
     import torch
 
     model.eval()
-    samples = sample_answers(model, tokenizer, [p.prompt for p in problems], n, torch.Generator().manual_seed(seed))
+    samples = sample_answers(model, tokenizer, [p.prompt for p in problems], n, torch.Generator().manual_seed(seed),
+                             max_new=6 if tools is None else TOOL_MAX_NEW, tools=tools)
     model.train()
     return [int(sum(accuracy_reward(completions=s, ground_truth=[p.ground_truth] * n))) for p, s in zip(problems, samples)]
 
@@ -249,6 +300,8 @@ def check_outputs(args: ArithmeticLMArgs) -> None:
                                 "(the current one is kept as arithmetic_lm.bak)")
     if not 0 < args.target_pass1 <= 1:
         raise ArithmeticLMError(f"target_pass1: must be in (0, 1]; got {args.target_pass1}")
+    if not 0 <= args.calculator <= 1:
+        raise ArithmeticLMError(f"calculator: must be in [0, 1] (a share of the demonstrations); got {args.calculator}")
 
 
 def build(args: ArithmeticLMArgs) -> dict:
@@ -264,8 +317,10 @@ def build(args: ArithmeticLMArgs) -> dict:
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
     start = time.perf_counter()
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(calculator=args.calculator > 0)
     eos = tokenizer.eos_token_id
+    tools = CalculatorFactory(tokenizer) if args.calculator > 0 else None
+    calls = None if tools is None else tools.ids[:2]
     config = GPT2Config(
         vocab_size=len(tokenizer), n_positions=args.n_ctx, n_ctx=args.n_ctx, n_embd=args.d_model, n_layer=args.n_layer,
         n_head=args.n_head, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
@@ -286,7 +341,7 @@ def build(args: ArithmeticLMArgs) -> dict:
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = args.lr * min(1.0, step / args.warmup)
-        ids, learned = training_batch(rng, args, excluded, eos, encode)
+        ids, learned = training_batch(rng, args, excluded, eos, encode, calls)
         logits = model(ids[:, :-1]).logits
         loss = F.cross_entropy(logits[learned], ids[:, 1:][learned])
         loss.backward()
@@ -295,7 +350,7 @@ def build(args: ArithmeticLMArgs) -> dict:
         opt.zero_grad(set_to_none=True)
         bar.set_postfix(loss=f"{loss.item():.3f}")
         if step % args.eval_every == 0 or step == args.steps:
-            counts = correct_counts(model, tokenizer, test, args.eval_samples, args.seed + step)
+            counts = correct_counts(model, tokenizer, test, args.eval_samples, args.seed + step, tools)
             curve.append({"step": step, "loss": loss.item(), "pass@1": mean_pass(counts, args.eval_samples, 1)})
             tqdm.write(f"  step {step:5d}  loss {loss.item():.3f}  held-out pass@1 {curve[-1]['pass@1']:.3f}")
             if curve[-1]["pass@1"] >= args.target_pass1:
@@ -304,7 +359,7 @@ def build(args: ArithmeticLMArgs) -> dict:
     bar.close()
     model.eval()
     n = args.report_samples
-    counts = correct_counts(model, tokenizer, test, n, args.seed + 10**6)
+    counts = correct_counts(model, tokenizer, test, n, args.seed + 10**6, tools)
     ks = [k for k in (1, 4, 16, 64, 256) if k <= n]
     metrics = {
         "stopped_at_step": curve[-1]["step"] if curve else 0, "reached_target": reached is not None,

@@ -5,6 +5,9 @@ changes nothing where nothing is called."""
 
 import json
 
+from transformers import AutoTokenizer
+
+from rlhf_scratch.commands.main import main as rlhf
 from rlhf_scratch.commands.train import main as train
 from rlhf_scratch.engine.loop import without_timings
 from rlhf_scratch.engine.runs import read_metrics
@@ -22,3 +25,15 @@ def test_the_calculator_on_the_shipped_model_trains_as_the_single_turn_run(tmp_p
     plain, episodes = ([without_timings(m) for m in read_metrics(runs[name])] for name in ("plain", "calculator"))
     assert len(plain) == 2 and "eval/pass@1" in plain[-1]
     assert episodes == plain
+
+
+def test_a_sibling_with_call_demonstrations_builds_and_trains_with_the_calculator(tmp_path, one_thread):
+    out = tmp_path / "sibling"
+    assert rlhf(["pretrain-arithmetic", "--smoke", "--calculator", "0.5", "--ops", "+-*", "--out", str(out)]) == 0
+    tokenizer = AutoTokenizer.from_pretrained(out / "arithmetic_lm")
+    assert {"<calc>", "</calc>", "?"} <= set(tokenizer.get_vocab())
+    assert json.loads((out / "metrics.json").read_text())["args"]["calculator"] == 0.5
+    run_dir = tmp_path / "run"
+    assert train(["arithmetic", "--model", str(out / "arithmetic_lm"), "--env", "calculator", "--gen-len", "20",
+                  *SHORT[:12], "--val-prompts", "", "--run-dir", str(run_dir)]) == 0
+    assert len(read_metrics(run_dir)) == 2

@@ -190,3 +190,50 @@ def test_with_no_call_possible_an_episode_is_the_single_turn_rollout_token_for_t
     for name in ("prompt_ids", "completion_ids", "completion_mask", "attention_mask"):
         assert torch.equal(getattr(episode, name), getattr(single, name)), name
     assert episode.completions == single.completions and episode.prompts == single.prompts
+
+
+# --- the sibling model's pieces (commands/arithmetic_lm.py --calculator) ----------------------------------
+
+
+def test_a_call_demonstration_learns_the_call_and_the_answer_not_the_calculators_reply():
+    import random
+
+    from rlhf_scratch.commands.arithmetic_lm import ArithmeticLMArgs, training_batch
+
+    args = ArithmeticLMArgs(batch_size=6, ops="*", calculator=1.0)
+    encode = lambda text: SIBLING.encode(text, add_special_tokens=False)  # noqa: E731
+    rows, learned = training_batch(random.Random(0), args, set(), EOS, encode, calls=(OPEN, CLOSE))
+    text = SIBLING.decode(rows[0].tolist())  # e.g. <|endoftext|>47*85=<calc>47*85</calc>39953995<|endoftext|>
+    prompt, rest = text.removeprefix("<|endoftext|>").split("=", 1)
+    truth = str(evaluate(prompt))
+    assert rest.startswith(f"<calc>{prompt}</calc>{truth}{truth}<|endoftext|>")
+    n_prompt, n_call, n_result = len(prompt) + 1, len(prompt) + 2, len(truth)
+    assert learned[0, : n_prompt + n_call + n_result + len(truth) + 1].tolist() == (
+        [False] * n_prompt + [True] * n_call + [False] * n_result + [True] * (len(truth) + 1))
+    plain = ArithmeticLMArgs(batch_size=6, ops="*")  # without --calculator: the stream as shipped, draw for draw
+    a, b = training_batch(random.Random(0), plain, set(), EOS, encode), training_batch(random.Random(0), plain, set(), EOS, encode, None)
+    assert torch.equal(a[0], b[0]) and OPEN not in a[0].tolist()
+
+
+class Scripted:
+    """A stand-in model that writes `script` after the prompt, whatever the calculator feeds it in between."""
+
+    def __init__(self, script, start):
+        self.script, self.start = script, start
+
+    def __call__(self, ids):
+        logits = torch.full((ids.shape[0], ids.shape[1], len(SIBLING)), -1e9)
+        logits[:, -1, self.script[min(ids.shape[1] - self.start, len(self.script) - 1)]] = 0.0
+        return type("Out", (), {"logits": logits})()
+
+
+def test_the_pretraining_sampler_feeds_the_calculators_reply_and_reads_the_last_turn():
+    from rlhf_scratch.commands.arithmetic_lm import sample_answers
+
+    prompt = "4*5="  # <eos> 4 * 5 = : the completion starts at position 5
+    script = [OPEN, *ids("4*5"), CLOSE, 1, 1, *ids("20"), EOS]  # the two 1s are where the reply 2 0 is fed
+    out = sample_answers(Scripted(script, 5), SIBLING, [prompt], 2, torch.Generator().manual_seed(0), max_new=12,
+                         tools=CalculatorFactory(SIBLING))
+    assert out == [["20", "20"]]
+    plain = sample_answers(Scripted(script, 5), SIBLING, [prompt], 1, torch.Generator().manual_seed(0), max_new=12)
+    assert plain == [["<calc>4*5</calc>0020"]]  # without the calculator the model's own tokens stand there
