@@ -14,7 +14,8 @@ the environment's tokens are context the model reads, never actions it is traine
 
 Generation, one turn at a time (`generate_episodes`): each unfinished row's context — its prompt ids
 and its segments' ids, never text — is left-padded and sampled with the one sampler
-(`generation.generate`) until EOS or the environment's stop token (`EnvironmentFactory.stop_ids`);
+(`generation.generate`, one call for the rows with the same budget left, so that no row is run past
+its own) until EOS or the environment's stop token (`EnvironmentFactory.stop_ids`);
 the turn goes to the environment, its observation is appended, and the next turn continues from the
 ids. Left padding gives each token the position it has in the scoring forward of prompt + completion
 (`generation`'s docstring), so log π_old is of the context the token was sampled in.
@@ -152,12 +153,15 @@ def generate_episodes(
         episode.done = len(episode.ids) >= gen_len
     with timed("generation"):
         while active := [i for i, e in enumerate(episodes) if not e.done]:
-            budgets = [gen_len - len(episodes[i].ids) for i in active]
-            ids, mask = left_padded([prompt_rows[i] + list(episodes[i].ids) for i in active], pad, device)
-            turn_ids, turn_mask = generate(lm, ids, mask, max(budgets), temperature, top_k, True, kv_cache=kv_cache,
-                                           cuda_graph=cuda_graph, top_p=top_p, decoders=decoders, stop_ids=stops)
-            for i, budget, row, keep in zip(active, budgets, turn_ids.cpu(), turn_mask.cpu()):
-                take_turn(episodes[i], envs[i], tuple(row[keep].tolist())[:budget], eos, gen_len, max_turns)
+            by_budget: dict[int, list[int]] = {}  # one call per budget left: no row runs past its own (nor past n_ctx)
+            for i in active:
+                by_budget.setdefault(gen_len - len(episodes[i].ids), []).append(i)
+            for budget, rows in by_budget.items():
+                ids, mask = left_padded([prompt_rows[i] + list(episodes[i].ids) for i in rows], pad, device)
+                turn_ids, turn_mask = generate(lm, ids, mask, budget, temperature, top_k, True, kv_cache=kv_cache,
+                                               cuda_graph=cuda_graph, top_p=top_p, decoders=decoders, stop_ids=stops)
+                for i, row, keep in zip(rows, turn_ids.cpu(), turn_mask.cpu()):
+                    take_turn(episodes[i], envs[i], tuple(row[keep].tolist()), eos, gen_len, max_turns)
     completion_ids, completion_mask = assemble_completions(episodes, gen_len, pad)
     with timed("reward"):  # decoding is the reward's part of the clock, as in generate_sequences
         completions = [lm.tokenizer.decode([t for t in e.last_turn if t not in eos]) for e in episodes]
@@ -172,7 +176,7 @@ def generate_episodes(
 
 
 def take_turn(episode: Episode, env, turn: tuple[int, ...], eos: tuple[int, ...], gen_len: int, max_turns: int) -> None:
-    """Record the model's `turn` (its ids as sampled, cut to the budget), hand it to the environment, and
+    """Record the model's `turn` (its ids as sampled, within the budget), hand it to the environment, and
     append the observation unless the episode is over: at EOS, when the environment says done, after
     `max_turns` turns, or when the budget is spent (an observation that does not fit is cut there)."""
     episode.add(turn, by_model=True)

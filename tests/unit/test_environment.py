@@ -146,7 +146,7 @@ def sibling_lm(tmp_path_factory):
     """A random 1-layer model over the sibling vocabulary, biased towards calling: every sample is checked."""
     folder = tmp_path_factory.mktemp("sibling_tokenizer")
     SIBLING.save_pretrained(folder)  # TransformerLens wants a tokenizer it can load again
-    cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_ctx=64, d_head=4, n_heads=4, d_mlp=32, d_vocab=len(SIBLING),
+    cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_ctx=32, d_head=4, n_heads=4, d_mlp=32, d_vocab=len(SIBLING),
                                   act_fn="gelu", normalization_type="LN", seed=0)
     lm = HookedTransformer(cfg, tokenizer=AutoTokenizer.from_pretrained(folder))
     with torch.no_grad():
