@@ -10,7 +10,7 @@ from types import ModuleType
 import nbformat
 import pytest
 
-NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"  # resolved: a sys.path entry may be "tests/integration/.."
 
 
 def load_generator(monkeypatch: pytest.MonkeyPatch, script: str) -> ModuleType:
