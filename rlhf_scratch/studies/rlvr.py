@@ -1,7 +1,7 @@
 """Does RL add what the base model lacks? pass@k of the base model and of GRPO-tuned models on held-out
 arithmetic, for k = 1 … 256, over seeds, by difficulty.
 
-    rlhf pass-at-k --out studies/passk                       # 3 seeds (about 10 minutes on 2 CPU cores)
+    rlhf pass-at-k --out studies/passk                       # 3 seeds (about 7 minutes on 2 CPU cores)
     rlhf pass-at-k --out studies/passk --seeds 1,2,3,4,5     # … more seeds later: only the new ones run
     rlhf pass-at-k --out s/ --quick                          # seconds: tests (`QUICK`); its verdict says nothing
 
