@@ -221,8 +221,11 @@ class RayPPOTrainer:
         self.drawn_from = self.prompts.state_dict()  # the position before them (a generation in flight resumes from it)
         return self.prompts.next_batch(self.args.batch_size // self.num_generations)
 
-    def _prompts_proto(self, prompts: list[str]) -> DataProto:
-        return DataProto(non_tensor_batch={"prompts": prompts}, meta_info={"num_generations": self.num_generations})
+    def _prompts_proto(self, prompts: list[str], validate: dict | None = None) -> DataProto:
+        """The prompts for `generate_sequences`: the run's G, or a validation's n and its request."""
+        if validate is None:
+            return DataProto(non_tensor_batch={"prompts": prompts}, meta_info={"num_generations": self.num_generations})
+        return DataProto(non_tensor_batch={"prompts": prompts}, meta_info={"num_generations": int(validate["n"]), "validate": validate})
 
     def _proto(self, rollout: Rollout) -> DataProto:
         return from_rollout(rollout, self.pad_id)
@@ -232,8 +235,7 @@ class RayPPOTrainer:
         submitted a phase before (its wait), or one submitted now if none is in flight. A validation's
         (`validate`: `Trainer.generate_sequences`) is the actor's, the weights just learned, always synchronous."""
         if validate is not None:
-            return to_rollout(self.actor_rollout_wg.generate_sequences(DataProto(
-                non_tensor_batch={"prompts": prompts}, meta_info={"num_generations": int(validate["n"]), "validate": validate})))
+            return to_rollout(self.actor_rollout_wg.generate_sequences(self._prompts_proto(prompts, validate)))
         if not self.max_staleness:
             out = self.actor_rollout_wg.generate_sequences(self._prompts_proto(prompts))
         else:

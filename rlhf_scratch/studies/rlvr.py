@@ -152,12 +152,10 @@ def pass_curve(counts: list[int], n: int, ks: list[int]) -> dict[int, float]:
 
 
 def difficulty_of(prompts: list[str]) -> list[str]:
-    """Each problem's cell, `op=+ carry=yes`, from its row's extra_info."""
-    cells = []
-    for p in prompts:
-        info = p.columns["extra_info"]
-        cells.append(f"op={info['op']} carry={'yes' if info['carry'] else 'no'}")
-    return cells
+    """Each problem's cell, `op=+ carry=yes`, from its row's extra_info (`verifiable_eval.difficulty_cells`)."""
+    from rlhf_scratch.reward.verifiable_eval import difficulty_cells
+
+    return [f"op={cell['op']} carry={cell['carry']}" for cell in difficulty_cells(prompts, 1)]
 
 
 # --- the study ---------------------------------------------------------------------------------------
