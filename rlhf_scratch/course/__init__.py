@@ -9,11 +9,12 @@ the classic mistake by the number it produced (logits and tokens off by one, a m
 the KL the wrong way round, padding counted in a mean, log(softmax) at logits x 100, ...) and says
 so. `notebooks/exercises/` holds a stub and its check for every function. The checks live by topic:
 `checks.py` (exercises 01-03), `checks_sampling.py` and `checks_reward.py` (04: sampling, the replay
-memory, the reward model), `checks_interp.py` (05: interpretability on a planted model),
+memory, the reward model), `checks_parts.py` (07: the value head module, the generation loop, the replay
+memory, the parts notebook 06 trains with), `checks_interp.py` (05: interpretability on a planted model),
 `checks_capstones.py` (06: RLOO's trainer from the contract, a KL estimator graded by the microscope,
 a paired interval over seeds), `checks_hacking.py` (notebook 09: the fall of gold decided over seeds, early
 stopping, a reward-model ensemble, the share of the proxy's excess a feature explains), `checks_verifiable.py`
-(notebook 10: the answer parsed, the rule rewards, pass@k); `catalogue.py` lists them all. The solutions written to be read: `solutions.py`, `solutions_interp.py`,
+(notebook 10: the answer parsed, the rule rewards, pass@k); `catalogue.py` lists them all. The solutions written to be read: `solutions.py`, `solutions_parts.py`, `solutions_interp.py`,
 `solutions_capstones.py`, `solutions_hacking.py`, `solutions_verifiable.py`; `capstone_kit.py` is what notebook 06 builds with. The other
 modules of this package (the learning-phase check of notebook 06, re-executing the notebooks) are
 imported by name.
@@ -49,6 +50,7 @@ _CHECKS_BY_MODULE = {
         "check_position_ids",
     ),
     "checks_reward": ("check_reward_at_last_token", "check_reward_model_step"),  # exercises 04: the reward model
+    "checks_parts": ("check_ReplayMemory", "check_TransformerWithValueHead", "check_generate"),  # exercises 07
     "checks_interp": (  # exercises 05: interpretability on a planted model
         "check_feature_change",
         "check_logit_diff",

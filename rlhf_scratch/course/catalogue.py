@@ -1,5 +1,5 @@
 """Every exercise of the course in one place: its solution's `Reference`, its cases and its `check_*`,
-gathered from the topic modules (`checks`, `checks_sampling`, `checks_reward`, `checks_interp`,
+gathered from the topic modules (`checks`, `checks_sampling`, `checks_reward`, `checks_parts`, `checks_interp`,
 `checks_capstones`, and `checks_hacking` and `checks_verifiable`: notebooks 09's and 10's, whose stubs are in
 those notebooks).
 
@@ -15,13 +15,15 @@ from rlhf_scratch.course import (
     checks_capstones,
     checks_hacking,
     checks_interp,
+    checks_parts,
     checks_reward,
     checks_sampling,
     checks_verifiable,
 )
 from rlhf_scratch.course.checks import Case, Reference
 
-MODULES = (checks, checks_sampling, checks_reward, checks_interp, checks_capstones, checks_hacking, checks_verifiable)
+MODULES = (checks, checks_sampling, checks_reward, checks_parts, checks_interp, checks_capstones, checks_hacking,
+           checks_verifiable)
 
 REFERENCES: dict[str, Reference] = {name: ref for m in MODULES for name, ref in m.REFERENCES.items()}
 """Each exercise's solution: `from <module> import <name>`, with this signature."""
