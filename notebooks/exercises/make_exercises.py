@@ -1051,9 +1051,170 @@ and a study of it over seeds: `python -m rlhf_scratch.compare sentiment --algos 
 )
 
 
+# --- 07: the parts notebook 06 trains with ------------------------------------------------------
+
+VALUE_HEAD = Exercise("TransformerWithValueHead", r"""## 1 · `TransformerWithValueHead`: the value head as a module on the HookedTransformer
+
+PPO's baseline $V(s_t)$ is a small MLP on the policy's own final residual, so one forward pass gives
+both the logits and a value at every position:
+
+$$V(s_t) = W_2\,\mathrm{ReLU}(W_1 \hat h_t + b_1) + b_2, \qquad \hat h_t = \texttt{ln\_final.hook\_normalized}[t]$$
+
+$\hat h$ is the residual after the final LayerNorm, the vector the unembedding reads. Write the module:
+`self.value_head = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Linear(4 * d_model, 1))`
+(the check loads its weights into it), and a `forward(input_ids, attention_mask=None)` that runs the base
+with `run_with_hooks`, a hook on `ln_final.hook_normalized` computing the values, and returns
+`(logits, values)`, values `[batch, seq]`.
+
+`detach_value_head=True` (the blog's final code) detaches $\hat h$ before the head: the value loss then
+trains the head only; `False` (ARENA's) lets it shape the trunk too.
+
+Watch for: the hook (`ln_final.hook_normalized`, not the last block's `hook_resid_post`, which is before
+the LayerNorm, and not the logits); a hook that **returns nothing** (a returned tensor replaces the
+activation); `attention_mask` passed on to the base (left-padded prompts); `.squeeze(-1)`; detach only when
+asked; `run_with_hooks`, not `add_hook` (a hook left on the base runs on every later forward); hand the
+values over and don't keep them on the module (they hold the forward's graph).
+
+**Predict:** with `detach_value_head=True`, what is the gradient of $\sum_t V(s_t)$ with respect to the
+trunk's weights? And the logits' gradient with respect to the head's?
+
+<details><summary>Answer</summary>
+
+Zero, both: the detach cuts the only path from the values to the trunk, and the logits never pass
+through the head. The check's second case measures the first; its third, with `False`, sees the trunk's
+gradient appear.
+</details>
+
+Solution: `rlhf_scratch.course.solutions_parts.TransformerWithValueHead`; the package's:
+`rlhf_scratch.algorithms.ppo.TransformerWithValueHead` (it also gives the values from a faster forward
+without hooks, for the learning phase).""", '''\
+class TransformerWithValueHead(nn.Module):
+    """base (a HookedTransformer) + value_head, an MLP on ln_final.hook_normalized; forward gives (logits, values)."""
+
+    def __init__(self, base: HookedTransformer, detach_value_head: bool = True):
+        super().__init__()
+        raise NotImplementedError
+
+    def forward(
+        self, input_ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"] | None = None
+    ) -> tuple[Float[Tensor, "batch seq d_vocab"], Float[Tensor, "batch seq"]]:
+        raise NotImplementedError''')
+
+GENERATE = Exercise("generate", r"""## 2 · `generate`: the sampling loop, left padding, positions, a KV cache
+
+Exercises 4 wrote the pieces (`left_pad`, `position_ids`, `completion_mask`). Now the loop the rollout runs:
+
+1. left-pad the prompts with `pad_id` (every prompt ends at the last column) and make the mask, True on
+   the real tokens;
+2. positions: each row counts from its first real token, `cumsum(mask) - 1`, 0 on the pads;
+3. `gen_len` times: the logits after each row's last column, `token = next_token(logits)` (greedy, or a
+   sampler: notebook 06 passes `sample_next_token` with its temperature and top-k), appended with the
+   position one past the row's last and a True mask column. With `eos_id`, a row that has said it is
+   finished: its later tokens are `pad_id` and its completion mask False (the EOS itself is kept).
+
+Run the model with `forward_at(model, ids, positions, attention_mask, cache=None)` (given,
+`rlhf_scratch/course/parts_kit.py`): TransformerLens' forward with **your** positions. Without a cache,
+run the whole sequence each step. With `use_cache=True` (optional: raise `NotImplementedError` for it and
+the check runs the other cases), make `cache = new_cache(model, batch)` once, run the prompt through it
+first, then **only the new token** each step: its position, and a mask of one True column (the cache
+keeps the earlier columns' mask). Return `(ids, attention_mask, completion_mask)`: `[batch, prompt_len +
+gen_len]` twice, `[batch, gen_len]`.
+
+Watch for: right padding (a short prompt's next token would follow a pad); positions not shifted
+(`arange` for every row) or from 1; the pads attended; with the cache, the new token's position off by
+one (it is one past the **row's** last, not the padded width) and the whole sequence fed again.
+
+**Predict:** does the KV cache change the tokens the greedy loop writes?
+
+<details><summary>Answer</summary>
+
+No: the cache only saves recomputing the earlier columns' keys and values; the logits agree to about
+1e-6 and the greedy tokens are the same (the check's cases 1 and 3 have one answer). It changes the cost:
+each step runs one column instead of the whole sequence.
+</details>
+
+Solution: `rlhf_scratch.course.solutions_parts.generate`; the package's: `rlhf_scratch.rollout.generation.generate`
+(a static cache allocated once, CUDA-graphed on a GPU; the same tokens).""", '''\
+@torch.no_grad()
+def generate(
+    model: HookedTransformer,
+    prompts: list[Int[Tensor, " _"]],
+    gen_len: int,
+    next_token: Callable[[Tensor], Tensor],
+    pad_id: int,
+    eos_id: int | None = None,
+    use_cache: bool = False,
+) -> tuple[Int[Tensor, "batch seq"], Bool[Tensor, "batch seq"], Bool[Tensor, "batch gen_len"]]:
+    """(ids, attention_mask, completion_mask): the prompts left-padded, then gen_len tokens drawn by
+    `next_token` from the logits after each row's last token; pad after a row's first eos_id."""
+    raise NotImplementedError''')
+
+REPLAY_MEMORY = Exercise("ReplayMemory", r"""## 3 · `ReplayMemory`: the rollout, cut into minibatches
+
+The learning phase trains `batches_per_learning_phase` epochs on one rollout. The memory stores what the
+rollout computed, under no gradient, and the **returns**, the value head's targets:
+
+$$R_t = A_t + V_\text{old}(s_t), \qquad s_t = \text{the state token } t \text{ was chosen in: } \texttt{values[:, -gen\_len-1 : -1]}$$
+
+`get_minibatches(generator=None)` yields, for each epoch, a **new** `torch.randperm(batch, generator=generator)`
+cut into `num_minibatches` equal minibatches: each a `ReplayMinibatch` (given) of `sample_ids`,
+`attention_mask`, `completion_mask`, `logprobs`, `advantages`, `returns`, every field gathered with the
+same rows. The check draws with a seeded generator and compares with the package's rows, so draw one
+permutation per epoch and nothing else.
+
+Watch for: one shuffle reused for every epoch (the same minibatches again); a permutation per minibatch
+(rows overlap, others are dropped); no shuffle; `num_minibatches` is a count, not a size; the returns'
+slice (`values[:, -gen_len:]` is the state **after** each token); **detach** what you store: a tensor that
+keeps its graph keeps the whole rollout's activations in memory.
+
+Solution: `rlhf_scratch.course.solutions_parts.ReplayMemory`; the package's: `rlhf_scratch.core.memory.ReplayMemory`
+(it can also hold the reference's final residual, so the KL needs no reference forward).""", '''\
+class ReplayMemory:
+    """One rollout, and batches_per_learning_phase shuffles of it, each cut into num_minibatches minibatches."""
+
+    def __init__(
+        self,
+        sample_ids: Int[Tensor, "batch seq_len"],
+        attention_mask: Bool[Tensor, "batch seq_len"],
+        completion_mask: Bool[Tensor, "batch gen_len"],
+        logprobs: Float[Tensor, "batch gen_len"],
+        advantages: Float[Tensor, "batch gen_len"],
+        values: Float[Tensor, "batch seq_len"],
+        num_minibatches: int,
+        batches_per_learning_phase: int,
+    ):
+        raise NotImplementedError
+
+    def get_minibatches(self, generator: torch.Generator | None = None) -> Iterator[ReplayMinibatch]:
+        raise NotImplementedError''')
+
+PARTS = notebook(
+    """# Exercises 7 · The parts: the value head, the sampling loop, the replay memory
+
+ARENA's RLHF chapter has you build the pieces around PPO's formulas yourself. Here they are: the value
+head as a module on the HookedTransformer, the loop that samples a batch of left-padded prompts (with a
+KV cache if you like), and the replay memory that cuts a rollout into minibatches. Each check runs your
+part on a small random model and compares it with the solution, which gives the package's numbers, and
+names the classic mistake. Notebook `../06_build_the_ppo_loop.ipynb` then trains with **your** three parts
+(the package's stand in only for a part you have not written, and it says so).""",
+    [VALUE_HEAD, GENERATE, REPLAY_MEMORY],
+    """## All three pass?
+
+Read `rlhf_scratch/course/solutions_parts.py`, then the package's: `rlhf_scratch/algorithms/ppo/policy.py`,
+`rlhf_scratch/rollout/generation.py` (and `models/static_cache.py`, the cache as the GPU likes it) and
+`rlhf_scratch/core/memory.py`. Then open `../06_build_the_ppo_loop.ipynb`: its first cell reads your parts
+from this notebook.""",
+    how=HOW_SOLUTIONS.format(extra=" and `solutions_parts.py`"),
+    imports=("from collections.abc import Callable, Iterator\n\nfrom torch import nn\n"
+             "from transformer_lens import HookedTransformer\n\n"
+             "from rlhf_scratch.course.parts_kit import ReplayMinibatch, forward_at, new_cache"),
+)
+
+
 NOTEBOOKS = {"01_ppo_objective_exercises.ipynb": PPO, "02_beyond_ppo_exercises.ipynb": BEYOND,
              "03_components_exercises.ipynb": COMPONENTS, "04_rollout_exercises.ipynb": ROLLOUT,
-             "05_interp_exercises.ipynb": INTERP, "06_capstones_exercises.ipynb": CAPSTONES}
+             "05_interp_exercises.ipynb": INTERP, "06_capstones_exercises.ipynb": CAPSTONES,
+             "07_parts_exercises.ipynb": PARTS}
 """Every exercise notebook of this folder, by file name."""
 
 

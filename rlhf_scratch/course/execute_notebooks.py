@@ -70,6 +70,8 @@ EXCLUDED: dict[str, str] = {
         "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
     "exercises/06_capstones_exercises.ipynb":
         "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
+    "exercises/07_parts_exercises.ipynb":
+        "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
 }
 """Notebooks (path relative to `notebooks/`) the suite does not execute as they are, each with why."""
 
