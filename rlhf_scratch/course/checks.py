@@ -789,7 +789,8 @@ def _grpo_advantages_cases() -> list[Case]:
              [0.5, -0.5, 0.125, -0.125, -1.0, 1.0],  # ± half the difference within each pair
              (Mistake([1.0, -1.0, 0.25, -0.25, -2.0, 2.0], "that is RLOO's leave-one-out baseline; GRPO's is the "
                                                            "group mean, r_i included (half the difference at G = 2)"),
-              Mistake([0.5 / (0.5**0.5 + GRPO_EPS) * s for s in (1, -1, 1, -1, 1, -1)],
+              # divided by each pair's std |c| √2 (+ 1e-4): ±1/√2 where the difference is not small
+              Mistake([c / (abs(c) * 2**0.5 + GRPO_EPS) for c in (0.5, -0.5, 0.125, -0.125, -1.0, 1.0)],
                       "scale_rewards = 'none' divides by nothing: A_i = r_i - mean_g r"))),
     ]
 
@@ -949,6 +950,10 @@ def check_calc_reward_model_loss(fn: Callable) -> None:
 # --- compute_gae_advantages -------------------------------------------------------------------
 
 
+DELTAS_ALONE = ("those are the deltas alone (λ = 0): add the discounted later advantages, "
+                "A_t = δ_t + γλ A_{t+1}")
+
+
 def _gae_cases() -> list[Case]:
     # γ = λ = 1/2 (γλ = 1/4); prefix_len 2, so the generated steps are chosen in s_1, s_2, s_3:
     # V(s_t) = values[1:4] = [2, 1, 4], V(s_{t+1}) = values[2:5] = [1, 4, (8: after the last token, not used)]
@@ -976,6 +981,7 @@ def _gae_cases() -> list[Case]:
               Mistake([[0.6875, -1.25, -5.0]], "states shifted by one: the first generated token is chosen in "
                                                "s_{prefix_len-1}, so V(s_t) is values[:, prefix_len-1:-1]"),
               Mistake([[0.6875, 1.75, 3.0]], "those are the returns A + V(s_t), not the advantages"),
+              Mistake([[-1.5, 1.0, -1.0]], DELTAS_ALONE),
               Mistake([[1.3125, -0.75, 1.0]], "sign: δ_t = r_t + γ V(s_{t+1}) − V(s_t), how much better the step "
                                               "went than V expected"))),
         Case("row 1 ends at EOS (mask), γ = 1, λ = 0.5",
@@ -994,9 +1000,7 @@ def _gae_cases() -> list[Case]:
         Case("γ = λ = 1: the Monte-Carlo advantage",
              lambda fn: fn(_t(two[:1]), _t([10.0]), 2, 1.0, 1.0),
              [[9.0, 8.0, 6.0]],  # reward − V(s_t) = 10 − [1, 2, 4]
-             (Mistake([[1.0, 2.0, 6.0]], "those are the deltas alone (λ = 0): add the discounted later "
-                                         "advantages, A_t = δ_t + γλ A_{t+1}; at γ = λ = 1 they telescope to "
-                                         "reward − V(s_t)"),)),
+             (Mistake([[1.0, 2.0, 6.0]], DELTAS_ALONE + "; at γ = λ = 1 they telescope to reward − V(s_t)"),)),
     ]
 
 
