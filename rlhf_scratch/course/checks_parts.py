@@ -221,7 +221,7 @@ POSITIONS_UNSHIFTED = ("positions not shifted for left padding: a padded prompt 
 POSITIONS_FROM_ONE = "positions off by one: the first real token is position 0 (cumsum(mask) - 1, not cumsum(mask))"
 PADS_ATTENDED = "the pads are attended: the attention mask must be False on the left padding (True on real tokens)"
 CACHE_POSITION_REPEATED = ("KV cache position off by one: the new token repeats the position of the token before "
-                           "it; it sits one past each row's last position")
+                           "it; it sits one past each row's last position (with the cache or without)")
 CACHE_POSITION_PADDED = ("KV cache position counted from the padded width (prompt_len + t): a left-padded row's "
                          "next position is one past ITS last position, which is smaller by its pad count")
 CACHE_REFED = ("with the KV cache, feed only the new token: the cache already holds every earlier column, and "
@@ -278,16 +278,17 @@ def _generated(fn: Callable, eos_id: int | None, use_cache: bool, gen_len: int =
 
 @lru_cache(maxsize=1)
 def _eos() -> int:
-    """A token the greedy loop says at step 2 of row 0 and not at step 0: completions end there, others run on."""
+    """A token the greedy loop says at step 2 of row 0: with it as EOS the rows end after 2, 3 and 1 tokens."""
     ids, _, _ = solutions_parts.generate(random_model(), prompts(), 6, _greedy, PAD)
     return int(ids[0, 5 + 2])
 
 
 def _generate_cases() -> list[Case]:
     prompt_mistakes = {"right_pad": RIGHT_PAD, "positions_unshifted": POSITIONS_UNSHIFTED,
-                       "positions_from_one": POSITIONS_FROM_ONE, "pads_attended": PADS_ATTENDED}
-    cache_mistakes = {"cache_position_repeated": CACHE_POSITION_REPEATED,
-                      "cache_position_padded": CACHE_POSITION_PADDED, "cache_refed": CACHE_REFED}
+                       "positions_from_one": POSITIONS_FROM_ONE, "pads_attended": PADS_ATTENDED,
+                       "cache_position_repeated": CACHE_POSITION_REPEATED,  # a new token's position: cache or not
+                       "cache_position_padded": CACHE_POSITION_PADDED}
+    cache_mistakes = {"cache_refed": CACHE_REFED}
     eos_mistakes = {"eos_dropped": EOS_DROPPED, "after_eos": AFTER_EOS}
 
     def case(name: str, eos: bool, use_cache: bool) -> Case:
@@ -305,7 +306,7 @@ def _generate_cases() -> list[Case]:
                           for m, hint in mistakes.items()), atol=0.0, rtol=0.0)
 
     return [case("prompts of 5, 2 and 3 tokens, greedy, 6 tokens, no EOS", eos=False, use_cache=False),
-            case("the same, with an EOS two rows say", eos=True, use_cache=False),
+            case("the same, with an EOS each row says at its own step", eos=True, use_cache=False),
             case("the same with the KV cache (use_cache=True)", eos=False, use_cache=True),
             case("the KV cache and the EOS", eos=True, use_cache=True)]
 
@@ -370,7 +371,7 @@ GRAPH_IN_MEMORY = ("the memory keeps the gradient graph: a stored tensor (or a m
                    "which keeps the whole rollout's activations alive; detach what the memory stores")
 
 
-def _rollout(with_graph: bool = False) -> tuple[Tensor, ...]:
+def _rollout(with_graph: bool = False) -> tuple:
     """Inputs where every row says which row it is: sample_ids[b] = 10 b + column, logprobs = b + t / 10, ..."""
     b = torch.arange(BATCH, dtype=torch.float32)[:, None]
     leaf = torch.ones(1, requires_grad=with_graph)
@@ -441,11 +442,10 @@ def _rows(seed: int) -> Callable[[Callable], Any]:
 
 
 def _aligned(fn: Callable) -> Any:
-    """[minibatch, field, row]: the row each field's entries came from."""
+    """[minibatch, field, row]: the row sample_ids, logprobs and advantages came from (the returns: the next case)."""
     out = []
     for mb in _minibatches(fn, 0)[1]:
-        rows = [_row_of(mb), mb.logprobs[:, 0].floor().long(), (mb.advantages[:, 0] - 100).floor().long(),
-                 (mb.returns[:, 0] - 100 - 7 ** (SEQ - GEN - 1)).div(1001).floor().long()]
+        rows = [_row_of(mb), mb.logprobs[:, 0].floor().long(), (mb.advantages[:, 0] - 100).floor().long()]
         out.append(torch.stack(rows))
     return _stacked(out)
 
