@@ -16,6 +16,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from rlhf_scratch.course import _CHECKS  # check name -> the module it lives in (imports no torch)
+from rlhf_scratch.course.plan import plan_line  # each exercise's difficulty and minutes (imports no torch)
 
 HERE = Path(__file__).parent
 
@@ -59,8 +60,10 @@ class Exercise:
 def exercise_cells(ex: Exercise) -> list:
     """Formula, stub, check (and `after`, untagged): cells with stable ids (regenerating changes no diff)."""
     meta = {"exercise": ex.name}
+    heading, _, rest = ex.note.partition("\n")  # the plan's line under the heading: difficulty and time
+    note = f"{heading}\n\n{plan_line(ex.name)}\n{rest}" if plan_line(ex.name) else ex.note
     cells = [
-        new_markdown_cell(ex.note, id=f"{ex.name}-note"),
+        new_markdown_cell(note, id=f"{ex.name}-note"),
         new_code_cell(ex.stub, id=f"{ex.name}-stub", metadata={**meta, "tags": ["exercise"]}),
         new_code_cell(f"check_{ex.name}({ex.name})", id=f"{ex.name}-check", metadata={**meta, "tags": ["check"]}),
     ]
