@@ -45,6 +45,11 @@ class Gathered:
     every value the advantages read, with prefix_len 1. None without extras."""
     verdicts: Int[Tensor, " batch"] | None
     """A judge's verdict on each row's pair, repeated on both rows (`Rollout.verdicts`)."""
+    num_turns: Int[Tensor, " batch"] | None = None
+    """An episode's record (`Rollout.num_turns` …, --env), for `episodes.episode_metrics`; None without an environment."""
+    tool_calls: Int[Tensor, " batch"] | None = None
+    tool_errors: Int[Tensor, " batch"] | None = None
+    env_tokens: Int[Tensor, " batch"] | None = None
 
     def __len__(self) -> int:
         return self.completion_mask.shape[0]
@@ -98,4 +103,6 @@ def _columns(rollout: Rollout, gather) -> Gathered:
         ref_logprobs=column(rollout.ref_logprobs), kl=column(rollout.kl), entropy=column(rollout.entropy),
         scores=column(rollout.scores), rewards=column(rollout.rewards), is_terminated=column(rollout.is_terminated),
         lengths=column(rollout.lengths), value_span=column(values), verdicts=column(rollout.verdicts),
+        num_turns=column(rollout.num_turns), tool_calls=column(rollout.tool_calls), tool_errors=column(rollout.tool_errors),
+        env_tokens=column(rollout.env_tokens),
     )

@@ -50,6 +50,7 @@ from rlhf_scratch.engine.runs import (
 )
 from rlhf_scratch.engine.validation import VALIDATION_FILE, Validation
 from rlhf_scratch.reward.heldout import HELDOUT_METRICS, heldout_metrics
+from rlhf_scratch.rollout.episodes import episode_metrics
 from rlhf_scratch.rollout.phase import OverlongBuffer, Rollout
 from rlhf_scratch.rollout.reward_call import reward_func_metrics
 from rlhf_scratch.rollout.rl_dataset import prompt_columns
@@ -307,6 +308,7 @@ def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook],
         "phase": phase,
         **rollout_metrics(batch.everyone),
         **overlong_metrics(batch.everyone, trainer.args),
+        **episode_metrics(batch.everyone),  # --env: turns, tool calls, tokens of each author (episodes.episode_metrics)
         **sampling,
         **dist.mean_over_ranks(heldout_metrics(rollout, trainer.args.direction)),  # judges never trained on
         **dist.mean_over_ranks(reward_funcs_metrics(trainer, rollout)),  # TRL's rewards/<name>/mean of a task's parts

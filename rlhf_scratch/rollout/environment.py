@@ -22,6 +22,11 @@ continues from those ids, never from a re-tokenised text (the bug of verl#3960, 
 stops a row there and hands its turn to the environment. An environment whose stop tokens the
 tokenizer lacks has none, and each episode is one turn: the single-turn rollout, token for token.
 
+Optional: an environment that calls tools may count them, `calls` and `errors` (the calls answered with
+an error) as attributes of the episode's environment (`CountsToolCalls`; the calculator does). The
+episode reads them after each turn (`tool_counts`), and the run logs TRL's tools/call_frequency and
+tools/failure_frequency from them (`episodes.episode_metrics`); an environment without them logs none.
+
 An environment is registered as a task is (`config.registry.register_env`): a "module:function"
 `make(args, tokenizer) -> factory`, where `factory(prompt) -> Environment` and `factory.stop_ids` are the
 stop tokens of the run (`EnvironmentFactory`). `--env NAME` chooses one; episodes run up to `--max-turns`
@@ -58,6 +63,21 @@ class Environment(Protocol):
     def step(self, turn_ids: tuple[int, ...]) -> Step:
         """The model's turn, its token ids exactly as sampled; what follows it."""
         ...
+
+
+@runtime_checkable
+class CountsToolCalls(Protocol):
+    """The optional part of the contract: an environment that counts its episode's tool calls."""
+
+    calls: int
+    """Tool calls so far in this episode."""
+    errors: int
+    """Of them, the ones answered with an error (malformed, failed, over a limit)."""
+
+
+def tool_counts(env: Environment) -> tuple[int, int] | None:
+    """(calls, errors) so far of an environment that counts them (`CountsToolCalls`), else None."""
+    return (int(env.calls), int(env.errors)) if isinstance(env, CountsToolCalls) else None
 
 
 @runtime_checkable

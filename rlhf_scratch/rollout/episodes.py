@@ -25,6 +25,12 @@ environment says done, after --max-turns model turns, or when the budget is spen
 that does not fit is cut there). The reward function reads the model's last turn (`Rollout.completions`:
 its text without EOS, the answer after the tool's reply); with no call at all that is the single-turn
 completion, and the rollout equals `phase.generate_sequences`' token for token (tested).
+
+Each episode's record rides in the rollout as one number per row (`episode_columns`: the environment's
+reward, which `phase.compute_scores` takes as the score where it gives one; the model's turns; the tool
+calls and errors of an environment that counts them; the environment's tokens), so it travels wherever
+the rollout does (the controller's workers, DAPO's kept groups, torchrun's gather), and the loop logs
+`episode_metrics` of it every phase.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from transformer_lens import HookedTransformer
 
 from rlhf_scratch.core.timing import timed
 from rlhf_scratch.models.static_cache import DecoderCache
-from rlhf_scratch.rollout.environment import EnvironmentFactory
+from rlhf_scratch.rollout.environment import EnvironmentFactory, tool_counts
 from rlhf_scratch.rollout.generation import eos_token_ids, generate, pad_token_id, tokenize_prompts
 from rlhf_scratch.rollout.phase import Rollout
 
@@ -61,6 +67,9 @@ class Episode:
     done: bool = False
     reward: float | None = None
     """The environment's reward, when it owns one (`Step.reward`; the last one given)."""
+    tool_counts: tuple[int, int] | None = None
+    """(calls, errors) of the episode's tool calls, from an environment that counts them
+    (`environment.CountsToolCalls`), else None."""
 
     def add(self, ids: tuple[int, ...], by_model: bool) -> None:
         if ids:
@@ -151,6 +160,7 @@ def generate_episodes(
     for env, episode in zip(envs, episodes):
         episode.add(tuple(env.reset())[:gen_len], by_model=False)
         episode.done = len(episode.ids) >= gen_len
+        episode.tool_counts = tool_counts(env)
     with timed("generation"):
         while active := [i for i, e in enumerate(episodes) if not e.done]:
             by_budget: dict[int, list[int]] = {}  # one call per budget left: no row runs past its own (nor past n_ctx)
@@ -170,9 +180,73 @@ def generate_episodes(
         prompt_ids=prompt_ids, completion_ids=completion_ids, completion_mask=completion_mask,
         attention_mask=torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1),
         prompts=group_prompts, completions=completions, num_generations=num_generations,
-        eos_token_id=eos, temperature=temperature,
+        eos_token_id=eos, temperature=temperature, **episode_columns(episodes, device),
     )
     return rollout, episodes
+
+
+def episode_columns(episodes: list[Episode], device=None) -> dict[str, Tensor | None]:
+    """Each episode's record as the rollout's columns, one number a row (`Rollout.env_rewards` …):
+
+        env_rewards   the environment's reward (`Episode.reward`), NaN where it gave none
+        num_turns     the model's turns
+        tool_calls    calls and errors, where every episode's environment counts them (else None)
+        tool_errors
+        env_tokens    the environment's tokens"""
+    counted = all(e.tool_counts is not None for e in episodes)
+
+    def column(values, dtype=torch.long):
+        return torch.tensor(values, dtype=dtype, device=device)
+
+    return {
+        "env_rewards": column([float("nan") if e.reward is None else e.reward for e in episodes], torch.float32),
+        "num_turns": column([e.turns for e in episodes]),
+        "tool_calls": column([e.tool_counts[0] for e in episodes]) if counted else None,
+        "tool_errors": column([e.tool_counts[1] for e in episodes]) if counted else None,
+        "env_tokens": column([e.env_tokens for e in episodes]),
+    }
+
+
+CALL_BUCKETS = (("0", 0, 0), ("1", 1, 1), ("2+", 2, None))
+"""The episodes `tools/reward_by_calls/<name>` averages over: those with lo..hi calls (None: no upper bound)."""
+
+
+def episode_metrics(rollout) -> dict[str, float]:
+    """What a phase's episodes did (a `Rollout`, or the gathered `engine.batch.Gathered`: every process's
+    rows); {} without an environment. verl's and TRL's names where they have one:
+
+        num_turns/min|max|mean        the model's turns per episode (verl's name; verl counts every message,
+                                      the prompt's and the tool's too: here only the model's turns)
+        tools/call_frequency          tool calls per episode (TRL's): Σ calls / episodes
+        tools/failure_frequency       the calls answered with an error (TRL's): Σ errors / Σ calls, 0 without a call
+        tools/reward_by_calls/0|1|2+  the mean reward of the episodes with 0, 1, 2 or more calls; NaN where none
+        episodes/model_tokens         the model's tokens per episode (what is trained), mean
+        episodes/env_tokens           the environment's tokens per episode (context, never trained), mean
+
+    The tools/ numbers need an environment that counts its calls (`environment.CountsToolCalls`).
+
+        turns [2, 1, 3], calls [1, 0, 2], errors [0, 0, 1], rewards [1, 0, 0.5]
+        -> num_turns 1 | 3 | 2,  call_frequency 3/3 = 1,  failure_frequency 1/3,
+           reward_by_calls 0: 0, 1: 1, 2+: 0.5"""
+    if rollout.num_turns is None:
+        return {}
+    turns = rollout.num_turns.float()
+    metrics = {
+        "num_turns/min": turns.min().item(),
+        "num_turns/max": turns.max().item(),
+        "num_turns/mean": turns.mean().item(),
+    }
+    if rollout.tool_calls is not None:
+        calls, errors = rollout.tool_calls, rollout.tool_errors
+        total = int(calls.sum())
+        metrics["tools/call_frequency"] = total / len(calls)
+        metrics["tools/failure_frequency"] = int(errors.sum()) / total if total else 0.0
+        for name, lo, hi in CALL_BUCKETS:
+            rows = (calls >= lo) & (calls <= hi) if hi is not None else calls >= lo
+            metrics[f"tools/reward_by_calls/{name}"] = rollout.rewards[rows].mean().item() if rows.any() else float("nan")
+    metrics["episodes/model_tokens"] = rollout.lengths.float().mean().item()
+    metrics["episodes/env_tokens"] = rollout.env_tokens.float().mean().item()
+    return metrics
 
 
 def take_turn(episode: Episode, env, turn: tuple[int, ...], eos: tuple[int, ...], gen_len: int, max_turns: int) -> None:
@@ -182,6 +256,7 @@ def take_turn(episode: Episode, env, turn: tuple[int, ...], eos: tuple[int, ...]
     episode.add(turn, by_model=True)
     episode.turns += 1
     step = env.step(turn)
+    episode.tool_counts = tool_counts(env)
     if step.reward is not None:
         episode.reward = float(step.reward)
     left = gen_len - len(episode.ids)

@@ -19,8 +19,10 @@ import torch.nn.functional as F
 
 from rlhf_scratch.rollout.phase import Rollout
 
-PER_ROW = ("completion_ids", "completion_mask", "scores", "rewards", "verdicts")
-"""The tensor columns a rollout has before its log-probs, besides the left-padded prompt and mask."""
+PER_ROW = ("completion_ids", "completion_mask", "scores", "rewards", "verdicts",
+           "env_rewards", "num_turns", "tool_calls", "tool_errors", "env_tokens")
+"""The tensor columns a rollout has before its log-probs, besides the left-padded prompt and mask (the last five:
+an episode's record, --env)."""
 LATER = ("logprobs", "ref_logprobs", "kl", "entropy", "values", "ref_hidden", "ref_lse")
 """What `compute_log_prob` fills: not there yet when groups are chosen."""
 

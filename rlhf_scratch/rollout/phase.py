@@ -112,6 +112,19 @@ class Rollout:
     verdicts: Int[Tensor, " batch"] | None = None
     """A judge's verdict on each row's pair (0: the first completion wins, 1: the second, −1:
     undecided), on both rows of the pair; None when no judge scored the rollout (Online DPO's)."""
+    # An episode's record (--env: `rollout.episodes.generate_episodes`); None without an environment.
+    env_rewards: Float[Tensor, " batch"] | None = None
+    """The environment's reward of each episode (`Step.reward`), NaN where it gave none: `compute_scores`
+    takes it as the score where it is a number (the task's reward function scores the others)."""
+    num_turns: Int[Tensor, " batch"] | None = None
+    """The model's turns in each episode."""
+    tool_calls: Int[Tensor, " batch"] | None = None
+    """Tool calls in each episode, and those answered with an error (`tool_errors`), as the environment
+    counts them (`environment.CountsToolCalls`); None when it does not."""
+    tool_errors: Int[Tensor, " batch"] | None = None
+    env_tokens: Int[Tensor, " batch"] | None = None
+    """The environment's tokens in each episode (the completion's positions that are not the model's and
+    not padding); the model's are `lengths`."""
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -303,19 +316,34 @@ def compute_log_prob(
 def compute_scores(rollout: Rollout, reward_fn, missing_eos_penalty: float | None = None,
                    overlong: OverlongBuffer | None = None) -> Rollout:
     """Reward the rollout's completions (verl's compute_rm_score and the driver's reward shaping):
-    `reward_fn` (either contract of `rollout.reward_call.score_completions`) gives the scores;
+    `reward_fn` (either contract of `rollout.reward_call.score_completions`) gives the scores, except
+    for an episode whose environment owns its reward (`Rollout.env_rewards`: `environment_scores`);
     rewards = scores − missing_eos_penalty for each completion without EOS, + the soft overlong
     punishment (`overlong`: `penalised_rewards`). Returns the same rollout.
     A TRL-style reward also gets the columns each prompt carries (`rl_dataset.prompt_columns`: the
     arithmetic task's `ground_truth`), one entry per completion, as TRL passes a dataset's columns."""
     with timed("reward"):
-        ids_cpu, mask_cpu = rollout.completion_ids.cpu(), rollout.completion_mask.cpu()  # per-row work on the host
-        rollout.scores = score_completions(
-            reward_fn, rollout.prompts, rollout.completions,
-            [ids[keep].tolist() for ids, keep in zip(ids_cpu, mask_cpu)], **prompt_columns(rollout.prompts),
-        ).to(rollout.completion_ids.device)
+        owned = rollout.env_rewards
+        if owned is not None and not owned.isnan().any():  # the environment scored every episode
+            rollout.scores = owned.clone()
+        else:
+            ids_cpu, mask_cpu = rollout.completion_ids.cpu(), rollout.completion_mask.cpu()  # per-row work on the host
+            rollout.scores = environment_scores(score_completions(
+                reward_fn, rollout.prompts, rollout.completions,
+                [ids[keep].tolist() for ids, keep in zip(ids_cpu, mask_cpu)], **prompt_columns(rollout.prompts),
+            ).to(rollout.completion_ids.device), owned)
     rollout.rewards = penalised_rewards(rollout, missing_eos_penalty, overlong)
     return rollout
+
+
+def environment_scores(scores: Float[Tensor, " batch"], env_rewards: Float[Tensor, " batch"] | None) -> Float[Tensor, " batch"]:
+    """Each episode's score: its environment's reward where the environment owns one (a number in
+    `env_rewards`, TRL's environment-owned rewards), else the reward function's `scores`.
+
+        scores [0.5, 1.0, 0.0],  env_rewards [NaN, −2.0, 3.0]  ->  [0.5, −2.0, 3.0]"""
+    if env_rewards is None:
+        return scores
+    return torch.where(env_rewards.isnan(), scores, env_rewards.to(scores.dtype))
 
 
 def penalised_rewards(rollout: Rollout, missing_eos_penalty: float | None,
