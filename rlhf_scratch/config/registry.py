@@ -299,6 +299,15 @@ class Environment:
     for each prompt row, `factory.stop_ids` the tokens that end a model turn besides EOS."""
     description: str = ""
     """What it does, for messages and --help."""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """Field values `--env NAME` brings (the model that can call, its problems, an episode's budget), applied
+    over the task's defaults and under the command line's (`config.env_values`): a user's `--model` still wins;
+    a value given as {algo: value} is that algorithm's only."""
+    data: str | Callable | None = None
+    """"module:function" making its own problems, as a task's `data` (`function(split) -> list[dict]`, verl's
+    columns): `--prompts NAME` reads the train split, `--prompts NAME:test` the test split; None: it has none."""
+    splits: tuple[str, ...] = ("train", "test")
+    """The splits `data` makes."""
 
     def factory(self) -> Callable:
         return resolve(self.make)
@@ -327,7 +336,18 @@ def get_env(name: str) -> Environment:
     return _lookup(ENVIRONMENTS, name, "env")
 
 
+def problem_sources() -> dict[str, Task | Environment]:
+    """Every task and environment with problems of its own (`data`), by name: what `--prompts NAME[:split]` reads."""
+    load_plugins()
+    return {e.name: e for e in (*TASKS.values(), *ENVIRONMENTS.values()) if e.data is not None}
+
+
 register_env(Environment(
     "calculator", "rlhf_scratch.reward.calculator:make_calculator",
     description="the arithmetic task's calculator: <calc>47*85</calc> is answered with 3995",
+    # the sibling model that can call (the shipped one has no <calc> token), on problems where a call pays: 2-digit
+    # products (the model cannot do them in its head) beside sums and differences (it can, partly); gen_len 20 holds
+    # an episode <calc>47*85</calc> 3995= 3995<eos> (17 tokens) with 3 to spare (docs/environments.md)
+    defaults=dict(model="arithmetic_calc", prompts="calculator", val_prompts="calculator:test", gen_len=20),
+    data="rlhf_scratch.reward.arithmetic:calculator_rows",
 ))
