@@ -42,9 +42,10 @@ TRUNCATIONS = ("error", "left", "right")  # verl's data.truncation for a prompt 
 LORA_TARGETS = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")  # the block weights LoRA can adapt (lora.LAYOUTS)
 """What scores each task that reads no reward model (a refused --reward-model names it)."""
 PROMPT_PREFIX = "prefix"  # --prompts prefix: every sample continues args.prefix (the blog)
-SHIPPED_MODELS = ("tiny", "arithmetic")
-"""The models the package ships (rlhf_scratch/assets): `tiny`, the review LM, and `arithmetic`, the arithmetic
-task's (`rlhf pretrain-arithmetic`); a name, not a path."""
+SHIPPED_MODELS = ("tiny", "arithmetic", "arithmetic_calc")
+"""The models the package ships (rlhf_scratch/assets): `tiny`, the review LM, `arithmetic`, the arithmetic
+task's (`rlhf pretrain-arithmetic`), and `arithmetic_calc`, its sibling that can call the calculator
+(`--env calculator`'s; `rlhf pretrain-arithmetic --calculator P`); a name, not a path."""
 
 
 class ConfigError(ValueError):
@@ -389,7 +390,7 @@ class CommonArgs:
         prompts file or folder), so that a run folder's config means the same files wherever it is
         resumed from. Names that are not local paths (`tiny`, `rt`, a Hub id) are left as they are;
         an ensemble's members (`min:A,B`) are made absolute one by one."""
-        sources = (PROMPT_PREFIX, "rt", *(f"{t.name}{split}" for t in registry.TASKS.values() if t.data is not None
+        sources = (PROMPT_PREFIX, "rt", *(f"{t.name}{split}" for t in registry.problem_sources().values()
                                           for split in ("", *(f":{s}" for s in t.splits))))  # a task's own problems
         special = {"model": SHIPPED_MODELS, "reward_model": ("tiny",), "prompts": sources, "val_prompts": ("", *sources)}
         resolved = {}
@@ -596,6 +597,19 @@ def task_values(task: str, cls: type[CommonArgs]) -> dict[str, Any]:
     return values_for(cls, registry.get_task(task).defaults) if task in registry.task_names() else {}
 
 
+def env_values(env: str, cls: type[CommonArgs]) -> dict[str, Any]:
+    """The values environment `env` brings to the fields of `cls` (its registry entry's `defaults`: the calculator's
+    sibling model, its problems, an episode's gen_len), applied over the task's and under the command line's; none
+    without an environment, or for an unknown one (`validate` names it)."""
+    return values_for(cls, registry.get_env(env).defaults) if env in registry.env_names() else {}
+
+
+def default_values(preset: str, task: str, env: str, cls: type[CommonArgs]) -> dict[str, Any]:
+    """The defaults a run's flags are read over: the preset's values, then the task's (`task_values`), then the
+    environment's (`env_values`). The command line's flags go over these, so a user's `--model` still wins."""
+    return {**preset_values(preset, cls), **task_values(task, cls), **env_values(env, cls)}
+
+
 def values_for(cls: type[CommonArgs], given: dict[str, Any]) -> dict[str, Any]:
     """The entries of `given` that are fields of `cls`; a value given as {algo: value} is that algorithm's
     only (skipped for the others)."""
@@ -612,7 +626,7 @@ def values_for(cls: type[CommonArgs], given: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_args(preset: str = "tiny", algo: str = "ppo", **overrides: Any) -> CommonArgs:
-    """Preset values, then the task's (`task_values`), then `overrides` (e.g. from the command line),
+    """Preset values, then the task's and the environment's (`default_values`), then `overrides` (e.g. from the command line),
     validated, for `algo`. A field's old name (`kl_coef` for PPO's `beta`) is taken as its new one."""
     cls = args_class(algo)
     overrides = {cls.RENAMED.get(k, k): v for k, v in overrides.items()}
@@ -620,5 +634,6 @@ def make_args(preset: str = "tiny", algo: str = "ppo", **overrides: Any) -> Comm
     for key in overrides:
         _check(key in names, key, f"is not an {cls.__name__} field")
     task = overrides.get("task", cls.__dataclass_fields__["task"].default)
-    values = {**preset_values(preset, cls), **task_values(task, cls), **{k: v for k, v in overrides.items() if v is not None}}
+    env = overrides.get("env") or cls.__dataclass_fields__["env"].default
+    values = {**default_values(preset, task, env, cls), **{k: v for k, v in overrides.items() if v is not None}}
     return cls(preset=preset, **values).validate()
