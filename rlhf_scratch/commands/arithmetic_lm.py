@@ -4,6 +4,8 @@
     rlhf pretrain-arithmetic                       # writes ./arithmetic_preset/arithmetic_lm + metrics.json
     rlhf pretrain-arithmetic --install --force     # ... and replaces the shipped rlhf_scratch/assets/arithmetic_lm
     rlhf pretrain-arithmetic --smoke               # seconds: a 1-layer model, a few steps
+    rlhf pretrain-arithmetic --calculator 0.25 --ops '+-*' --steps 1500 --target-pass1 1 --eval-every 500 --install --force
+                                                   # the calculator sibling, assets/arithmetic_calc_lm (`--model arithmetic_calc`)
 
 What it does, seeded and deterministic for a torch version at --threads 1:
 1. a character tokenizer: `<|endoftext|>` (id 0: BOS, EOS and PAD, GPT-2's convention) and the
@@ -40,7 +42,7 @@ from typing import TYPE_CHECKING
 from rlhf_scratch.config.cli import given_fields, parse_dataclass
 from rlhf_scratch.config.command import command
 from rlhf_scratch.reward.arithmetic import DEFAULT_OPS, DIGITS, Problem, check_difficulty, draw_problem, make_problems
-from rlhf_scratch.reward.calculator import CalculatorFactory, evaluate
+from rlhf_scratch.reward.calculator import CalculatorFactory, evaluate, reply_text
 from rlhf_scratch.reward.pass_at_k import pass_at_k
 from rlhf_scratch.reward.verifiable import accuracy_reward
 
@@ -62,7 +64,8 @@ class ArithmeticLMArgs:
     out: str = "arithmetic_preset"
     """output folder; gets arithmetic_lm/ and metrics.json"""
     install: bool = False
-    """also copy the model into the package's assets, replacing the shipped one (needs --force; the shipped one is kept as assets/arithmetic_lm.bak)"""
+    """also copy the model into the package's assets, replacing the shipped one (needs --force; the shipped one is kept as assets/arithmetic_lm.bak;
+    with --calculator: assets/arithmetic_calc_lm, the calculator sibling `--model arithmetic_calc`)"""
     force: bool = False
     """allow --install to replace the shipped model"""
     seed: int = 0
@@ -107,7 +110,7 @@ class ArithmeticLMArgs:
     """samples per held-out problem for the final report (accuracy by difficulty, pass@k up to this)"""
     calculator: float = 0.0
     """the sibling model (issue 58, docs/environments.md): this share of the training problems is demonstrated with
-    a call, 47*85= then <calc>47*85</calc>, the calculator's 3995, and the answer 3995, the loss on the call and the
+    a call, 47*85= then <calc>47*85</calc>, the calculator's 3995=, and the answer 3995, the loss on the call and the
     answer only (the calculator's reply is masked, as RL masks it), with the sibling tokenizer (<calc>, </calc>, ?
     added); its pass@1 is then of episodes the calculator answers. 0: the shipped model's stream and tokenizer"""
 
@@ -160,7 +163,8 @@ def training_batch(rng: random.Random, args: ArithmeticLMArgs, excluded: set[str
     """`batch_size` problems drawn as the task draws them, none of `excluded`, as right-padded rows
     `<eos> prompt answer <eos>` and the mask of the positions whose next token is learned (the answer
     and its EOS). With `calls` (the ids of <calc> and </calc>: --calculator), a share --calculator of the rows
-    is `<eos> prompt <calc>expr</calc> result answer <eos>`, the result (the calculator's) not learned."""
+    is `<eos> prompt <calc>expr</calc> result= answer <eos>`, the result and its end `=` (the calculator's reply,
+    `reward.calculator.reply_text`) not learned."""
     import torch
 
     rows, learned = [], []
@@ -170,7 +174,7 @@ def training_batch(rng: random.Random, args: ArithmeticLMArgs, excluded: set[str
             continue
         prompt, answer = encode(problem.prompt), encode(problem.ground_truth) + [eos]
         if calls is not None and rng.random() < args.calculator:  # (no draw without --calculator: the stream as shipped)
-            call, result = [calls[0], *encode(problem.prompt[:-1]), calls[1]], encode(str(evaluate(problem.prompt[:-1])))
+            call, result = [calls[0], *encode(problem.prompt[:-1]), calls[1]], encode(reply_text(evaluate(problem.prompt[:-1])))
             rows.append([eos] + prompt + call + result + answer)
             learned.append([False] * len(prompt) + [True] * len(call) + [False] * len(result) + [True] * len(answer))
             continue
@@ -189,14 +193,15 @@ def training_batch(rng: random.Random, args: ArithmeticLMArgs, excluded: set[str
 
 
 def sample_answers(model, tokenizer, prompts: list[str], n: int, generator: torch.Generator, max_new: int = 6,
-                   tools: CalculatorFactory | None = None) -> list[list[str]]:
+                   tools: CalculatorFactory | None = None, calls: list[list[int]] | None = None) -> list[list[str]]:
     """`n` completions of each prompt, sampled at temperature 1 from the full softmax, cut at EOS:
     prompts of one length are one batch (no padding), each row re-run whole per new token (a few tokens).
-    With `tools`, episodes: the calculator answers each call (`ToolRows`) and the answer is the last turn."""
+    With `tools`, episodes: the calculator answers each call (`ToolRows`) and the answer is the last turn;
+    `calls`, when given, gets each prompt's list of its samples' call counts."""
     import torch
 
     with torch.no_grad():
-        return _sample_answers(model, tokenizer, prompts, n, generator, max_new, tools)
+        return _sample_answers(model, tokenizer, prompts, n, generator, max_new, tools, calls)
 
 
 class ToolRows:
@@ -227,11 +232,12 @@ class ToolRows:
                 self.pending[row] = list(self.envs[row].step(turn).observation)
 
 
-def _sample_answers(model, tokenizer, prompts, n, generator, max_new, tools=None):
+def _sample_answers(model, tokenizer, prompts, n, generator, max_new, tools=None, calls=None):
     import torch
 
     eos = tokenizer.eos_token_id
     out: list[list[str]] = [[] for _ in prompts]
+    made: list[list[int]] = [[] for _ in prompts]
     by_length: dict[int, list[int]] = defaultdict(list)
     encoded = [[eos] + tokenizer.encode(p, add_special_tokens=False) for p in prompts]
     for i, ids in enumerate(encoded):
@@ -255,23 +261,60 @@ def _sample_answers(model, tokenizer, prompts, n, generator, max_new, tools=None
             completion = ids[row, length if rows is None else rows.turn_start[row]:].tolist()
             completion = completion[: completion.index(eos)] if eos in completion else completion
             out[i].append(tokenizer.decode(completion))
+            made[i].append(0 if rows is None else rows.envs[row].calls)
+    if calls is not None:
+        calls.extend(made)
     return out
 
 
-def correct_counts(model, tokenizer, problems: list[Problem], n: int, seed: int, tools: CalculatorFactory | None = None) -> list[int]:
+def correct_counts(model, tokenizer, problems: list[Problem], n: int, seed: int, tools: CalculatorFactory | None = None,
+                   samples_out: list[list[tuple[bool, bool]]] | None = None) -> list[int]:
     """c for each problem: how many of `n` samples `accuracy_reward` calls right (with `tools`: episodes'
-    last turns, the calculator answering)."""
+    last turns, the calculator answering); `samples_out`, when given, gets each problem's (called, right) per sample."""
     import torch
 
     model.eval()
+    calls: list[list[int]] = []
     samples = sample_answers(model, tokenizer, [p.prompt for p in problems], n, torch.Generator().manual_seed(seed),
-                             max_new=6 if tools is None else TOOL_MAX_NEW, tools=tools)
+                             max_new=6 if tools is None else TOOL_MAX_NEW, tools=tools, calls=calls)
+    right = [accuracy_reward(completions=s, ground_truth=[p.ground_truth] * n) for p, s in zip(problems, samples)]
+    if samples_out is not None:
+        samples_out.extend([(c > 0, r == 1.0) for c, r in zip(cs, rs)] for cs, rs in zip(calls, right))
     model.train()
-    return [int(sum(accuracy_reward(completions=s, ground_truth=[p.ground_truth] * n))) for p, s in zip(problems, samples)]
+    return [int(sum(rs)) for rs in right]
 
 
 def mean_pass(counts: list[int], n: int, k: int) -> float:
     return sum(pass_at_k(n, c, k) for c in counts) / len(counts)
+
+
+def by_op(problems: list[Problem], counts: list[int], n: int) -> dict[str, float]:
+    """The mean of count / n over the held-out problems of each op (pass@1 of each op, or the share that called)."""
+    ops: dict[str, list[int]] = defaultdict(list)
+    for p, c in zip(problems, counts):
+        ops[p.op].append(c)
+    return {op: sum(cs) / (n * len(cs)) for op, cs in sorted(ops.items())}
+
+
+def calculator_report(model, tokenizer, test: list[Problem], n: int, seed: int, samples: list[list[tuple[bool, bool]]]) -> dict:
+    """What a calculator sibling does with and without the calculator (`samples`: each problem's (called, right)
+    per sample of the report, the calculator answering): pass@1 by op both ways, the share of episodes that called
+    by op, and the share right of the episodes that called and of those that did not, by op. Without the
+    calculator a call is answered by nothing: the model's own tokens follow it, and the answer is its whole text."""
+    without = correct_counts(model, tokenizer, test, n, seed, None)
+    ops = sorted({p.op for p in test})
+    flat = {op: [s for p, per in zip(test, samples) if p.op == op for s in per] for op in ops}
+
+    def share(rows: list[bool]) -> float | None:
+        return sum(rows) / len(rows) if rows else None
+
+    return {"with_calculator": {"pass@1": mean_pass([sum(r for _, r in per) for per in samples], n, 1),
+                                "by_op": {op: share([r for _, r in flat[op]]) for op in ops}},
+            "without_calculator": {"pass@1": mean_pass(without, n, 1), "by_op": by_op(test, without, n)},
+            "call_rate": share([c for per in samples for c, _ in per]),
+            "call_rate_by_op": {op: share([c for c, _ in flat[op]]) for op in ops},
+            "right_when_called_by_op": {op: share([r for c, r in flat[op] if c]) for op in ops},
+            "right_when_not_called_by_op": {op: share([r for c, r in flat[op] if not c]) for op in ops}}
 
 
 def by_difficulty(problems: list[Problem], counts: list[int], n: int) -> dict[str, dict]:
@@ -311,7 +354,7 @@ def build(args: ArithmeticLMArgs) -> dict:
     from tqdm.auto import tqdm
     from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
 
-    from rlhf_scratch.models.loading import ARITHMETIC_LM_DIR, asset_path
+    from rlhf_scratch.models.loading import ARITHMETIC_CALC_LM_DIR, ARITHMETIC_LM_DIR, asset_path
 
     check_outputs(args)
     torch.set_num_threads(args.threads)
@@ -359,15 +402,18 @@ def build(args: ArithmeticLMArgs) -> dict:
     bar.close()
     model.eval()
     n = args.report_samples
-    counts = correct_counts(model, tokenizer, test, n, args.seed + 10**6, tools)
+    samples: list[list[tuple[bool, bool]]] = []
+    counts = correct_counts(model, tokenizer, test, n, args.seed + 10**6, tools, samples)
     ks = [k for k in (1, 4, 16, 64, 256) if k <= n]
     metrics = {
         "stopped_at_step": curve[-1]["step"] if curve else 0, "reached_target": reached is not None,
         "parameters": sum(p.numel() for p in model.parameters()), "held_out_problems": len(test),
         "report_samples": n, **{f"pass@{k}": mean_pass(counts, n, k) for k in ks},
         "by_difficulty": by_difficulty(test, counts, n), "curve": curve,
-        "seconds": time.perf_counter() - start,
     }
+    if tools is not None:
+        metrics["calculator"] = calculator_report(model, tokenizer, test, n, args.seed + 10**6, samples)
+    metrics["seconds"] = time.perf_counter() - start
     out = Path(args.out)
     folder = out / ARITHMETIC_LM_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -382,8 +428,13 @@ def build(args: ArithmeticLMArgs) -> dict:
           + f"; {metrics['seconds']:.0f} s; {metrics['size_mb']:.2f} MB in {folder}")
     for cell, row in metrics["by_difficulty"].items():
         print(f"  {cell:<28} pass@1 {row['pass@1']:.3f}  ({row['problems']} problems)")
+    if "calculator" in metrics:
+        report = metrics["calculator"]
+        for op, rate in report["call_rate_by_op"].items():
+            print(f"  op {op}: pass@1 {report['with_calculator']['by_op'][op]:.3f} with the calculator, "
+                  f"{report['without_calculator']['by_op'][op]:.3f} without; called in {rate:.0%}")
     if args.install:
-        dest = asset_path(ARITHMETIC_LM_DIR)
+        dest = asset_path(ARITHMETIC_CALC_LM_DIR if args.calculator > 0 else ARITHMETIC_LM_DIR)  # the sibling beside the shipped one
         backup = dest.with_name(dest.name + ".bak")
         shutil.rmtree(backup, ignore_errors=True)
         if dest.exists():

@@ -19,9 +19,9 @@ from rlhf_scratch.config import (
     CommonArgs,
     ConfigError,
     args_class,
+    default_values,
     preset_values,
     registry,
-    task_values,
 )
 from rlhf_scratch.config.cli import flag_of, given_fields, parse_dataclass, split_flags
 
@@ -109,7 +109,7 @@ def parse_args(argv: list[str]) -> tuple[CommonArgs, str | None]:
     cls = args_class(algo)
     if preset not in PRESETS:
         raise ConfigError(f"preset: must be one of {', '.join(PRESETS)}; got {preset!r}")
-    default = cls(preset=preset, task="", **{**preset_values(preset, cls), **task_values(task, cls)})
+    default = cls(preset=preset, task="", **default_values(preset, task, flag_given(rest, "--env"), cls))
     try:
         args = parse_dataclass(cls, rest, default=default, prog=PROG, description=description(algo),
                                aliases=cls.FLAG_ALIASES)
@@ -123,13 +123,19 @@ def parse_args(argv: list[str]) -> tuple[CommonArgs, str | None]:
 def task_given(argv: list[str]) -> str:
     """The task the command line names (`--task T` or `--task=T`, the last if repeated; "" if none):
     its defaults are the parse's, under the flags (`config.task_values`)."""
-    task = ""
+    return flag_given(argv, "--task")
+
+
+def flag_given(argv: list[str], flag: str) -> str:
+    """The value the command line gives `flag` (`--env E` or `--env=E`, the last if repeated; "" if none):
+    the task's and the environment's defaults are the parse's, under the flags (`config.default_values`)."""
+    value = ""
     for i, token in enumerate(argv):
-        if token == "--task" and i + 1 < len(argv):
-            task = argv[i + 1]
-        elif token.startswith("--task="):
-            task = token.split("=", 1)[1]
-    return task
+        if token == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif token.startswith(f"{flag}="):
+            value = token.split("=", 1)[1]
+    return value
 
 
 def other_algorithm_hint(message: str, algo: str) -> str:

@@ -43,6 +43,11 @@ TINY_REWARD_DIR = "tiny_reward"
 ARITHMETIC = "arithmetic"
 ARITHMETIC_LM_DIR = "arithmetic_lm"
 """The arithmetic task's shipped model (`commands/arithmetic_lm.py` builds it)."""
+ARITHMETIC_CALC = "arithmetic_calc"
+ARITHMETIC_CALC_LM_DIR = "arithmetic_calc_lm"
+"""Its sibling that can call the calculator (`--env calculator`'s model; `rlhf pretrain-arithmetic --calculator P`)."""
+SHIPPED_LMS = {ARITHMETIC: ARITHMETIC_LM_DIR, ARITHMETIC_CALC: ARITHMETIC_CALC_LM_DIR}
+"""The shipped LMs besides `tiny`: a `--model` name -> its folder in the package's assets."""
 # What from_pretrained does by default, for the Hub path and the local path alike.
 PROCESSING = dict(fold_ln=True, center_writing_weights=True, center_unembed=True,
                   fold_value_biases=True)
@@ -68,14 +73,15 @@ def asset_path(subdir: str) -> Path:
 
 
 def _local_folder(name: str, tiny_subdir: str, field: str = "model") -> Path | None:
-    """`tiny` -> the shipped folder; `arithmetic` (an LM) -> the arithmetic task's shipped model; an
-    existing folder -> itself; a path that does not exist (starting with /, ./, ../ or ~) -> a one-line
-    error; else None (a Hub id)."""
-    if name == ARITHMETIC and tiny_subdir == TINY_LM_DIR:
-        path = asset_path(ARITHMETIC_LM_DIR)
+    """`tiny` -> the shipped folder; `arithmetic` or `arithmetic_calc` (an LM) -> the arithmetic task's shipped
+    model or its calculator sibling; an existing folder -> itself; a path that does not exist (starting with /,
+    ./, ../ or ~) -> a one-line error; else None (a Hub id)."""
+    if name in SHIPPED_LMS and tiny_subdir == TINY_LM_DIR:
+        path = asset_path(SHIPPED_LMS[name])
         if not (path / "config.json").exists():
-            raise FileNotFoundError(f"the arithmetic model is missing from {path}; rebuild it with "
-                                    f"`rlhf pretrain-arithmetic --install --force`")
+            rebuild = "" if name == ARITHMETIC else " --calculator 0.25 --ops '+-*' (benchmarks/arithmetic_calc_lm_2026-11-29.json)"
+            raise FileNotFoundError(f"the {name} model is missing from {path}; rebuild it with "
+                                    f"`rlhf pretrain-arithmetic{rebuild} --install --force`")
         return path
     if name == TINY:
         path = asset_path(tiny_subdir)
@@ -158,7 +164,7 @@ def _in_hub_cache(name: str) -> bool:
 def hub_errors(name: str):
     """Turn "the Hub is unreachable" failures while loading `name` into HubUnreachableError
     (at once, when the Hub cannot be reached and nothing of `name` is cached)."""
-    remote = name not in (TINY, ARITHMETIC) and not Path(name).expanduser().exists()
+    remote = name not in (TINY, *SHIPPED_LMS) and not Path(name).expanduser().exists()
     if remote and not _in_hub_cache(name) and not hub_reachable():
         raise HubUnreachableError(name)
     try:

@@ -213,5 +213,17 @@ def task_rows(split: str) -> list[dict]:
     return splits_rows()[split]
 
 
-__all__ = ["ABILITY", "CARRIES", "DATA_SOURCE", "OPS", "Problem", "check_difficulty", "has_carry", "make_problems",
+CALCULATOR_OPS = ("+", "-", "*")
+"""The calculator environment's problems (`--env calculator`): 2-digit products, which a model this small cannot do
+in its head, beside the sums and differences it can partly do, so that when to call the calculator is a choice."""
+
+
+def calculator_rows(split: str) -> list[dict]:
+    """The calculator environment's own problems of `split` (its registry entry's `data`): `splits_rows(ops="+-*")`'s,
+    so `--prompts calculator` is row for row `rlhf data arithmetic --ops '+-*'`'s train.parquet; its test split is the
+    one `rlhf pretrain-arithmetic --ops '+-*'` holds out (the calculator sibling never trained on it)."""
+    return splits_rows(ops=CALCULATOR_OPS)[split]
+
+
+__all__ = ["ABILITY", "CALCULATOR_OPS", "calculator_rows", "CARRIES", "DATA_SOURCE", "OPS", "Problem", "check_difficulty", "has_carry", "make_problems",
            "solve", "split_problems", "splits_rows", "task_rows", "verl_row"]

@@ -4,14 +4,22 @@ writes its answer.
 
     prompt     <|endoftext|>47*85=
     model      <calc>47*85</calc>          a turn ends at the stop token </calc>
-    calculator 3995                        the observation: the result, as tokens (not trained on)
+    calculator 3995=                       the observation: the result and the reply's end `=`, as tokens (not trained on)
     model      3995<|endoftext|>           the answer the reward reads (the model's last turn)
+
+The reply ends with a marker the model reads (`REPLY_END`, `=`), because the answer that follows copies it:
+without one, `</calc>3995|3995` is a digit string whose half the model must find to know where the reply
+ended and when its copy is done; with one, the copy is "what followed the same digits in the reply", and
+the `=` after the reply's last digit says where to write EOS. Measured on two calculator siblings built alike
+but for it (one build each, 500 held-out problems x 8 samples, docs/environments.md): products right in
+about 0.86 of the episodes that called with the marker against 0.73 without; held-out pass@1 with the
+calculator 0.577 against 0.480.
 
 The expression is read by a parser of its own (`evaluate`), never `eval`: non-negative integers of at most
 `MAX_DIGITS` digits, `+ - *`, `*` binding tighter; a result (or a product on the way) beyond
 `MAX_MAGNITUDE` is refused. Whatever goes wrong — a malformed expression, an empty one, a `</calc>`
 without `<calc>`, a call that never closes, a number too large, a call over `max_calls` — the observation
-is the error token `?`, counted in `errors`; nothing raises.
+is the error token `?` (then `=`), counted in `errors`; nothing raises.
 
 The tokens are the tokenizer's: `<calc>`, `</calc>` and `?` must each be one token of its vocabulary. The
 shipped arithmetic model's character tokenizer has none of them (docs/verifiable.md), so under it the
@@ -33,6 +41,8 @@ MAX_MAGNITUDE = 10**12
 """The largest |value| a call may produce, its products on the way included (a larger one is an error)."""
 MAX_CALLS = 3
 """Calls per episode; a call beyond them is answered with the error token."""
+REPLY_END = "="
+"""The end of every reply (a result or the error token): the marker the model's answer starts after."""
 
 _TOKEN = re.compile(r"\d+|[+\-*]")
 
@@ -77,6 +87,11 @@ def _bounded(value: int) -> int:
     return value
 
 
+def reply_text(value: int) -> str:
+    """The calculator's reply to a call of value `value`: `3995=` (the value, then `REPLY_END`)."""
+    return f"{value}{REPLY_END}"
+
+
 class Calculator:
     """One episode's calculator (the `rollout.environment.Environment` contract). `calls` and `errors`
     count this episode's calls and the ones answered with `?`."""
@@ -100,8 +115,11 @@ class Calculator:
         result = self._result(turn[:-1]) if closes else None
         if result is None:
             self.errors += 1
-            return Step(observation=(self.error_id,))
-        return Step(observation=tuple(self.tokenizer.encode(str(result), add_special_tokens=False)))
+            return Step(observation=(self.error_id, *self._encode(REPLY_END)))
+        return Step(observation=self._encode(reply_text(result)))
+
+    def _encode(self, text: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _result(self, body: list[int]) -> int | None:
         """The value of the call whose tokens (without `</calc>`) are `body`, or None for an error."""

@@ -272,7 +272,7 @@ def load_prompt_table(source: str, prefix: str = "This movie was really", seed: 
         table = table_from_jsonl(Path(source).expanduser(), key)
     elif suffix == PARQUET:
         table = table_from_parquet(Path(source).expanduser(), key)
-    elif task in registry.task_names() and registry.get_task(task).data is not None:
+    elif task in registry.problem_sources():
         table = task_problems(task, split or "train", key)
     else:
         table = table_from_dataset(source, key)
@@ -284,10 +284,12 @@ def load_prompt_table(source: str, prefix: str = "This movie was really", seed: 
 
 def task_problems(task: str, split: str, key: str = "prompt") -> PromptTable:
     """A task's own problems (`--prompts TASK` its train split, `--prompts TASK:test` its test split):
-    the rows its registry entry's `data` makes, in verl's columns, as `rlhf data TASK` writes them."""
-    entry = registry.get_task(task)
+    the rows its registry entry's `data` makes, in verl's columns, as `rlhf data TASK` writes them. An
+    environment with problems of its own (`--prompts calculator`) is read alike."""
+    entry = registry.problem_sources()[task]
     if split not in entry.splits:
-        raise PromptError(f"prompts: {task}:{split}: task {task} has the splits {', '.join(entry.splits)}")
+        kind = "task" if isinstance(entry, registry.Task) else "environment"
+        raise PromptError(f"prompts: {task}:{split}: {kind} {task} has the splits {', '.join(entry.splits)}")
     records = registry.resolve(entry.data)(split)
     return table_from_records(records, key, lambda i: f"prompts: {task}:{split} row {i + 1}")
 

@@ -19,7 +19,8 @@ SHORT = ["--total-phases", "2", "--batch-size", "8", "--num-minibatches", "2", "
 def test_the_calculator_on_the_shipped_model_trains_as_the_single_turn_run(tmp_path, one_thread):
     runs = {name: tmp_path / name for name in ("plain", "calculator")}
     assert train(["arithmetic", *SHORT, "--run-dir", str(runs["plain"])]) == 0
-    assert train(["arithmetic", *SHORT, "--env", "calculator", "--max-turns", "3", "--run-dir", str(runs["calculator"])]) == 0
+    shipped = ["--model", "arithmetic", "--prompts", "arithmetic", "--val-prompts", "arithmetic:test", "--gen-len", "6"]  # not the env's defaults
+    assert train(["arithmetic", *SHORT, "--env", "calculator", *shipped, "--max-turns", "3", "--run-dir", str(runs["calculator"])]) == 0
     config = json.loads((runs["calculator"] / "config.json").read_text())
     assert (config["env"], config["max_turns"]) == ("calculator", 3)
     plain, episodes = ([without_timings(m) for m in read_metrics(runs[name])] for name in ("plain", "calculator"))
@@ -39,3 +40,20 @@ def test_a_sibling_with_call_demonstrations_builds_and_trains_with_the_calculato
     assert train(["arithmetic", "--model", str(out / "arithmetic_lm"), "--env", "calculator", "--gen-len", "20",
                   *SHORT[:12], "--val-prompts", "", "--run-dir", str(run_dir)]) == 0
     assert len(read_metrics(run_dir)) == 2
+
+
+def test_train_arithmetic_env_calculator_trains_the_shipped_sibling_and_validates_episodes(tmp_path, one_thread):
+    """`--env calculator` alone brings the sibling, the problems with products and an episode's budget; its
+    validation samples episodes the calculator answers: the products it cannot do in its head are solved there,
+    and not in the same validation without --env (the same model, problems and budget: calls go unanswered)."""
+    runs = {name: tmp_path / name for name in ("tool", "no_tool")}
+    short = [*SHORT[:12], "--total-phases", "1", "--test-freq", "1", "--val-size", "60", "--val-n", "2"]
+    assert train(["arithmetic", "--env", "calculator", *short, "--run-dir", str(runs["tool"])]) == 0
+    assert train(["arithmetic", "--model", "arithmetic_calc", "--prompts", "calculator", "--val-prompts", "calculator:test",
+                  "--gen-len", "20", *short, "--run-dir", str(runs["no_tool"])]) == 0
+    config = json.loads((runs["tool"] / "config.json").read_text())
+    assert (config["model"], config["prompts"], config["val_prompts"], config["gen_len"], config["env"]) == (
+        "arithmetic_calc", "calculator", "calculator:test", 20, "calculator")
+    before = {name: json.loads((d / "validation.jsonl").read_text().splitlines()[0]) for name, d in runs.items()}
+    assert before["tool"]["phase"] == 0 and before["tool"]["eval/problems"] == 60
+    assert before["tool"]["eval/pass@1/op=*"] >= 0.15 > before["no_tool"]["eval/pass@1/op=*"]

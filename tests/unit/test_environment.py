@@ -72,15 +72,15 @@ def test_evaluate_parses_digits_plus_minus_times_itself():
 def test_a_call_is_answered_with_its_result_or_the_error_token(turn, observation):
     env = CalculatorFactory(SIBLING)(Prompt("47*85="))
     step = env.step(ids(turn))
-    assert step == Step(observation=ids(observation)) and env.calls == 1 and env.errors == (observation == "?")
+    assert step == Step(observation=ids(observation + "=")) and env.calls == 1 and env.errors == (observation == "?")
 
 
 def test_an_unclosed_call_is_an_error_an_answer_ends_the_episode_and_calls_are_limited():
     env = CalculatorFactory(SIBLING)(Prompt("47*85="))
-    assert env.step(ids("<calc>47*8") + (EOS,)) == Step(observation=(ERR,)) and env.errors == 1  # never closes
+    assert env.step(ids("<calc>47*8") + (EOS,)) == Step(observation=(ERR, *ids("="))) and env.errors == 1  # never closes
     assert env.step(ids("3995") + (EOS,)) == Step(done=True) and env.calls == 1
     answers = [env.step(ids("<calc>1+1</calc>")).observation for _ in range(MAX_CALLS)]
-    assert answers == [ids("2")] * (MAX_CALLS - 1) + [(ERR,)]  # the first call (unclosed) counted: 3 calls in all
+    assert answers == [ids("2=")] * (MAX_CALLS - 1) + [ids("?=")]  # the first call (unclosed) counted: 3 calls in all
 
 
 def test_the_shipped_tokenizer_has_no_call_so_the_calculator_has_no_stop_token():
@@ -138,7 +138,7 @@ def test_a_decode_encode_round_trip_that_changes_tokens_cannot_change_what_is_tr
     env, episode = CalculatorFactory(merging)(Prompt("2*3=")), Episode()
     take_turn(episode, env, sampled, (EOS,), gen_len=20, max_turns=4)
     assert episode.segments[0].ids == sampled and episode.mask[: len(sampled)] == (True,) * len(sampled)
-    assert episode.segments[1].ids == tuple(merging.encode("6", add_special_tokens=False)) and not episode.segments[1].by_model
+    assert episode.segments[1].ids == tuple(merging.encode("6=", add_special_tokens=False)) and not episode.segments[1].by_model
 
 
 @pytest.fixture(scope="module")
@@ -203,11 +203,11 @@ def test_a_call_demonstration_learns_the_call_and_the_answer_not_the_calculators
     args = ArithmeticLMArgs(batch_size=6, ops="*", calculator=1.0)
     encode = lambda text: SIBLING.encode(text, add_special_tokens=False)  # noqa: E731
     rows, learned = training_batch(random.Random(0), args, set(), EOS, encode, calls=(OPEN, CLOSE))
-    text = SIBLING.decode(rows[0].tolist())  # e.g. <|endoftext|>47*85=<calc>47*85</calc>39953995<|endoftext|>
+    text = SIBLING.decode(rows[0].tolist())  # e.g. <|endoftext|>47*85=<calc>47*85</calc>3995=3995<|endoftext|>
     prompt, rest = text.removeprefix("<|endoftext|>").split("=", 1)
     truth = str(evaluate(prompt))
-    assert rest.startswith(f"<calc>{prompt}</calc>{truth}{truth}<|endoftext|>")
-    n_prompt, n_call, n_result = len(prompt) + 1, len(prompt) + 2, len(truth)
+    assert rest.startswith(f"<calc>{prompt}</calc>{truth}={truth}<|endoftext|>")
+    n_prompt, n_call, n_result = len(prompt) + 1, len(prompt) + 2, len(truth) + 1  # the reply and its end =, not learned
     assert learned[0, : n_prompt + n_call + n_result + len(truth) + 1].tolist() == (
         [False] * n_prompt + [True] * n_call + [False] * n_result + [True] * (len(truth) + 1))
     plain = ArithmeticLMArgs(batch_size=6, ops="*")  # without --calculator: the stream as shipped, draw for draw
@@ -231,9 +231,9 @@ def test_the_pretraining_sampler_feeds_the_calculators_reply_and_reads_the_last_
     from rlhf_scratch.commands.arithmetic_lm import sample_answers
 
     prompt = "4*5="  # <eos> 4 * 5 = : the completion starts at position 5
-    script = [OPEN, *ids("4*5"), CLOSE, 1, 1, *ids("20"), EOS]  # the two 1s are where the reply 2 0 is fed
+    script = [OPEN, *ids("4*5"), CLOSE, 1, 1, 1, *ids("20"), EOS]  # the three 1s are where the reply 2 0 = is fed
     out = sample_answers(Scripted(script, 5), SIBLING, [prompt], 2, torch.Generator().manual_seed(0), max_new=12,
                          tools=CalculatorFactory(SIBLING))
     assert out == [["20", "20"]]
     plain = sample_answers(Scripted(script, 5), SIBLING, [prompt], 1, torch.Generator().manual_seed(0), max_new=12)
-    assert plain == [["<calc>4*5</calc>0020"]]  # without the calculator the model's own tokens stand there
+    assert plain == [["<calc>4*5</calc>00020"]]  # without the calculator the model's own tokens stand there
