@@ -8,11 +8,17 @@ each is a Python → C++ round trip), on a 16 × 35 batch with two left-padded r
 
     python benchmarks/kernel_count.py                          # tiny preset shape, prints the table
     python benchmarks/kernel_count.py --shape gpt2-small --json benchmarks/kernel_count_gpt2-small.json
+    python benchmarks/kernel_count.py --shape qwen2-tiny --json benchmarks/kernel_count_qwen2_tiny.json
 
 A forward is tokens → logits [batch, pos, d_vocab] in float32 (for ours: `fast_final_hidden`, then
 the unembedding); the backward is that of `logits.sum()`. The models are in eval mode (no dropout,
 so HF's count has no dropout ops) with gradients on. tests/integration/test_fast_forward.py fails if ours rises
-above the count recorded in benchmarks/kernel_count_tiny.json.
+above the count recorded in benchmarks/kernel_count_tiny.json (and kernel_count_qwen2_tiny.json).
+
+`qwen2-tiny` is a Qwen2 model (rotary positions, RMSNorm, 4 query heads over 2 K/V heads, Q/K/V
+biases, gated SiLU MLP, tied embeddings) at the tiny preset's size (4 layers, d_model 128, d_mlp 512,
+vocabulary 8,192), random init, loaded through TransformerLens as `--model FOLDER` loads it (norms
+folded, RMSPre); HF's side is the same weights in `Qwen2ForCausalLM` with SDPA attention.
 """
 
 from __future__ import annotations
@@ -74,6 +80,25 @@ def gpt2_small_case():
     return (model, *batch(cfg.d_vocab))
 
 
+def qwen2_tiny_case(folder: Path):
+    """A random Qwen2ForCausalLM at the tiny preset's size, written to `folder` with the tiny tokenizer
+    and loaded as a run loads it; returns (TL model, ids, mask, the HF model)."""
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    from rlhf_scratch.models.loading import TINY_LM_DIR, asset_path, load_lm
+
+    tokenizer = AutoTokenizer.from_pretrained(asset_path(TINY_LM_DIR))
+    config = Qwen2Config(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=256,
+                         tie_word_embeddings=True, attn_implementation="sdpa",
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    hf = Qwen2ForCausalLM(config).eval()
+    hf.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    model = load_lm(str(folder)).eval()
+    return (model, *batch(model.cfg.d_vocab), hf)
+
+
 def hf_gpt2_like(model) -> torch.nn.Module:
     """Hugging Face's GPT2LMHeadModel (SDPA attention) of the same shape, random init."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -111,13 +136,19 @@ def count_ops(model, ids, mask, system: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", choices=["tiny", "gpt2-small"], default="tiny")
+    parser.add_argument("--shape", choices=["tiny", "gpt2-small", "qwen2-tiny"], default="tiny")
     parser.add_argument("--json", type=Path, help="write the counts here")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model, ids, mask = tiny_case() if args.shape == "tiny" else gpt2_small_case()
-    hf = hf_gpt2_like(model)
+    if args.shape == "qwen2-tiny":
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            model, ids, mask, hf = qwen2_tiny_case(Path(tmp) / "qwen2")
+    else:
+        model, ids, mask = tiny_case() if args.shape == "tiny" else gpt2_small_case()
+        hf = hf_gpt2_like(model)
     out = {"provenance": provenance(), "shape": args.shape, "batch": [BATCH, POS], "torch": torch.__version__,
            "ours": count_ops(model, ids, mask, "ours"),
            "transformer_lens": count_ops(model, ids, mask, "transformer_lens"),

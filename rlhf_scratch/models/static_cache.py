@@ -24,31 +24,37 @@ the batch stays rectangular and no step branches on a tensor's value.
 One forward, for q new tokens written at columns `columns` (the prompt: q = prompt_len, columns
 0..prompt_len-1; a decode step: q = 1, the column of the token just sampled):
 
-    x   = W_E[token] + W_pos[position]              position = cumsum(mask) - 1 (TransformerLens'
+    x   = W_E[token] (+ W_pos[position])            position = cumsum(mask) - 1 (TransformerLens'
                                                     numbering: a padded prompt gets the positions
                                                     it would get alone; pad columns get 0)
     per block:
       h        = ln1(x)
-      q, k, v  = h W_Q + b_Q,  h W_K + b_K,  h W_V + b_V           [batch, n_heads, q, d_head]
+      q, k, v  = h W_Q + b_Q,  h W_K + b_K,  h W_V + b_V           q [batch, n_heads, q, d_head],
+                                                                    k, v [batch, n_kv, q, d_head]
+      q, k     = rope(q, position), rope(k, position)               rotary models only (`rotary.rotate`)
       K[:, :, columns], V[:, :, columns] = k, v                     write this step's columns
-      scores   = q K^T / attn_scale,  -inf (finfo.min) where not visible
+      scores   = q K^T / attn_scale,  -inf (finfo.min) where not visible    query head i reads K/V
+                                                                    head i // (n_heads / n_kv)
       z        = softmax(scores) V
-      x        = x + z W_O + b_O
-      x        = x + mlp(ln2(x))
+      x        = x + z W_O + b_O,  then  x = x + mlp(ln2(x))        (parallel blocks: x + attn + mlp(ln2(x_in)))
     logits = ln_final(x[last new position]) W_U + b_U
 
-It uses the HookedTransformer's own modules for the token embedding, the LayerNorms and the
-MLPs, and its own W_pos, W_Q/W_K/W_V/W_O/b_* and W_U/b_U, the last two sets laid out once per
-`generate` call for plain matrix products (`DecodeWeights`). Hooks do not run: a model with hooks attached
-decodes through TransformerLens (see `generation.generate`). It equals TransformerLens' full
-forward to < 1e-5 (4e-6 measured) on the tiny LM (tests/integration/test_generation.py).
+It uses the HookedTransformer's own modules for the token embedding, the norms (LayerNorm or
+RMSNorm) and the MLPs (plain or gated), and its own W_pos, W_Q/W_K/W_V/W_O/b_*, rotary tables and
+W_U/b_U, the attention and unembedding weights laid out once per `generate` call for plain matrix
+products (`DecodeWeights`). Hooks do not run: a model with hooks attached decodes through
+TransformerLens (see `generation.generate`). It equals TransformerLens' full forward to < 1e-5
+(4e-6 measured) on the tiny LM (tests/integration/test_generation.py), and each family's
+(GPT-2, Pythia, Llama, Qwen2, Gemma; tests/unit/test_fast_families.py).
 
-Supported: what GPT-2 is — LayerNorm (folded or not), learned absolute positions, a dense MLP
-module, causal multi-head attention with one K/V per head. Anything else (`unsupported_reason`)
-decodes through TransformerLens' own cache: its attention differs from the few lines above
-(rotary or ALiBi positions, grouped K/V heads, local windows, soft-capping, QK norms, sinks,
-post-norm blocks, parallel attention and MLP, attention-only blocks, mixture-of-experts routing
-with data-dependent control flow, 4-bit weights, several devices).
+Supported: pre-norm blocks with LayerNorm or RMSNorm (folded or not), learned absolute or rotary
+positions, causal attention with one K/V per head or grouped K/V heads, sequential or parallel
+attention and MLP, a dense MLP, plain or gated. Anything else (`unsupported_reason`) decodes
+through TransformerLens' own cache: its attention differs from the few lines above (ALiBi or
+shortformer positions, dynamic NTK rotary, local windows, soft-capping, QK norms, sinks, post-norm
+blocks, attention-only blocks, mixture-of-experts routing with data-dependent control flow, 4-bit
+weights, several devices). On CUDA the families beyond GPT-2's set also decode through
+TransformerLens until their written-out forward has been run on a GPU (`GPU_CHECKED`).
 
 On CUDA the decode step is captured once per `generate` call in a CUDA graph (`CUDAGraphStep`)
 with static inputs (the token, its column, its position) and a static output (the logits).
@@ -62,34 +68,74 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
-from torch import Tensor
+from torch import Tensor, nn
 from transformer_lens import HookedTransformer
+from transformer_lens.components import GroupedQueryAttention
 from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
+
+from rlhf_scratch.models.rotary import rotary_tables, rotate
+
+GPU_CHECKED = False
+"""Whether the written-out forwards of the families beyond GPT-2 (rotary positions, grouped K/V,
+RMSNorm, parallel blocks, gated MLPs) have been run on a GPU. They are tested against
+TransformerLens on CPU only (tests/unit/test_fast_families.py); a path never run on a GPU is not a
+default, so until a GPU check passes (the `cuda` test in tests/integration/test_fast_forward.py,
+which sets this) such a model runs TransformerLens' forward and cache on CUDA."""
+
+
+def beyond_gpt2(model: HookedTransformer) -> list[str]:
+    """The features of `model` that GPT-2 does not have and the written-out forwards do."""
+    cfg = model.cfg
+    features = [
+        (cfg.positional_embedding_type == "rotary", "rotary positions"),
+        (cfg.n_key_value_heads is not None, "grouped K/V"),
+        (cfg.normalization_type in ("RMS", "RMSPre") or cfg.final_rms, "RMSNorm"),
+        (cfg.parallel_attn_mlp, "parallel attention and MLP"),
+        (cfg.gated_mlp, "gated MLP"),
+    ]
+    return [name for present, name in features if present]
 
 
 def unsupported_reason(model: HookedTransformer) -> str | None:
-    """Why the static-cache forward cannot run `model` exactly, or None when it can."""
+    """Why the written-out forwards (this static-cache decoder, `fast_forward`) cannot run `model`
+    exactly, or None when they can."""
     cfg = model.cfg
     checks = [
-        (cfg.positional_embedding_type != "standard",
-         f"positional_embedding_type={cfg.positional_embedding_type!r} (only learned absolute positions)"),
-        (cfg.n_key_value_heads is not None, "grouped-query attention (n_key_value_heads)"),
+        (cfg.positional_embedding_type not in ("standard", "rotary"),
+         f"positional_embedding_type={cfg.positional_embedding_type!r} (learned absolute or rotary positions only)"),
+        (cfg.use_dynamic_ntk_rope, "dynamic NTK rotary scaling (its tables change with the length in eval mode)"),
         (cfg.attn_only, "attention-only blocks"),
-        (cfg.parallel_attn_mlp, "parallel attention and MLP"),
-        (cfg.normalization_type not in ("LN", "LNPre"), f"normalization_type={cfg.normalization_type!r}"),
+        (cfg.normalization_type not in ("LN", "LNPre", "RMS", "RMSPre"), f"normalization_type={cfg.normalization_type!r}"),
         (cfg.original_architecture in POST_NORM_ARCHITECTURES, "post-norm blocks"),
         (cfg.use_normalization_before_and_after, "normalization before and after each sublayer"),
         (cfg.attn_scores_soft_cap > 0 or cfg.output_logits_soft_cap > 0, "soft-capped scores or logits"),
         (cfg.use_local_attn, "local attention windows"),
         (cfg.attention_dir != "causal", f"attention_dir={cfg.attention_dir!r}"),
-        (cfg.use_qk_norm or cfg.clip_qkv is not None, "QK normalisation or clipping"),
+        (cfg.use_qk_norm or cfg.clip_qkv is not None or getattr(model.blocks[0].attn, "q_norm", None) is not None,
+         "QK normalisation or clipping"),
         (cfg.use_logn_attn or cfg.use_attention_sinks, "log-n scaling or attention sinks"),
         (cfg.use_attn_in or cfg.use_split_qkv_input, "per-head attention inputs (use_attn_in / use_split_qkv_input)"),
         (bool(cfg.num_experts), "mixture-of-experts MLP"),
         (cfg.load_in_4bit, "4-bit weights"),
         (cfg.n_devices != 1, "a model split over several devices"),
     ]
-    return next((reason for failed, reason in checks if failed), None)
+    reason = next((reason for failed, reason in checks if failed), None)
+    if reason is None and not GPU_CHECKED and device_type(model) == "cuda" and (features := beyond_gpt2(model)):
+        reason = f"{', '.join(features)} on CUDA: written out and tested on CPU only, not yet run on a GPU"
+    return reason
+
+
+def device_type(model: HookedTransformer) -> str:
+    """Where the model's weights are: "cpu", "cuda", …"""
+    return model.embed.W_E.device.type
+
+
+def kv_weights(attn: nn.Module) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(W_K, b_K, W_V, b_V) with one K/V per K/V head: under grouped-query attention TransformerLens
+    stores `_W_K` [n_kv, d_model, d_head] (`W_K` repeats it per query head, a copy); else W_K itself."""
+    if isinstance(attn, GroupedQueryAttention):  # (LoRA's parametrized class derives from it)
+        return attn._W_K, attn._b_K, attn._W_V, attn._b_V
+    return attn.W_K, attn.b_K, attn.W_V, attn.b_V
 
 
 def has_hooks(model: HookedTransformer) -> bool:
@@ -103,8 +149,8 @@ class DecodeWeights:
     """The model's attention and unembedding weights, laid out for `F.linear` once per call
     (TransformerLens rearranges W_O and transposes W_U on every forward)."""
 
-    W_QKV: list[Float[Tensor, "three_heads_d_head d_model"]]  # per layer: [W_Q; W_K; W_V] as (h d) × d_model rows
-    b_QKV: list[Float[Tensor, " three_heads_d_head"]]
+    W_QKV: list[Float[Tensor, "qkv_heads_d_head d_model"]]  # per layer: [W_Q; W_K; W_V] as (h d) × d_model rows
+    b_QKV: list[Float[Tensor, " qkv_heads_d_head"]]  # (n_heads + 2 n_kv) · d_head
     W_O: list[Float[Tensor, "d_model heads_d_head"]]
     b_O: list[Float[Tensor, " d_model"]]
     W_U_T: Float[Tensor, "d_vocab d_model"]
@@ -116,9 +162,10 @@ class DecodeWeights:
             return W.permute(0, 2, 1).reshape(-1, W.shape[1])  # "h m d -> (h d) m"
 
         attns = [block.attn for block in model.blocks]
+        kvs = [kv_weights(a) for a in attns]  # (W_K, b_K, W_V, b_V), one per K/V head
         return cls(
-            W_QKV=[torch.cat([rows(a.W_Q), rows(a.W_K), rows(a.W_V)]) for a in attns],
-            b_QKV=[torch.cat([a.b_Q.flatten(), a.b_K.flatten(), a.b_V.flatten()]) for a in attns],
+            W_QKV=[torch.cat([rows(a.W_Q), rows(W_K), rows(W_V)]) for a, (W_K, _, W_V, _) in zip(attns, kvs)],
+            b_QKV=[torch.cat([a.b_Q.flatten(), b_K.flatten(), b_V.flatten()]) for a, (_, b_K, _, b_V) in zip(attns, kvs)],
             W_O=[a.W_O.reshape(-1, a.W_O.shape[-1]).T.contiguous() for a in attns],  # "h d m -> m (h d)"
             b_O=[a.b_O for a in attns],
             W_U_T=model.unembed.W_U.T.contiguous(),
@@ -142,8 +189,8 @@ class StaticKVCache:
     """K/V of every layer for the whole sample, preallocated; `key_valid` marks the columns that
     hold a real token (False on the prompt's left padding)."""
 
-    keys: Float[Tensor, "n_layers batch n_heads total d_head"]
-    values: Float[Tensor, "n_layers batch n_heads total d_head"]
+    keys: Float[Tensor, "n_layers batch n_kv total d_head"]  # n_kv = n_key_value_heads, else n_heads
+    values: Float[Tensor, "n_layers batch n_kv total d_head"]
     key_valid: Bool[Tensor, "batch total"]
     slots: Int[Tensor, " total"]  # 0..total-1, made once: a CUDA graph may not allocate it per step
 
@@ -151,7 +198,7 @@ class StaticKVCache:
     def empty(cls, model: HookedTransformer, prompt_mask: Bool[Tensor, "batch prompt_len"], gen_len: int) -> StaticKVCache:
         cfg, (batch, prompt_len) = model.cfg, prompt_mask.shape
         total, device = prompt_len + gen_len, prompt_mask.device
-        shape = (cfg.n_layers, batch, cfg.n_heads, total, cfg.d_head)
+        shape = (cfg.n_layers, batch, cfg.n_key_value_heads or cfg.n_heads, total, cfg.d_head)
         generated = torch.ones((batch, gen_len), dtype=torch.bool, device=device)
         return cls(
             keys=torch.zeros(shape, dtype=cfg.dtype, device=device),
@@ -167,7 +214,10 @@ def embed_tokens(
     positions: Int[Tensor, "batch q"],
     real: Bool[Tensor, "batch q"],
 ) -> Float[Tensor, "batch q d_model"]:
-    """x = W_E[token] + W_pos[position], with no position embedding on pad columns (as TransformerLens)."""
+    """x = W_E[token] + W_pos[position], with no position embedding on pad columns (as TransformerLens);
+    W_E[token] alone for rotary models (their positions act in attention)."""
+    if model.cfg.positional_embedding_type == "rotary":
+        return model.embed(tokens)
     return model.embed(tokens) + model.pos_embed.W_pos[positions] * real[..., None]
 
 
@@ -179,19 +229,31 @@ def attend_with_cache(
     h: Float[Tensor, "batch q d_model"],
     columns: Int[Tensor, " q"],
     visible: Bool[Tensor, "batch 1 q total"],
+    rope: tuple[Float[Tensor, "batch 1 q rotary_dim"], Float[Tensor, "batch 1 q rotary_dim"]] | None = None,
 ) -> Float[Tensor, "batch q d_model"]:
-    """One attention layer for q new positions: write their K/V at `columns`, attend over the cache."""
+    """One attention layer for q new positions: write their K/V at `columns`, attend over the cache.
+    With grouped K/V each K/V head serves n_heads / n_kv query heads, side by side (TransformerLens'
+    `repeat_interleave`: query head i reads K/V head i // group), without repeating the cache."""
     cfg = model.cfg
     batch, q, _ = h.shape
-    qkv = F.linear(h, weights.W_QKV[layer], weights.b_QKV[layer])  # [batch, q, 3 · n_heads · d_head]
-    query, key, value = qkv.view(batch, q, 3, cfg.n_heads, cfg.d_head).permute(2, 0, 3, 1, 4)  # 3 × [batch, n_heads, q, d_head]
-    K, V = cache.keys[layer], cache.values[layer]  # [batch, n_heads, total, d_head]
+    K, V = cache.keys[layer], cache.values[layer]  # [batch, n_kv, total, d_head]
+    n_kv = K.shape[1]
+    group = cfg.n_heads // n_kv
+    qkv = F.linear(h, weights.W_QKV[layer], weights.b_QKV[layer])  # [batch, q, (n_heads + 2 n_kv) · d_head]
+    heads = qkv.view(batch, q, cfg.n_heads + 2 * n_kv, cfg.d_head).transpose(1, 2)  # [batch, heads, q, d_head]
+    if rope is not None:
+        query_key = rotate(heads[:, : cfg.n_heads + n_kv], *rope, cfg.rotary_adjacent_pairs)
+        query, key = query_key.split([cfg.n_heads, n_kv], dim=1)
+        value = heads[:, cfg.n_heads + n_kv :]
+    else:
+        query, key, value = heads.split([cfg.n_heads, n_kv, n_kv], dim=1)
     K.index_copy_(2, columns, key)
     V.index_copy_(2, columns, value)
-    scores = query @ K.transpose(-1, -2) / model.blocks[layer].attn.attn_scale  # [batch, n_heads, q, total]
-    scores = scores.masked_fill(~visible, torch.finfo(scores.dtype).min)
-    z = scores.softmax(dim=-1) @ V  # [batch, n_heads, q, d_head]
-    z = z.transpose(1, 2).reshape(batch, q, cfg.n_heads * cfg.d_head)
+    query = query.reshape(batch, n_kv, group, q, cfg.d_head)
+    scores = query @ K[:, :, None].transpose(-1, -2) / model.blocks[layer].attn.attn_scale  # [batch, n_kv, group, q, total]
+    scores = scores.masked_fill(~visible[:, :, None], torch.finfo(scores.dtype).min)
+    z = scores.softmax(dim=-1) @ V[:, :, None]  # [batch, n_kv, group, q, d_head]
+    z = z.view(batch, cfg.n_heads, q, cfg.d_head).transpose(1, 2).reshape(batch, q, cfg.n_heads * cfg.d_head)
     return F.linear(z, weights.W_O[layer], weights.b_O[layer])
 
 
@@ -212,9 +274,17 @@ def forward_with_cache(
     visible = cache.key_valid[:, None, :] & (cache.slots[None, None, :] <= columns[None, :, None])  # [batch, q, total]
     visible = visible[:, None]  # [batch, 1, q, total]: the same for every head
     x = embed_tokens(model, tokens, positions, real)
+    rope = None
+    if model.cfg.positional_embedding_type == "rotary":
+        cos, sin = rotary_tables(model, cache.slots.shape[0])
+        rope = cos[positions][:, None], sin[positions][:, None]  # [batch, 1, q, rotary_dim]
     for layer, block in enumerate(model.blocks):
-        x = x + attend_with_cache(model, weights, cache, layer, block.ln1(x), columns, visible)
-        x = x + block.mlp(block.ln2(x))
+        attn_out = attend_with_cache(model, weights, cache, layer, block.ln1(x), columns, visible, rope)
+        if model.cfg.parallel_attn_mlp:  # GPT-NeoX: both read the block's input
+            x = x + attn_out + block.mlp(block.ln2(x))
+        else:
+            x = x + attn_out
+            x = x + block.mlp(block.ln2(x))
     return F.linear(model.ln_final(x[:, -1]), weights.W_U_T, weights.b_U)
 
 

@@ -325,23 +325,23 @@ def test_the_tiny_lm_decodes_with_the_static_cache_and_a_hooked_model_with_trans
         make_decoder(lm, prompt_ids, prompt_mask, 4, kv_cache="static")
 
 
-def test_a_rotary_model_falls_back_to_transformer_lens_with_the_reason(lm):
+def test_an_alibi_model_falls_back_to_transformer_lens_with_the_reason(lm):
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     cfg = HookedTransformerConfig(n_layers=2, d_model=32, n_ctx=64, d_head=8, n_heads=4, d_mlp=64,
                                   d_vocab=lm.cfg.d_vocab, act_fn="gelu_new", normalization_type="LN",
-                                  positional_embedding_type="rotary", rotary_dim=8, seed=0)
-    rotary = HookedTransformer(cfg, tokenizer=lm.tokenizer).eval()
-    assert "rotary" in unsupported_reason(rotary)
-    prompt_ids, prompt_mask = tokenize_prompts(rotary, PROMPTS, prepend_bos=True)
-    assert isinstance(make_decoder(rotary, prompt_ids, prompt_mask, 5), TransformerLensCacheDecoder)
+                                  positional_embedding_type="alibi", seed=0)
+    alibi = HookedTransformer(cfg, tokenizer=lm.tokenizer).eval()  # ALiBi: its bias is not written out
+    assert "alibi" in unsupported_reason(alibi)
+    prompt_ids, prompt_mask = tokenize_prompts(alibi, PROMPTS, prepend_bos=True)
+    assert isinstance(make_decoder(alibi, prompt_ids, prompt_mask, 5), TransformerLensCacheDecoder)
     torch.manual_seed(2)
-    auto = generate(rotary, prompt_ids, prompt_mask, 5, top_k=10)
+    auto = generate(alibi, prompt_ids, prompt_mask, 5, top_k=10)
     torch.manual_seed(2)
-    tl = generate(rotary, prompt_ids, prompt_mask, 5, top_k=10, kv_cache="transformer_lens")
+    tl = generate(alibi, prompt_ids, prompt_mask, 5, top_k=10, kv_cache="transformer_lens")
     assert torch.equal(auto[0], tl[0]) and torch.equal(auto[1], tl[1])
-    with pytest.raises(ValueError, match="kv_cache='static' cannot run this model: positional_embedding_type='rotary'"):
-        generate(rotary, prompt_ids, prompt_mask, 5, kv_cache="static")
+    with pytest.raises(ValueError, match="kv_cache='static' cannot run this model: positional_embedding_type='alibi'"):
+        generate(alibi, prompt_ids, prompt_mask, 5, kv_cache="static")
 
 
 @pytest.mark.cuda
