@@ -25,7 +25,7 @@ EXERCISES: dict[str, tuple[int, int]] = {
     "minibatch_rows": (1, 10), "reward_at_last_token": (1, 10), "reward_model_step": (1, 10),
     # exercises 05: interpretability
     "logit_diff": (1, 10), "logit_lens_logit_diff": (2, 15), "residual_patching": (2, 20), "feature_change": (1, 10),
-    "steered_logits": (2, 15),
+    "steered_logits": (2, 15), "changed_head_scores": (3, 30),
     # exercises 06: capstones
     "make_rloo_algorithm": (3, 60), "calc_k3_kl": (1, 15), "paired_difference_interval": (2, 20),
     # exercises 07: the parts notebook 06 trains with
