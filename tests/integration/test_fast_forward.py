@@ -154,14 +154,17 @@ def test_a_learning_phase_equals_the_hooked_paths_to_float_rounding(algo, monkey
         torch.testing.assert_close(fast[1][name], value, rtol=0, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
 
 
-def test_the_training_forward_op_count_stays_at_or_under_the_recorded_number():
-    """The benchmark's count at the tiny shape (benchmarks/kernel_count.py), recomputed: a new aten
-    op in the training forward (a kernel launch per layer on a GPU) turns this red."""
+@pytest.mark.parametrize("shape", ["tiny", "qwen2_tiny"])
+def test_the_training_forward_op_count_stays_at_or_under_the_recorded_number(shape, tmp_path):
+    """The benchmark's count (benchmarks/kernel_count.py) at the tiny preset's shape, GPT-2's and
+    Qwen2's (rotary, RMSNorm, grouped K/V, gated MLP), recomputed: a new aten op in the training
+    forward (a kernel launch per layer on a GPU) turns this red."""
     spec = importlib.util.spec_from_file_location("kernel_count", ROOT / "benchmarks" / "kernel_count.py")
     kernel_count = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kernel_count)
-    recorded = json.loads((ROOT / "benchmarks" / "kernel_count_tiny.json").read_text())["ours"]
-    model, ids, mask = kernel_count.tiny_case()
+    recorded = json.loads((ROOT / "benchmarks" / f"kernel_count_{shape}.json").read_text())["ours"]
+    model, ids, mask = kernel_count.tiny_case() if shape == "tiny" else kernel_count.qwen2_tiny_case(tmp_path / "qwen2")[:3]
+    assert fast_path_reason(model) is None
     now = kernel_count.count_ops(model, ids, mask, system="ours")
     assert now["forward"] <= recorded["forward"], f"forward: {now['forward']} aten ops, recorded {recorded['forward']}"
     assert now["forward_backward"] <= recorded["forward_backward"], (
@@ -182,3 +185,31 @@ def test_on_cuda_the_fast_forward_equals_transformer_lens_and_a_ppo_phase_runs()
     trainer = get_algorithm("ppo").trainer_class()(args, quiet=True)
     stats = trainer.learning_phase(trainer.rollout_phase())
     assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the families' written-out forwards on a GPU")
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "gpt2"])
+def test_on_cuda_each_family_equals_transformer_lens_when_switched_on(family, family_folder, monkeypatch):
+    """The GPU check that `static_cache.GPU_CHECKED` waits for: with it set, each family's fast
+    forward and static-cache decoder (uncaptured and CUDA-graphed) on the GPU give TransformerLens'
+    numbers within 1e-4 in float32. Until this has passed on a GPU these families run
+    TransformerLens' forward there (the default stays off: set GPU_CHECKED once it has)."""
+    from rlhf_scratch.models import static_cache
+    from rlhf_scratch.rollout.generation import generate
+
+    lm = load_lm(str(family_folder(family)), device="cuda").eval()
+    assert fast_path_reason(lm) is not None, "on CUDA, not yet a default"
+    monkeypatch.setattr(static_cache, "GPU_CHECKED", True)
+    assert fast_path_reason(lm) is None
+    ids, mask = (t.to("cuda") for t in left_padded_batch(500, seed=6))
+    for m in (None, mask):
+        with torch.no_grad():
+            assert (fast_final_hidden(lm, ids, m) - hooked_final_hidden(lm, ids, m)).abs().max().item() < 1e-4
+    prompt_ids, prompt_mask = ids[:, :6], mask[:, :6].bool()
+    samples = {}
+    for kv_cache, graph in (("static", True), ("static", False), ("transformer_lens", False)):
+        torch.manual_seed(1)
+        samples[kv_cache, graph] = generate(lm, prompt_ids, prompt_mask, 8, top_k=1, kv_cache=kv_cache, cuda_graph=graph)[0]
+    assert torch.equal(samples["static", True], samples["static", False])
+    assert torch.equal(samples["static", False], samples["transformer_lens", False])
