@@ -11,8 +11,8 @@ and rejected swapped, logits for log-probs, ...), with the words its check must 
 The course's tests plant every one and assert that its check fails AND names it (`named`, and `also` where
 the case or a number matters): a check that stopped recognising a mistake, or passed it, turns them red
 (tests/unit/test_course_mistakes.py; the two exercises whose checks train, `TRAINS`, in
-tests/integration/test_course_mistakes.py). The mistakes live by exercise notebook: `mistakes_formulas` (01,
-PPO's objective), `mistakes_beyond_ppo` (02), `mistakes_components` (03), `mistakes_sampling` (04),
+tests/integration/test_course_mistakes_run.py). The mistakes live by exercise notebook: `mistakes_formulas`
+(01, PPO's objective), `mistakes_beyond_ppo` (02), `mistakes_components` (03), `mistakes_sampling` (04),
 `mistakes_interp` (05), `mistakes_capstones` (06), `mistakes_loop` (notebook 06's learning phase),
 `mistakes_hacking` (09), `mistakes_verifiable` (10).
 Importing this imports them all (TransformerLens and the PPO trainer among them).

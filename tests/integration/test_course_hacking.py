@@ -1,10 +1,8 @@
 """Notebook 09's checks (`course/checks_hacking.py`): each passes the course's solution AND the package's own
-function, and fails, naming the mistake, on a planted classic bug written out as a learner would; the
-course's solutions equal the package's functions in `studies.hacking` and `reward.ensemble` (course may
-not import studies), and on the recorded curves they give the recorded verdicts' numbers.
-
-Fast (seconds): here beside the other test_course_*.py files because test_course_checks.py looks here for
-every check's planted bug.
+function; the course's solutions equal the package's functions in `studies.hacking` and `reward.ensemble` (course
+may not import studies), and on the recorded curves they give the recorded verdicts' numbers. The classic bugs
+each check names are the course's catalogue (`course/mistakes_hacking.py`, planted in
+tests/unit/test_course_mistakes.py).
 """
 
 import json
@@ -24,14 +22,6 @@ from rlhf_scratch.course import solutions_hacking as S
 from rlhf_scratch.reward import ensemble
 from rlhf_scratch.studies.hacking import mitigate, pilot
 from rlhf_scratch.studies.hacking.excess import explained_share
-
-
-def fails_with(name: str, bug, phrase: str) -> str:
-    with pytest.raises(AssertionError) as err:
-        catalogue.CHECKS[name](bug)
-    assert phrase in str(err.value), f"check_{name} on {bug.__name__} said:\n{err.value}\nexpected {phrase!r}"
-    return str(err.value)
-
 
 # --- the solutions are the package's ------------------------------------------------------------
 
@@ -86,7 +76,7 @@ def test_the_recorded_curves_give_the_recorded_verdicts():
     assert gain == pytest.approx(mitigations["stop_minus_final"]["mean"], abs=1e-12)
 
 
-# --- each check passes the package's functions and names planted mistakes ------------------------
+# --- each check passes the package's functions -------------------------------------------------------
 
 
 def test_every_hacking_check_passes_the_packages_own_functions(capsys):
@@ -98,109 +88,6 @@ def test_every_hacking_check_passes_the_packages_own_functions(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out == ["check_early_stop_index: all 6 cases pass", "check_ensemble_mean: all 1 cases pass",
                    "check_ensemble_min: all 1 cases pass", "check_explained_share: all 1 cases pass"]
-
-
-def fall_reversed(curves, peak_phase, final_phase):
-    def at(c, phase):
-        return next(p["gold"] for p in c if p["phase"] == phase)
-    return {s: at(c, final_phase) - at(c, peak_phase) for s, c in curves.items()}
-
-
-def fall_by_index(curves, peak_phase, final_phase):
-    return {s: c[peak_phase]["gold"] - c[final_phase]["gold"] for s, c in curves.items()}
-
-
-def test_registered_fall_names_the_reversed_sign_and_the_phase_used_as_an_index():
-    fails_with("registered_fall", fall_reversed, "the sign is reversed")
-    fails_with("registered_fall", fall_by_index, "indexed the curve by the phase")
-
-
-def peak_with_own_seed(curves):
-    mean = [sum(c[i]["gold"] for c in curves.values()) / len(curves) for i in range(len(next(iter(curves.values()))))]
-    best = max(range(len(mean)), key=mean.__getitem__)
-    return {s: c[best]["phase"] for s, c in curves.items()}
-
-
-def own_peak(curves):
-    return {s: max(c, key=lambda p: p["gold"])["phase"] for s, c in curves.items()}
-
-
-def test_held_out_peak_names_the_seed_in_its_own_peak():
-    fails_with("held_out_peak", peak_with_own_seed, "the seed is in its own peak")
-    fails_with("held_out_peak", own_peak, "each seed's OWN peak")
-
-
-def stop_strict(proxy, se, patience=3):
-    for i in range(len(proxy) - patience):
-        if max(proxy[i + 1: i + 1 + patience]) < proxy[i] + se:
-            return i
-    return len(proxy) - 1
-
-
-def stop_window_short(proxy, se, patience=3):
-    for i in range(len(proxy) - patience):
-        if max(proxy[i + 1: i + patience]) <= proxy[i] + se:
-            return i
-    return len(proxy) - 1
-
-
-def stop_at_decision(proxy, se, patience=3):
-    for i in range(len(proxy) - patience):
-        if max(proxy[i + 1: i + 1 + patience]) <= proxy[i] + se:
-            return i + patience
-    return len(proxy) - 1
-
-
-def stop_at_end(proxy, se, patience=3):
-    return len(proxy) - 1
-
-
-def test_early_stop_index_names_strict_inequality_m_off_by_one_and_the_stop_at_the_end():
-    fails_with("early_stop_index", stop_strict, "(≤, not <)")
-    fails_with("early_stop_index", stop_window_short, "off by one in m")
-    fails_with("early_stop_index", stop_at_decision, "i* + m, where the rule is DECIDED")
-    fails_with("early_stop_index", stop_at_end, "that is the last evaluation, T")
-
-
-def test_the_ensemble_checks_name_the_wrong_axis_and_the_best_case():
-    fails_with("ensemble_mean", lambda scores: scores.mean(dim=1), "the wrong axis")
-    fails_with("ensemble_min", lambda scores: scores.max(dim=0).values, "the best case (max)")
-    fails_with("ensemble_min", lambda scores: scores.mean(dim=0), "that is the mean")
-
-
-def share_pooled(excess, activation, policy):
-    a, e = activation - activation.mean(0), excess - excess.mean()
-    slope = (a * e[:, None]).sum(0) / (a**2).sum(0)
-    return slope * (activation[policy].mean(0) - activation[~policy].mean(0)) / (excess[policy].mean() - excess[~policy].mean())
-
-
-def test_explained_share_names_the_pooled_slope():
-    fails_with("explained_share", share_pooled, "fitted over all samples together")
-
-
-def share_policy_only(excess, activation, policy):
-    e, a = excess[policy] - excess[policy].mean(), activation[policy] - activation[policy].mean(0)
-    var_a = (a**2).sum(0)
-    slope = torch.where(var_a > 0, (a * e[:, None]).sum(0) / var_a, torch.zeros_like(var_a))
-    return slope * (activation[policy].mean(0) - activation[~policy].mean(0)) / (excess[policy].mean() - excess[~policy].mean())
-
-
-def share_unguarded(excess, activation, policy):
-    """The formula as written, 0/0 left in: NaN for a feature constant within each group."""
-    e, a = excess.clone(), activation.clone()
-    for group in (policy, ~policy):
-        e[group], a[group] = e[group] - excess[group].mean(), a[group] - activation[group].mean(0)
-    slope = (a * e[:, None]).sum(0) / (a**2).sum(0)
-    return slope * (activation[policy].mean(0) - activation[~policy].mean(0)) / (excess[policy].mean() - excess[~policy].mean())
-
-
-def test_explained_share_names_the_slope_of_the_policys_samples_alone():
-    fails_with("explained_share", share_policy_only, "fitted on the POLICY's samples only")
-
-
-def test_explained_share_says_what_a_feature_constant_within_each_group_gets():
-    """Σ (a − ā_g)² = 0: the exercise defines β_w = 0, and the check says so (not a generic division by 0)."""
-    fails_with("explained_share", share_unguarded, "the exercise defines β_w = 0 there")
 
 
 # --- notebook 09 and its solutions ---------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""Exercises 05 (interpretability): each check fails on planted classic bugs with their named hints, the
-planted model gives the answer it was built to give, and the solutions written for reading
-(course/solutions_interp.py) agree with the package's `interp` functions on interp.toy's model.
+"""Exercises 05 (interpretability): the planted model gives the answer it was built to give, and the solutions
+written for reading (course/solutions_interp.py) agree with the package's `interp` functions on interp.toy's
+model. The classic bugs each check names are the course's catalogue (course/mistakes_interp.py, planted in
+tests/unit/test_course_mistakes.py).
 
 The generic tests (each check passes its solution, no mistake gives the answer, the exercise notebook
 is what the generator writes) are in test_course_checks.py.
@@ -11,7 +12,6 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from test_course_checks import fails_with
 
 from rlhf_scratch.course import checks_interp
 from rlhf_scratch.course import solutions_interp as sol
@@ -51,31 +51,6 @@ def toy_pair():
 # --- logit_diff -------------------------------------------------------------------------------
 
 
-def logit_diff_at_the_last_position(logits, pos_ids, neg_ids, last_pos=None):
-    return sol.logit_diff(logits, pos_ids, neg_ids, None)
-
-
-def logit_diff_summed(logits, pos_ids, neg_ids, last_pos=None):
-    last = logits[:, -1] if last_pos is None else logits[torch.arange(len(logits)), last_pos]
-    return last[:, pos_ids].sum(-1) - last[:, neg_ids].sum(-1)
-
-
-def logit_diff_of_probabilities(logits, pos_ids, neg_ids, last_pos=None):
-    return sol.logit_diff(logits.softmax(-1), pos_ids, neg_ids, last_pos)
-
-
-def test_logit_diff_recognises_the_last_position_of_a_padded_row():
-    fails_with("logit_diff", logit_diff_at_the_last_position, "you read the last POSITION")
-
-
-def test_logit_diff_recognises_a_sum():
-    fails_with("logit_diff", logit_diff_summed, "the SUM of the positive logits")
-
-
-def test_logit_diff_recognises_probabilities():
-    fails_with("logit_diff", logit_diff_of_probabilities, "those are probabilities")
-
-
 def test_logit_diff_solution_is_interps(toy_pair):
     from interp.logits import logit_diff
 
@@ -88,36 +63,6 @@ def test_logit_diff_solution_is_interps(toy_pair):
 
 
 # --- logit_lens_logit_diff --------------------------------------------------------------------
-
-
-def _lens_with(**kw):
-    def logit_lens_logit_diff(resid, ln_weight, ln_bias, direction, unembed_bias_diff, eps=1e-5):
-        return checks_interp._lens(resid, ln_weight, ln_bias, direction, unembed_bias_diff, eps, **kw)
-
-    return logit_lens_logit_diff
-
-
-def lens_with_the_final_scale(resid, ln_weight, ln_bias, direction, unembed_bias_diff, eps=1e-5):
-    """Every site divided by the last site's scale (the frozen final scale)."""
-    centred = resid - resid.mean(-1, keepdim=True)
-    final = (centred[-1].pow(2).mean(-1, keepdim=True) + eps).sqrt()
-    return (centred / final * ln_weight + ln_bias) @ direction + unembed_bias_diff
-
-
-def test_logit_lens_recognises_no_layernorm():
-    fails_with("logit_lens_logit_diff", _lens_with(ln=False), "the final LayerNorm is missing")
-
-
-def test_logit_lens_recognises_the_frozen_final_scale():
-    fails_with("logit_lens_logit_diff", lens_with_the_final_scale, "its OWN scale")
-
-
-def test_logit_lens_recognises_the_ln_bias_missing():
-    fails_with("logit_lens_logit_diff", _lens_with(use_b=False), "ln_final's bias is missing")
-
-
-def test_logit_lens_recognises_no_centring():
-    fails_with("logit_lens_logit_diff", _lens_with(centre=False), "centre first")
 
 
 def test_logit_lens_solution_is_interps_and_ends_at_the_models_logit_diff(toy_pair):
@@ -146,41 +91,6 @@ def test_logit_lens_solution_is_interps_and_ends_at_the_models_logit_diff(toy_pa
 # --- residual_patching ------------------------------------------------------------------------
 
 
-def patching_the_wrong_way_round(reference, tuned, tokens, metric):
-    return sol.residual_patching(tuned, reference, tokens, metric)
-
-
-def patching_returning_the_patched_metric(reference, tuned, tokens, metric):
-    return sol.residual_patching(reference, tuned, tokens, metric) + metric(reference(tokens))
-
-
-def patching_the_last_position_only(reference, tuned, tokens, metric):
-    _, cache = tuned.run_with_cache(tokens)
-    base, out = metric(reference(tokens)), []
-    for site in range(reference.cfg.n_layers + 1):
-        name = sol.site_hook_name(reference, site)
-
-        def patch(resid, hook, name=name):
-            resid = resid.clone()
-            resid[:, -1] = cache[name][:, -1]
-            return resid
-
-        out.append(metric(reference.run_with_hooks(tokens, fwd_hooks=[(name, patch)])) - base)
-    return torch.stack(out)
-
-
-def test_patching_recognises_the_wrong_way_round():
-    fails_with("residual_patching", patching_the_wrong_way_round, "the wrong way round")
-
-
-def test_patching_recognises_the_patched_metric_for_the_effect():
-    fails_with("residual_patching", patching_returning_the_patched_metric, "return the EFFECT")
-
-
-def test_patching_recognises_the_last_position_alone():
-    fails_with("residual_patching", patching_the_last_position_only, "patch the residual at EVERY position")
-
-
 def test_patching_solution_is_interps(toy_pair):
     from interp.residual import residual_patching
 
@@ -195,30 +105,6 @@ def test_patching_solution_is_interps(toy_pair):
 
 
 # --- feature_change ---------------------------------------------------------------------------
-
-
-def change_ignoring_the_mask(x_ref, x_tuned, mask, encode):
-    return encode(x_tuned).mean((0, 1)) - encode(x_ref).mean((0, 1))
-
-
-def change_of_the_mean_activation(x_ref, x_tuned, mask, encode):
-    return encode(x_tuned[mask].mean(0)) - encode(x_ref[mask].mean(0))
-
-
-def change_reference_minus_tuned(x_ref, x_tuned, mask, encode):
-    return sol.feature_change(x_tuned, x_ref, mask, encode)
-
-
-def test_feature_change_recognises_the_mask_ignored():
-    fails_with("feature_change", change_ignoring_the_mask, "the mask was ignored")
-
-
-def test_feature_change_recognises_the_encoder_on_the_mean():
-    fails_with("feature_change", change_of_the_mean_activation, "you encoded the MEAN activation")
-
-
-def test_feature_change_recognises_the_sign():
-    fails_with("feature_change", change_reference_minus_tuned, "sign: the change is tuned minus reference")
 
 
 class TinySAE(torch.nn.Module):
@@ -251,38 +137,6 @@ def test_feature_change_solution_is_interps_feature_diff(toy_pair):
 
 
 # --- steered_logits ---------------------------------------------------------------------------
-
-
-def steer_last_position(model, tokens, hook_name, W_dec, features, coefficients):
-    v = coefficients @ W_dec[features]
-
-    def hook(x, hook):
-        x = x.clone()
-        x[:, -1] += v
-        return x
-
-    return model.run_with_hooks(tokens, fwd_hooks=[(hook_name, hook)])
-
-
-def steer_with_unit_rows(model, tokens, hook_name, W_dec, features, coefficients):
-    return sol.steered_logits(model, tokens, hook_name, W_dec / W_dec.norm(dim=-1, keepdim=True), features,
-                              coefficients)
-
-
-def steer_without_coefficients(model, tokens, hook_name, W_dec, features, coefficients):
-    return sol.steered_logits(model, tokens, hook_name, W_dec, features, torch.ones(len(features)))
-
-
-def test_steering_recognises_the_last_position_alone():
-    fails_with("steered_logits", steer_last_position, "add the vector at EVERY position")
-
-
-def test_steering_recognises_normalised_rows():
-    fails_with("steered_logits", steer_with_unit_rows, "use the decoder rows as they are")
-
-
-def test_steering_recognises_the_coefficients_ignored():
-    fails_with("steered_logits", steer_without_coefficients, "the coefficients were ignored")
 
 
 def test_steering_solution_is_interps_hook(toy_pair):
