@@ -1,21 +1,27 @@
 """Issue 58, item 3: every term of every algorithm counts the model's tokens only, on one two-turn
 episode worked by hand. The tool's reply sits in the middle with numbers far from the model's, so
 training on it, counting it in the KL, the entropy or the length, or stepping GAE through it, gives a
-different number — and each test first checks that it would.
+different number — and each test first checks that it would. GRPO (its length normalisations, k3 KL, entropy
+bonus), RLOO (log π(o|q), the KL-shaped reward), PPO (one-step and GAE advantages, the value loss, the clipped
+surrogate's normalisation and mean) and Online DPO (the pair's loss, its logged KL and entropy).
 
     position      0       1        2     3     4       5
     author        model   model    env   env   model   model        gen_len 6, prompt_len 2
     mask          T       T        F     F     T       T            |o| = 4 model tokens
 """
 
+import math
+
 import pytest
 import torch
 
 from rlhf_scratch.algorithms.grpo.loss import aggregate_grpo_terms, calc_grpo_terms
+from rlhf_scratch.algorithms.online_dpo.loss import calc_dpo_loss, rollout_objective_stats
 from rlhf_scratch.algorithms.rloo.objective import compute_kl_shaped_rewards
 from rlhf_scratch.core.advantages import compute_advantages, compute_gae_advantages, last_kept, next_kept_values
-from rlhf_scratch.core.objectives import calc_value_fn_loss, masked_mean, sequence_log_probs
+from rlhf_scratch.core.objectives import calc_clipped_sur_obj, calc_value_fn_loss, masked_mean, sequence_log_probs
 from rlhf_scratch.rollout.episodes import Episode, Segment, assemble_completions
+from rlhf_scratch.rollout.phase import Rollout
 
 MASK = torch.tensor([[True, True, False, False, True, True]])
 EVERY = torch.ones_like(MASK)
@@ -117,6 +123,52 @@ def test_ppo_value_loss_regresses_the_model_states_only():
     # ½ · vf_coef · mean over the model's tokens of (V − R)²: ½ · 1 · (1 + 0 + 4 + 0) / 4 = 0.625
     assert calc_value_fn_loss(values, returns, 1.0, mask=MASK).item() == 0.625
     assert calc_value_fn_loss(values, returns, 1.0, mask=EVERY).item() > 100  # the data can tell
+
+
+def test_ppo_clipped_surrogate_normalises_and_averages_over_the_model_tokens():
+    # A on the model's tokens [3, 1, −1, 1] (0 at the reply, as GAE leaves it): mean 1, Bessel std √(8/3), so
+    # Â = [√1.5, 0, −√1.5, 0]; r = 1.1 at position 0 (inside the clip), 1 elsewhere on the model's tokens:
+    # J = (1.1·√1.5 + 0 − √1.5 + 0) / 4 = 0.1·√1.5 / 4. The reply's zeros in the mean and std, or its far-off
+    # ratio e^(−8.9) in the average, give another number.
+    advantages = torch.tensor([[3.0, 1.0, 0.0, 0.0, -1.0, 1.0]])
+    logprobs = torch.tensor([[math.log(1.1), -2.0, -9.0, -9.0, -0.5, -0.25]])
+    old = torch.tensor([[0.0, -2.0, -0.1, -0.1, -0.5, -0.25]])
+    every = calc_clipped_sur_obj(logprobs, old, advantages, 0.2, mask=EVERY).item()
+    got = calc_clipped_sur_obj(logprobs, old, advantages, 0.2, mask=MASK).item()
+    assert every != pytest.approx(got, abs=1e-3)  # the data can tell
+    assert got == pytest.approx(0.1 * math.sqrt(1.5) / 4, rel=1e-6), "the surrogate counted the tool's tokens"
+
+
+# Online DPO: a pair of one prompt, the chosen the two-turn episode, the rejected a one-turn answer (mask T T T F F F).
+PAIR_MASK = torch.tensor([[True, True, False, False, True, True], [True, True, True, False, False, False]])
+PAIR_POLICY = torch.tensor([[-1.0, -2.0, -9.0, -9.0, -0.5, -0.25], [-0.5, -0.5, -1.0, 0.0, 0.0, 0.0]])
+PAIR_REF = torch.tensor([[-1.5, -1.0, -0.1, -0.1, -1.0, -1.0], [-1.0, -0.5, -0.5, 0.0, 0.0, 0.0]])
+
+
+def test_online_dpo_loss_reads_the_model_tokens_log_probs_only():
+    # log π: chosen −3.75 (the reply would add −18), rejected −2; log π_ref: chosen −4.5 (reply: −0.2), rejected −2.
+    # h = (−3.75 − −2) − (−4.5 − −2) = 0.75; β = 0.1: ℓ = −log σ(0.075) = log(1 + e^−0.075); chosen's implicit reward 0.075
+    def loss(mask):
+        policy, ref = sequence_log_probs(PAIR_POLICY, mask), sequence_log_probs(PAIR_REF, mask)
+        return calc_dpo_loss(policy[:1], policy[1:], ref[:1], ref[1:], beta=0.1)
+
+    with_reply = loss(PAIR_MASK | torch.tensor([[False, False, True, True, False, False], [False] * 6]))
+    assert with_reply.loss.item() == pytest.approx(math.log1p(math.exp(1.705)))  # h = −17.05: the data can tell
+    got = loss(PAIR_MASK)
+    assert got.loss.item() == pytest.approx(math.log1p(math.exp(-0.075))), "the pair's log-probs counted the tool's reply"
+    assert got.chosen_rewards.item() == pytest.approx(0.075) and got.rejected_rewards.item() == pytest.approx(0.0)
+
+
+def test_online_dpo_logged_kl_and_entropy_sum_the_model_tokens():
+    # kl_i = Σ m (log π − log π_ref): chosen 0.5 − 1 + 0.5 + 0.75 = 0.75 (the reply would add −17.8), rejected 0.5 + 0 − 0.5 = 0
+    rollout = Rollout(prompt_ids=torch.ones(2, 1, dtype=torch.long), completion_ids=torch.ones(2, 6, dtype=torch.long),
+                      attention_mask=torch.ones(2, 7, dtype=torch.bool), completion_mask=PAIR_MASK, logprobs=PAIR_POLICY,
+                      ref_logprobs=PAIR_REF, rewards=torch.tensor([1.0, 0.25]), prompts=["q", "q"], completions=["a", "b"],
+                      num_generations=2, eos_token_id=0)
+    stats = rollout_objective_stats(rollout, torch.tensor([0]), torch.tensor([1]), torch.ones(1), beta=0.1)
+    assert stats["objective/kl"] == pytest.approx(0.375), "the KL summed the tool's reply"
+    assert stats["objective/entropy"] == pytest.approx((3.75 + 2.0) / 2)
+    assert stats["objective/rlhf_reward"] == pytest.approx((1.0 - 0.075 + 0.25) / 2)
 
 
 def _gae_before_issue_58(values, rewards, prefix_len, gamma, lam, mask):
