@@ -838,21 +838,69 @@ def steered_logits(
     """model's logits with sum_i coefficients[i] * W_dec[features[i]] added at hook_name, every position."""
     raise NotImplementedError''')
 
+DISCOVERY = Exercise("changed_head_scores", r"""## 6 · `changed_head_scores`: which head did RL change?
+
+A discovery, not a formula. `mystery()` is a pair of models: a base model, and the same model after a
+short REINFORCE run (the next token after 16 prompts; reward +1 for tokens 2 and 3, −1 for token 7)
+in which the gradient reached **one** attention head only. Which one? The check knows; this notebook
+does not say (nor should you read `rlhf_scratch/course/mystery.py` before your check passes).
+
+    m = mystery()     # m.reference, m.tuned: 3 layers x 4 heads; m.tokens: [16 prompts, 6]; m.metric(logits)
+
+`m.metric` is the mean logit difference the run moved (positive tokens minus the negative one). The
+package's tools (`interp.attention`, imported above; `docs/interp.md`): `head_weight_change(reference,
+tuned)` (per head, the size of W_tuned − W_ref), `head_patching_metric(reference, tuned, tokens, metric)`
+(swap one head's output into the reference, each head alone), `head_ablation_metric(model, tokens,
+head_means(model, tokens), metric)`, `top_heads(scores)`. Explore in cells of your own below the stub,
+then write your method as `changed_head_scores`: for each prompt, a score per head, larger = more
+evidence that the head carries what the run changed.
+
+The check runs it on mystery A (the one above) and on a pair B it does not show you (so your method
+passes, not A's answer), takes the head with the largest mean score, and says whether it is the head
+the run trained — naming the tempting wrong answers it knows — and whether your evidence decides it:
+the paired 95 % t interval, over the prompts, of that head's score minus the runner-up's must exclude 0.
+`discovery_report(scores)` prints that margin.
+
+Watch for: not every weight that moved matters; not every head whose activations moved was changed.
+
+**Predict** before you run a tool: will the head whose weights moved most be the one? Will a head
+whose `hook_z` moved most? Write your guesses down; the check's hints say what each answer means.
+
+The solution, once yours passes: `rlhf_scratch.course.solutions_interp.changed_head_scores`.""", '''\
+@torch.no_grad()
+def changed_head_scores(
+    reference: HookedTransformer,
+    tuned: HookedTransformer,
+    tokens: Int[Tensor, "prompt pos"],
+    metric: Callable[[Tensor], Tensor],
+) -> Float[Tensor, "prompt layer head"]:
+    """Per prompt, evidence that head (layer, head) carries what the RL run changed (larger = more)."""
+    raise NotImplementedError''', after='''\
+# your method on mystery A, with how sure the prompts make it
+m = mystery()
+print(discovery_report(changed_head_scores(m.reference, m.tuned, m.tokens, m.metric)))''')
+
 INTERP = notebook(
     """# Exercises 5 · Interpretability: the logit difference, the lens, patching, features, steering
 
 Notebooks `../04_interp_walkthrough.ipynb` and `../05_sae_features.ipynb` ask what RLHF changed inside
 the model. Here you write their tools. Three checks run your function on a **planted** pair (a tiny
 random model and a copy with one attention head changed, `rlhf_scratch.course.checks_interp.planted`),
-where the answer is known, and compare with the package's `interp` functions.""",
-    [LOGIT_DIFF, LOGIT_LENS, PATCHING, FEATURE_CHANGE, STEERING],
-    """## All five pass?
+where the answer is known, and compare with the package's `interp` functions. The last is a discovery:
+which head did a short RL run change? You find it with those tools, and the check says whether you are
+right and whether your evidence decides it.""",
+    [LOGIT_DIFF, LOGIT_LENS, PATCHING, FEATURE_CHANGE, STEERING, DISCOVERY],
+    """## All six pass?
 
 Read `rlhf_scratch/course/solutions_interp.py`, then the package's versions (`interp/logits.py`,
 `interp/residual.py`, `interp/feature_diff.py`, `interp/causal.py`), and run them on a real run:
 `python -m interp.report RUN_DIR` and `python -m interp.features RUN_DIR` (`docs/interp.md`).""",
     how=HOW_SOLUTIONS.format(extra=" and `solutions_interp.py`"),
-    imports="from collections.abc import Callable\n\nfrom transformer_lens import HookedTransformer",
+    imports=("from collections.abc import Callable\n\nfrom interp.attention import (\n"
+             "    head_ablation_metric, head_means, head_patching_metric, head_weight_change, top_heads,\n)\n"
+             "from transformer_lens import HookedTransformer\n\n"
+             "from rlhf_scratch.course.checks_interp import discovery_report\n"
+             "from rlhf_scratch.course.mystery import mystery"),
 )
 
 

@@ -52,7 +52,8 @@ _CHECKS_BY_MODULE = {
     ),
     "checks_reward": ("check_reward_at_last_token", "check_reward_model_step"),  # exercises 04: the reward model
     "checks_parts": ("check_ReplayMemory", "check_TransformerWithValueHead", "check_generate"),  # exercises 07
-    "checks_interp": (  # exercises 05: interpretability on a planted model
+    "checks_interp": (  # exercises 05: interpretability on a planted model, and which head RL changed
+        "check_changed_head_scores",
         "check_feature_change",
         "check_logit_diff",
         "check_logit_lens_logit_diff",

@@ -105,3 +105,37 @@ def steered_logits(
         return x + vector
 
     return model.run_with_hooks(tokens, fwd_hooks=[(hook_name, add)])
+
+
+@torch.no_grad()
+def changed_head_scores(
+    reference: HookedTransformer,
+    tuned: HookedTransformer,
+    tokens: Int[Tensor, "prompt pos"],
+    metric: Callable[[Tensor], Tensor],
+) -> Float[Tensor, "prompt layer head"]:
+    """Per prompt, the effect on `metric` of swapping ONE head's output (its `result`, z @ W_O) in the reference
+    for the tuned model's, each head alone: the reference's attn_out at that layer plus the difference
+    (`interp.attention.head_patching_metric` does it for the batch's mean, one number a head).
+
+    A cause, not a correlate: a head whose weights moved without its output moving (re-expressed in another
+    basis) patches in nothing, and a head downstream of the changed one, patched alone, brings only its own
+    output's change, not its input's. Per prompt, so that the margin over the runner-up has an interval."""
+    ref_logits, ref_cache = reference.run_with_cache(tokens)
+    _, tuned_cache = tuned.run_with_cache(tokens)
+    n_prompts, (n_layers, n_heads) = tokens.shape[0], reference.W_O.shape[:2]
+
+    def per_prompt(logits: Tensor) -> Tensor:
+        return torch.stack([metric(logits[b : b + 1]) for b in range(n_prompts)])
+
+    base = per_prompt(ref_logits)
+    scores = torch.zeros(n_prompts, n_layers, n_heads)
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            # result = z @ W_O of this head, in each model: [prompt, pos, d_model]
+            delta = (tuned_cache["z", layer][:, :, head] @ tuned.W_O[layer, head]
+                     - ref_cache["z", layer][:, :, head] @ reference.W_O[layer, head])
+            logits = reference.run_with_hooks(
+                tokens, fwd_hooks=[(f"blocks.{layer}.hook_attn_out", lambda out, hook, d=delta: out + d)])
+            scores[:, layer, head] = per_prompt(logits) - base
+    return scores
