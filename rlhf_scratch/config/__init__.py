@@ -130,7 +130,8 @@ class CommonArgs:
     kv_cache: str = "auto"
     """KV cache for sampling: `static` (preallocated, one fixed-shape step per token; CUDA-graphed on
     a GPU), `transformer_lens` (TransformerLens' own, growing by concatenation), or `auto`: the
-    static cache where the model allows it (GPT-2-style blocks, no hooks), else TransformerLens'.
+    static cache where the model allows it (GPT-2, Pythia, Llama, Qwen2, Gemma; on a GPU GPT-2's
+    set only, until the others have run on one; no hooks), else TransformerLens'.
     The same tokens either way (tested); see docs/speed.md."""
     cuda_graph: bool = True
     """On a GPU, replay the static cache's decode step as a captured CUDA graph (one launch per
