@@ -21,13 +21,14 @@ Two KV caches behind one sampling loop. The loop (`generate`) only needs somethi
 prompt, then each sampled token, into next-token logits — a `Decoder`:
 
 - `StaticCacheDecoder` (rlhf_scratch/models/static_cache.py, the default where it applies): K/V buffers
-  [n_layers, batch, n_heads, prompt_len + gen_len, d_head] allocated once; each step writes one
+  [n_layers, batch, n_kv_heads, prompt_len + gen_len, d_head] allocated once; each step writes one
   column and attends over all of them, the not-yet-written and pad columns masked. Every step has
   the same shapes, so on CUDA it is captured once in a CUDA graph and replayed per token. The
   forward is written out in that file (the model's own weights and modules, no hooks).
 - `TransformerLensCacheDecoder`: TransformerLens' own forward and cache (which grows by one
-  column per step). Used for models the static forward does not cover (rotary, grouped K/V heads,
-  ... see `static_cache.unsupported_reason`) and for models with hooks attached.
+  column per step). Used for models the static forward does not cover (ALiBi, local windows, QK
+  norms, ...; on CUDA every family beyond GPT-2's set until its written-out forward has run on a
+  GPU: see `static_cache.unsupported_reason`) and for models with hooks attached.
 
 No host sync per token: nothing in the loop reads a device tensor back, except the "has every
 sample ended?" check under `stop_at_eos` — every step on the CPU (there is no device to wait for,
