@@ -48,7 +48,7 @@ class Exercise:
 
 TITLE = r"""# 6 · Build the PPO loop yourself
 
-Notebook 01 computed every term of PPO's objective by hand and exercises 01 had you write each one; the derivations said where the clip comes from; exercises 03 had you write GAE and the value head's explained variance, exercises 04 the parts around them (sampling, the EOS mask, the replay memory's minibatches). Here you put them together into PPO-RLHF's **learning phase**, written from the pseudocode below: the advantages of a rollout, the objective of one minibatch, and the epochs of shuffled minibatches around it — three functions, about 40 lines of code. The notebook gives you the rest of the loop: the policy with its value head, the frozen reference, AdamW with two learning rates and `maximize=True`, the warmup-and-decay schedule, the rollout.
+Notebook 01 computed every term of PPO's objective by hand and exercises 01 had you write each one; the derivations said where the clip comes from; exercises 03 had you write GAE and the value head's explained variance, exercises 04 the pieces around them (sampling, the EOS mask, the replay memory's minibatches), and exercises 07 the parts themselves: the value head module, the sampling loop and the replay memory, which this notebook trains with. Here you put them together into PPO-RLHF's **learning phase**, written from the pseudocode below: the advantages of a rollout, the objective of one minibatch, and the epochs of shuffled minibatches around it — three functions, about 40 lines of code. The notebook gives you the rest of the loop: the frozen reference, AdamW with two learning rates and `maximize=True`, the warmup-and-decay schedule, the rollout's scoring around your sampler and value head.
 
 Then `check_learning_phase` runs your learning phase beside the package's from the same state and says, to float precision, whether they did the same thing — and if not, which mistake yours looks like. Once it passes, your loop trains the tiny model for a dozen phases (about 20 seconds on one CPU thread), and you predict, then see, what the KL coefficient does. The next notebook, 02, runs the package's own trainer — this loop with a run folder, logging and checkpoints around it — end to end.
 
@@ -91,11 +91,11 @@ PSEUDOCODE = r"""## The algorithm, and where each line lives
 | 1 | $\theta$ ← the pretrained LM + a fresh value head $\phi$; $\theta_{\text{ref}}$ ← a frozen copy of the LM | `TransformerWithValueHead` (`algorithms/ppo/policy.py`), `ppo.policy.build_policy`; `models.policy.load_reference` | `build` |
 | 2 | AdamW, `maximize=True`: trunk at `base_lr`, value head at `head_lr`; learning rate × $m(k)$: linear warmup, then linear decay | `optim.get_optimizer_and_scheduler` (`get_optimizer`, `get_lr_scheduler`) | `build`, `lr_multiplier` |
 | 3 | **for** phase $k = 1 \dots$ `total_phases` **do** | `loop.run_training` | `train` |
-| 4 | &nbsp;&nbsp; sample `batch_size` completions of the prompts from $\pi_\theta$ (top-k, `gen_len` tokens) | `Trainer.generate_sequences` → `rollout.generate_sequences` → `generation.generate` | `make_rollout` |
-| 5 | &nbsp;&nbsp; score them, no gradients: $\log \pi_{\text{old}}(o_t)$, $V_{\text{old}}(s_t)$, $\mathrm{KL}(\pi_{\text{old}} \Vert \pi_{\text{ref}})$; the reward $R$ | `rollout.score_tokens`, `rollout.reward_call.score_completions` | `make_rollout` |
+| 4 | &nbsp;&nbsp; sample `batch_size` completions of the prompts from $\pi_\theta$ (top-k, `gen_len` tokens) | `Trainer.generate_sequences` → `rollout.generate_sequences` → `generation.generate` | `rollout_with_parts` (your `generate`) |
+| 5 | &nbsp;&nbsp; score them, no gradients: $\log \pi_{\text{old}}(o_t)$, $V_{\text{old}}(s_t)$, $\mathrm{KL}(\pi_{\text{old}} \Vert \pi_{\text{ref}})$; the reward $R$ | `rollout.score_tokens`, `rollout.reward_call.score_completions` | `rollout_with_parts` (your value head) |
 | 6 | &nbsp;&nbsp; $R \leftarrow (R - \bar R) / (\mathrm{std}\,R + \epsilon)$ | `RLHFTrainer.compute_advantages` → `reward.functions.normalize_reward` | **`phase_advantages`** |
 | 7 | &nbsp;&nbsp; $A_t \leftarrow V(s_{t+1}) - V(s_t)$; $A_{\text{last}} \leftarrow R - V(s_{\text{last}})$ | `RLHFTrainer.compute_advantages` → `advantages.compute_advantages` | **`phase_advantages`** |
-| 8 | &nbsp;&nbsp; returns $R_t \leftarrow A_t + V_{\text{old}}(s_t)$ | `memory.ReplayMemory` | **`learning_phase`** (`ReplayMemory`) |
+| 8 | &nbsp;&nbsp; returns $R_t \leftarrow A_t + V_{\text{old}}(s_t)$ | `memory.ReplayMemory` | **`learning_phase`** (your `ReplayMemory`) |
 | 9 | &nbsp;&nbsp; **for** epoch $= 1 \dots$ `batches_per_learning_phase`, **for** each of `num_minibatches` shuffled minibatches **do** | `ReplayMemory.get_minibatches` → `memory.minibatch_rows` (torch's global RNG) | **`learning_phase`** |
 | 10 | &nbsp;&nbsp;&nbsp;&nbsp; forward $\pi_\theta$: $\log \pi_\theta(o_t)$, $V(s_t)$, $H$; the reference: $\mathrm{KL}(\pi_\theta \Vert \pi_{\text{ref}})$ | `RLHFTrainer.minibatch_objective` (`vocab_terms.token_terms`, a chunk of positions at a time) | **`minibatch_objective`** |
 | 11 | &nbsp;&nbsp;&nbsp;&nbsp; $J \leftarrow L_{\text{clip}} - \text{value loss} + \text{entropy bonus} - \beta\,\mathrm{KL}$ | `algorithms.ppo.compute_rlhf_objective` (`calc_clipped_sur_obj`, `calc_value_fn_loss`, …) | **`minibatch_objective`** |
@@ -116,16 +116,22 @@ from rlhf_scratch.core.advantages import compute_advantages
 from rlhf_scratch.config import make_args
 from rlhf_scratch.rollout.generation import attention_mask_or_none
 from rlhf_scratch.models.loading import load_lm
-from rlhf_scratch.core.memory import ReplayMemory
-from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
 from rlhf_scratch.core.objectives import (calc_approx_kl, calc_clip_fraction, calc_clipped_sur_obj, calc_entropy_bonus,
                                      calc_kl_penalty, calc_value_fn_loss, generated_span, get_log_probs,
                                      temperature_scaled)
 from rlhf_scratch.reward.functions import normalize_reward, reward_fn_sentiment_imdb
-from rlhf_scratch.rollout.phase import make_rollout
 from rlhf_scratch.course.loop_check import check_learning_phase
+from rlhf_scratch.course.parts_kit import learner_parts, rollout_with_parts
 
 torch.set_num_threads(1)"""
+
+PARTS_MD = r"""## 0 · Your parts
+
+Exercises 07 had you write the value head module, the sampling loop and the replay memory. This notebook trains with **yours**: the cell below runs your `notebooks/exercises/07_parts_exercises.ipynb` (its setup and your three cells, not its other cells), runs each check, and takes each part whose check passes. Where one is not written yet, or fails its check, the package's stands in and the cell says so: `TransformerWithValueHead` and `ReplayMemory` from the package; for `generate`, whose contract the package's sampler does not share, the course's solution (`rlhf_scratch/course/solutions_parts.py`). `check_learning_phase` below grades your learning phase with whichever `ReplayMemory` you use, so a memory that draws its shuffles unlike the package's shows there too."""
+
+PARTS = r"""parts = learner_parts("exercises/07_parts_exercises.ipynb")  # yours where its check passes, said for each"""
+
+SOLVED_PARTS = r"""parts = learner_parts("exercises/solutions/07_parts_solutions.ipynb")  # the solutions of exercises 07"""
 
 SETUP_MD = r"""## 1 · The pieces: policy with value head, reference, optimizer, schedule
 
@@ -148,13 +154,15 @@ def lr_multiplier(args, phase):
 def build(args):
     torch.manual_seed(args.seed)
     lm = load_lm("tiny").train()
-    policy = TransformerWithValueHead(lm, detach_value_head=args.detach_value_head)  # pi_theta and V_phi, one forward
-    ref_model = load_lm("tiny").eval().requires_grad_(False)                        # pi_ref: frozen
-    optimizer = torch.optim.AdamW([{"params": policy.base.parameters(), "lr": args.base_lr},         # pretrained trunk
-                                   {"params": policy.value_head.parameters(), "lr": args.head_lr}],  # fresh head
-                                  maximize=True)                                                      # we ASCEND J
+    policy = parts.TransformerWithValueHead(lm, args.detach_value_head)     # pi_theta and V_phi, one forward (yours)
+    ref_model = load_lm("tiny").eval().requires_grad_(False)                # pi_ref: frozen
+    head = list(policy.value_head.parameters())
+    trunk = [p for p in policy.parameters() if all(p is not h for h in head)]
+    optimizer = torch.optim.AdamW([{"params": trunk, "lr": args.base_lr},   # pretrained trunk
+                                   {"params": head, "lr": args.head_lr}],   # fresh head
+                                  maximize=True)                            # we ASCEND J
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda phase: lr_multiplier(args, phase))
-    return policy, ref_model, optimizer, scheduler"""
+    return policy, lm, ref_model, optimizer, scheduler"""
 
 ADVANTAGES_MD = r"""## 2 · The advantages of a rollout (rows 6–7)
 
@@ -174,7 +182,7 @@ ADVANTAGES = Exercise("phase_advantages", r'''def phase_advantages(rollout, args
 
 OBJECTIVE_MD = r"""## 3 · The objective of one minibatch (rows 10–11)
 
-One forward pass of `TransformerWithValueHead` gives the logits and $V(s_t)$ at every position (the value head reads `ln_final.hook_normalized`, detached when `args.detach_value_head`: then only the policy terms train the trunk). The logits at position $t$ predict token $t+1$, so the positions `prefix_len-1 … seq_len-2` predict the completion (`generated_span(prefix_len)`), for the log-probs and the values alike. The reference runs its own forward, without gradients. Every distribution is the one that was sampled, softmax(logits / T) (`temperature_scaled`; T = 1 here). Every term is a mean over the completion's kept tokens: pass `mask=mb.completion_mask`.
+One forward pass of your `TransformerWithValueHead` (exercises 07) gives the logits and $V(s_t)$ at every position (the value head reads `ln_final.hook_normalized`, detached when `args.detach_value_head`: then only the policy terms train the trunk). The logits at position $t$ predict token $t+1$, so the positions `prefix_len-1 … seq_len-2` predict the completion (`generated_span(prefix_len)`), for the log-probs and the values alike. The reference runs its own forward, without gradients. Every distribution is the one that was sampled, softmax(logits / T) (`temperature_scaled`; T = 1 here). Every term is a mean over the completion's kept tokens: pass `mask=mb.completion_mask`.
 
 The functions are yours from exercises 01: `get_log_probs`, `calc_clipped_sur_obj`, `calc_value_fn_loss`, `calc_entropy_bonus`, `calc_kl_penalty` (and `calc_clip_fraction`, `calc_approx_kl` for the statistics). Watch the order of the KL's arguments: the penalty is $\mathrm{KL}(\pi_\theta \| \pi_{\text{ref}})$."""
 
@@ -214,7 +222,7 @@ OBJECTIVE = Exercise("minibatch_objective", r'''def minibatch_objective(policy, 
 
 PHASE_MD = r"""## 4 · One learning phase (rows 6–13)
 
-The advantages, then the replay memory: `ReplayMemory(sample_ids, attention_mask, completion_mask, logprobs, advantages, values, num_minibatches, batches_per_learning_phase)` makes the returns $R_t = A_t + V_{\text{old}}(s_t)$ (row 8) and `memory.get_minibatches()` yields `batches_per_learning_phase` shuffles of the batch, each cut into `num_minibatches` minibatches. It draws one `torch.randperm` per epoch from torch's global RNG, as the package does: draw nothing else from it, or the check sees other minibatches. One guarded step per minibatch (row 12), and **one** scheduler step at the end of the phase (row 13). Return each statistic's mean over the minibatches, each taken before that minibatch's step (the package's `mean_stats`), as a dict of floats."""
+The advantages, then the replay memory, yours from exercises 07: `parts.ReplayMemory(sample_ids, attention_mask, completion_mask, logprobs, advantages, values, num_minibatches, batches_per_learning_phase)` makes the returns $R_t = A_t + V_{\text{old}}(s_t)$ (row 8) and `memory.get_minibatches()` yields `batches_per_learning_phase` shuffles of the batch, each cut into `num_minibatches` minibatches. It draws one `torch.randperm` per epoch from torch's global RNG, as the package does: draw nothing else from it, or the check sees other minibatches. One guarded step per minibatch (row 12), and **one** scheduler step at the end of the phase (row 13). Return each statistic's mean over the minibatches, each taken before that minibatch's step (the package's `mean_stats`), as a dict of floats."""
 
 PHASE = Exercise("learning_phase", r'''def learning_phase(policy, ref_model, rollout, args, optimizer, scheduler):
     """Rows 6-13: one PPO learning phase on `rollout`, training `policy` in place; returns the mean stats.
@@ -223,7 +231,7 @@ PHASE = Exercise("learning_phase", r'''def learning_phase(policy, ref_model, rol
     Per minibatch: zero the gradients, J.backward(), clip the norm to args.max_grad_norm, and step only
     when J and the norm are finite.
     """''', r"""    advantages = phase_advantages(rollout, args)                                  # rows 6-7
-    memory = ReplayMemory(rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
+    memory = parts.ReplayMemory(rollout.sample_ids, rollout.attention_mask, rollout.completion_mask, rollout.logprobs,
                           advantages, rollout.values, args.num_minibatches, args.batches_per_learning_phase)  # row 8
     stats = []
     for mb in memory.get_minibatches():                     # row 9: epochs x minibatches, shuffled
@@ -253,15 +261,15 @@ CHECK = r"""print(check_learning_phase(learning_phase))"""
 
 LOOP_MD = r"""## 6 · The loop
 
-A phase is a rollout (`make_rollout`: sample, score with the policy, its value head and the reference, reward) and one learning phase on it. The logged KL is the rollout's: the per-token full-vocabulary $\mathrm{KL}(\pi_{\text{old}} \| \pi_{\text{ref}})$ of the policy that *sampled* this phase, over its completions."""
+A phase is a rollout (`rollout_with_parts`: your `generate` samples with the package's sampler at the run's temperature and top-k, your value-head module and the reference score the samples, the classifier rewards them; the package's `make_rollout` does the same with its own parts) and one learning phase on it. The logged KL is the rollout's: the per-token full-vocabulary $\mathrm{KL}(\pi_{\text{old}} \| \pi_{\text{ref}})$ of the policy that *sampled* this phase, over its completions."""
 
 LOOP = r"""def train(args):
-    policy, ref_model, optimizer, scheduler = build(args)
+    policy, lm, ref_model, optimizer, scheduler = build(args)
     history = []
     for phase in range(1, args.total_phases + 1):
         lr = optimizer.param_groups[0]["lr"]                 # the trunk's learning rate this phase
-        rollout = make_rollout(policy, ref_model, [args.prefix] * args.batch_size, reward_fn_sentiment_imdb,
-                               gen_len=args.gen_len, temperature=args.temperature, top_k=args.top_k)
+        rollout = rollout_with_parts(parts, policy, lm, ref_model, [args.prefix] * args.batch_size,  # your generate
+                                     reward_fn_sentiment_imdb, args)
         stats = learning_phase(policy, ref_model, rollout, args, optimizer, scheduler)
         kl = rollout.kl[rollout.completion_mask].mean().item()
         history.append({"phase": phase, "lr": lr, "reward": rollout.scores.mean().item(), "kl": kl, **stats})
@@ -294,7 +302,7 @@ SEE = r"""> **What you should see** (this notebook's settings, seed 1: one run, 
 > - **Reward** (the classifier's probability of *positive*, mean of 32 samples): 0.50 and 0.41 in phases 1 and 2 — both sampled by the reference itself (see below), so the 0.09 between them is the noise of a 32-sample mean — then 0.57–0.67 in phases 3–9 and 0.73–0.75 in phases 10–12.
 > - **KL** (nats per token): **exactly 0 in phases 1 and 2**, 0.10 in phase 3, then growing, with dips, to 0.26 in phase 12.
 > - **clipfrac**: 0 in phase 1; 0.54 in phase 2 and 0.45 in phase 3, the first phases whose steps move the weights (Adam moves every weight by about the learning rate per step, whatever the size of its gradient); then falling with the learning rate to 0.02 in phase 12. `approx_kl`, how far a phase's four steps move the policy from the one that sampled: 0.11 in phase 2, 0.002 in phase 12.
-> - The check above, with the solutions' three functions: relative update errors of 5.3e-5 (trunk) and 1.7e-6 (value head), tolerance 1e-3.
+> - The check above, with the solutions' three functions (and the solutions of exercises 07): relative update errors of 7.1e-5 (trunk) and 1.5e-6 (value head), tolerance 1e-3.
 >
 > These are the solutions' numbers. A correct phase of yours that adds its floats in another order agrees with them to about 1e-5 in the first phases, but sampling is discrete: after a few phases one token drawn differently makes another run, so expect the shape and the sizes, not every digit.
 >
@@ -345,6 +353,8 @@ def cells(solved: bool) -> list:
         new_markdown_cell(THEORY, id="theory"),
         new_markdown_cell(PSEUDOCODE, id="pseudocode"),
         new_code_cell(IMPORTS, id="imports"),
+        new_markdown_cell(PARTS_MD, id="parts-note"),
+        new_code_cell(SOLVED_PARTS if solved else PARTS, id="parts"),
         new_markdown_cell(SETUP_MD, id="setup-note"),
         new_code_cell(SETUP, id="setup"),
         new_markdown_cell(ADVANTAGES_MD, id="phase_advantages-note"),

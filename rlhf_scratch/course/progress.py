@@ -49,10 +49,17 @@ def _check(name: str, namespace: dict):
 
 def grade(path: Path) -> list[Result]:
     """Each exercise of the notebook at `path`, run and checked (see the module docstring)."""
+    return graded(path)[0]
+
+
+def graded(path: Path) -> tuple[list[Result], dict]:
+    """(each exercise's result, the namespace its cells ran in: the learner's functions by name). A solutions
+    notebook's cells (tag `solution`) count as written exercises."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
-    exercise_cells = [c for c in nb.cells if c.cell_type == "code" and "exercise" in c.metadata.get("tags", [])]
+    exercise_cells = [c for c in nb.cells if c.cell_type == "code"
+                      and {"exercise", "solution"} & set(c.metadata.get("tags", []))]
     first = nb.cells.index(exercise_cells[0]) if exercise_cells else len(nb.cells)
     namespace: dict = {}
     quiet = io.StringIO()
@@ -82,7 +89,7 @@ def grade(path: Path) -> list[Result]:
     by_name = {r.name: r for r in results}
     later = [Result(n, by_name[CHECKED_WITH[n]].state, f"graded with {CHECKED_WITH[n]}") if CHECKED_WITH[n] in by_name
              else Result(n, "fails", f"graded with {CHECKED_WITH[n]}, not found") for n in graded_later]
-    return later + results
+    return later + results, namespace
 
 
 def _line(result: Result) -> str:

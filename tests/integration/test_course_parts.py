@@ -188,3 +188,53 @@ def test_a_stub_still_raises_not_implemented():
 
     with pytest.raises(NotImplementedError):
         checks_parts.check_generate(stub)
+
+
+# --- notebook 06 trains with the learner's parts --------------------------------------------------
+
+
+def test_notebook_06_takes_the_learners_parts_where_their_checks_pass_and_says_whose_each_is(capsys):
+    from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
+    from rlhf_scratch.core.memory import ReplayMemory
+    from rlhf_scratch.course.parts_kit import learner_parts
+
+    shipped = learner_parts("exercises/07_parts_exercises.ipynb")  # the stubs: nothing written yet
+    assert shipped.TransformerWithValueHead is TransformerWithValueHead and shipped.ReplayMemory is ReplayMemory
+    assert shipped.generate is solutions_parts.generate
+    assert capsys.readouterr().out.splitlines() == [
+        "TransformerWithValueHead: the package's (yours is not written)",
+        "generate: the course's solution, solutions_parts.generate (yours is not written)",
+        "ReplayMemory: the package's (yours is not written)"]
+    solved = learner_parts("exercises/solutions/07_parts_solutions.ipynb")
+    assert solved.whose == dict.fromkeys(("TransformerWithValueHead", "generate", "ReplayMemory"), "yours")
+    assert solved.TransformerWithValueHead is not solutions_parts.TransformerWithValueHead  # the notebook's own class
+    assert capsys.readouterr().out.splitlines()[-1] == "ReplayMemory: yours (its check passes)"
+
+
+def test_a_rollout_made_with_the_parts_is_the_packages_rollout(one_thread):
+    """The same seed, the tiny preset: rollout_with_parts (the solutions' generate and the package's value head)
+    samples the tokens make_rollout samples, and scores them alike."""
+    from dataclasses import replace
+
+    from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
+    from rlhf_scratch.config import make_args
+    from rlhf_scratch.core.memory import ReplayMemory
+    from rlhf_scratch.course.parts_kit import Parts, rollout_with_parts
+    from rlhf_scratch.models.loading import load_lm
+    from rlhf_scratch.reward.functions import reward_fn_sentiment_imdb
+    from rlhf_scratch.rollout.phase import make_rollout
+
+    args = replace(make_args("tiny"), gen_len=6)
+    torch.manual_seed(0)
+    lm, ref = load_lm("tiny").eval(), load_lm("tiny").eval()
+    policy = TransformerWithValueHead(lm)
+    prompts = ["This movie was really", "I", "The film"]
+    parts = Parts(TransformerWithValueHead, solutions_parts.generate, ReplayMemory, {})
+    torch.manual_seed(1)
+    mine = rollout_with_parts(parts, policy, lm, ref, prompts, reward_fn_sentiment_imdb, args)
+    torch.manual_seed(1)
+    package = make_rollout(policy, ref, prompts, reward_fn_sentiment_imdb, gen_len=6, top_k=args.top_k)
+    assert torch.equal(mine.sample_ids, package.sample_ids) and torch.equal(mine.attention_mask, package.attention_mask)
+    assert mine.prompt_ids.shape[1] == package.prefix_len == 5  # the longest prompt: BOS and four words
+    for field in ("logprobs", "ref_logprobs", "kl", "entropy", "values", "rewards"):
+        assert torch.allclose(getattr(mine, field), getattr(package, field), atol=1e-4), field
