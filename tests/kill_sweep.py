@@ -158,6 +158,21 @@ def features_match(run: Path, reference: Path) -> str | None:
     return None if clean(a) == clean(b) else f"features.json differs in {sorted(k for k in clean(b) if clean(a).get(k) != b[k])[:5]}"
 
 
+def calculator(out: Path, shared: Path) -> list[str]:
+    """A multi-turn run (issue 58): episodes that call the calculator, the sibling model smoke-built in `shared`
+    (barely trained, it calls often); validation after phases 4 and 8; the missing-EOS penalty spreads the rewards."""
+    return [PY, "-m", "rlhf_scratch.train", "arithmetic", "--env", "calculator", "--model", str(shared / "calc-sibling" / "arithmetic_lm"),
+            "--gen-len", "20", "--missing-eos-penalty", "0.5", "--total-phases", "8", "--batch-size", "8", "--num-minibatches", "2",
+            "--test-freq", "4", "--val-size", "8", "--val-n", "2", "--save-every", "1", "--threads", "1", "--run-dir", str(out)]
+
+
+def calls_made(run: Path, reference: Path) -> str | None:
+    """The run's episodes called the tool in every phase (else the case tested one-turn episodes only)."""
+    rows, _ = read_lines(run / "metrics.jsonl")
+    quiet = [r["phase"] for r in rows if not (r.get("tools/call_frequency", 0) > 0 and r.get("episodes/env_tokens", 0) > 0)]
+    return f"no tool call in phases {quiet}" if quiet else None
+
+
 def controller(out: Path, shared: Path) -> list[str]:
     return [*train("--controller", "ray", "--workers", "1")(out, shared)]
 
@@ -178,6 +193,8 @@ CASES = {
     # a page: the same command again; the SAE it was training when killed is trained anew
     "interp-features": Case("interp-features", features, features, metrics=None, status=False,
                             extra_checks=[features_match]),
+    # a multi-turn run, its episodes calling the calculator (issue 58): --resume, bit-exact
+    "train-calculator": Case("train-calculator", calculator, resume_train, weights=("policy.pt",), extra_checks=[calls_made]),
     # the single controller on Ray: --resume, as the in-process run
     "train-controller": Case("train-controller", controller,
                              lambda out, shared: [*resume_train(out, shared), "--controller", "ray", "--workers", "1"],
@@ -185,13 +202,17 @@ CASES = {
 }
 
 
-def prepare_shared(shared: Path) -> None:
-    """What the cases read: a prompts file and a small set of preference pairs (made once)."""
+def prepare_shared(shared: Path, names: list[str] | tuple[str, ...] = tuple(CASES)) -> None:
+    """What the cases `names` read: a prompts file, and as they need them a finished run, a small set of preference
+    pairs, the calculator sibling (made once)."""
     shared.mkdir(parents=True, exist_ok=True)
     (shared / "prompts.txt").write_text("The movie was\nI think that\nIn the end\nThe actors\n")
-    if not (shared / "ppo-run" / "status.json").exists():  # the run interp-features reads
+    if "interp-features" in names and not (shared / "ppo-run" / "status.json").exists():  # the run interp-features reads
         subprocess.run(train()(shared / "ppo-run", shared), check=True, capture_output=True, timeout=300)
-    if not (shared / "pairs.jsonl").exists():
+    if "train-calculator" in names and not (shared / "calc-sibling" / "arithmetic_lm").exists():
+        subprocess.run([PY, "-m", "rlhf_scratch.pretrain_arithmetic", "--smoke", "--calculator", "0.5", "--ops", "+-*",
+                        "--out", str(shared / "calc-sibling")], check=True, capture_output=True, timeout=300, env=env())
+    if "reward-model" in names and not (shared / "pairs.jsonl").exists():
         subprocess.run([PY, "-m", "rlhf_scratch.preferences", "--out", str(shared / "pairs.jsonl"), "--num-pairs", "96",
                         "--gen-len", "8", "--threads", "1"], check=True, capture_output=True, timeout=300)
 
@@ -322,7 +343,7 @@ def check_folder(case: Case, run: Path, reference: Path) -> list[str]:
 
 def sweep(names: list[str], instants: int, seed: int, root: Path, say=print) -> list[dict]:
     shared = root / "shared"
-    prepare_shared(shared)
+    prepare_shared(shared, names)
     rng = random.Random(seed)
     results = []
     for name in names:

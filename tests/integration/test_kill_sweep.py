@@ -9,8 +9,12 @@ a temporary folder left behind, a folder that neither --resume nor the starting 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +61,30 @@ def test_a_folder_killed_before_its_config_is_refused_with_the_way_to_start_over
     assert reward_model_main(["--resume", str(run)]) == 2
     assert "stopped before it wrote config.json" in capsys.readouterr().err
     assert sorted(p.name for p in run.iterdir()) == ["train.lock"], "a refused command touches nothing"
+
+
+@pytest.mark.slow
+def test_a_multi_turn_run_killed_in_the_middle_resumes_bit_exact(tmp_path):
+    """Issue 58's "Done when": a run whose episodes call the calculator (kill_sweep's train-calculator case), SIGKILLed
+    once phase 3 of 8 is checkpointed (status.json says so: the kill lands in the middle, not at start-up), then
+    `--resume RUN`: the uninterrupted run's metrics and weights, bit for bit, and calls in every phase."""
+    ks = kill_sweep()
+    case, shared = ks.CASES["train-calculator"], tmp_path / "shared"
+    ks.prepare_shared(shared, [case.name])
+    code, _, out = ks.run_to_end(case.start(tmp_path / "reference", shared))
+    assert code == 0, out
+    run = tmp_path / "killed"
+    proc = subprocess.Popen(case.start(run, shared), env=ks.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    try:
+        while not (run / "status.json").is_file() or (json.loads((run / "status.json").read_text()).get("phase") or 0) < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, "the run ended, or reached no phase 3 in 180 s"
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    logged = len((run / "metrics.jsonl").read_text().splitlines())
+    assert proc.returncode == -signal.SIGKILL and 3 <= logged < 8, f"killed after {logged} phases: not in the middle"
+    code, _, out = ks.run_to_end(case.cont(run, shared))
+    assert code == 0, out
+    assert ks.check_folder(case, run, tmp_path / "reference") == []
