@@ -5,7 +5,7 @@ The suite in three tiers, one folder each (README "Test" and CONTRIBUTING state 
                         fails a test that starts either): the contributor's loop
     tests/integration/  whole runs, commands, resume, the controller, pages (its `slow` tests marked)
     tests/slow/         notebooks, torchrun, the TRL peer check (every test marked slow by this file)
-The support modules (toy_algorithm, distributed_worker, kill_sweep, processes) stay in tests/, on sys.path.
+The support modules (toy_algorithm, toy_environment, distributed_worker, kill_sweep, processes) stay in tests/, on sys.path.
 """
 
 import os
