@@ -314,13 +314,13 @@ Before you run the cell below, write down what you expect the KL curve (and the 
 
 <details><summary>What we measured (open after predicting)</summary>
 
-Seed 1, one run each (n = 1), these settings:
+Seed 1, one run each (n = 1), these settings, trained with the solutions of exercises 07 (measured 2026-11-29):
 
 | β | KL, phases 1–2 | KL, phase 12 | mean reward, phases 10–12 |
 |---|---|---|---|
 | 0 | 0 | 0.93, and still rising | 0.84 |
 | 0.1 (above) | 0 | 0.26 | 0.74 |
-| 1 | 0 | 0.04 (0.04–0.08 from phase 3 on) | 0.65 |
+| 1 | 0 | 0.04 (0.04–0.08 from phase 3 on) | 0.68 |
 
 The first two phases are the same whatever β: there is nothing to leash before the policy has moved. Without the penalty the KL climbs all the way and the reward climbs faster — the policy is free to write whatever the classifier likes. With β = 1 the KL stays flat near 0.05 nats per token, and the reward gains about half of what it gains at β = 0 (from about 0.46 in phases 1–2). How much of the β = 0 run's extra reward is good writing and how much is the classifier being fooled is the over-optimisation question of notebook 03.
 </details>"""
