@@ -17,8 +17,7 @@ stopping, a reward-model ensemble, the share of the proxy's excess a feature exp
 (notebook 10: the answer parsed, the rule rewards, pass@k); `catalogue.py` lists them all. The solutions written to be read: `solutions.py`, `solutions_parts.py`, `solutions_interp.py`,
 `solutions_capstones.py`, `solutions_hacking.py`, `solutions_verifiable.py`; `capstone_kit.py` is what notebook 06 builds with. The other
 modules of this package (the learning-phase check of notebook 06, re-executing the notebooks) are
-imported by name; among them `mistakes.py`, the planted-mistake catalogue: each classic mistake of every
-exercise written as a learner writes it, with the words its check must say (the course's tests plant each).
+imported by name.
 
 The checks are imported on first use (PEP 562), as the package's top-level names are, so that
 importing a sibling module does not import torch.
@@ -52,8 +51,7 @@ _CHECKS_BY_MODULE = {
     ),
     "checks_reward": ("check_reward_at_last_token", "check_reward_model_step"),  # exercises 04: the reward model
     "checks_parts": ("check_ReplayMemory", "check_TransformerWithValueHead", "check_generate"),  # exercises 07
-    "checks_interp": (  # exercises 05: interpretability on a planted model, and which head RL changed
-        "check_changed_head_scores",
+    "checks_interp": (  # exercises 05: interpretability on a planted model
         "check_feature_change",
         "check_logit_diff",
         "check_logit_lens_logit_diff",
@@ -78,6 +76,13 @@ _CHECKS_BY_MODULE = {
         "check_format_reward",
         "check_parse_answer",
         "check_pass_at_k",
+    ),
+    "checks_episodes": (  # notebook 11: multi-turn episodes, the loss mask
+        "check_add_turn",
+        "check_assemble_completions",
+        "check_grpo_loss",
+        "check_masked_kl_mean",
+        "check_sequence_log_probs",
     ),
 }
 _CHECKS = {name: module for module, names in _CHECKS_BY_MODULE.items() for name in names}
