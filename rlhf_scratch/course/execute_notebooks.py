@@ -58,6 +58,10 @@ EXCLUDED: dict[str, str] = {
         "the learner's four functions are stubs that raise NotImplementedError; its solutions, "
         "solutions/10_verifiable_rewards_solutions.ipynb, are executed, and tests/integration/test_course_verifiable.py "
         "runs its stubs and solutions against the checks",
+    "11_multi_turn_episodes.ipynb":
+        "the learner's five functions are stubs that raise NotImplementedError; its solutions, "
+        "solutions/11_multi_turn_episodes_solutions.ipynb, are executed, and tests/integration/test_course_episodes.py "
+        "runs its stubs and solutions against the checks",
     "exercises/01_ppo_objective_exercises.ipynb":
         "stubs raise NotImplementedError; tests/integration/test_course_checks.py executes it with the solutions",
     "exercises/02_beyond_ppo_exercises.ipynb":
