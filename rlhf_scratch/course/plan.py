@@ -37,6 +37,9 @@ EXERCISES: dict[str, tuple[int, int]] = {
     "ensemble_min": (1, 10), "explained_share": (2, 10),
     # notebook 10: verifiable rewards
     "parse_answer": (2, 15), "accuracy_reward": (1, 10), "format_reward": (1, 5), "pass_at_k": (2, 20),
+    # notebook 11: multi-turn episodes
+    "assemble_completions": (2, 15), "sequence_log_probs": (1, 5), "grpo_loss": (2, 10), "masked_kl_mean": (1, 10),
+    "add_turn": (2, 10),
 }
 """(difficulty 1-3, minutes) of every exercise, by the name of the function (or module) the learner writes."""
 

@@ -1,6 +1,6 @@
 """`python -m rlhf_scratch.course progress`: every check run on the learner's own notebooks, and what is done.
 
-For each graded notebook (`GRADED`: the exercise notebooks, notebook 06's learning phase, 09 and 10) the
+For each graded notebook (`GRADED`: the exercise notebooks, notebook 06's learning phase, 09, 10 and 11) the
 setup cells (the untagged code cells before the first exercise) and the learner's exercise cells (tag
 `exercise`) are run in one namespace, in this process; then each exercise's check. An exercise is done
 when its check passes, "not written" while its stub raises NotImplementedError, and otherwise "fails" with
@@ -23,7 +23,8 @@ GRADED = (
     "exercises/01_ppo_objective_exercises.ipynb", "exercises/02_beyond_ppo_exercises.ipynb",
     "exercises/03_components_exercises.ipynb", "exercises/04_rollout_exercises.ipynb",
     "exercises/07_parts_exercises.ipynb", "06_build_the_ppo_loop.ipynb", "09_reward_hacking.ipynb",
-    "10_verifiable_rewards.ipynb", "exercises/05_interp_exercises.ipynb", "exercises/06_capstones_exercises.ipynb",
+    "10_verifiable_rewards.ipynb", "11_multi_turn_episodes.ipynb", "exercises/05_interp_exercises.ipynb",
+    "exercises/06_capstones_exercises.ipynb",
 )
 """The learner's graded notebooks (relative to notebooks/), in the README's order."""
 

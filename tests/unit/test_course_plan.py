@@ -13,6 +13,8 @@ NOTEBOOK_EXERCISES = {  # the README row's link -> the exercises written there
                                                              "calc_entropy_bonus", "calc_value_fn_loss"],
     "notebooks/exercises/07_parts_exercises.ipynb": ["TransformerWithValueHead", "generate", "ReplayMemory"],
     "notebooks/06_build_the_ppo_loop.ipynb": ["phase_advantages", "minibatch_objective", "learning_phase"],
+    "notebooks/11_multi_turn_episodes.ipynb": ["assemble_completions", "sequence_log_probs", "grpo_loss",
+                                               "masked_kl_mean", "add_turn"],
 }
 
 
@@ -34,7 +36,7 @@ def test_a_step_of_exercises_takes_the_sum_of_its_exercises_minutes():
 
 def test_the_readme_total_is_the_plans_sum():
     rows = _row_minutes()
-    assert sum(rows.values()) == plan.total_minutes(optional=True) == 1005
+    assert sum(rows.values()) == plan.total_minutes(optional=True) == 1055
     assert f"About {plan.hours(plan.total_minutes())} in all, {plan.hours(plan.total_minutes(optional=True))} with " \
            "the optional step 15" in README
     assert plan.hours(935) == "15 h 35 min" and plan.hours(605) == "10 h 05 min"
@@ -44,6 +46,7 @@ def test_every_exercise_has_a_difficulty_and_a_time():
     from rlhf_scratch.course import (
         checks,
         checks_capstones,
+        checks_episodes,
         checks_hacking,
         checks_interp,
         checks_parts,
@@ -53,7 +56,7 @@ def test_every_exercise_has_a_difficulty_and_a_time():
     )
 
     modules = (checks, checks_sampling, checks_reward, checks_parts, checks_interp, checks_capstones, checks_hacking,
-               checks_verifiable)  # the README's steps (notebook 11's exercises: not yet in the plan)
+               checks_verifiable, checks_episodes)  # the README's steps
     missing = sorted({name for m in modules for name in m.REFERENCES} - set(plan.EXERCISES))
     assert not missing, f"add {missing} to rlhf_scratch/course/plan.py EXERCISES (difficulty, minutes) and the README row"
     assert all(d in (1, 2, 3) and m > 0 for d, m in plan.EXERCISES.values())
