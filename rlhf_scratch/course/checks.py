@@ -360,6 +360,16 @@ def _case_failed(name: str, where: str, err: Exception, trace: Trace, solution: 
 
 # --- get_log_probs ----------------------------------------------------------------------------
 
+WRONG_AXIS = ("softmax over the wrong axis: the distribution is over the vocabulary, the LAST axis "
+              "(log_softmax(dim=-1)); over dim=1 it normalises each token's logit across the positions")
+
+
+def _over_positions(logits: Any, span: slice) -> Tensor:
+    """The log-softmax a wrong-axis mistake takes, over the positions (dim=1) instead of the vocabulary, of
+    logits[:, span] (`span` sliced first) — float64."""
+    return torch.tensor(logits, dtype=torch.float64)[:, span].log_softmax(1)
+
+
 OFF_BY_ONE = ("off by one between logits and tokens: the logits at position t predict token t+1, so "
               "tokens[:, prefix_len:] are scored by logits[:, prefix_len-1:-1] (the last position predicts nothing)")
 
@@ -378,7 +388,11 @@ def _get_log_probs_cases() -> list[Case]:
               Mistake([[math.log(1 / 5), 5 - lse]], OFF_BY_ONE),  # logits[:, 1:] with tokens[:, 1:]
               Mistake([[LN2, LN3]], "those are the raw logits of the tokens: subtract logsumexp (log_softmax) "
                                     "to make them log-probabilities"),
-              Mistake([[2 / 6, 3 / 5]], "those are probabilities: take the log (log_softmax, not softmax)")),
+              Mistake([[2 / 6, 3 / 5]], "those are probabilities: take the log (log_softmax, not softmax)"),
+              # over the two scoring positions: ln(2 / (2 + 1)), ln(3 / (1 + 3)); or over all three, then sliced
+              Mistake([[math.log(2 / 3), math.log(3 / 4)]], WRONG_AXIS),
+              Mistake(_over_positions(a, slice(None)).gather(-1, torch.tensor([[[1], [0], [0]]]))[:, :2, 0],
+                      WRONG_AXIS)),
              needs_grad=True),
         Case("prefix_len = 2: only the generated tokens",
              lambda fn: fn(_t(b), torch.tensor([[0, 1, 2, 0]]), prefix_len=2),
@@ -551,7 +565,10 @@ def _clipped_sur_obj_cases() -> list[Case]:
                                                                       "dividing by their std"),
               Mistake(_surrogate(1 / ratio, whitened, 0.2).mean(), "the ratio is upside down: r = pi / pi_old = "
                                                                    "exp(logprobs - mb_logprobs)"),
-              Mistake(-expected, "sign: this is an objective to MAXIMISE (the trainer ascends it), not a loss")),
+              Mistake(-expected, "sign: this is an objective to MAXIMISE (the trainer ascends it), not a loss"),
+              Mistake(_surrogate(ratio.log(), whitened, 0.2).mean(), "that ratio is the LOG-ratio: r = exp(logprobs - "
+                                                                     "mb_logprobs), which is 1 (not 0) where nothing "
+                                                                     "changed")),
              needs_grad=True),
         Case("row 0 keeps 2 tokens, row 1 keeps 1 (mask)",
              lambda fn: fn(_t(m_ratio.log().tolist()), _t([[0.0] * 3] * 2), _t(m_adv.tolist()), 0.2,
@@ -593,6 +610,8 @@ def _kl_penalty_cases() -> list[Case]:
     p = 1 / (1 + math.exp(-18))
     kl_peaked = p * math.log(2 * p) + (1 - p) * math.log(2 * (1 - p))
     mask = [[True, True, False], [True, False, False]]
+    # over the positions (the wrong axis) of the masked case: the two distributions differ there
+    lp_axis, ref_axis = _over_positions(m_logits, slice(None)), _over_positions([[[0.0, 0.0]] * 3] * 2, slice(None))
     return [
         Case("two positions, β = 0.2",
              lambda fn: fn(_t(logits, grad=True), _t(ref), beta),
@@ -610,12 +629,15 @@ def _kl_penalty_cases() -> list[Case]:
              lambda fn: fn(_t([[[0.0, LN2, LN3]]]) * 100, _t([[[0.0, 0.0, 0.0]]]), 1.0),
              # pi is one-hot on token 2 up to e^-40: KL(one-hot || uniform over 3) = ln 3
              LN3,
+             # over the positions (one here) every "probability" is 1, so both log-softmaxes are 0
+             (Mistake(0.0, WRONG_AXIS + " (one position here: every entry 1, the KL 0)"),),
              if_not_finite=LOG_SOFTMAX, atol=1e-4),
         Case("padding after EOS (mask), β = 2",
              lambda fn: fn(_t(m_logits), _t([[[0.0, 0.0]] * 3] * 2), 2.0, mask=torch.tensor(mask)),
              2 * (2 * kl_quarter + 0) / 3,  # 0.1744161
              (Mistake(2 * (2 * kl_quarter) / 6, PADDING_COUNTED),
-              Mistake(2 * (2 * kl_quarter + 3 * kl_peaked) / 6, MASK_IGNORED))),
+              Mistake(2 * (2 * kl_quarter + 3 * kl_peaked) / 6, MASK_IGNORED),
+              Mistake(2 * (lp_axis.exp() * (lp_axis - ref_axis)).sum(-1)[torch.tensor(mask)].mean(), WRONG_AXIS))),
     ]
 
 
@@ -642,14 +664,17 @@ def _entropy_bonus_cases() -> list[Case]:
     m_logits = [[[0.0, LN3], [0.0, 0.0], [4.0, 4.0]], [[LN3, 0.0], [4.0, 4.0], [4.0, 4.0]]]
     mask = [[True, True, False], [True, False, False]]
     kept = 2 * h_quarter + LN2
+    two = [[[0.0, LN2, LN3], [LN3, 0.0, 0.0]]]
+    lp_axis = _over_positions(two, slice(None))
     return [
         Case("two positions, ent_coef = 0.1",
-             lambda fn: fn(_t([[[0.0, LN2, LN3], [LN3, 0.0, 0.0]]], grad=True), coef),
+             lambda fn: fn(_t(two, grad=True), coef),
              coef * (h0 + h1) / 2,  # 0.0980837
              (Mistake((h0 + h1) / 2, "you forgot to multiply by ent_coef (got the un-coefficiented value)"),
               Mistake(-coef * (h0 + h1) / 2, "sign: the entropy is -Σ p log p, a positive number (the bonus the "
                                              "trainer adds)"),
-              Mistake(coef * (h0 + h1), "take the mean over positions, not the sum")),
+              Mistake(coef * (h0 + h1), "take the mean over positions, not the sum"),
+              Mistake(coef * -(lp_axis.exp() * lp_axis).sum(-1).mean(), WRONG_AXIS)),
              needs_grad=True),
         Case("stability: logits x 100",
              lambda fn: fn(_t([[[0.0, LN2, LN3]]]) * 100, 1.0),
@@ -774,6 +799,8 @@ def _grpo_advantages_cases() -> list[Case]:
               Mistake([4 / 3 * x for x in centred], "that is RLOO's leave-one-out advantage G/(G-1) (r_i - mean); GRPO "
                                                     "subtracts the group mean (r_i included) and divides by the group's std"),
               Mistake(centred, "divide by the group's std (+ 1e-4): scale_rewards = 'group'"),
+              Mistake([(r - 4.0) / (s + GRPO_EPS) for r, s in zip(rewards, [group_std] * 4 + [0.0] * 4)],
+                      "centre each reward by its GROUP's mean (the batch's is 4 here), then divide by the group's std"),
               Mistake(scaled(centred, batch_std), "scale_rewards = 'group' divides by each group's OWN std, "
                                                   "not the whole batch's")),
              if_not_finite="a group of equal rewards has std 0: divide by (std + 1e-4), so its advantages are 0, not NaN"),
@@ -1027,6 +1054,11 @@ def _number(out: Any) -> Tensor:
     return out  # _judge names what it got
 
 
+MIXED_DIVISORS = ("Var[R − V] and Var[R] with different divisors (÷ n in one, ÷ (n − 1) in the other: "
+                  "torch's var() is unbiased, numpy's and var(unbiased=False) are not); take both alike and the "
+                  "ratio is the same either way")
+
+
 def _explained_variance_cases() -> list[Case]:
     # R = [1, 2, 3, 6]: mean 3, Var[R] = (4 + 1 + 0 + 9) / 4 = 3.5
     # V = [1, 1, 4, 5]: R − V = [0, 1, −1, 1], mean 1/4, Var[R − V] = (1 + 9 + 25 + 9) / 64 = 11/16
@@ -1043,6 +1075,9 @@ def _explained_variance_cases() -> list[Case]:
                                "a constant offset of V (EV forgives an offset; the value loss does not)"),
               Mistake(1 - 3.5 / (11 / 16), "the ratio is upside down: EV = 1 − Var[R − V] / Var[R]"),
               Mistake(11 / 56, "that is Var[R − V] / Var[R], the part NOT explained: EV = 1 minus it"),
+              # Var[R − V] ÷ n over Var[R] ÷ (n − 1) = 14/3, and ÷ (n − 1) = 11/12 over ÷ n = 3.5
+              Mistake(1 - (11 / 16) / (14 / 3), MIXED_DIVISORS),
+              Mistake(1 - (11 / 12) / 3.5, MIXED_DIVISORS),
               Mistake(1 - (51 / 16) / 3.5, "Var[R − V], the variance of the errors, not Var[V]: a head that "
                                            "predicts the mean of R perfectly has Var[V] = 0"))),
         Case("padding after EOS (mask)",

@@ -234,6 +234,15 @@ rm_centring_square_of_the_mean = _bt_fixed(centring=lambda c, r: (c + r).mean() 
 rm_centring_subtracted = _bt_fixed(centring=lambda c, r: -((c + r) ** 2).mean())
 
 
+
+def grpo_centred_by_the_batch_mean_scaled_by_the_group(rewards, num_generations, scale_rewards="group"):
+    grouped = rewards.view(-1, num_generations)
+    centred = rewards - rewards.mean()  # the batch's mean, the group's std
+    if scale_rewards == "none":
+        return centred
+    std = grouped.std(dim=1).repeat_interleave(num_generations) if scale_rewards == "group" else rewards.std()
+    return centred / (std + 1e-4)
+
 P = Planted
 PLANTED: tuple[Planted, ...] = (
     P("compute_rloo_advantages", "mean-baseline", rloo_with_the_group_mean, "leave-one-out subtracts the mean of the OTHER"),
@@ -278,5 +287,7 @@ PLANTED: tuple[Planted, ...] = (
     P("calc_reward_model_loss", "margin-ignored", rm_margin_ignored, "the margin was ignored"),
     P("calc_reward_model_loss", "square-of-mean", rm_centring_square_of_the_mean, "not the square of the mean"),
     P("calc_reward_model_loss", "centring-subtracted", rm_centring_subtracted, "the centring term is added to the loss"),
+    P("compute_grpo_advantages", "batch-mean-group-std", grpo_centred_by_the_batch_mean_scaled_by_the_group,
+      "centre each reward by its GROUP's mean (the batch's is 4 here)"),
 )
 """Exercises 02's planted mistakes (`course.mistakes.Planted`)."""

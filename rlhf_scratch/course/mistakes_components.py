@@ -190,6 +190,16 @@ def dla_batch_first(components, scale, ln_weight, direction):
     return (((components - components.mean(-1, keepdim=True)) / scale) @ (ln_weight * direction)).T
 
 
+
+def ev_population_over_unbiased(values, returns, mask=None):
+    values, returns = _ev(values, returns, mask)
+    return 1 - (returns - values).var(unbiased=False) / returns.var()
+
+
+def ev_unbiased_over_population(values, returns, mask=None):
+    values, returns = _ev(values, returns, mask)
+    return 1 - (returns - values).var() / returns.var(unbiased=False)
+
 P = Planted
 PLANTED: tuple[Planted, ...] = (
     P("compute_gae_advantages", "lambda-missing", gae_without_lambda, "λ is missing from the recursion"),
@@ -222,5 +232,7 @@ PLANTED: tuple[Planted, ...] = (
     P("direct_logit_attribution", "not-divided", dla_not_divided_by_the_scale, "divide by ln_final's scale"),
     P("direct_logit_attribution", "multiplied", dla_multiplied_by_the_scale, "divide by the scale, don't multiply"),
     P("direct_logit_attribution", "batch-first", dla_batch_first, "return [component, batch]"),
+    P("explained_variance", "divisors-n-over-n-1", ev_population_over_unbiased, "with different divisors"),
+    P("explained_variance", "divisors-n-1-over-n", ev_unbiased_over_population, "with different divisors"),
 )
 """Exercises 03's planted mistakes (`course.mistakes.Planted`)."""

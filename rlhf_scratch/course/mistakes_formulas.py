@@ -280,6 +280,34 @@ def value_loss_ignoring_the_mask(values, mb_returns, vf_coef, mask=None):
     return 0.5 * vf_coef * ((values - mb_returns) ** 2).mean()
 
 
+
+def log_probs_over_positions(logits, tokens, prefix_len=None, temperature=1.0):
+    start = 1 if prefix_len is None else prefix_len
+    logprobs = (logits[:, start - 1 : -1] / temperature).log_softmax(1)  # dim=1: the positions, not the vocabulary
+    return logprobs.gather(-1, tokens[:, start:, None]).squeeze(-1)
+
+
+def log_probs_over_positions_then_sliced(logits, tokens, prefix_len=None, temperature=1.0):
+    start = 1 if prefix_len is None else prefix_len
+    logprobs = (logits / temperature).log_softmax(1)[:, start - 1 : -1]
+    return logprobs.gather(-1, tokens[:, start:, None]).squeeze(-1)
+
+
+def kl_over_positions(logits, ref_logits, beta, mask=None, from_logprobs=False):
+    logprobs, ref = logits.log_softmax(1), ref_logits.log_softmax(1)
+    return beta * _masked_mean((logprobs.exp() * (logprobs - ref)).sum(-1), mask)
+
+
+def entropy_over_positions(logits, ent_coef, mask=None, from_logprobs=False):
+    logprobs = logits.log_softmax(1)
+    return ent_coef * _masked_mean(-(logprobs.exp() * logprobs).sum(-1), mask)
+
+
+def surrogate_log_ratio_as_ratio(logprobs, mb_logprobs, mb_advantages, clip_coef, eps=1e-8, mask=None):
+    adv = _whiten_kept(mb_advantages, mask, eps)
+    ratio = logprobs - mb_logprobs  # the exp forgotten
+    return _masked_mean(torch.minimum(ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv), mask)
+
 P = Planted
 PLANTED: tuple[Planted, ...] = (
     P("get_log_probs", "off-by-one", log_probs_off_by_one, "off by one between logits and tokens"),
@@ -337,5 +365,10 @@ PLANTED: tuple[Planted, ...] = (
     P("calc_value_fn_loss", "absolute", value_loss_absolute_errors, "not their absolute value"),
     P("calc_value_fn_loss", "sign", value_loss_with_the_sign_flipped, "sign: the loss is a positive number"),
     P("calc_value_fn_loss", "mask-ignored", value_loss_ignoring_the_mask, "the mask was ignored"),
+    P("get_log_probs", "wrong-axis", log_probs_over_positions, "softmax over the wrong axis"),
+    P("get_log_probs", "wrong-axis-then-sliced", log_probs_over_positions_then_sliced, "softmax over the wrong axis"),
+    P("calc_kl_penalty", "wrong-axis", kl_over_positions, "softmax over the wrong axis"),
+    P("calc_entropy_bonus", "wrong-axis", entropy_over_positions, "softmax over the wrong axis"),
+    P("calc_clipped_sur_obj", "log-ratio", surrogate_log_ratio_as_ratio, "that ratio is the LOG-ratio"),
 )
 """Exercises 01's planted mistakes (`course.mistakes.Planted`)."""
