@@ -17,11 +17,15 @@ executed as shipped (`EXCLUDED` in rlhf_scratch/course/execute_notebooks.py); th
 Edit the cells here, not in the notebooks, so that the three never disagree.
 """
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # notebook_generator beside it, however this file is loaded
+from notebook_generator import PLAN  # noqa: E402 (course/plan.py: each exercise's difficulty and minutes)
 
 NOTEBOOK = Path(__file__).with_name("06_build_the_ppo_loop.ipynb")
 SOLUTIONS = Path(__file__).parent / "solutions" / "06_build_the_ppo_loop_solutions.ipynb"
@@ -338,6 +342,12 @@ NEXT = r"""## Where next
 - Swap `compute_advantages` for `compute_gae_advantages` (`--advantage gae`) and see what the blog meant by GAE blowing up (you wrote it in exercises 03); or drop the value head altogether: that is RLOO and GRPO (notebook 03, after 02)."""
 
 
+def with_plan(note: str, name: str) -> str:
+    """The exercise's note with its difficulty and time (course/plan.py) under the heading."""
+    heading, _, rest = note.partition("\n")
+    return f"{heading}\n\n{PLAN.plan_line(name)}\n{rest}"
+
+
 def exercise_cell(ex: Exercise, solved: bool):
     """The stub (the learner's notebook) or the solution, tagged as notebooks/exercises/ tags its stubs."""
     meta = {"exercise": ex.name, "tags": ["exercise"]}
@@ -357,11 +367,11 @@ def cells(solved: bool) -> list:
         new_code_cell(SOLVED_PARTS if solved else PARTS, id="parts"),
         new_markdown_cell(SETUP_MD, id="setup-note"),
         new_code_cell(SETUP, id="setup"),
-        new_markdown_cell(ADVANTAGES_MD, id="phase_advantages-note"),
+        new_markdown_cell(with_plan(ADVANTAGES_MD, "phase_advantages"), id="phase_advantages-note"),
         advantages,
-        new_markdown_cell(OBJECTIVE_MD, id="minibatch_objective-note"),
+        new_markdown_cell(with_plan(OBJECTIVE_MD, "minibatch_objective"), id="minibatch_objective-note"),
         objective,
-        new_markdown_cell(PHASE_MD, id="learning_phase-note"),
+        new_markdown_cell(with_plan(PHASE_MD, "learning_phase"), id="learning_phase-note"),
         phase,
         new_markdown_cell(CHECK_MD + "\n\n" + (CHECK_TRY if solved else CHECK_TODO), id="check-note"),
         new_code_cell(CHECK, id="check", metadata={"tags": ["check"]}),

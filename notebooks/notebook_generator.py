@@ -10,6 +10,7 @@ executed (`write_graded`).
 """
 
 import ast
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,18 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
+
+
+def _plan():
+    """rlhf_scratch/course/plan.py read from this checkout by its path (torch-free; the package need not be installed)."""
+    spec = importlib.util.spec_from_file_location(
+        "course_plan", Path(__file__).resolve().parents[1] / "rlhf_scratch" / "course" / "plan.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PLAN = _plan()
 
 
 def build(cells: list[tuple[str, str, str]]) -> nbformat.NotebookNode:
@@ -57,9 +70,12 @@ def stub(source: Path, name: str) -> str:
 
 
 def exercise_cells(source: Path, name: str, solved: bool) -> list:
-    """The exercise's cell (the stub, or the solution; tag `exercise`) and its check cell (tag `check`)."""
+    """The exercise's difficulty and time (`course/plan.py`, a markdown cell, where the plan has it), its cell
+    (the stub, or the solution; tag `exercise`) and its check cell (tag `check`)."""
     meta = {"exercise": name, "tags": ["exercise"]}
-    return [new_code_cell(solution(source, name) if solved else stub(source, name),
+    plan = [new_markdown_cell(f"`{name}`: {PLAN.plan_line(name)}", id=f"{name}-plan".replace("_", "-"))] \
+        if PLAN.plan_line(name) else []
+    return plan + [new_code_cell(solution(source, name) if solved else stub(source, name),
                           id=f"{name}-{'solution' if solved else 'stub'}", metadata=meta),
             new_code_cell(f"check_{name}({name})", id=f"check-{name}".replace("_", "-"),
                           metadata={"exercise": name, "tags": ["check"]})]
