@@ -52,7 +52,7 @@ from rlhf_scratch.rollout.generation import (
     is_eos,
     tokenize_prompts,
 )
-from rlhf_scratch.rollout.reward_call import score_completions
+from rlhf_scratch.rollout.reward_call import environment_scores, score_completions
 from rlhf_scratch.rollout.rl_dataset import prompt_columns
 
 
@@ -112,19 +112,14 @@ class Rollout:
     verdicts: Int[Tensor, " batch"] | None = None
     """A judge's verdict on each row's pair (0: the first completion wins, 1: the second, −1:
     undecided), on both rows of the pair; None when no judge scored the rollout (Online DPO's)."""
-    # An episode's record (--env: `rollout.episodes.generate_episodes`); None without an environment.
+    # An episode's record, None without --env (`episodes.episode_columns`): the environment's reward (NaN where it
+    # gave none: `compute_scores` takes it as the score where it is a number), the model's turns, the tool calls and
+    # errors (None where the environment does not count them), the environment's tokens (the model's: `lengths`).
     env_rewards: Float[Tensor, " batch"] | None = None
-    """The environment's reward of each episode (`Step.reward`), NaN where it gave none: `compute_scores`
-    takes it as the score where it is a number (the task's reward function scores the others)."""
     num_turns: Int[Tensor, " batch"] | None = None
-    """The model's turns in each episode."""
     tool_calls: Int[Tensor, " batch"] | None = None
-    """Tool calls in each episode, and those answered with an error (`tool_errors`), as the environment
-    counts them (`environment.CountsToolCalls`); None when it does not."""
     tool_errors: Int[Tensor, " batch"] | None = None
     env_tokens: Int[Tensor, " batch"] | None = None
-    """The environment's tokens in each episode (the completion's positions that are not the model's and
-    not padding); the model's are `lengths`."""
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -334,16 +329,6 @@ def compute_scores(rollout: Rollout, reward_fn, missing_eos_penalty: float | Non
             ).to(rollout.completion_ids.device), owned)
     rollout.rewards = penalised_rewards(rollout, missing_eos_penalty, overlong)
     return rollout
-
-
-def environment_scores(scores: Float[Tensor, " batch"], env_rewards: Float[Tensor, " batch"] | None) -> Float[Tensor, " batch"]:
-    """Each episode's score: its environment's reward where the environment owns one (a number in
-    `env_rewards`, TRL's environment-owned rewards), else the reward function's `scores`.
-
-        scores [0.5, 1.0, 0.0],  env_rewards [NaN, −2.0, 3.0]  ->  [0.5, −2.0, 3.0]"""
-    if env_rewards is None:
-        return scores
-    return torch.where(env_rewards.isnan(), scores, env_rewards.to(scores.dtype))
 
 
 def penalised_rewards(rollout: Rollout, missing_eos_penalty: float | None,

@@ -68,6 +68,17 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def environment_scores(scores: Float[Tensor, " batch"], env_rewards: Float[Tensor, " batch"] | None) -> Float[Tensor, " batch"]:
+    """Each episode's score: its environment's reward where the environment owns one (a number in
+    `env_rewards`: `Step.reward`, TRL's environment-owned rewards; `rollout.environment`), else the reward
+    function's `scores` (`rollout.phase.compute_scores` calls it, in process and in the controller's reward worker).
+
+        scores [0.5, 1.0, 0.0],  env_rewards [NaN, −2.0, 3.0]  ->  [0.5, −2.0, 3.0]"""
+    if env_rewards is None:
+        return scores
+    return torch.where(env_rewards.isnan(), scores, env_rewards.to(scores.dtype))
+
+
 def check_rewards(out: Any, name: str, n: int) -> Float[Tensor, " batch"]:
     """`out` as a float32 CPU tensor of shape [n], or one line naming `name` and the first bad
     completion: wrong length or shape, a non-number, None, NaN or ±inf."""

@@ -15,7 +15,8 @@ from rlhf_scratch.reward.calculator import CalculatorFactory
 from rlhf_scratch.rollout.environment import CountsToolCalls, Step, tool_counts
 from rlhf_scratch.rollout.episodes import Episode, assemble_completions, episode_columns, episode_metrics, take_turn
 from rlhf_scratch.rollout.groups import concat_rollouts, take_groups
-from rlhf_scratch.rollout.phase import Rollout, compute_scores, environment_scores
+from rlhf_scratch.rollout.phase import Rollout, compute_scores
+from rlhf_scratch.rollout.reward_call import environment_scores
 from rlhf_scratch.rollout.rl_dataset import Prompt
 
 SIBLING = build_tokenizer(calculator=True)  # <calc> 15, </calc> 16, ? 17; EOS 0
