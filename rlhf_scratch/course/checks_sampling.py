@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rlhf_scratch.course.checks import Case, Mistake, Reference, _run
+from rlhf_scratch.course.checks import DTYPE_HINTS, Case, Mistake, Reference, _describe, _run
 
 SOLUTIONS = "rlhf_scratch.course.solutions"
 REFERENCES: dict[str, Reference] = {
@@ -61,6 +61,8 @@ def _next_token_probs_cases() -> list[Case]:
               Mistake([[1 / 3, 1 / 9, 1 / 9, 4 / 9]], "the left-out logits were set to 0, which exp() makes 1: set "
                                                       "them to -inf, which exp() makes 0"),
               Mistake([[0.0, 1 / 3, 2 / 3, 0.0]], "those are the k SMALLEST logits: topk returns the largest"),
+              Mistake([[0.0, 0.0, 0.0, 1.0]], "top-k keeps k tokens: you kept k - 1 (masking logits <= the k-th "
+                                              "largest drops the k-th itself; mask those < it)"),
               Mistake([[4 / 7, 3 / 7]], "return a probability for every token of the vocabulary (0 outside the "
                                         "top k), in the vocabulary's order, not the k sorted values"))),
         Case("top_p = 0.6",
@@ -117,6 +119,9 @@ def _completion_mask_cases() -> list[Case]:
                       "to and including the FIRST EOS (a cumulative count of EOS before each position)"),
               Mistake([[T, T, T, T], [T, T, T, F], [T, T, T, T]],
                       "the completion ends at its FIRST EOS, not its last"),
+              Mistake([[T, T, F, F], [T, T, T, T], [T, T, T, T]],
+                      "a count of EOS <= 1 keeps what follows the first EOS until a second one (the 7 of row 1): "
+                      "keep the positions with no EOS BEFORE them (the count up to and including t, minus is_eos)"),
               Mistake([[T, T, F, F], [T, T, T, F], [T, F, F, F]],
                       "a row with no EOS keeps every token (argmax of an all-False row is 0, not 'none')"))),
     ]
@@ -136,9 +141,13 @@ def check_completion_mask(fn: Callable) -> None:
 
 
 def _ids_and_mask(out: Any) -> Any:
-    """(ids, mask) as one [2, batch, width] tensor the judge compares; anything else as it came."""
+    """(ids, mask) as one [2, batch, width] tensor the judge compares; anything else as it came. A mask that
+    is not bool is refused here (the judge sees the stacked integers): ~ of a long 1 is -2, not False."""
     if isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, Tensor) for t in out) \
             and out[0].shape == out[1].shape:
+        if out[1].dtype != torch.bool:
+            raise AssertionError(f"your mask is {_describe(out[1])}: {DTYPE_HINTS['a bool']} (~mask of a long "
+                                 "tensor is -2 and -1, not False and True)")
         return torch.stack([out[0].long(), out[1].long()])
     return out
 

@@ -169,13 +169,21 @@ def mask_at_the_last_eos(completion_ids, eos_id):
     return last
 
 
-def left_pad_with_a_float_mask(prompts, pad_id):
+def left_pad_with_a_long_mask(prompts, pad_id):
     ids, mask = sol.left_pad(prompts, pad_id)
-    return ids, mask.float()
+    return ids, mask.long()
 
 
-def positions_not_clamped(attention_mask):
-    return attention_mask.long().cumsum(-1) - 1
+def mask_until_a_second_eos(completion_ids, eos_id):
+    return (completion_ids == eos_id).long().cumsum(-1) <= 1
+
+
+def probs_top_k_minus_one(logits, temperature=1.0, top_k=0, top_p=1.0):
+    z = logits / temperature
+    if top_k:
+        kth = z.topk(top_k, dim=-1).values[:, -1:]
+        z = z.masked_fill(z <= kth, float("-inf"))  # <= drops the k-th largest itself
+    return sol.next_token_probs(z, 1.0, 0, top_p)
 
 
 def reward_at_the_first_token(hidden, attention_mask, weight, bias):
@@ -216,6 +224,7 @@ PLANTED: tuple[Planted, ...] = (
     P("next_token_probs", "temperature-ignored", probs_temperature_ignored, "the temperature was ignored"),
     P("next_token_probs", "scaled-logits", probs_scaled_logits, "those are the scaled logits"),
     P("next_token_probs", "k-plus-one", probs_top_k_plus_one, "you kept k + 1"),
+    P("next_token_probs", "k-minus-one", probs_top_k_minus_one, "you kept k - 1"),
     P("next_token_probs", "smallest-k", probs_smallest_k, "the k SMALLEST logits"),
     P("next_token_probs", "k-values-alone", probs_top_k_values_alone, "return a probability for every token"),
     P("next_token_probs", "nucleus-from-the-bottom", probs_nucleus_from_the_bottom, "the nucleus is the MOST likely"),
@@ -225,10 +234,12 @@ PLANTED: tuple[Planted, ...] = (
     P("completion_mask", "eos-left-out", mask_without_the_eos, "the EOS itself is kept"),
     P("completion_mask", "ids-not-eos", mask_ids_not_eos, "ids != eos is not the mask"),
     P("completion_mask", "argmax", mask_by_argmax, "a row with no EOS keeps every token"),
+    P("completion_mask", "until-a-second-eos", mask_until_a_second_eos, "keeps what follows the first EOS"),
     P("completion_mask", "last-eos", mask_at_the_last_eos, "ends at its FIRST EOS, not its last"),
     P("left_pad", "right-padding", right_pad, "that is RIGHT padding"),
     P("left_pad", "mask-from-ids", left_pad_mask_from_ids, "the mask came from ids != pad_id"),
     P("left_pad", "mask-inverted", left_pad_mask_inverted, "the mask is upside down"),
+    P("left_pad", "long-mask", left_pad_with_a_long_mask, "your mask is an int64 tensor of shape (2, 3): a mask is a bool"),
     P("position_ids", "arange", positions_arange, "positions ignored the padding"),
     P("position_ids", "from-one", positions_from_one, "off by one: the first real token is position 0"),
     P("position_ids", "minus-one-on-pads", positions_minus_one_on_pads, "the pads hold -1"),
