@@ -131,22 +131,25 @@ def test_the_learner_of_an_lm_is_the_fast_forward_and_unwraps_to_the_lm():
     assert unwrapped(trainer.learner) is trainer.lm
 
 
-def run_one_phase(algo: str) -> tuple[dict[str, float], dict[str, torch.Tensor], torch.Tensor]:
+def run_one_phase(algo: str, **model) -> tuple[dict[str, float], dict[str, torch.Tensor], torch.Tensor]:
     extra = {"num_generations": 2} if algo in ("rloo", "grpo") else {}
-    args = make_args("tiny", algo=algo, batch_size=8, num_minibatches=2, gen_len=6, warmup_steps=0, seed=7, **extra)
+    args = make_args("tiny", algo=algo, batch_size=8, num_minibatches=2, gen_len=6, warmup_steps=0, seed=7, **extra, **model)
     trainer = get_algorithm(algo).trainer_class()(args, quiet=True)
     rollout = trainer.rollout_phase()
     stats = trainer.learning_phase(rollout)
     return stats, {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}, rollout.logprobs
 
 
-@pytest.mark.parametrize("algo", algorithm_names())
-def test_a_learning_phase_equals_the_hooked_paths_to_float_rounding(algo, monkeypatch):
+@pytest.mark.parametrize("algo, family", [(algo, "tiny") for algo in algorithm_names()] + [("rloo", "qwen2"), ("grpo", "pythia")])
+def test_a_learning_phase_equals_the_hooked_paths_to_float_rounding(algo, family, monkeypatch, family_folder):
     """The whole phase, fast against TransformerLens' forward (the fast path switched off): the same
-    rollout log-probs, statistics and updated parameters, to float rounding."""
-    fast = run_one_phase(algo)
+    rollout log-probs, statistics and updated parameters, to float rounding. Every algorithm on the
+    tiny preset; RLOO on Qwen2 (rotary, grouped K/V, RMSNorm, gated MLP) and GRPO on Pythia (parallel
+    blocks, partial rotary) as a run of that family trains them."""
+    model = {} if family == "tiny" else {"model": str(family_folder(family))}
+    fast = run_one_phase(algo, **model)
     monkeypatch.setattr(fast_forward, "fast_path_reason", lambda model: "switched off by the test")
-    hooked = run_one_phase(algo)
+    hooked = run_one_phase(algo, **model)
     assert (fast[2] - hooked[2]).abs().max().item() < 1e-5, "the rollout's log π differ"
     for key in hooked[0]:
         assert fast[0][key] == pytest.approx(hooked[0][key], rel=1e-4, abs=1e-5), key

@@ -12,8 +12,11 @@ biases and rotary base 10⁶; Gemma's folded RMSNorm (`RMSPre`), one K/V head an
 runs the HF-folder families); GPT-J's rotary on neighbouring pairs (`rotary_adjacent_pairs`).
 
 Which bug turns each red:
-- rotary positions counted from the pad columns, or applied to v, or the halves rotated the wrong way
-  (flip = [x₂, −x₁]), or rotary_dim taken as d_head: ĥ differs on the padded rows or everywhere;
+- rotary applied to v, or the halves rotated the wrong way (flip = [x₂, −x₁]), or rotary_dim taken
+  as d_head: ĥ differs. (Positions counted from the pad columns do not: RoPE depends on position
+  differences only, and within a row every real token is shifted alike. They matter where the prompt
+  and the decoded tokens are numbered apart: a decode step numbered by its column, not by the row's
+  real tokens, turns the decoder test red on the padded rows);
 - K/V heads matched to query heads by `repeat` (i % n_kv) instead of TL's `repeat_interleave` (i // group):
   Llama's and Qwen2's ĥ differ (Gemma's single K/V head cannot tell);
 - the parallel block computed sequentially (the MLP reading x + attn): Pythia's ĥ differs;
