@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hacking-mitigate": ("rlhf_scratch.studies.hacking.mitigate", "early stopping, KL penalty, ensembles against the hack: the table"),
     "hacking-find": ("rlhf_scratch.studies.hacking.find", "find the hack from the model: the proxy-gold gap decomposed, a causal check"),
     "pass-at-k": ("rlhf_scratch.studies.rlvr", "does RL add what the base model lacks? pass@k of base and GRPO-tuned, over seeds"),
+    "calculator-study": ("rlhf_scratch.studies.calculator", "does the tool help RL? held-out accuracy with the calculator against without, over seeds"),
     "length": ("rlhf_scratch.studies.length", "GRPO's length bias on a right/wrong task, over seeds"),
     "features-seeds": ("rlhf_scratch.studies.features_seeds", "the features view's claims over seeds, replicated or not"),
     "report": ("interp.report", "the interpretability report of a run: logits, residual, heads, neurons"),
