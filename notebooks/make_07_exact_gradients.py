@@ -302,25 +302,47 @@ with every IS mode over C, the Monte-Carlo group rows and one line of advice per
 [docs/exact.md](../docs/exact.md#off-policy-the-sampler-is-not-the-learner).
 </details>"""),
     ("md", "takeaways", """\
-## What to take away
+## What to take away: in your own words
 
-* **Unbiased, exactly**: REINFORCE; k1 folded into the reward (for the reverse KL, whole sequences
-  too); top-k or temperature when scored with the distribution sampled; PPO's advantage from the
-  *exact* value function, one step or GAE. **Unbiased within Monte-Carlo error**: RLOO.
-* **Right direction, wrong size**: GRPO's group mean without the std ((G − 1)/G); DPO at the start
-  under a 0/1 reward (β ∇J).
-* **Biased in direction**: std scaling with prompts of different difficulty; `loss_type="grpo"` (and
-  GSPO, whose gradient at ρ = 1 is the same), which makes wrong answers longer and right ones
-  shorter; top-k or temperature scored with the full softmax; the per-token k2/k3 loss terms for
-  sequences; PPO's one-step advantage with a value of 0 (only the last token learns).
-* **Zero**: k1 as a loss term.
-* **Off-policy**: full sequence importance weights are exact at any staleness, at a cost in
-  variance. Per-token weights, caps and masks below the largest weight, and PPO-style clipping are
-  not. No weight corrects a top-k/top-p sampler. The learner's k1 × π/q is the exact KL gradient
-  off-policy.
+Before you look anything up, sort every estimator of this notebook into one of five kinds, with one
+line each on *why*: **unbiased exactly**; **unbiased within Monte-Carlo error**; **the right direction
+at the wrong size**; **biased in direction**; **zero in expectation**. Do the same for the off-policy
+corrections. Then check your sorting against the answers under each section above, and against the
+findings of [docs/exact.md](../docs/exact.md), which has the full table at the default settings — every
+GRPO loss type, PPO's clipped surrogate, the three rewards, with n and standard errors. Where you and
+the table disagree, the microscope is the referee: measure it."""),
+    ("md", "open-problem", """\
+## 13 · An open problem: less variance than PPO, at the same bias
 
-The full table at the default settings — every GRPO loss type, PPO's clipped surrogate, the three
-rewards, with n and standard errors — is [docs/exact.md](../docs/exact.md)."""),
+Everything above had an answer under it. This has none here, and more than one answer is possible.
+
+PPO's estimator of ∇J, with the *exact* value function, is Σ_t A_t ∇log π(y_t) with the one-step
+advantage A_t = V(s_{t+1}) − V(s_t) (r at the end): unbiased, and far less noisy than REINFORCE. **Find an
+estimator of ∇J from one completion with lower variance than PPO's, at the same bias (none).** The
+scene is this notebook's environment (4 tokens, completions of at most 4, the two prompts) under the
+sentiment-like reward, where every token matters.
+
+The contract is the microscope's: `my_gradient_estimator(rows)` returns one scalar whose gradient with
+respect to `rows.logits`, row by row, is that completion's estimate g(y). `rows` has `logits`
+(`[n, seq, vocab]`, the policy's logits at each position), `logprobs` and `seq_logprobs()`, `rewards`,
+`values` (the exact V of the state at each position), `comps.mask` and `comps.tokens`; and
+`action_values(rows)` gives Q(s_t, a) at each position for **every** next token a, not only the one drawn.
+`grade_gradient_estimator` sums over all 242 completions with their exact probabilities: the bias
+‖E[g] − ∇J‖ / ‖∇J‖, the cosine, and the variance per completion (in units of ‖∇J‖²) come out exact, on a
+board beside the package's estimators (recorded in `benchmarks/open_problem_2026-11-29.json`).
+
+The cell starts you from REINFORCE. Change it; run it again; see where you land."""),
+    ("code", "open-problem-code", """\
+from rlhf_scratch.course.open_problem import action_values, grade_gradient_estimator
+
+
+def my_gradient_estimator(rows):
+    \"\"\"Σ over the rows of each completion's objective; its gradient per row is that completion's g(y).
+    Here REINFORCE: r(y) log π(y), whose gradient is r(y) ∇log π(y). Make it better.\"\"\"
+    return (rows.rewards * rows.seq_logprobs()).sum()
+
+
+grade = grade_gradient_estimator(my_gradient_estimator)"""),
 ]
 
 
