@@ -2,6 +2,7 @@
 apart their numbers are, and how many aten ops each runs.
 
     python benchmarks/fast_families.py --json benchmarks/fast_families_2026-11-29_cpu.json
+    python benchmarks/fast_families.py --real qwen2.5-0.5b      # + a published shape (random init, ~2 GB, minutes)
 
 For every family of the offline matrix (`rlhf_scratch.models.families`: GPT-2, Pythia, Llama, Qwen2,
 Gemma at their tiny shape, random init, written as an HF folder and loaded as `--model FOLDER` loads
@@ -13,6 +14,9 @@ it), on the kernel count's 16 × 35 batch with two rows left-padded (`kernel_cou
   columns left-padded) against TransformerLens' whole forward at the same positions;
 - `ops`: aten ops of tokens → logits, forward and forward + backward (`kernel_count.count_ops`),
   ours and TransformerLens'.
+
+`--real NAME` adds a published shape of `families.REAL_SHAPES` (e.g. Qwen2.5-0.5B: 24 layers,
+d_model 896, 14 query heads over 2 K/V heads, vocabulary 151,936), random init, the same measures.
 
 One process, one seed (the weights are random: seed 0 each); the differences are float rounding,
 not a distribution, so there is no interval to give.
@@ -49,12 +53,12 @@ def decoder_max_abs_diff(model, ids: torch.Tensor, mask: torch.Tensor, prompt_le
     return (torch.stack(cached, dim=1) - full).abs().max().item()
 
 
-def measure(family: str, folder: Path) -> dict:
+def measure(family: str, folder: Path, shape: str = "tiny") -> dict:
     from rlhf_scratch.models.families import build_folder
     from rlhf_scratch.models.fast_forward import fast_final_hidden, fast_path_reason
     from rlhf_scratch.models.loading import load_lm
 
-    model = load_lm(str(build_folder(family, folder, seed=0))).eval()
+    model = load_lm(str(build_folder(family, folder, shape=shape, seed=0))).eval()
     ids, mask = batch(model.cfg.d_vocab)
     out = {"fast_path_reason": fast_path_reason(model), "hidden_max_abs_diff": {}, "hidden_max_abs": {}}
     with torch.no_grad():
@@ -73,12 +77,15 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--real", nargs="*", default=[], help="published shapes to add (families.REAL_SHAPES)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for family in tqdm(FAMILIES, desc="families"):
             results[family] = measure(family, Path(tmp) / family)
+        for name in tqdm(args.real, desc="published shapes"):
+            results[name] = measure(name, Path(tmp) / name, shape="real")
     print(f"{'family':<8}{'max |Δĥ| padded':>18}{'max |ĥ|':>9}{'decoder max |Δz|':>18}{'ops ours / TL':>15}")
     for family, r in results.items():
         ops = r["ops"]
