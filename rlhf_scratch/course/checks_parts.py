@@ -1,13 +1,9 @@
 """The checks of exercises 07, the parts ARENA's RLHF chapter has you build: the value head as a module on
-the HookedTransformer, the generation loop, the replay memory.
-
-Built as `checks.py` is (read its docstring), with one difference: each part is a module or a loop whose
-answer on a random model is not worked out by hand, so each case's expected answer is the solution's
-(`course/solutions_parts.py`, tested equal to the package's `TransformerWithValueHead`, `generation.generate`
-and `ReplayMemory` in tests/integration/test_course_parts.py), and each classic mistake's answer is that
-mistake planted in a copy of the solution (`_ValueHeadPlanted`, `_generate_planted`, `_MemoryPlanted`) and
-run on the same inputs. The model is a random 2-layer GPT-2-like HookedTransformer (seeded; 40 tokens,
-d_model 16), so a case takes milliseconds.
+the HookedTransformer, the generation loop, the replay memory. Built as `checks.py` is (read its docstring),
+except that a part's answer on a random model is not worked out by hand: each case's expected answer is the
+solution's (`course/solutions_parts.py`, tested equal to the package's in tests/integration/test_course_parts.py)
+and each mistake's answer is that mistake planted in a copy of the solution (`_ValueHeadPlanted`,
+`_generate_planted`, `_MemoryPlanted`), run on the same inputs: a random 2-layer model, milliseconds a case.
 """
 
 from collections.abc import Callable
@@ -23,13 +19,12 @@ from rlhf_scratch.course.checks import Case, Mistake, Reference, _run
 from rlhf_scratch.course.parts_kit import ReplayMinibatch, forward_at, new_cache
 
 SOLUTIONS = "rlhf_scratch.course.solutions_parts"
-REFERENCES: dict[str, Reference] = {
+REFERENCES: dict[str, Reference] = {  # each exercise's solution, written to be read
     "TransformerWithValueHead": Reference(SOLUTIONS, "(base, detach_value_head=True)", by_position=True),
     "generate": Reference(SOLUTIONS, "(model, prompts, gen_len, next_token, pad_id, eos_id=None, use_cache=False)"),
     "ReplayMemory": Reference(SOLUTIONS, "(sample_ids, attention_mask, completion_mask, logprobs, advantages, values, "
                                          "num_minibatches, batches_per_learning_phase)", by_position=True),
 }
-"""The solution of each exercise (written to be read; the package's own is named in each check)."""
 
 D_VOCAB, D_MODEL, PAD = 40, 16, 0
 
@@ -50,11 +45,10 @@ def prompts() -> list[Tensor]:
 
 
 def _left_padded() -> tuple[Tensor, Tensor]:
-    ids, mask, _ = solutions_parts.generate(random_model(), prompts(), 0, _greedy, PAD)
-    return ids, mask
+    return solutions_parts.generate(random_model(), prompts(), 0, _greedy, PAD)[:2]
 
 
-def _greedy(logits: Tensor) -> Tensor:
+def _greedy(logits: Tensor) -> Tensor:  # the check's next_token: deterministic
     return logits.argmax(-1)
 
 
@@ -158,13 +152,13 @@ def _gradient_norms(detach: bool) -> Callable[[Callable], Tensor]:
         _, values = _forward(module, ids, mask)
         if values.requires_grad:
             values[mask].sum().backward()
-
-        def norm(params: Any) -> float:
-            grads = [p.grad.norm() for p in params if p.grad is not None]
-            return float(torch.stack(grads).norm()) if grads else 0.0
-
-        return torch.tensor([norm(base.parameters()), norm(module.value_head.parameters())])
+        return torch.tensor([_grad_norm(base.parameters()), _grad_norm(module.value_head.parameters())])
     return run
+
+
+def _grad_norm(params: Any) -> float:
+    grads = [p.grad.norm() for p in params if p.grad is not None]
+    return float(torch.stack(grads).norm()) if grads else 0.0
 
 
 def _left_behind(fn: Callable) -> Tensor:
@@ -311,19 +305,19 @@ def _generate_cases() -> list[Case]:
             case("the KV cache and the EOS", eos=True, use_cache=True)]
 
 
+def _raises_not_implemented(fn: Callable, use_cache: bool) -> bool:
+    try:
+        fn(random_model(), prompts(), 2, _greedy, PAD, eos_id=None, use_cache=use_cache)
+    except NotImplementedError:
+        return True
+    except Exception:  # noqa: BLE001 (the cases say what went wrong)
+        return False
+    return False
+
+
 def _cache_written(fn: Callable) -> bool:
     """False where use_cache=True raises NotImplementedError and use_cache=False does not (the cache is optional)."""
-    try:
-        fn(random_model(), prompts(), 2, _greedy, PAD, eos_id=None, use_cache=True)
-    except NotImplementedError:
-        try:
-            fn(random_model(), prompts(), 2, _greedy, PAD, eos_id=None, use_cache=False)
-        except NotImplementedError:
-            return True  # a stub: let the check say so
-        return False
-    except Exception:  # noqa: BLE001 (the cases say what went wrong)
-        return True
-    return True
+    return not _raises_not_implemented(fn, True) or _raises_not_implemented(fn, False)
 
 
 def check_generate(fn: Callable) -> None:
@@ -431,7 +425,7 @@ def _stacked(parts: list[Tensor]) -> Any:
     return torch.stack(parts) if parts and all(p.shape == parts[0].shape for p in parts) else parts
 
 
-def _row_of(mb: Any) -> Tensor:
+def _row_of(mb: Any) -> Tensor:  # sample_ids[b] = 10 b + column
     return torch.as_tensor(mb.sample_ids)[:, 0] // 10
 
 
@@ -499,9 +493,8 @@ def check_ReplayMemory(fn: Callable) -> None:  # noqa: N802 (named after the cla
     _run("ReplayMemory", fn, _memory_cases(), REFERENCES["ReplayMemory"])
 
 
-CASES: dict[str, Callable[[], list[Case]]] = {
+CASES: dict[str, Callable[[], list[Case]]] = {  # each exercise's cases, by name
     "TransformerWithValueHead": _value_head_cases,
     "generate": _generate_cases,
     "ReplayMemory": _memory_cases,
 }
-"""Each exercise's cases, by name."""
