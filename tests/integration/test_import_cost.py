@@ -11,7 +11,7 @@ from rlhf_scratch.commands.main import COMMANDS
 ANSWERS_BEFORE_TORCH = (
     "train", "sample", "export", "compare", "data", "preferences", "overoptimization", "hacking", "hacking-pilot",
     "hacking-bon", "hacking-mitigate", "hacking-find", "length", "features-seeds", "report", "features", "exact",
-    "families", "pretrain", "pretrain-arithmetic", "pass-at-k", "notebooks", "reward-model",
+    "families", "pretrain", "pretrain-arithmetic", "pass-at-k", "calculator-study", "notebooks", "reward-model",
 )
 """The commands whose `--help` and bad flags are answered before torch (or transformers) is imported: a
 fraction of a second instead of the 6-15 s an import of torch takes on the 2-core machine."""
