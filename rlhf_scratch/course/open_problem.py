@@ -122,10 +122,56 @@ def package_estimators() -> dict[str, tuple[Callable, str]]:
     }
 
 
+GROUP_ENTRIES = {
+    "rloo": ("RLOO: (r_i − mean of the other G − 1) ∇log π(y_i), G = 8 of each prompt a batch", 1.0),
+    "grpo_adv_none": ("GRPO's group mean, no std: (r_i − mean of all G) ∇log π(y_i) = (G − 1)/G · RLOO's", None),
+}
+"""The group estimators graded exactly (`group_grade`): name -> (about, the advantage's factor on RLOO's;
+None: (G − 1)/G)."""
+
+
+def group_grade(name: str) -> Grade:
+    """RLOO's (or GRPO's group mean's) exact `Grade`, per completion: a batch is G completions of each prompt,
+    g_B = (1/(X G)) Σ_x h_x with h_x = Σ_i A_i s_i, s = ∇log π(y), A_i = k (r_i − m_{−i}), m_{−i} the mean of
+    the other G − 1 rewards of the group (k = 1 for RLOO, (G − 1)/G for GRPO's mean). With c = 1/(G − 1),
+    a = E_x[r s], and the draws of a group independent (E[s] = 0):
+
+        E[h_x] = k G a
+        E‖h_x‖² = k² (G E[(r − m)² ‖s‖²] + G (G − 1)(1 + c²) ‖a‖²)
+        E[(r − m)² ‖s‖²] = E[r² ‖s‖²] − 2 μ E[r ‖s‖²] + (μ² + σ²/(G − 1)) E‖s‖²
+
+    so E[g_B] = k ∇J and Var[g_B] = Σ_x Var[h_x] / (X G)²; times X G (a batch's completions) it is per
+    completion, as the other entries. tests/unit/test_open_problem.py checks it against the package's own
+    `rloo` estimator, Monte-Carlo over seeded batches (`Scene.measure`)."""
+    from rlhf_scratch.microscope.measure import per_unit, rows_for
+
+    sc = open_problem_scene()
+    env, comps, G, X = sc.env, sc.env.completions, sc.knobs.num_generations, sc.env.num_prompts
+    k = GROUP_ENTRIES[name][1] or (G - 1) / G
+    rows = rows_for(comps, sc.theta, sc.theta_ref, sc.rewards, sc.values, sc.knobs)
+    (grads,) = torch.autograd.grad(rows.seq_logprobs().sum(), rows.logits)
+    S, leak = per_unit(env, comps, grads, torch.arange(len(comps)), len(comps))  # s(y): [n, params]
+    pi = (rows.seq_logprobs().detach().double().exp())  # π(y | x)
+    r, c, norm2 = sc.rewards.double(), 1.0 / (G - 1), S.pow(2).sum(-1)
+    mean, variance = torch.zeros(env.num_params, dtype=torch.float64), 0.0
+    for x in range(X):
+        w, rx, sx, nx = pi[comps.prompt == x], r[comps.prompt == x], S[comps.prompt == x], norm2[comps.prompt == x]
+        mu, sigma2, a = (w * rx).sum(), (w * rx**2).sum() - (w * rx).sum() ** 2, (w * rx) @ sx
+        own = (w * rx**2 * nx).sum() - 2 * mu * (w * rx * nx).sum() + (mu**2 + sigma2 / (G - 1)) * (w * nx).sum()
+        second = k**2 * (G * own + G * (G - 1) * (1 + c**2) * a.dot(a))
+        variance += (second - (k * G) ** 2 * a.dot(a)).item()
+        mean += k * a / X
+    true = sc.truths["J"].grad.double()
+    norm = true.norm().item()
+    per_completion = variance / (X * G) ** 2 * (X * G) / norm**2
+    return Grade(name, (mean - true).norm().item() / norm, (mean @ true / (mean.norm() * norm)).item(),
+                 (mean @ true).item() / norm**2, per_completion, leak)
+
+
 @lru_cache(maxsize=1)
 def package_board() -> tuple[Grade, ...]:
-    """Every package entry's exact `Grade`."""
-    return tuple(grade(fn, name) for name, (fn, _) in package_estimators().items())
+    """Every package entry's exact `Grade`: the one-completion estimators (`grade`) and the group ones (`group_grade`)."""
+    return (*(grade(fn, name) for name, (fn, _) in package_estimators().items()), *map(group_grade, GROUP_ENTRIES))
 
 
 def leaderboard(grades: list[Grade]) -> list[Grade]:
@@ -174,13 +220,13 @@ def grade_gradient_estimator(fn: Callable, name: str = "yours") -> Grade:
     and yours, unbiased first by variance) and the verdict against PPO's; return your `Grade`."""
     _check_contract(fn)
     yours = grade(fn, name)
-    about = {n: a for n, (_, a) in package_estimators().items()}
+    descriptions = about()
     print(f"{'':2}{'estimator':30s}{'bias':>10s}{'cos':>11s}{'variance':>11s}   (exact, over all "
           f"{len(open_problem_scene().env.completions)} completions; variance per completion / ‖∇J‖²)")
     for g in leaderboard([*package_board(), yours]):
         cos = "—" if g.cos is None else f"{g.cos:.6f}"
         mark = "→ " if g is yours else "  "
-        print(f"{mark}{g.name:30s}{g.bias:10.2e}{cos:>11s}{g.variance:11.4g}   {about.get(g.name, '')}".rstrip())
+        print(f"{mark}{g.name:30s}{g.bias:10.2e}{cos:>11s}{g.variance:11.4g}   {descriptions.get(g.name, '')}".rstrip())
     print(verdict(yours))
     if yours.pad_leak > 0:
         print(f"note: your estimator puts gradient on positions after a completion's end (up to {yours.pad_leak:.3g}); "
@@ -188,11 +234,16 @@ def grade_gradient_estimator(fn: Callable, name: str = "yours") -> Grade:
     return yours
 
 
+def about() -> dict[str, str]:
+    """Each package entry's one-line description."""
+    return {**{n: a for n, (_, a) in package_estimators().items()}, **{n: a for n, (a, _) in GROUP_ENTRIES.items()}}
+
+
 def record() -> dict:
     """The package's board as benchmarks/open_problem_*.json holds it."""
     return {"settings": {**SETTINGS, "p_right": list(SETTINGS["p_right"])}, "unbiased_below": UNBIASED,
             "to_beat": TO_BEAT, "exact": True,
-            "entries": {g.name: {**asdict(g), "about": package_estimators()[g.name][1]} for g in package_board()}}
+            "entries": {g.name: {**asdict(g), "about": about()[g.name]} for g in package_board()}}
 
 
 def main(argv: list[str] | None = None) -> None:
