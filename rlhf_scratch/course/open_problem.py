@@ -16,7 +16,8 @@ not a sample (`microscope.measure.exact_moments`):
 
 A tool, not an answer: `action_values(rows)`, Q(s_t, a) for every next token a at each position — V of the
 longer prefix, or the reward where a ends the completion. The package's entries on the board (`package_board`)
-are the microscope's own estimators, each computed the same exact way; `benchmarks/open_problem_2026-11-29.json`
+are the microscope's own one-completion estimators, graded the same exact way, and RLOO and GRPO's group mean,
+whose batch of G completions a prompt has a closed form (`group_grade`); `benchmarks/open_problem_2026-11-29.json`
 records them (`python -m rlhf_scratch.course.open_problem --out FILE` writes it again).
 """
 
