@@ -42,7 +42,7 @@ How the check works:
    says whether J itself differs, and in which group. Then the package's phase is run again with
    each known mistake planted (`MISTAKES`: the objective minimised, the KL penalty added or the
    wrong way round, the generated span off by one, value-loss gradients into the trunk, the mask
-   ignored in J or in the advantages, the value head detached, …) and the message names the one
+   ignored in J or in the advantages, the value head detached, π_old recomputed, …) and the message names the one
    whose whole update, or whose first gradient, yours matches. Where two mistakes move the
    parameters alike (a detached value head and a value loss left out: the head gets no gradient
    either way), the one whose "objective/total" is also yours is named (`matching_mistake`).
@@ -304,6 +304,23 @@ def _value_head_detached(trainer: RLHFTrainer) -> AbstractContextManager:
     return _instead(trainer, "hidden_and_extras", detached)
 
 
+def _old_log_probs_recomputed(trainer: RLHFTrainer) -> AbstractContextManager:
+    """π_old taken from the policy as it is now (each minibatch's own forward, detached) instead of the
+    rollout's log-probs: the ratio is 1 at every step, so the clip never acts and PPO's epochs become plain
+    policy-gradient steps; the first minibatch, where π is still π_old, is the package's exactly."""
+    objective = trainer.minibatch_objective
+
+    @torch.no_grad()
+    def current_log_probs(mb: ReplayMinibatch, temperature: float) -> Tensor:
+        prefix_len = mb.sample_ids.shape[1] - mb.logprobs.shape[1]
+        logits, _ = trainer.policy(mb.sample_ids, attention_mask=attention_mask_or_none(mb.attention_mask))
+        logits_T = temperature_scaled(logits[:, generated_span(prefix_len)], temperature)
+        return logits_T.log_softmax(-1).gather(-1, mb.sample_ids[:, prefix_len:, None]).squeeze(-1)
+
+    return _instead(trainer, "minibatch_objective", lambda mb, temperature: objective(
+        dataclasses.replace(mb, logprobs=current_log_probs(mb, temperature)), temperature))
+
+
 MISTAKES: tuple[Mistake, ...] = (
     Mistake("the objective is MINIMISED instead of maximised",
             "ascend J: AdamW(maximize=True) and J.backward() (not (-J).backward(), not maximize=False)", _minimised),
@@ -356,6 +373,10 @@ MISTAKES: tuple[Mistake, ...] = (
             lambda t: _setting(t.args, "max_grad_norm", math.inf)),
     Mistake("the gradients are never zeroed", "optimizer.zero_grad() before each backward", _no_zero_grad),
     Mistake("Adam's moments start from zero", "step the optimizer you were given, not a new one", _fresh_adam),
+    Mistake("π_old is recomputed from the policy as it is now: the ratio is 1 at every step, so the clip never acts",
+            "π_old is the rollout's log-probs (rollout.logprobs, mb.logprobs), frozen before the learning phase: "
+            "r = exp(log π_now − log π_old) moves away from 1 as the epochs step the policy",
+            _old_log_probs_recomputed),
 )
 """Known mistakes, each reproduced by changing one thing in `RLHFTrainer.learning_phase`'s run."""
 

@@ -2,7 +2,8 @@
 learning phase written from the blog's functions on full logits (`hand_written_phase`), correct or with one
 classic loop bug planted — the objective minimised, the KL added or the wrong way round, the span off by one,
 the completion mask ignored in J or in the advantages, the value head detached or feeding the trunk, the
-minibatches drawn from another generator, the scheduler not stepped or stepped per minibatch, ...
+minibatches drawn from another generator, the scheduler not stepped or stepped per minibatch, π_old
+recomputed from the current policy, ...
 Its correct form passes the check within its tolerance (tests/integration/test_course_loop.py).
 """
 
@@ -53,7 +54,8 @@ def objective(policy, ref_model, mb: ReplayMinibatch, args, temperature: float, 
         logprobs = logits_T.log_softmax(-1).gather(-1, mb.sample_ids[:, prefix_len:, None]).squeeze(-1)
     else:
         logprobs = get_log_probs(logits, mb.sample_ids, prefix_len, temperature)
-    clipped = calc_clipped_sur_obj(logprobs, mb.logprobs, mb.advantages, args.clip_coef, mask=mask)
+    old_logprobs = logprobs.detach() if bug == "old log-probs recomputed" else mb.logprobs  # π_old from this π
+    clipped = calc_clipped_sur_obj(logprobs, old_logprobs, mb.advantages, args.clip_coef, mask=mask)
     value_loss = calc_value_fn_loss(values[:, gen], mb.returns, args.vf_coef, mask=mask)
     entropy = calc_entropy_bonus(logits_T, args.ent_coef, mask=mask)
     if bug == "reversed KL":  # KL(π_ref ‖ π), written out: weighted by the reference's probabilities
@@ -142,5 +144,7 @@ PLANTED: tuple[Planted, ...] = tuple(
         ("raw rewards", "matches the package's when the advantages come from the raw rewards", (), ()),
         ("one epoch", "matches the package's when the batch is used once (one PPO epoch)", (), ()),
         ("no zero_grad", "matches the package's when the gradients are never zeroed", (), ()),
+        ("old log-probs recomputed", "matches the package's when π_old is recomputed from the policy as it is now",
+         ("the gradient of J is the package's",), ()),
     ))
 """Notebook 06's learning-phase mistakes (`course.mistakes.Planted`), the ten the course review planted among them."""
