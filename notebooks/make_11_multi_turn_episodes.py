@@ -3,7 +3,7 @@
     notebooks/11_multi_turn_episodes.ipynb                          the learner's: five stubs to write
     notebooks/solutions/11_multi_turn_episodes_solutions.ipynb      the same cells with the stubs written out
 
-    python notebooks/make_11_multi_turn_episodes.py             # write both, then execute the solutions (about 20 s)
+    python notebooks/make_11_multi_turn_episodes.py             # write both, then execute the solutions (about 10 s)
     python notebooks/make_11_multi_turn_episodes.py --no-run    # write only
 
 As notebooks 09 and 10 (`notebook_generator.exercise_cells`): each stub is one function of
@@ -11,9 +11,9 @@ As notebooks 09 and 10 (`notebook_generator.exercise_cells`): each stub is one f
 its body `raise NotImplementedError`; the solution cell is the function's source. Stub cells carry
 `metadata["exercise"] = name` and the tag `exercise`, each followed by its check cell (tag `check`). The
 learner's notebook is not executed as shipped (`EXCLUDED` in rlhf_scratch/course/execute_notebooks.py); the
-solutions are: a 1-layer calculator model is pretrained on call demonstrations for 400 steps (a few seconds),
-samples real episodes through the package's calculator (`rollout.episodes.generate_episodes`), and the
-learner's functions are run on them beside the package's.
+solutions are: the package's calculator sibling (`--model arithmetic_calc`) samples real episodes through the
+package's calculator (`rollout.episodes.generate_episodes`), and the learner's functions are run on them beside
+the package's.
 
 Edit the text here, not in the notebooks, then run this file.
 """
@@ -33,9 +33,9 @@ SOURCE = HERE.parent / "rlhf_scratch" / "course" / "solutions_episodes.py"
 
 TITLE = r"""# 11 · Multi-turn episodes: the loss mask of a tool-using episode
 
-An episode with a tool is several turns: the model writes a call, `<calc>47*85</calc>`, the tool answers, `3995`, and the model writes its answer, `3995`. The RL libraries run such episodes (TRL's environments, verl's agent loop, NeMo Gym, SkyRL-gym), and their users keep filing the same bugs, because every multi-turn path "re-implements the dangerous parts — tokenization across turns, the loss mask, logprob capture" (huggingface/trl#5974): the loss trained on the tool's reply, the KL counted over tokens the model never chose, the model's tokens changed by decoding its text and encoding it again (verl#3960, trl#5145, minimind#850), a mask one position off at a turn's boundary.
+An episode with a tool is several turns: the model writes a call, `<calc>47*85</calc>`, the tool answers, `3995=`, and the model writes its answer, `3995`. The RL libraries run such episodes (TRL's environments, verl's agent loop, NeMo Gym, SkyRL-gym), and their users keep filing the same bugs, because every multi-turn path "re-implements the dangerous parts — tokenization across turns, the loss mask, logprob capture" (huggingface/trl#5974): the loss trained on the tool's reply, the KL counted over tokens the model never chose, the model's tokens changed by decoding its text and encoding it again (verl#3960, trl#5145, minimind#850), a mask one position off at a turn's boundary.
 
-You write the five pieces where those bugs live, each checked (a check names the classic mistake it recognises): `assemble_completions` (an episode's segments into the rollout's ids and its mask), the three terms that read the mask, `sequence_log_probs`, `grpo_loss` and `masked_kl_mean`, and `add_turn` (the model's turn kept as the ids it sampled). Then a small model that calls the package's calculator samples real episodes, and your functions run on them beside the package's. Once written, the notebook runs in about 20 s on a 2-core CPU.
+You write the five pieces where those bugs live, each checked (a check names the classic mistake it recognises): `assemble_completions` (an episode's segments into the rollout's ids and its mask), the three terms that read the mask, `sequence_log_probs`, `grpo_loss` and `masked_kl_mean`, and `add_turn` (the model's turn kept as the ids it sampled). Then the package's small arithmetic model that can call a calculator samples real episodes, and your functions run on them beside the package's. Once written, the notebook runs in about 10 s on a 2-core CPU.
 
 You need the masks of exercises 01 and 04 (padding, the EOS mask) and GRPO's loss (exercises 02, notebook 10). Stuck, or done: [the solutions](solutions/11_multi_turn_episodes_solutions.ipynb). The episodes in the package: [docs/environments.md](../docs/environments.md)."""
 
@@ -43,11 +43,7 @@ SOLUTIONS_TITLE = r"""# 11 · Multi-turn episodes: the solutions
 
 [Notebook 11](../11_multi_turn_episodes.ipynb) with its five functions written out (they are `rlhf_scratch/course/solutions_episodes.py`, tested equal to the package's `rollout.episodes` and `core.objectives`). Every other cell is notebook 11's."""
 
-IMPORTS = r"""import contextlib
-import io
-import tempfile
-import warnings
-from pathlib import Path
+IMPORTS = r"""import warnings
 
 import torch
 
@@ -67,16 +63,16 @@ EPISODE_MD = r"""## 1 · An episode is segments
 
 The package keeps an episode as a list of **segments**, each a run of token ids and its author: the model's turn, exactly as it was sampled, or the environment's reply (`rlhf_scratch/rollout/episodes.py`). For the rollout every algorithm reads, the segments are laid one after another after the prompt as `completion_ids`, right-padded to `gen_len` (the budget of the whole episode, the tool's tokens included, as verl's `response_length`), and `completion_mask` says which tokens are the model's:
 
-    prompt | model turn 1 ........ | tool's reply | model turn 2 ...... | pad ...
-           | <calc>47*85</calc>     | 3995         | 3995<|endoftext|>   |
-    mask   | T  T  T  T  T  T  T    | F  F  F  F   | T  T  T  T  T       | F ...
+    prompt | model turn 1 ........ | tool's reply  | model turn 2 ...... | pad ...
+           | <calc>47*85</calc>     | 3995=         | 3995<|endoftext|>   |
+    mask   | T  T  T  T  T  T  T    | F  F  F  F  F | T  T  T  T  T       | F ...
 
-The model read the reply (it is in the ids, so the forward that scores the episode sees it in place), but it never chose it: the mask is False there, and every term of the loss reads the mask. verl's batch calls the same mask `response_mask` (beside `attention_mask`, True on the tool's tokens too); TRL keeps a `tool_mask` and multiplies it into its `completion_mask`.
+The calculator's reply is the result and an `=` that marks its end. The model read the reply (it is in the ids, so the forward that scores the episode sees it in place), but it never chose it: the mask is False there, and every term of the loss reads the mask. verl's batch calls the same mask `response_mask` (beside `attention_mask`, True on the tool's tokens too); TRL keeps a `tool_mask` and multiplies it into its `completion_mask`.
 
 Write `assemble_completions(episodes, gen_len, pad)`: each episode a list of `(ids, by_model)` pairs, returning `(completion_ids, completion_mask)`, a long and a bool tensor of shape `[batch, gen_len]`. Mind the boundaries: a segment of n tokens that starts at position s covers s … s + n − 1."""
 
-EPISODE_APPLY = r"""two_turns = [((15, 5, 8, 13, 9, 6, 16), T), ((4, 10, 10, 6), F), ((4, 10, 10, 6, 0), T)]  # ids of the picture above
-ids, mask = assemble_completions([two_turns], gen_len=18, pad=0)
+EPISODE_APPLY = r"""two_turns = [((15, 5, 8, 13, 9, 6, 16), T), ((4, 10, 10, 6, 14), F), ((4, 10, 10, 6, 0), T)]  # the picture's ids
+ids, mask = assemble_completions([two_turns], gen_len=20, pad=0)
 print("ids ", ids[0].tolist())
 print("mask", "".join("T" if m else "." for m in mask[0].tolist()))"""
 
@@ -92,10 +88,10 @@ A batch of episodes carries two masks over the completion, as verl's does: `comp
 
 The checks' batch is two episodes of six positions: a two-turn one (model, model, tool, tool, model, model) and a shorter one (model, tool, tool, model, pad, pad), with the tool's tokens carrying numbers far from the model's, so that counting them anywhere gives another number. A position outside the mask may hold anything, `-inf` included (a token the model could not have sampled). Write the three functions; each takes both masks, as a batch carries them."""
 
-LOSS_PREDICT = r"""**Predict**: a two-turn episode whose final answer was wrong: its advantage is −1, although the calculator's reply was right (`47*85` → `3995`, the model then wrote `3965`). The per-token loss is −A · log π_t = +log π_t. If the loss read the attention mask, and so trained on the reply too, what would one step of gradient descent do to the model's probability of writing `3995` after `<calc>47*85</calc>`?"""
+LOSS_PREDICT = r"""**Predict**: a two-turn episode whose final answer was wrong: its advantage is −1, although the calculator's reply was right (`47*85` → `3995=`, the model then wrote `3965`). The per-token loss is −A · log π_t = +log π_t. If the loss read the attention mask, and so trained on the reply too, what would one step of gradient descent do to the model's probability of writing `3995` after `<calc>47*85</calc>`?"""
 
 LOSS_SEE = r"""logprobs = torch.tensor([[-0.1, -0.2, -0.3, -0.4, -0.5, -0.6]], requires_grad=True)
-completion_mask = torch.tensor([[T, T, F, F, T, T]])  # model <calc>…</calc>, tool 3995, model 3965
+completion_mask = torch.tensor([[T, T, F, F, T, T]])  # model <calc>…</calc>, tool 3995=, model 3965
 attention_mask = torch.ones_like(completion_mask)
 advantage = -1.0
 for name, mask in (("completion_mask", completion_mask), ("attention_mask, the reply trained on", attention_mask)):
@@ -124,34 +120,30 @@ TURN_MD = r"""Write `add_turn(segments, turn_ids, observation, tokenizer)`: the 
 
 REAL_MD = r"""## 4 · Real episodes with the package's calculator
 
-The package's arithmetic task has a calculator environment (`--env calculator`, `rlhf_scratch/reward/calculator.py`): a turn that ends with `</calc>` is a call, the calculator answers with the result's tokens (an error token `?` for a malformed call), and the model writes its answer after it. The shipped arithmetic model's vocabulary has no `<calc>`, so it cannot call; its sibling's can. Below a 1-layer sibling is pretrained for 400 steps on two-digit products, each demonstrated with a call (`rlhf pretrain-arithmetic --calculator 1.0`, the calculator's reply masked out of its loss, as RL masks it), and samples an episode of each of six problems through `generate_episodes`, the package's rollout of episodes, token in and token out."""
+The package's arithmetic task has a calculator environment (`--env calculator`, `rlhf_scratch/reward/calculator.py`): a turn that ends with `</calc>` is a call, the calculator answers with the result's tokens and `=` (an error token `?` for a malformed call), and the model writes its answer after it. The shipped arithmetic model's vocabulary has no `<calc>`, so it cannot call; its shipped sibling's can (`--model arithmetic_calc`: pretrained with call demonstrations, the calculator's reply masked out of its loss, as RL masks it). It calls in about 30 % of its episodes, whatever the problem: *when* to call is what RL is there to teach. It samples two episodes of each of eight problems through `generate_episodes`, the package's rollout of episodes, token in and token out."""
 
-REAL = r"""from rlhf_scratch.commands.arithmetic_lm import ArithmeticLMArgs, build
-from rlhf_scratch.models.loading import load_lm
+REAL = r"""from rlhf_scratch.models.loading import load_lm
 from rlhf_scratch.reward.calculator import CalculatorFactory
 from rlhf_scratch.rollout.episodes import generate_episodes
 from rlhf_scratch.rollout.rl_dataset import Prompt
 
-folder = Path(tempfile.mkdtemp())
-sibling = ArithmeticLMArgs(out=str(folder), calculator=1.0, ops="*", n_layer=1, d_model=32, steps=400, batch_size=32,
-                           eval_every=400, eval_samples=2, test_size=40, report_samples=2, target_pass1=1.0)
-with contextlib.redirect_stdout(io.StringIO()):  # its progress report
-    build(sibling)
-lm = load_lm(str(folder / "arithmetic_lm")).eval()
+lm = load_lm("arithmetic_calc").eval()
 tok = lm.tokenizer
-problems = {"47*85=": "3995", "12*34=": "408", "93*27=": "2511", "58*61=": "3538", "76*19=": "1444", "35*42=": "1470"}
-torch.manual_seed(0)
+problems = {"47*85=": "3995", "12*34=": "408", "93*27=": "2511", "58*61=": "3538", "76*19=": "1444", "35*42=": "1470",
+            "47+85=": "132", "93-27=": "66"}
+torch.manual_seed(2)
 rollout, episodes = generate_episodes(lm, [Prompt(p, {"ground_truth": g}) for p, g in problems.items()],
-                                      CalculatorFactory(tok), num_generations=1, gen_len=24, max_turns=3)
-for prompt, episode in zip(rollout.prompts, episodes):
-    shown = " | ".join(f"{tok.decode(list(s.ids))}" + ("" if s.by_model else " (the calculator)") for s in episode.segments)
-    print(f"{prompt} {shown}")"""
+                                      CalculatorFactory(tok), num_generations=2, gen_len=24, max_turns=3)
+for prompt, completion, episode in zip(rollout.prompts, rollout.completions, episodes):
+    shown = " | ".join(tok.decode(list(s.ids)) + ("" if s.by_model else " (the calculator)") for s in episode.segments)
+    print(f"{'right' if completion == prompt.columns['ground_truth'] else 'wrong':5s}  {prompt} {shown}")"""
 
 REAL_MASK = r"""segments = [[(s.ids, s.by_model) for s in e.segments] for e in episodes]
 ids, mask = assemble_completions(segments, 24, tok.pad_token_id)
 print("your ids and mask are the rollout's:", torch.equal(ids, rollout.completion_ids) and torch.equal(mask, rollout.completion_mask))
-n = len(episodes[0].ids)  # the first episode, and one position of its padding
-print("\n".join(f"{tok.decode([t]):>13s}  {'model' if m else '-'}" for t, m in zip(ids[0, :n + 1].tolist(), mask[0, :n + 1].tolist())))
+row = next(i for i, e in enumerate(episodes) if e.env_tokens)  # the first episode that called, and one pad
+n = len(episodes[row].ids)
+print("\n".join(f"{tok.decode([t]):>13s}  {'model' if m else '-'}" for t, m in zip(ids[row, :n + 1].tolist(), mask[row, :n + 1].tolist())))
 
 replayed = []  # each episode again, from the model's turns and the calculator's replies as TEXT, with your add_turn
 for e in episodes:
@@ -163,7 +155,7 @@ for e in episodes:
     replayed.append(out)
 print("your add_turn rebuilds every episode:", [[(tuple(i), b) for i, b in e] for e in replayed] == segments)"""
 
-REAL_PREDICT = r"""**Predict**: the sibling was never trained to write the calculator's reply (its pretraining masked it). Score each episode under the model: how does log π(o|q) over the model's tokens compare with the same sum read with the attention mask, which adds the reply's tokens?"""
+REAL_PREDICT = r"""**Predict**: the sibling was never trained to write the calculator's reply (its pretraining masked it). Score each episode that called under the model: how does log π(o|q) over the model's tokens compare with the same sum read with the attention mask, which adds the reply's tokens?"""
 
 REAL_SCORE = r"""from rlhf_scratch.core.objectives import get_log_probs
 from rlhf_scratch.core.objectives import sequence_log_probs as package_sequence_log_probs
@@ -176,17 +168,20 @@ for row, e in enumerate(episodes):
     attention[row, : len(e.ids)] = True
 yours = sequence_log_probs(logprobs, rollout.completion_mask, attention)
 print("your sequence_log_probs is the package's:", torch.allclose(yours, package_sequence_log_probs(logprobs, rollout.completion_mask)))
-print("log π(o|q), the model's tokens:      ", [round(v, 3) for v in yours.tolist()])
-print("the same with the attention mask:    ", [round(v, 1) for v in sequence_log_probs(logprobs, attention, attention).tolist()])"""
+called = [row for row, e in enumerate(episodes) if e.env_tokens]
+with_reply = sequence_log_probs(logprobs, attention, attention)
+print("the episodes that called:            ", [rollout.prompts[row] for row in called])
+print("log π(o|q), the model's tokens:      ", [round(yours[row].item(), 3) for row in called])
+print("the same with the attention mask:    ", [round(with_reply[row].item(), 1) for row in called])"""
 
 REAL_ANSWER = r"""<details><summary>Answer</summary>
 
-Over its own tokens the sibling is nearly sure of what it wrote (log π(o|q) close to 0: a call copied from the prompt and an answer copied from the reply). Add the reply's tokens and the sum falls by tens of nats: the model has no idea what the calculator will say, which is the reason to call it. A loss that read the attention mask would be dominated by those tokens, its gradient spent on teaching the model to predict the calculator, and the KL or a length-normalised loss would be moved by them just as much.
+Over its own tokens an episode that called costs the sibling little more than a nat, most of it the choice to call at all (it calls in about 30 % of its episodes: log 0.3 ≈ −1.2); the call copied from the prompt and the answer copied from the reply are nearly sure. Add the reply's tokens and the sum falls by some 45 nats: the model has no idea what the calculator will say, which is the reason to call it. A loss that read the attention mask would be dominated by those tokens, its gradient spent on teaching the model to predict the calculator, and the KL or a length-normalised loss would be moved by them just as much. (Note the episodes that did not call: every product the model tried in its head here is wrong, every one it called for is right.)
 </details>"""
 
 NEXT = r"""## Where next
 
-- From the command line: `python -m rlhf_scratch.train arithmetic --env calculator` (with the shipped model every episode is one turn; `--model` a sibling built by `rlhf pretrain-arithmetic --calculator 0.5` calls).
+- From the command line: `python -m rlhf_scratch.train arithmetic --model arithmetic_calc --env calculator` (with the shipped arithmetic model, which cannot call, every episode is one turn).
 - [docs/environments.md](../docs/environments.md): the environment contract, the episodes token in and token out, the mask every algorithm respects and PPO's GAE across a tool's reply (the reply is part of the transition: A_t = δ_t + γλ A_{n(t)}, n(t) the model's next token), and the calculator; `tests/unit/test_episode_masks.py` works each algorithm's number by hand on a two-turn episode."""
 
 
