@@ -77,6 +77,26 @@ def steer_with_unit_rows(model, tokens, hook_name, W_dec, features, coefficients
 def steer_without_coefficients(model, tokens, hook_name, W_dec, features, coefficients):
     return sol.steered_logits(model, tokens, hook_name, W_dec, features, torch.ones(len(features)))
 
+def heads_by_weight_change(reference, tuned, tokens, metric):
+    """The size of each head's weight change, the same for every prompt (the decoy's weights moved most)."""
+    from interp.attention import head_weight_change
+
+    return head_weight_change(reference, tuned)["all"].expand(tokens.shape[0], -1, -1).clone()
+
+def heads_by_size_of_the_base(reference, tuned, tokens, metric):
+    """The reference's largest head."""
+    size = torch.stack([getattr(reference, w).norm(dim=(-2, -1)) ** 2 for w in ("W_Q", "W_K", "W_V", "W_O")]).sum(0)
+    return size.expand(tokens.shape[0], -1, -1).clone()
+
+def heads_one_layer_late(reference, tuned, tokens, metric):
+    """The patching scores with each layer's put at the next (an index off by one)."""
+    return sol.changed_head_scores(reference, tuned, tokens, metric).roll(1, dims=1)
+
+def heads_on_one_prompt(reference, tuned, tokens, metric):
+    """The right scores on the first prompt, zeros on the others: the right head, a margin no interval decides."""
+    scores = sol.changed_head_scores(reference, tuned, tokens[:1], metric)
+    return torch.cat([scores, torch.zeros(tokens.shape[0] - 1, *scores.shape[1:])])
+
 P = Planted
 PLANTED: tuple[Planted, ...] = (
     P("logit_diff", "last-position", logit_diff_at_the_last_position, "you read the last POSITION"),
@@ -95,5 +115,9 @@ PLANTED: tuple[Planted, ...] = (
     P("steered_logits", "last-position", steer_last_position, "add the vector at EVERY position"),
     P("steered_logits", "unit-rows", steer_with_unit_rows, "use the decoder rows as they are"),
     P("steered_logits", "coefficients-ignored", steer_without_coefficients, "the coefficients were ignored"),
+    P("changed_head_scores", "weight-diff", heads_by_weight_change, "weights moved, but what it computes did not"),
+    P("changed_head_scores", "largest-head", heads_by_size_of_the_base, "the base model's LARGEST head"),
+    P("changed_head_scores", "layer-after", heads_one_layer_late, "one layer AFTER the head the run changed"),
+    P("changed_head_scores", "one-prompt", heads_on_one_prompt, "do not decide it over the prompts"),
 )
 """Exercises 05's planted mistakes (`course.mistakes.Planted`)."""
