@@ -4,8 +4,12 @@ except that a part's answer on a random model is not worked out by hand: each ca
 solution's (`course/solutions_parts.py`, tested equal to the package's in tests/integration/test_course_parts.py)
 and each mistake's answer is that mistake planted in a copy of the solution (`_ValueHeadPlanted`,
 `_generate_planted`, `_MemoryPlanted`), run on the same inputs: a random 2-layer model, milliseconds a case.
+
+Longer than 500 lines because the three checks share that model, its prompts and the way a planted copy is
+built and compared: one file read top to bottom, a section per part, as `checks.py`.
 """
 
+import copy
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
@@ -30,7 +34,13 @@ D_VOCAB, D_MODEL, PAD = 40, 16, 0
 
 
 def random_model(seed: int = 0) -> HookedTransformer:
-    """A random 2-layer LN GPT-2-like HookedTransformer, 40 tokens, d_model 16, n_ctx 32 (no tokenizer)."""
+    """A random 2-layer LN GPT-2-like HookedTransformer, 40 tokens, d_model 16, n_ctx 32 (no tokenizer): a fresh
+    copy each call, so that nothing a learner's code did to one reaches the next case."""
+    return copy.deepcopy(_random_model(seed))
+
+
+@lru_cache(maxsize=2)
+def _random_model(seed: int) -> HookedTransformer:
     cfg = HookedTransformerConfig(n_layers=2, d_model=D_MODEL, n_heads=2, d_head=8, d_mlp=64, n_ctx=32,
                                   d_vocab=D_VOCAB, act_fn="gelu", normalization_type="LN", seed=seed)
     model = HookedTransformer(cfg)
@@ -175,6 +185,7 @@ def _planted_head(mistake: str) -> Callable:
     return lambda base, detach=True: _ValueHeadPlanted(base, detach, mistake)
 
 
+@lru_cache(maxsize=1)  # the planted mistakes run once a process: the cases are pure
 def _value_head_cases() -> list[Case]:
     def case(name: str, run: Callable, mistakes: dict[str, str], **tol: float) -> Case:
         return Case(name, run, run(solutions_parts.TransformerWithValueHead),
@@ -277,6 +288,7 @@ def _eos() -> int:
     return int(ids[0, 5 + 2])
 
 
+@lru_cache(maxsize=1)  # the planted mistakes run once a process: the cases are pure
 def _generate_cases() -> list[Case]:
     prompt_mistakes = {"right_pad": RIGHT_PAD, "positions_unshifted": POSITIONS_UNSHIFTED,
                        "positions_from_one": POSITIONS_FROM_ONE, "pads_attended": PADS_ATTENDED,
@@ -456,6 +468,7 @@ def _graphs(fn: Callable) -> Tensor:
     return torch.tensor([stored, fields])
 
 
+@lru_cache(maxsize=1)  # the planted mistakes run once a process: the cases are pure
 def _memory_cases() -> list[Case]:
     def planted(mistake: str) -> Callable:
         return lambda *args: _MemoryPlanted(*args, mistake=mistake)
