@@ -21,7 +21,8 @@ What it does, seeded and deterministic for a torch version at --threads 1:
    unbiased estimator of Chen et al. with k = 1). Training stops at the first evaluation at or above
    --target-pass1, so the model is partly right: RL has room, and pass@k at large k has more;
 4. the model's held-out accuracy by difficulty (digits, op, carry) and pass@k for k = 1, 4, 16, in
-   metrics.json beside the folder.
+   metrics.json beside the folder; with --calculator, pass@1 by op with the calculator and without it (a call
+   unanswered), how often it called and how often a call or its absence was right (`calculator_report`).
 
 The folder is a Hugging Face folder (fp16 weights, the tokenizer, a generation config whose EOS is
 id 0): `load_lm`, `AutoModelForCausalLM` and `rlhf export` read it as any GPT-2.

@@ -35,7 +35,12 @@ def test_a_sibling_with_call_demonstrations_builds_and_trains_with_the_calculato
     assert rlhf(["pretrain-arithmetic", "--smoke", "--calculator", "0.5", "--ops", "+-*", "--out", str(out)]) == 0
     tokenizer = AutoTokenizer.from_pretrained(out / "arithmetic_lm")
     assert {"<calc>", "</calc>", "?"} <= set(tokenizer.get_vocab())
-    assert json.loads((out / "metrics.json").read_text())["args"]["calculator"] == 0.5
+    built = json.loads((out / "metrics.json").read_text())
+    assert built["args"]["calculator"] == 0.5
+    report = built["metrics"]["calculator"]  # with and without the calculator, by op, and how often it called
+    assert report["with_calculator"]["pass@1"] == built["metrics"]["pass@1"]  # the report's samples, read both ways
+    assert set(report["without_calculator"]["by_op"]) == set(report["call_rate_by_op"]) <= {"+", "-", "*"}
+    assert 0 <= report["call_rate"] <= 1
     run_dir = tmp_path / "run"
     assert train(["arithmetic", "--model", str(out / "arithmetic_lm"), "--env", "calculator", "--gen-len", "20",
                   *SHORT[:12], "--val-prompts", "", "--run-dir", str(run_dir)]) == 0
