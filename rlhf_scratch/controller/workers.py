@@ -48,6 +48,7 @@ from rlhf_scratch.config import CommonArgs, registry
 from rlhf_scratch.controller.decorator import Dispatch, register
 from rlhf_scratch.controller.protocol import LEFT_PAD, LEFT_PAD_MASK, DataProto
 from rlhf_scratch.controller.worker_group import Worker
+from rlhf_scratch.core.host import read_once
 from rlhf_scratch.core.timing import take_times
 from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.batch import gather_batch
@@ -269,7 +270,7 @@ def update_on_rank(trainer, update, batch: DataProto, with_progress: bool = Fals
     KL for its β, and the advantages, are over the whole batch), the advantages put back in rank order."""
     learning = gather_batch(to_rollout(batch))
     learning.advantages = dist.all_gather(batch.batch["advantages"])
-    stats = update(learning)
+    stats = read_once(update(learning))[0]  # numbers, not device tensors, to the driver
     take_times()  # the worker's timing sections are reported by the driver's clock, not summed here
     return DataProto(meta_info={"metrics": stats, "after": after_update(trainer, with_progress)})
 

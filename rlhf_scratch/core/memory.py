@@ -40,6 +40,9 @@ class ReplayMinibatch:
     """logsumexp of the reference's logits (/ T) at those positions, stored with ref_hidden."""
     ref_logprobs: Float[Tensor, "minibatch gen_len"] | None = None
     """log π_ref of each generated token, if stored (PPO's sampled k2 KL)."""
+    whole_attention_mask: Bool[Tensor, "batch seq_len"] | None = None
+    """The batch's mask these rows were cut from (`generation.attention_mask_or_none(of=...)`: where it
+    has no padding, neither has this minibatch, and the device is not asked again)."""
 
 
 class ReplayMemory:
@@ -83,6 +86,7 @@ class ReplayMemory:
         self.batches_per_learning_phase = batches_per_learning_phase
         self.sample_ids = sample_ids.detach()
         self.attention_mask = attention_mask.detach()
+        self.whole_attention_mask = attention_mask  # the rollout's own tensor: asked once whether it is padded
         self.completion_mask = completion_mask.detach()
         self.logprobs = logprobs.detach()
         self.advantages = advantages.detach()
@@ -119,6 +123,7 @@ class ReplayMemory:
                 ref_hidden=None if self.ref_hidden is None else self.ref_hidden[idx],
                 ref_lse=None if self.ref_lse is None else self.ref_lse[idx],
                 ref_logprobs=None if self.ref_logprobs is None else self.ref_logprobs[idx],
+                whole_attention_mask=self.whole_attention_mask,
             )
 
 

@@ -263,15 +263,16 @@ def calc_clip_fraction(
     mb_logprobs: Float[Tensor, "minibatch gen_len"],
     clip_coef: float,
     mask: Bool[Tensor, "minibatch gen_len"] | None = None,
-) -> float:
+) -> Float[Tensor, ""]:
     """Fraction of tokens whose ratio lies outside the clip range (CleanRL's losses/clipfrac).
 
         clipfrac = mean_{kept b,t} [ |r - 1| > clip_coef ],   r = exp(logprobs - mb_logprobs)
 
-    Kept tokens only: a ratio on padding after EOS says nothing about the policy's update.
+    Kept tokens only: a ratio on padding after EOS says nothing about the policy's update. A 0-dim
+    tensor, left on the device: the trainer reads a phase's statistics at once (`core.host.read_once`).
     """
     ratio = (logprobs - mb_logprobs).exp()
-    return masked_mean(((ratio - 1).abs() > clip_coef).float(), mask).item()
+    return masked_mean(((ratio - 1).abs() > clip_coef).float(), mask)
 
 
 @torch.no_grad()
@@ -279,8 +280,9 @@ def calc_approx_kl(
     logprobs: Float[Tensor, "minibatch gen_len"],
     mb_logprobs: Float[Tensor, "minibatch gen_len"],
     mask: Bool[Tensor, "minibatch gen_len"] | None = None,
-) -> float:
-    """Approximate KL(pi_old || pi) on the sampled tokens (CleanRL's losses/approx_kl).
+) -> Float[Tensor, ""]:
+    """Approximate KL(pi_old || pi) on the sampled tokens (CleanRL's losses/approx_kl), a 0-dim tensor
+    left on the device (as `calc_clip_fraction`).
 
         approx_kl = mean_{kept b,t} ( (r - 1) - log r ),   log r = logprobs - mb_logprobs
 
@@ -288,7 +290,7 @@ def calc_approx_kl(
     only: padding after EOS was not sampled from pi_old, so it is no sample of this expectation.
     """
     log_ratio = logprobs - mb_logprobs
-    return masked_mean((log_ratio.exp() - 1) - log_ratio, mask).item()
+    return masked_mean((log_ratio.exp() - 1) - log_ratio, mask)
 
 
 @torch.no_grad()
@@ -296,7 +298,7 @@ def explained_variance(
     values: Float[Tensor, "*shape"],
     returns: Float[Tensor, "*shape"],
     mask: Bool[Tensor, "*shape"] | None = None,
-) -> float:
+) -> Float[Tensor, ""]:
     """How much of the returns' variance the value function explains (CleanRL's losses/explained_variance).
 
         EV = 1 - Var[R - V] / Var[R]          (population variances over the kept positions)
@@ -305,10 +307,12 @@ def explained_variance(
     NaN when Var[R] = 0 (nothing to explain; the ratio is undefined). With a mask, over kept
     positions only: returns after EOS are filler (advantage 0, so R = V there) that would make
     the value head look better than it is.
+
+    A 0-dim float64 tensor left on the device (read once a phase: `core.host.read_once`); the ratio is
+    taken in float64 from the float32 variances, the number a division of their `.item()`s gives.
     """
     if mask is not None:
         values, returns = values[mask], returns[mask]
-    var_returns = returns.float().var(unbiased=False).item()
-    if var_returns == 0:
-        return math.nan
-    return 1.0 - (returns - values).float().var(unbiased=False).item() / var_returns
+    var_returns = returns.float().var(unbiased=False).double()
+    ev = 1.0 - (returns - values).float().var(unbiased=False).double() / var_returns
+    return torch.where(var_returns == 0, math.nan, ev)

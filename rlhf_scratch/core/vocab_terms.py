@@ -42,6 +42,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
+from rlhf_scratch.core.host import read_per_version
 from rlhf_scratch.core.objectives import temperature_scaled
 
 LOGITS_PER_CHUNK = 2**21
@@ -170,10 +171,10 @@ class VocabTerms(torch.autograd.Function):
     """`token_terms` with the hand-written backward of the module docstring; see `token_terms`."""
 
     @staticmethod
-    def forward(ctx, hidden, W_U, b_U, targets, ref_hidden, ref_W_U, ref_b_U, ref_lse, temperature, with_entropy, step):
+    def forward(ctx, hidden, W_U, b_U, targets, ref_hidden, ref_W_U, ref_b_U, ref_lse, temperature, with_entropy, step,
+                ref_bias):
         unembed = Unembedding(W_U, b_U)
         ref_unembed = None if ref_hidden is None else Unembedding(ref_W_U, ref_b_U)
-        ref_bias = ref_hidden is not None and bool(ref_b_U.any())
         columns = [[] for _ in range(6)]
         for start in range(0, hidden.shape[0], step):
             piece = slice(start, start + step)
@@ -184,7 +185,7 @@ class VocabTerms(torch.autograd.Function):
                 column.append(value)
         lse, logprobs, entropy, kl, ref_logprobs, ref_lse = [torch.cat(c) if c[0] is not None else None for c in columns]
         ctx.save_for_backward(hidden, W_U, b_U, targets, ref_hidden, ref_W_U, ref_b_U, lse, entropy, kl, ref_lse)
-        ctx.temperature, ctx.step = temperature, step
+        ctx.temperature, ctx.step, ctx.ref_bias = temperature, step, ref_bias
         ctx.autocast = torch.get_autocast_dtype(hidden.device.type) if torch.is_autocast_enabled(hidden.device.type) else None
         empty = logprobs.new_zeros(0)
         ctx.mark_non_differentiable(*(t for t in (ref_logprobs, ref_lse) if t is not None))
@@ -208,7 +209,7 @@ class VocabTerms(torch.autograd.Function):
         grad_b = torch.zeros_like(b_U, dtype=torch.float32) if ctx.needs_input_grad[2] else None
         unembed = Unembedding(W_U, b_U)
         ref_unembed = None if ref_hidden is None else Unembedding(ref_W_U, ref_b_U)
-        ref_bias = ref_hidden is not None and bool(ref_b_U.any())
+        ref_bias = ctx.ref_bias
         gL = g_logprobs.float() / T
         gH = g_entropy.float() / T if entropy is not None and g_entropy.numel() else None
         gK = g_kl.float() / T if kl is not None and g_kl.numel() else None
@@ -241,7 +242,7 @@ class VocabTerms(torch.autograd.Function):
                 if grad_b is not None:
                     grad_b += grad_z.sum(0)
         return (grad_hidden, None if grad_W is None else grad_W.to(W_U.dtype),
-                None if grad_b is None else grad_b.to(b_U.dtype), None, None, None, None, None, None, None, None)
+                None if grad_b is None else grad_b.to(b_U.dtype), None, None, None, None, None, None, None, None, None)
 
 
 def token_terms(
@@ -280,8 +281,9 @@ def token_terms(
     if ref_lse is not None and ref_hidden is None:
         raise ValueError("token_terms: ref_lse is the reference's logsumexp at ref_hidden's rows; ref_hidden is missing")
     ref = (None, None, None, None) if ref_hidden is None else (ref_hidden, ref_unembed.W_U, ref_unembed.b_U, ref_lse)
+    ref_bias = ref_hidden is not None and read_per_version(ref_unembed.b_U, "nonzero", lambda b: bool(b.any()))  # frozen: once a run
     logprobs, entropy, kl, ref_logprobs, lse_ref = VocabTerms.apply(hidden, unembed.W_U, unembed.b_U, targets, *ref,
-                                                                    temperature, with_entropy, step)
+                                                                    temperature, with_entropy, step, ref_bias)
     with_ref = ref_hidden is not None
     return TokenTerms(logprobs, entropy if with_entropy else None, kl if with_ref else None,
                       ref_logprobs if with_ref else None, lse_ref if with_ref else None)

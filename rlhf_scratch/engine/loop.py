@@ -31,6 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rlhf_scratch.config import ConfigError, registry
+from rlhf_scratch.core.host import Stats, read_once
 from rlhf_scratch.core.kl_control import EarlyStopping
 from rlhf_scratch.core.timing import PARTS, take_times, timed
 from rlhf_scratch.engine import distributed as dist
@@ -51,6 +52,7 @@ from rlhf_scratch.engine.runs import (
 from rlhf_scratch.engine.validation import VALIDATION_FILE, Validation
 from rlhf_scratch.reward.heldout import HELDOUT_METRICS, heldout_metrics
 from rlhf_scratch.rollout.episodes import episode_metrics
+from rlhf_scratch.rollout.generation import kept_token_ids
 from rlhf_scratch.rollout.phase import OverlongBuffer, Rollout
 from rlhf_scratch.rollout.reward_call import reward_func_metrics
 from rlhf_scratch.rollout.rl_dataset import prompt_columns
@@ -91,22 +93,26 @@ def without_timings(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if not k.startswith(TIMING_PREFIXES)}
 
 
-def rollout_metrics(rollout: Rollout | Gathered) -> Metrics:
+def rollout_metrics(rollout: Rollout | Gathered) -> Stats:
     """The shared per-phase numbers of a rollout, every mean over kept tokens only (over the
-    whole global batch in a distributed run: pass `batch.everyone`, every process's rows)."""
+    whole global batch in a distributed run: pass `batch.everyone`, every process's rows).
+    0-dim tensors, left on the device: the loop reads a phase's numbers at once (`core.host.read_once`)."""
     mask, lengths, terminated = rollout.completion_mask, rollout.lengths.float(), rollout.is_terminated
     rewards, entropy = rollout.rewards, rollout.entropy
     # no reference forward (GRPO at β = 0): the KL was not measured, logged as NaN
-    kl = rollout.kl[mask].mean().item() if rollout.kl is not None else float("nan")
+    kl = rollout.kl[mask].mean() if rollout.kl is not None else float("nan")
+    # the mean over terminated completions, 0 when none did: their lengths are whole numbers, so the sum and
+    # the count are exact in any order and this is the number lengths[terminated].mean() gives, with no read
+    ended = terminated.sum()
     return {
-        "rewards/mean": rewards.mean().item(),
-        "rewards/std": rewards.std().item() if len(rewards) > 1 else 0.0,
+        "rewards/mean": rewards.mean(),
+        "rewards/std": rewards.std() if len(rewards) > 1 else 0.0,
         "rollout/kl_full_vocab": kl,
-        "rollout/entropy_full_vocab": entropy[mask].mean().item(),
-        "completions/total_tokens": lengths.sum().item(),
-        "completions/mean_length": lengths.mean().item(),
-        "completions/clipped_ratio": (~terminated).float().mean().item(),
-        "completions/mean_terminated_length": lengths[terminated].mean().item() if terminated.any() else 0.0,
+        "rollout/entropy_full_vocab": entropy[mask].mean(),
+        "completions/total_tokens": lengths.sum(),
+        "completions/mean_length": lengths.mean(),
+        "completions/clipped_ratio": (~terminated).float().mean(),
+        "completions/mean_terminated_length": torch.where(ended > 0, (lengths * terminated).sum() / ended.clamp(min=1), 0.0),
     }
 
 
@@ -150,7 +156,7 @@ class UndeclaredMetricError(RuntimeError):
     """A trainer or hook returned a metric it does not declare (its METRICS): the run stops, naming it."""
 
 
-def check_declared(stats: dict[str, float], declared: Sequence[str], who: str) -> None:
+def check_declared(stats: Stats, declared: Sequence[str], who: str) -> None:
     """Every key of `stats` must be among `declared`; else one line naming the strays."""
     stray = sorted(set(stats) - set(declared))
     if stray:
@@ -304,9 +310,10 @@ def _one_phase(trainer: TrainerContract, phase: int, hooks: Sequence[PhaseHook],
         stats = hook.after_phase(run_dir, phase)
         check_declared(stats, hook.METRICS, type(hook).__name__)
         hook_stats.update(stats)
+    shared, learn_stats = read_once(rollout_metrics(batch.everyone), learn_stats)  # the phase's numbers in one read
     metrics: Metrics = {
         "phase": phase,
-        **rollout_metrics(batch.everyone),
+        **shared,
         **overlong_metrics(batch.everyone, trainer.args),
         **episode_metrics(batch.everyone),  # --env: turns, tool calls, tokens of each author (episodes.episode_metrics)
         **sampling,
@@ -333,7 +340,7 @@ def reward_funcs_metrics(trainer: TrainerContract, rollout: Rollout) -> Metrics:
     task = registry.get_task(args.task)
     if task.reward_funcs is None or trainer.rewarded_by()["reward"] != f"task {args.task}":
         return {}
-    ids = [row[keep].tolist() for row, keep in zip(rollout.completion_ids.cpu(), rollout.completion_mask.cpu())]
+    ids = kept_token_ids(rollout.completion_ids, rollout.completion_mask)
     return reward_func_metrics(registry.resolve(task.reward_funcs)(args), rollout.prompts, rollout.completions, ids,
                                **prompt_columns(rollout.prompts))
 

@@ -103,14 +103,31 @@ class Learner(NamedTuple):
     scheduler: torch.optim.lr_scheduler.LRScheduler
 
 
-def clip_and_step(optimizer: torch.optim.Optimizer, model: nn.Module, objective: torch.Tensor, max_grad_norm: float) -> bool:
+def clip_and_step(optimizer: torch.optim.Optimizer, model: nn.Module, objective: torch.Tensor,
+                  max_grad_norm: float) -> torch.Tensor:
     """Clip the global gradient norm to `max_grad_norm` and take the optimizer step — unless the
-    objective or the gradient norm is not finite (NaN or ±inf), in which case the step is skipped
-    and the gradients dropped, so one bad minibatch cannot poison the weights or Adam's moments.
-    Returns whether the step was taken. Call after `objective.backward()`."""
+    objective or the gradient norm is not finite (NaN or ±inf), in which case the step is skipped,
+    so one bad minibatch cannot poison the weights or Adam's moments. Call after `objective.backward()`.
+
+    Returns `found_inf`, a 0-dim float32 tensor on the device: 1.0 where the step was skipped, 0.0
+    where it was taken. It is not read here. With fused AdamW (`get_optimizer`'s, wherever torch has
+    it) the check is fused and deferred as GradScaler's is: the optimizer is handed `found_inf` and
+    its kernel leaves weights, moments and step count alone where it is 1, so the host never waits
+    on the device here; the caller reads the flags once a phase (`Trainer.ascend`). An optimizer
+    that cannot take the flag (not fused) is checked on the host, one read a step, as before."""
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    if not (torch.isfinite(objective) and torch.isfinite(grad_norm)):
-        optimizer.zero_grad(set_to_none=True)
-        return False
-    optimizer.step()
-    return True
+    found_inf = (~(torch.isfinite(objective) & torch.isfinite(grad_norm))).float()
+    if takes_found_inf(optimizer):
+        optimizer.found_inf = found_inf  # read by torch's fused Adam/AdamW step, as GradScaler sets it
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf
+    elif not bool(found_inf):
+        optimizer.step()
+    return found_inf
+
+
+def takes_found_inf(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether `optimizer.step()` skips itself on a `found_inf` flag: torch's fused Adam and AdamW."""
+    return isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) and bool(optimizer.defaults.get("fused"))

@@ -52,6 +52,7 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
 from rlhf_scratch.config import CommonArgs, ConfigError
+from rlhf_scratch.core.host import Stats, read_once
 from rlhf_scratch.core.timing import timed
 from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.accel import compiled, learning_autocast
@@ -83,7 +84,7 @@ from rlhf_scratch.rollout.phase import (
 )
 
 Minibatch = TypeVar("Minibatch")
-Objective = Callable[[Minibatch], "tuple[Tensor, dict[str, float]] | None"]
+Objective = Callable[[Minibatch], "tuple[Tensor, Stats] | None"]
 
 
 class Trainer:
@@ -94,6 +95,10 @@ class Trainer:
     METRICS: ClassVar[tuple[str, ...]] = ()
     optimizer_steps: int = 0
     """Optimizer steps taken by every optimizer of this trainer (`optimizer_step`): with the schedules, `steps_taken`."""
+    skipped_steps: int = 0
+    """Optimizer steps skipped for a non-finite objective or gradient norm, over the trainer's life."""
+    _found_inf: tuple[Tensor, ...] = ()
+    """The found_inf flags of the steps not counted yet (`count_steps`), unread, in order."""
 
     def __init__(self, args: CommonArgs, reward_fn: RewardFn | None = None, quiet: bool = False):
         args = args.with_local_paths_resolved()  # what config.json records must mean the same files on resume
@@ -152,11 +157,11 @@ class Trainer:
         """Set `batch.advantages` over every process's rows (`batch.everyone`): the algorithm's part."""
         raise NotImplementedError(f"{type(self).__name__} must define compute_advantages")
 
-    def update_actor(self, batch: Batch) -> dict[str, float]:
+    def update_actor(self, batch: Batch) -> Stats:
         """Ascend on this process's rows of `batch`; return the phase's metrics (its `METRICS`)."""
         raise NotImplementedError(f"{type(self).__name__} must define update_actor")
 
-    def update_critic(self, batch: Batch) -> dict[str, float]:
+    def update_critic(self, batch: Batch) -> Stats:
         """The critic's update, before `update_actor`, in an algorithm whose registry entry has a
         critic (`dataflow.learn`); nothing here."""
         return {}
@@ -247,8 +252,9 @@ class Trainer:
     def learning_phase(self, rollout: Rollout) -> dict[str, float]:
         """The rollout gathered over processes once (`batch.gather_batch`), then the loop's own learning
         (`dataflow.learn`: the advantages, update_critic where there is a critic, update_actor).
-        A rollout not judged yet (one made elsewhere, given to a trainer with a judge) is judged first."""
-        return learn(self, gather_batch(self.judge_pairs(rollout)))
+        A rollout not judged yet (one made elsewhere, given to a trainer with a judge) is judged first.
+        The metrics as numbers (the loop reads them with the rollout's instead: `loop._one_phase`)."""
+        return read_once(learn(self, gather_batch(self.judge_pairs(rollout))))[0]
 
     # ------------------------------------------------------------------ resume as one dict (nanoGPT's way)
     def weights_state(self) -> dict[str, Any]:
@@ -277,7 +283,10 @@ class Trainer:
 
     def steps_taken(self) -> int:
         """Optimizer steps taken by every optimizer of this trainer, plus every schedule's steps: while
-        it is unchanged, no weight, moment or learning rate has moved (`lifecycle.LastCompleted`)."""
+        it is unchanged, no weight, moment or learning rate has moved (`lifecycle.LastCompleted`). Steps whose
+        flags are unread (an exception inside `ascend`) are counted first."""
+        if self._found_inf:
+            self.count_steps()
         return self.optimizer_steps + sum(scheduler.last_epoch for scheduler in self.schedulers())
 
     def learning_rate(self) -> float:
@@ -350,8 +359,7 @@ class Trainer:
         are the policy's (`self.policy`, `self.optimizer`, `self.scheduler`) unless `learner` names
         another module with its own optimizer and schedule (PPO's separate critic).
         Returns the stats averaged over minibatches (`mean_stats`) and `charts/skipped_steps`."""
-        stats: list[dict[str, float]] = []
-        skipped = 0
+        stats: list[dict[str, float | Tensor]] = []
         # a nested bar only on a terminal: written to a file it is a few lines of noise a phase
         bar = tqdm(minibatches, total=total, desc="minibatches", leave=False, disable=self.quiet or not sys.stderr.isatty())
         for minibatch in bar:
@@ -360,27 +368,41 @@ class Trainer:
             if out is None:
                 continue
             J, minibatch_stats = out
-            skipped += not self.optimizer_step(J, learner)
+            self.optimizer_step(J, learner)
             if minibatch_stats:
                 stats.append(minibatch_stats)
         (self.scheduler if learner is None else learner.scheduler).step()
-        return {**mean_stats(stats), "charts/skipped_steps": float(skipped)}
+        skipped_before = self.skipped_steps
+        *stats, flags = read_once(*stats, dict(enumerate(self._found_inf)))  # the phase's one read of its statistics
+        self.count_steps(flags.values())
+        return {**mean_stats(stats), "charts/skipped_steps": float(self.skipped_steps - skipped_before)}
 
-    def optimizer_step(self, objective: Tensor, learner: Learner | None = None) -> bool:
+    def optimizer_step(self, objective: Tensor, learner: Learner | None = None) -> Tensor:
         """One ascent step on `objective` (MAXIMISED): zero the gradients, backward, clip the
         gradient norm, step — or skip the step when the objective or the gradient norm is not
-        finite (the gradients stay on the parameters until the next step, for inspection). Returns whether
-        it stepped; counts skipped steps in a row (the loop stops at max_skipped_steps). The policy's
-        step, or `learner`'s (see `ascend`)."""
+        finite (the gradients stay on the parameters until the next step, for inspection). The policy's
+        step, or `learner`'s (see `ascend`). Returns the step's `found_inf` (`optim.clip_and_step`: 1.0
+        where it was skipped), unread: the steps are counted (`count_steps`) when the flags are read,
+        once a phase (`ascend`), or when `steps_taken` is asked first."""
         module, optimizer = (self.policy, self.optimizer) if learner is None else (learner.module, learner.optimizer)
         optimizer.zero_grad()
         with timed("backward"):
             objective.backward()
         with timed("optimizer_step"):
-            stepped = clip_and_step(optimizer, module, objective, self.args.max_grad_norm)
-        self.skipped_in_a_row = 0 if stepped else self.skipped_in_a_row + 1
-        self.optimizer_steps += stepped
-        return stepped
+            found_inf = clip_and_step(optimizer, module, objective, self.args.max_grad_norm)
+        self._found_inf += (found_inf,)
+        return found_inf
+
+    def count_steps(self, found_inf: Iterable[float] | None = None) -> None:
+        """Count the steps whose `found_inf` flags were unread, in order: taken (0.0) or skipped in a row
+        (1.0; the loop stops at max_skipped_steps). `found_inf`: the flags already read (`ascend`); by
+        default they are read here, one read."""
+        flags = [float(f) for f in (read_once(dict(enumerate(self._found_inf)))[0].values() if found_inf is None else found_inf)]
+        self._found_inf = ()
+        for skipped in flags:
+            self.skipped_in_a_row = self.skipped_in_a_row + 1 if skipped else 0
+            self.skipped_steps += bool(skipped)
+            self.optimizer_steps += not skipped
 
     def train(self, run_dir: str | Path | None = None, resume: bool = False, hooks: Sequence[Any] = ()) -> Path:
         """Run every phase (`engine.run.run`, the one front door): a new run folder (or `run_dir`),

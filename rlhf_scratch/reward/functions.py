@@ -63,7 +63,7 @@ def _cached_classifier(name: str, device: str):
 def classifier_logits(
     samples: list[str], classifier: tuple, batch_size: int = 64, max_length: int = 512
 ) -> Float[Tensor, "batch n_labels"]:
-    """A sequence classifier's logits, batched with padding and truncation."""
+    """A sequence classifier's logits, batched with padding and truncation, on the classifier's device."""
     model, tokenizer = classifier
     device = next(model.parameters()).device
     max_length = min(max_length, getattr(model.config, "n_positions", None)
@@ -72,7 +72,7 @@ def classifier_logits(
     for start in range(0, len(samples), batch_size):
         batch = tokenizer(samples[start : start + batch_size], padding=True, truncation=True,
                           max_length=max_length, return_tensors="pt").to(device)
-        probs.append(model(**batch).logits.float().cpu())
+        probs.append(model(**batch).logits.float())  # left on the classifier's device: the caller reads the rewards once
     n_labels = model.config.num_labels
     return torch.cat(probs) if probs else torch.zeros(0, n_labels)
 

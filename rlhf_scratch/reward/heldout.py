@@ -20,6 +20,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from rlhf_scratch.reward.functions import reward_fn_vader
+from rlhf_scratch.rollout.generation import kept_token_ids
 from rlhf_scratch.rollout.phase import Rollout
 
 HELDOUT_METRICS = ("eval/vader", "eval/ref_logprob_per_token", "eval/repeated_3grams")
@@ -43,8 +44,7 @@ def repeated_ngram_fraction(
     """mean over completions of (#n-grams − #distinct n-grams) / #n-grams, over each completion's
     kept tokens; a completion shorter than n contributes 0."""
     fractions = []
-    for ids, keep in zip(completion_ids.tolist(), mask.tolist()):
-        tokens = [t for t, k in zip(ids, keep) if k]
+    for tokens in kept_token_ids(completion_ids, mask):  # one read of the device
         grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
         fractions.append((len(grams) - len(set(grams))) / len(grams) if grams else 0.0)
     return sum(fractions) / len(fractions)

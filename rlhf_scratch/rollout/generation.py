@@ -66,6 +66,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
+from rlhf_scratch.core.host import read_per_version
 from rlhf_scratch.core.objectives import temperature_scaled
 from rlhf_scratch.models.static_cache import DecoderCache, StaticCacheDecoder, has_hooks, unsupported_reason
 from rlhf_scratch.rollout.rl_dataset import TokenizedPrompt
@@ -173,9 +174,16 @@ def is_eos(ids: Int[Tensor, "..."], eos: tuple[int, ...] | int) -> Bool[Tensor, 
     return torch.isin(ids, torch.as_tensor(eos, dtype=ids.dtype, device=ids.device))
 
 
-def attention_mask_or_none(mask: Bool[Tensor, "batch seq"]) -> Int[Tensor, "batch seq"] | None:
-    """The mask TransformerLens wants, or None when nothing is padded (its faster, identical path)."""
-    return None if bool(mask.all()) else mask.long()
+def attention_mask_or_none(mask: Bool[Tensor, "batch seq"], of: Bool[Tensor, "whole seq"] | None = None
+                           ) -> Int[Tensor, "batch seq"] | None:
+    """The mask TransformerLens wants, or None when nothing is padded (its faster, identical path).
+
+    `of`: the whole mask `mask`'s rows were cut from (the rollout's). Where the whole has no padding
+    neither has any part of it, and that is read from the device once per whole (`core.host.read_per_version`),
+    not once per chunk or minibatch; only a whole with padding has each part asked."""
+    if read_per_version(mask if of is None else of, "unpadded", lambda m: bool(m.all())):
+        return None
+    return None if of is not None and bool(mask.all()) else mask.long()
 
 
 def nucleus(logits: Float[Tensor, "batch vocab"], top_p: float) -> Float[Tensor, "batch vocab"]:
@@ -347,8 +355,18 @@ def decode_completions(
     without, EOS tokens stay in the text as `<|endoftext|>`, as in the blog's samples. Only the
     generated tokens are decoded: a chat template's tokens, in the prompt, are never in the text."""
     keep = completion_mask & ~is_eos(completion_ids, eos_token_ids(model)) if stop_at_eos else completion_mask
-    ids, keep = completion_ids.cpu(), keep.cpu()  # one copy each: a GPU index and sync per row cost more than decoding
-    return [model.tokenizer.decode(row[k].tolist()) for row, k in zip(ids, keep)]
+    return [model.tokenizer.decode(row) for row in kept_token_ids(completion_ids, keep)]
+
+
+def kept_token_ids(ids: Int[Tensor, "batch len"], keep: Bool[Tensor, "batch len"]) -> list[list[int]]:
+    """Each row's ids where `keep` holds, as Python lists, from ONE read of the device:
+
+        ids [[5, 7, 9], [4, 0, 0]],  keep [[1, 1, 0], [1, 0, 0]]  ->  [[5, 7], [4]]
+
+    The dropped positions become −1 (no token id is negative) in one tensor brought over whole; a GPU
+    index and copy per row would wait on the device once a row (docs/speed.md, "Host reads")."""
+    rows = torch.where(keep.bool(), ids, -1).tolist()
+    return [[token for token in row if token >= 0] for row in rows]
 
 
 def get_samples(

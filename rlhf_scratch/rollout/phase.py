@@ -50,6 +50,7 @@ from rlhf_scratch.rollout.generation import (
     eos_token_ids,
     generate,
     is_eos,
+    kept_token_ids,
     tokenize_prompts,
 )
 from rlhf_scratch.rollout.reward_call import environment_scores, score_completions
@@ -179,7 +180,7 @@ def score_tokens(
     given = ref_hidden
     for start in range(0, sample_ids.shape[0], chunk_size):
         ids, mask = sample_ids[start : start + chunk_size], attention_mask[start : start + chunk_size]
-        tl_mask, targets = attention_mask_or_none(mask), ids[:, prefix_len:]
+        tl_mask, targets = attention_mask_or_none(mask, of=attention_mask), ids[:, prefix_len:]
         ref_hidden = None
         if ref_model is not None:
             ref_hidden = _reference_forward(ref_model, ids, tl_mask, span) if given is None else given[start : start + chunk_size]
@@ -221,7 +222,7 @@ def reference_hidden(
     that predicts a completion token (verl's compute_ref_log_prob; the log-probs and the full-vocabulary
     KL are then unembedded beside the policy's, `score_tokens(ref_hidden=...)`)."""
     span, ids, mask = generated_span(rollout.prefix_len), rollout.sample_ids, rollout.attention_mask
-    return torch.cat([_reference_forward(ref_model, ids[s : s + chunk_size], attention_mask_or_none(mask[s : s + chunk_size]), span)
+    return torch.cat([_reference_forward(ref_model, ids[s : s + chunk_size], attention_mask_or_none(mask[s : s + chunk_size], of=mask), span)
                       for s in range(0, len(rollout), chunk_size)])
 
 
@@ -235,7 +236,7 @@ def policy_values(
     ids, mask, values = rollout.sample_ids, rollout.attention_mask, []
     for s in range(0, len(rollout), chunk_size):
         with timed("policy_forward"), policy_precision():
-            values.append(policy(ids[s : s + chunk_size], attention_mask=attention_mask_or_none(mask[s : s + chunk_size]),
+            values.append(policy(ids[s : s + chunk_size], attention_mask=attention_mask_or_none(mask[s : s + chunk_size], of=mask),
                                  return_hidden=True)[1].float())
     return torch.cat(values)
 
@@ -269,7 +270,7 @@ def generate_sequences(
             top_p=top_p, decoders=decoders,
         )
     with timed("reward"):  # decoding is the reward's part of the clock (timing.PARTS)
-        completions = decode_completions(lm, completion_ids.cpu(), completion_mask.cpu(), stop_at_eos)
+        completions = decode_completions(lm, completion_ids, completion_mask, stop_at_eos)  # one read of the device
     return Rollout(
         prompt_ids=prompt_ids, completion_ids=completion_ids, completion_mask=completion_mask,
         attention_mask=torch.cat([prompt_mask, torch.ones_like(completion_mask)], dim=1),
@@ -322,10 +323,9 @@ def compute_scores(rollout: Rollout, reward_fn, missing_eos_penalty: float | Non
         if owned is not None and not owned.isnan().any():  # the environment scored every episode
             rollout.scores = owned.clone()
         else:
-            ids_cpu, mask_cpu = rollout.completion_ids.cpu(), rollout.completion_mask.cpu()  # per-row work on the host
             rollout.scores = environment_scores(score_completions(
                 reward_fn, rollout.prompts, rollout.completions,
-                [ids[keep].tolist() for ids, keep in zip(ids_cpu, mask_cpu)], **prompt_columns(rollout.prompts),
+                kept_token_ids(rollout.completion_ids, rollout.completion_mask), **prompt_columns(rollout.prompts),
             ).to(rollout.completion_ids.device), owned)
     rollout.rewards = penalised_rewards(rollout, missing_eos_penalty, overlong)
     return rollout
@@ -455,7 +455,7 @@ def policy_token_terms(
     positions (at the same temperature, with gradient: GRPO's entropy bonus), from the same forward."""
     ids, mask = rollout.sample_ids[rows], rollout.attention_mask[rows]
     lm = unwrapped(policy)
-    hidden = learner_hidden(policy, ids, attention_mask_or_none(mask))[:, generated_span(rollout.prefix_len)]
+    hidden = learner_hidden(policy, ids, attention_mask_or_none(mask, of=rollout.attention_mask))[:, generated_span(rollout.prefix_len)]
     targets = ids[:, rollout.prefix_len :]
     terms = token_terms(hidden.flatten(0, 1), unembedding(lm), targets.flatten(), rollout.temperature,
                         with_entropy=with_entropy, chunk_logits=chunk_logits)

@@ -88,7 +88,7 @@ def check_rewards(out: Any, name: str, n: int) -> Float[Tensor, " batch"]:
         shape = tuple(getattr(out, "shape", ()))
         raise RewardFunctionError(f"{where} returned a {ndim}-D {type(out).__name__} of shape {shape}, "
                                   f"not one reward per completion (shape ({n},))")
-    values = out.detach().cpu().tolist() if isinstance(out, Tensor) else out
+    values = out.detach().tolist() if isinstance(out, Tensor) else out  # one read, from any device
     values = values.tolist() if hasattr(values, "tolist") else values  # numpy arrays
     if not isinstance(values, (list, tuple)):
         got = "None" if out is None else f"a {type(out).__name__}"

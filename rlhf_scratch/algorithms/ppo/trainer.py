@@ -35,6 +35,7 @@ from rlhf_scratch.algorithms.ppo.objective import compute_rlhf_objective
 from rlhf_scratch.algorithms.ppo.policy import TransformerWithValueHead, build_critic
 from rlhf_scratch.config import ConfigError
 from rlhf_scratch.core.advantages import compute_advantages, compute_gae_advantages
+from rlhf_scratch.core.host import Stats
 from rlhf_scratch.core.kl_control import AdaptiveKLController
 from rlhf_scratch.core.memory import ReplayMemory, ReplayMinibatch
 from rlhf_scratch.core.objectives import (
@@ -150,11 +151,11 @@ class RLHFTrainer(Trainer):
         self.compute_advantages(batch)
         return batch.advantages
 
-    def minibatch_objective(self, mb: ReplayMinibatch, temperature: float) -> tuple[Tensor, dict[str, float]]:
+    def minibatch_objective(self, mb: ReplayMinibatch, temperature: float) -> tuple[Tensor, Stats]:
         """J on one minibatch: policy forward to ĥ (and values), the reference's ĥ_ref (kept by the
         rollout, or one float32 reference forward; none for `--kl-estimator k2`), the terms at the
         sampling `temperature`."""
-        mask, ref_hidden = attention_mask_or_none(mb.attention_mask), mb.ref_hidden
+        mask, ref_hidden = attention_mask_or_none(mb.attention_mask, of=mb.whole_attention_mask), mb.ref_hidden
         if ref_hidden is None and self.args.kl_estimator == "full":  # not kept: a float32 reference forward per minibatch
             with (timed("reference_forward"), torch.no_grad(), torch.autocast(torch.device(self.device).type, enabled=False),
                   as_reference(self.ref_model)):
@@ -168,12 +169,12 @@ class RLHFTrainer(Trainer):
                                               unembedding(self.lm), unembedding(self.ref_model),
                                               chunk_logits=self.chunk_logits)
         logprobs = terms.pop("logprobs")
-        stats = {"objective/total": total.item(), **{f"losses/{k}": v.item() for k, v in terms.items()},
+        stats = {"objective/total": total.detach(), **{f"losses/{k}": v.detach() for k, v in terms.items()},  # read once a phase
                  "losses/clipfrac": calc_clip_fraction(logprobs, mb.logprobs, self.args.clip_coef, mask=mb.completion_mask),
                  "losses/approx_kl": calc_approx_kl(logprobs, mb.logprobs, mask=mb.completion_mask)}
         return total, stats
 
-    def update_actor(self, batch: Batch) -> dict[str, float]:
+    def update_actor(self, batch: Batch) -> Stats:
         """Critic and actor in one step (the value head shares the trunk): gradient ascent on J over
         every minibatch of every PPO epoch of this process's rows; one scheduler step. With a separate
         critic the actor alone, J without its value term (the critic learned in `update_critic`). In the
@@ -186,7 +187,7 @@ class RLHFTrainer(Trainer):
             return stats
         return self.update_policy(batch)
 
-    def update_policy(self, batch: Batch) -> dict[str, float]:
+    def update_policy(self, batch: Batch) -> Stats:
         """The ascent on J of `update_actor`: with the shared value head critic and actor together; with
         a separate critic the actor alone (J without its value term; the critic's metrics are `update_critic`'s)."""
         args, rollout = self.args, batch.rollout
@@ -207,7 +208,7 @@ class RLHFTrainer(Trainer):
         learning phase, so its count is the phases learned, and a resumed run knows it too)."""
         return self.scheduler.last_epoch < self.args.critic_warmup
 
-    def update_critic(self, batch: Batch) -> dict[str, float]:
+    def update_critic(self, batch: Batch) -> Stats:
         """Only the critic learns (verl's update_critic in its critic_warmup phases): descent on the
         value loss ½·c_vf·(V − R)², J's critic term alone, over the same minibatches and epochs; the
         policy's weights do not move (with --detach-value-head, the default, only the head's gradient
@@ -231,17 +232,17 @@ class RLHFTrainer(Trainer):
         return {**learned, "objective/beta": self.beta,
                 "losses/explained_variance": self.values_explained(batch.rollout, memory)}
 
-    def critic_objective(self, mb: ReplayMinibatch) -> tuple[Tensor, dict[str, float]]:
+    def critic_objective(self, mb: ReplayMinibatch) -> tuple[Tensor, Stats]:
         """−value_loss on one minibatch (`calc_value_fn_loss`, the term `compute_rlhf_objective` subtracts),
         V from the shared value head or from the separate critic's forward."""
-        mask = attention_mask_or_none(mb.attention_mask)
+        mask = attention_mask_or_none(mb.attention_mask, of=mb.whole_attention_mask)
         if self.critic is None:
             _, values = self.hidden_and_extras(mb.sample_ids, mask)
         else:
             _, values = self.critic_learner(mb.sample_ids, attention_mask=mask, return_hidden=True)
         gen = generated_span(mb.sample_ids.shape[1] - mb.logprobs.shape[1])
         value_loss = calc_value_fn_loss(values[:, gen], mb.returns, self.args.vf_coef, mask=mb.completion_mask)
-        return -value_loss, {"losses/value_loss": value_loss.item()}
+        return -value_loss, {"losses/value_loss": value_loss.detach()}
 
     def replay_memory(self, batch: Batch) -> ReplayMemory:
         """This process's rows of the phase as PPO's minibatches (returns = advantages + old values)."""
@@ -253,7 +254,7 @@ class RLHFTrainer(Trainer):
             ref_logprobs=rollout.ref_logprobs if args.kl_estimator == "k2" else None,
         )
 
-    def values_explained(self, rollout: Rollout, memory: ReplayMemory) -> float:
+    def values_explained(self, rollout: Rollout, memory: ReplayMemory) -> Tensor:
         """How much of the returns' variance the rollout's values explain (losses/explained_variance)."""
         return explained_variance(rollout.values[:, generated_span(rollout.prefix_len)], memory.returns,
                                   mask=rollout.completion_mask)
