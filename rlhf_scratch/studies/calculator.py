@@ -82,7 +82,7 @@ class CalculatorStudyArgs:
     total_phases: int = 300
     """GRPO phases of every run (both arms alike)."""
     curve_every: int = 50
-    """Phases between the checkpoints whose call rate and pass@1 make the curves."""
+    """Phases of each segment a run is trained in: the policies whose call rate and pass@1 make the curves."""
     samples: int = 8
     """n: samples of each held-out problem from each final model and the base."""
     curve_samples: int = 2
@@ -90,9 +90,7 @@ class CalculatorStudyArgs:
     problems: int = 500
     """Held-out problems (the first of the calculator's 500 test problems)."""
     threads: int = 1
-    """Torch threads of each run and of the sampling."""
-    jobs: int = 1
-    """Runs at a time, each its own process."""
+    """Torch threads of each run and of the sampling (the segments run one at a time, in order)."""
     quick: bool = False
     """Tiny settings for tests (`QUICK`); its verdict says nothing. Flags given beside it still win."""
 
@@ -103,7 +101,7 @@ class CalculatorStudyArgs:
         if not self.out:
             raise ConfigError("out: required (the study folder)")
         self.seed_list()
-        check_at_least(self, ("total_phases", "curve_every", "samples", "curve_samples", "problems", "threads", "jobs"))
+        check_at_least(self, ("total_phases", "curve_every", "samples", "curve_samples", "problems", "threads"))
         if self.problems > 500:
             raise ConfigError(f"problems: at most 500 (the calculator's test split); got {self.problems}")
         if self.curve_every > self.total_phases:
@@ -111,7 +109,7 @@ class CalculatorStudyArgs:
         return self
 
     def plan(self) -> dict:
-        return {**{k: v for k, v in asdict(self).items() if k not in ("out", "threads", "jobs", "quick")},
+        return {**{k: v for k, v in asdict(self).items() if k not in ("out", "threads", "quick")},
                 "seeds": self.seed_list()}
 
     def units(self) -> list[Unit]:
