@@ -379,7 +379,9 @@ def run_process(argv: list[str], env: dict) -> dict:
 
 
 def worker_env() -> dict:
-    return {**os.environ, "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
+    # RLHF_SCRATCH_PROFILE: the per-part clocks synchronise the device (core.timing.profile), so on a GPU each
+    # part holds its own work, ours and TRL's alike; a run without it does not wait on the device per section
+    return {**os.environ, "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled", "RLHF_SCRATCH_PROFILE": "1"}
 
 
 def run_worker(system: str, opts) -> dict:

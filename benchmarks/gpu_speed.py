@@ -146,8 +146,11 @@ def section_round(out: dict, shape: str, device: str, quick: bool) -> None:
     import tempfile
 
     from rlhf_scratch.config import make_args, registry
+    from rlhf_scratch.core import timing
     from rlhf_scratch.engine import run_setup
     from rlhf_scratch.engine.runs import read_metrics
+
+    timing.profile(True)  # the parts of the round (time/<part>) each with its own GPU work: a sync per section
 
     if shape == "gpt2-small":
         from phase_memory import gpt2_small_factory

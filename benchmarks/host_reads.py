@@ -8,8 +8,10 @@ CPU, so each call below is a sync wherever the tensors live.
     python benchmarks/host_reads.py --algos ppo,rloo,grpo,online_dpo --json benchmarks/host_reads_tiny.json
 
 Counted (`HostReadCounter`): `Tensor.item`, `bool()`, `float()`, `int()`, `operator.index`,
-`.tolist()`, `.numpy()`, `np.asarray(tensor)` (`__array__`), `.cpu()`, and `.to(...)` the CPU where
-the calling line names "cpu" (not `.to(run_device)`, which stays on the device on a GPU), each call once (a read made inside a counted one, `__array__` → `numpy`, is not
+`.tolist()`, `.numpy()`, `np.asarray(tensor)` (`__array__`), `.cpu()`, `.to(...)` the CPU where
+the calling line names "cpu" (not `.to(run_device)`, which stays on the device on a GPU), and each
+device sync of the per-part clocks (`core.timing._sync`: two a `timed` section where the checkout's
+clocks synchronise; now only with `timing.profile`), each call once (a read made inside a counted one, `__array__` → `numpy`, is not
 counted again). A **steady phase** is one iteration of the loop (`engine.loop._run_phases`): from
 the start of phase `STEADY_PHASE`'s rollout to the start of the next phase's, so the phase's
 logging, early stopping and checkpoint bookkeeping are in it; phase 1 is not (the first sample
@@ -105,6 +107,11 @@ class HostReadCounter:
         for name in READS:
             setattr(torch.Tensor, name, self._wrap(name, self._saved[name]))
         torch.Tensor.to = self._wrap("to(cpu)", self._saved["to"], counts=_to_host)
+        from rlhf_scratch.core import timing
+
+        self._timing, self._saved_sync = timing, timing._sync
+        # the clocks' device sync: a no-op on a CPU, a wait on a GPU wherever the checkout's timing still syncs
+        timing._sync = self._wrap("sync(timed)", timing._sync, counts=lambda: getattr(timing, "_profile", True))
         self.counting = True
         return self
 
@@ -113,6 +120,7 @@ class HostReadCounter:
         for name, method in self._saved.items():
             setattr(torch.Tensor, name, method)
         self._saved.clear()
+        self._timing._sync = self._saved_sync
 
 
 @contextmanager

@@ -5,14 +5,20 @@
 
 The loop calls `take_times()` once per phase; whatever the parts do not cover is `time/other`.
 A section opened inside another is counted once, in the inner part: the outer part's clock stops
-while the inner one runs (PPO's per-minibatch reference forward inside its learning forward). On a GPU, kernels run
-asynchronously: a section synchronises the device at its start and end so the time lands in the
-part that launched the work (a few syncs per minibatch; the `.item()` calls of the logging
-already sync about as often).
+while the inner one runs (PPO's per-minibatch reference forward inside its learning forward).
+
+On a GPU kernels run asynchronously, so a part's clock measures the launches, and the work lands in
+whichever part next waits on the device. A true split by part needs each section to synchronise the
+device at its start and end: a host sync per section, several a minibatch (docs/speed.md, "Host
+reads"), so it is done only when a profile is asked for: `profile(True)`, or `RLHF_SCRATCH_PROFILE=1`
+in the environment (the benchmarks that report parts on a GPU, `bench_trl.py` and `gpu_speed.py`, set
+it). Without it a run waits on the device only where it reads numbers, and its phase time
+(`charts/phase_time`, read after the phase's one read of its metrics) is the same either way.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -34,15 +40,26 @@ _totals: dict[str, float] = defaultdict(float)
 _open: list[list] = []  # the sections open now, innermost last: [part, start of its running stretch]
 
 
+_profile = os.environ.get("RLHF_SCRATCH_PROFILE", "") not in ("", "0")
+
+
+def profile(on: bool = True) -> None:
+    """Synchronise the device at each section's start and end (on), so each part holds its own GPU
+    work; or not (off, the default unless RLHF_SCRATCH_PROFILE=1): no host sync from the clocks."""
+    global _profile
+    _profile = on
+
+
 def _sync() -> None:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    """Wait for the device, where a profile was asked for (`profile`) and a GPU is in use."""
+    if _profile and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
 
 
 @contextmanager
 def timed(part: str):
     """Add the wall time of the `with` block to `part` (one of `PARTS`), less that of any section
-    opened inside it (counted in its own part)."""
+    opened inside it (counted in its own part). With `profile` on, the device is synchronised at both ends."""
     _sync()
     now = time.perf_counter()
     if _open:  # pause the enclosing section

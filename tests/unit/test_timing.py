@@ -43,3 +43,25 @@ def test_a_nested_section_is_counted_once_in_its_own_part():
     times = take_times()
     assert 0.06 <= times["reference_forward"] < 0.09
     assert 0.06 <= times["learning_forward"] < 0.085, f"the inner section's 0.06 s leaked into the outer: {times}"
+
+
+def test_the_clocks_synchronise_the_device_only_when_a_profile_is_asked_for(monkeypatch):
+    """Two host syncs a section on a GPU (issue 57): only with `profile(True)` / RLHF_SCRATCH_PROFILE=1."""
+    import torch
+
+    from rlhf_scratch.core import timing
+
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: syncs.append(1))
+    monkeypatch.setattr(timing, "_profile", False)
+    with timed("generation"), timed("reward"):
+        pass
+    assert syncs == [], "no profile: the clocks never wait on the device"
+    timing.profile(True)
+    with timed("generation"), timed("reward"):
+        pass
+    assert len(syncs) == 4, "with a profile each section waits at its start and its end"
+    timing.profile(False)
+    take_times()
