@@ -899,7 +899,7 @@ Read `rlhf_scratch/course/solutions_interp.py`, then the package's versions (`in
     imports=("from collections.abc import Callable\n\nfrom interp.attention import (\n"
              "    head_ablation_metric, head_means, head_patching_metric, head_weight_change, top_heads,\n)\n"
              "from transformer_lens import HookedTransformer\n\n"
-             "from rlhf_scratch.course.checks_interp import discovery_report\n"
+             "from rlhf_scratch.course.checks_discovery import discovery_report\n"
              "from rlhf_scratch.course.mystery import mystery"),
 )
 

@@ -17,7 +17,8 @@ stopping, a reward-model ensemble, the share of the proxy's excess a feature exp
 (notebook 10: the answer parsed, the rule rewards, pass@k); `catalogue.py` lists them all. The solutions written to be read: `solutions.py`, `solutions_parts.py`, `solutions_interp.py`,
 `solutions_capstones.py`, `solutions_hacking.py`, `solutions_verifiable.py`; `capstone_kit.py` is what notebook 06 builds with. The other
 modules of this package (the learning-phase check of notebook 06, re-executing the notebooks) are
-imported by name.
+imported by name; among them `mistakes.py`, the planted-mistake catalogue: each classic mistake of every
+exercise written as a learner writes it, with the words its check must say (the course's tests plant each).
 
 The checks are imported on first use (PEP 562), as the package's top-level names are, so that
 importing a sibling module does not import torch.
@@ -58,6 +59,7 @@ _CHECKS_BY_MODULE = {
         "check_residual_patching",
         "check_steered_logits",
     ),
+    "checks_discovery": ("check_changed_head_scores",),  # exercises 05: which head did RL change?
     "checks_capstones": (  # exercises 06: a whole trainer, an estimator graded exactly, a verdict over seeds
         "check_calc_k3_kl",
         "check_make_rloo_algorithm",

@@ -1,6 +1,6 @@
 """Every exercise of the course in one place: its solution's `Reference`, its cases and its `check_*`,
 gathered from the topic modules (`checks`, `checks_sampling`, `checks_reward`, `checks_parts`, `checks_interp`,
-`checks_capstones`, and `checks_hacking`, `checks_verifiable` and `checks_episodes`: notebooks 09's, 10's and
+`checks_discovery`, `checks_capstones`, and `checks_hacking`, `checks_verifiable` and `checks_episodes`: notebooks 09's, 10's and
 11's, whose stubs are in those notebooks).
 
 The tests read this (every check passes its solution, no classic mistake gives the answer, every stub
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from rlhf_scratch.course import (
     checks,
     checks_capstones,
+    checks_discovery,
     checks_episodes,
     checks_hacking,
     checks_interp,
@@ -23,8 +24,8 @@ from rlhf_scratch.course import (
 )
 from rlhf_scratch.course.checks import Case, Reference
 
-MODULES = (checks, checks_sampling, checks_reward, checks_parts, checks_interp, checks_capstones, checks_hacking,
-           checks_verifiable, checks_episodes)
+MODULES = (checks, checks_sampling, checks_reward, checks_parts, checks_interp, checks_discovery, checks_capstones,
+           checks_hacking, checks_verifiable, checks_episodes)
 
 REFERENCES: dict[str, Reference] = {name: ref for m in MODULES for name, ref in m.REFERENCES.items()}
 """Each exercise's solution: `from <module> import <name>`, with this signature."""

@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 
-from rlhf_scratch.course import check_changed_head_scores, checks_interp
+from rlhf_scratch.course import check_changed_head_scores, checks_discovery
 from rlhf_scratch.course import mystery as mystery_module
 from rlhf_scratch.course.mystery import PLANTS, PROMPTS, mystery
 from rlhf_scratch.course.solutions_interp import changed_head_scores
@@ -70,7 +70,7 @@ def test_the_known_wrong_answers_are_distinct_heads(which):
     """The trained head, the decoy, the largest head of the base and the heads one layer off are different
     heads, so each wrong answer is named as itself (A has all four kinds; B's trained head is in the last layer)."""
     plant = PLANTS["AB".index(which)]
-    traps = checks_interp._traps(which)
+    traps = checks_discovery._traps(which)
     assert plant.trained not in traps
     assert sorted(traps.values()) == ([1, 2, 3, 4] if which == "A" else [1, 2, 4])
     size = head_sizes(mystery(which).reference)
@@ -144,14 +144,14 @@ def test_the_report_gives_the_margin_and_its_interval():
     them), decided; a paired interval by hand on made-up scores: d = [3, 1, 2] → 2 ± t_{0.975, 2} · 1/√3 = 2 ± 2.484."""
     for plant, which, margin in ((PLANTS[0], "A", 1.33), (PLANTS[1], "B", 1.11)):
         m = mystery(which)
-        e = checks_interp.discovery_evidence(changed_head_scores(m.reference, m.tuned, m.tokens, m.metric))
+        e = checks_discovery.discovery_evidence(changed_head_scores(m.reference, m.tuned, m.tokens, m.metric))
         assert e.head == plant.trained and e.decided and e.n == PROMPTS
         assert e.margin == pytest.approx(margin, abs=0.005)
     scores = torch.zeros(3, 2, 2)
     scores[:, 1, 0] = torch.tensor([4.0, 2.0, 3.0])
     scores[:, 0, 1] = torch.tensor([1.0, 1.0, 1.0])
-    e = checks_interp.discovery_evidence(scores)
+    e = checks_discovery.discovery_evidence(scores)
     assert (e.head, e.runner_up) == ((1, 0), (0, 1))
     assert (e.margin, e.low, e.high) == pytest.approx((2.0, 2.0 - 2.4841377, 2.0 + 2.4841377), abs=1e-6)
     assert e.decided is False
-    assert "NOT resolved" in checks_interp.discovery_report(scores)
+    assert "NOT resolved" in checks_discovery.discovery_report(scores)
