@@ -36,7 +36,10 @@ def test_a_step_of_exercises_takes_the_sum_of_its_exercises_minutes():
 
 def test_the_readme_total_is_the_plans_sum():
     rows = _row_minutes()
-    assert sum(rows.values()) == plan.total_minutes(optional=True) == 1055
+    assert sum(rows.values()) == plan.total_minutes(optional=True), \
+        "each README row's minutes come from rlhf_scratch/course/plan.py: a new step's exercises go in EXERCISES " \
+        "(difficulty, minutes), a step to read in READING, and the README's total sentence says the new sum"
+    assert plan.total_minutes(optional=True) == 1055
     assert f"About {plan.hours(plan.total_minutes())} in all, {plan.hours(plan.total_minutes(optional=True))} with " \
            "the optional step 15" in README
     assert plan.hours(935) == "15 h 35 min" and plan.hours(605) == "10 h 05 min"
