@@ -43,18 +43,32 @@ class Evidence:
         return self.low > 0
 
 
-def discovery_evidence(scores: Tensor, confidence: float = 0.95) -> Evidence:
-    """The `Evidence` of scores [prompt, layer, head] (larger = more evidence that the head carries the change).
-    d_b = s_b[named] − s_b[runner-up]; d̄ ± t_{(1+c)/2, n−1} · s_d / √n (Student's, `studies.stats.t_quantile`)."""
-    from rlhf_scratch.studies.stats import t_quantile
+T_975: dict[int, float] = {15: 2.131449545559323}
+"""Student's t_{0.975, df} without a closed form that the check needs: df = 15 for 16 prompts (a t table's;
+tests/integration/test_course_discovery.py compares it with `studies.stats.t_quantile`)."""
 
+
+def t_975(df: int) -> float:
+    """t_{0.975, df}: the closed form for df 1, 2, 4 (`checks_capstones.t_quantile_closed_form`), else `T_975`."""
+    from rlhf_scratch.course.checks_capstones import t_quantile_closed_form
+
+    if df in T_975:
+        return T_975[df]
+    if df in (1, 2, 4):
+        return t_quantile_closed_form(0.975, df)
+    raise ValueError(f"t_975: df must be 1, 2, 4 or one of {sorted(T_975)}; got {df}")
+
+
+def discovery_evidence(scores: Tensor) -> Evidence:
+    """The `Evidence` of scores [prompt, layer, head] (larger = more evidence that the head carries the change).
+    d_b = s_b[named] − s_b[runner-up]; d̄ ± t_{0.975, n−1} · s_d / √n (Student's paired 95 % interval)."""
     s = scores.detach().double()
     n_prompts, n_layers, n_heads = s.shape
     top2 = s.mean(0).flatten().topk(2).indices.tolist()
     head, runner = [(i // n_heads, i % n_heads) for i in top2]
     d = s[:, head[0], head[1]] - s[:, runner[0], runner[1]]
     margin = d.mean().item()
-    half = t_quantile((1 + confidence) / 2, n_prompts - 1) * d.std().item() / n_prompts ** 0.5 if n_prompts > 1 else math.inf
+    half = t_975(n_prompts - 1) * d.std().item() / n_prompts ** 0.5 if n_prompts > 1 else math.inf
     return Evidence(head, runner, margin, margin - half, margin + half, n_prompts)
 
 

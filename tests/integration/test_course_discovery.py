@@ -155,3 +155,12 @@ def test_the_report_gives_the_margin_and_its_interval():
     assert (e.margin, e.low, e.high) == pytest.approx((2.0, 2.0 - 2.4841377, 2.0 + 2.4841377), abs=1e-6)
     assert e.decided is False
     assert "NOT resolved" in checks_discovery.discovery_report(scores)
+
+
+def test_the_t_quantile_the_check_uses_is_students():
+    from rlhf_scratch.studies.stats import t_quantile
+
+    for df in (1, 2, 4, 15):
+        assert checks_discovery.t_975(df) == pytest.approx(t_quantile(0.975, df), abs=1e-9)
+    with pytest.raises(ValueError, match="df must be"):
+        checks_discovery.t_975(7)
