@@ -41,6 +41,7 @@ from rlhf_scratch.core.advantages import zero_std_groups
 from rlhf_scratch.core.host import Stats
 from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.batch import Batch
+from rlhf_scratch.rollout.episodes import RECORD
 from rlhf_scratch.rollout.groups import concat_rollouts, take_groups
 
 STEPS = ("gen", "ref", "old_log_prob", "values", "reward", "adv", "update_critic", "update_actor")
@@ -154,7 +155,8 @@ def validate(trainer: Any, prompts: list[str], n: int, key: str, rows_per_call: 
     `validate`: the run's own stream is left as it was; the loop's key is the run's seed and the phase). With several processes (torchrun) each draws
     every world_size-th call and all of them get every sample, so the samples do not depend on the number
     of processes. `timing/testing` (verl's name) collects the time. Returns the samples in prompt order:
-    {"prompts": each prompt n times in a row, "completions", "lengths"} (what a task's `evaluate` reads)."""
+    {"prompts": each prompt n times in a row, "completions", "lengths"} (what a task's `evaluate` reads), and
+    with an environment "episodes": each sample's record (`episodes.RECORD`: turns, tool calls and errors, tokens)."""
     from rlhf_scratch.engine import distributed as dist
 
     per_call = max(1, rows_per_call // n)
@@ -164,10 +166,14 @@ def validate(trainer: Any, prompts: list[str], n: int, key: str, rows_per_call: 
         for index in range(dist.rank(), len(calls), dist.world_size()):
             seed = random.Random(f"{key}-{index}").getrandbits(62)
             rollout = trainer.generate_sequences(calls[index], validate={"n": n, "seed": seed})
-            mine.append((index, list(rollout.prompts), list(rollout.completions), rollout.lengths.tolist()))
+            record = {k: getattr(rollout, k).tolist() for k in RECORD if getattr(rollout, k) is not None}
+            mine.append((index, list(rollout.prompts), list(rollout.completions), rollout.lengths.tolist(), record))
         done = sorted((part for rank in dist.gather_objects(mine) for part in rank), key=lambda part: part[0])
-    return {"prompts": [p for part in done for p in part[1]], "completions": [c for part in done for c in part[2]],
-            "lengths": [n for part in done for n in part[3]]}
+    samples = {"prompts": [p for part in done for p in part[1]], "completions": [c for part in done for c in part[2]],
+               "lengths": [n for part in done for n in part[3]]}
+    if done and done[0][4]:  # episodes (--env): their record too
+        samples["episodes"] = {k: [x for part in done for x in part[4][k]] for k in done[0][4]}
+    return samples
 
 
 def merge_stats(*parts: Stats) -> Stats:

@@ -7,7 +7,8 @@ either backend (`dataflow.validate` calls the role `generate_sequences`, which t
     --test-freq F             every F phases; phase 0 is the model before training (verl's val_before_train)
 
 The metrics are the task's registry `evaluate` (`reward.verifiable_eval.verifiable_metrics` for arithmetic:
-eval/pass@1, eval/pass@k, the format rate, pass@1 by difficulty) and `timing/testing`. Each validation is a
+eval/pass@1, eval/pass@k, the format rate, pass@1 by difficulty), with --env the held-out episodes' turns, tool
+calls and tokens (`episodes.held_out_episode_metrics`: eval/tools/call_frequency …), and `timing/testing`. Each validation is a
 line of validation.jsonl (phase 0 included); a phase's is also in that phase's line of metrics.jsonl.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from rlhf_scratch.config import CommonArgs, registry
 from rlhf_scratch.engine.dataflow import validate
+from rlhf_scratch.rollout.episodes import held_out_episode_metrics
 from rlhf_scratch.rollout.rl_dataset import run_prompts
 
 VALIDATION_FILE = "validation.jsonl"
@@ -43,4 +45,6 @@ class Validation:
         """Sample every held-out prompt val_n times from the policy after `phase` phases; the task's metrics."""
         times: dict[str, float] = {}
         samples = validate(trainer, self.prompts, self.args.val_n, f"{self.args.seed}-{phase}", self.args.batch_size, times)
-        return {**self.evaluate(**samples, num_generations=self.args.val_n), **times}
+        record = samples.pop("episodes", None)  # --env: the held-out episodes' turns, calls, tokens
+        episodes = {} if record is None else held_out_episode_metrics(record, samples["lengths"])
+        return {**self.evaluate(**samples, num_generations=self.args.val_n), **episodes, **times}

@@ -36,6 +36,7 @@ the rollout does (the controller's workers, DAPO's kept groups, torchrun's gathe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import torch
 from jaxtyping import Bool, Int
@@ -241,12 +242,25 @@ def episode_metrics(rollout) -> dict[str, float]:
         total = int(calls.sum())
         metrics["tools/call_frequency"] = total / len(calls)
         metrics["tools/failure_frequency"] = int(errors.sum()) / total if total else 0.0
-        for name, lo, hi in CALL_BUCKETS:
+        for name, lo, hi in CALL_BUCKETS if rollout.rewards is not None else ():
             rows = (calls >= lo) & (calls <= hi) if hi is not None else calls >= lo
             metrics[f"tools/reward_by_calls/{name}"] = rollout.rewards[rows].mean().item() if rows.any() else float("nan")
     metrics["episodes/model_tokens"] = rollout.lengths.float().mean().item()
     metrics["episodes/env_tokens"] = rollout.env_tokens.float().mean().item()
     return metrics
+
+
+RECORD = ("num_turns", "tool_calls", "tool_errors", "env_tokens")
+"""The columns of an episode's record that a validation keeps of each sample (`dataflow.validate`)."""
+
+
+def held_out_episode_metrics(record: dict[str, list[int]], lengths: list[int]) -> dict[str, float]:
+    """`episode_metrics` of a validation's samples (their `RECORD` columns and lengths, every held-out sample),
+    each under eval/: eval/num_turns/mean, eval/tools/call_frequency (the held-out call rate) … — all but the
+    reward by calls, which a task's evaluation does not give per sample."""
+    columns = {k: torch.tensor(record[k]) if k in record else None for k in RECORD}
+    rows = SimpleNamespace(**columns, lengths=torch.tensor(lengths), rewards=None)
+    return {f"eval/{k}": v for k, v in episode_metrics(rows).items()}
 
 
 def take_turn(episode: Episode, env, turn: tuple[int, ...], eos: tuple[int, ...], gen_len: int, max_turns: int) -> None:

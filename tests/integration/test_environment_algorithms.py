@@ -53,8 +53,8 @@ def toy_environment_everywhere():
 def args_for(algo, **overrides):
     groups = {"num_generations": 4} if algo in ("grpo", "rloo") else {}
     return make_args("tiny", algo=algo, task="arithmetic", env="calculator", **{
-        **dict(total_phases=3, batch_size=8, num_minibatches=2, warmup_steps=1, val_prompts="", table_every=100,
-               plot_every=100, seed=2), **groups, **overrides})
+        **dict(total_phases=3, batch_size=8, num_minibatches=2, warmup_steps=1, test_freq=3, val_size=6, val_n=2,
+               table_every=100, plot_every=100, seed=2), **groups, **overrides})
 
 
 RUNS: dict = {}
@@ -125,6 +125,7 @@ def test_every_algorithm_on_episodes_with_calls_through_ray_equals_the_in_proces
     finally:
         controller.shutdown()
     assert_called(got)
+    assert "eval/tools/call_frequency" in got[-1], "the validation's episodes (after phase 3) logged no record"
     assert_same_run(got, expected, weights, expected_weights)
 
 

@@ -40,12 +40,12 @@ EPISODES = [
 ]
 
 
-def rollout_of(episodes, rewards, gen_len=9):
+def rollout_of(episodes, rewards, gen_len=9, prompts=None):
     ids, mask = assemble_completions(episodes, gen_len, pad=EOS)
     n = len(episodes)
     return Rollout(prompt_ids=torch.ones(n, 2, dtype=torch.long), completion_ids=ids, completion_mask=mask,
                    attention_mask=torch.ones(n, 2 + gen_len, dtype=torch.bool), rewards=torch.tensor(rewards),
-                   scores=torch.tensor(rewards), prompts=[f"p{i // 2}" for i in range(n)], completions=["x"] * n,
+                   scores=torch.tensor(rewards), prompts=prompts or [f"p{i // 2}" for i in range(n)], completions=["x"] * n,
                    num_generations=2, eos_token_id=EOS, **episode_columns(episodes))
 
 
@@ -85,6 +85,31 @@ def test_episode_metrics_without_calls_without_counts_and_without_an_environment
     plain = rollout_of(one_turn, [0.0, 1.0])
     plain.num_turns = None
     assert episode_metrics(plain) == {}
+
+
+class Validating:
+    """A trainer's `generate_sequences` for `dataflow.validate`: prompt "a" gives EPISODES[0:2], "b" EPISODES[2:4]."""
+
+    def generate_sequences(self, prompts, validate):
+        assert validate["n"] == 2
+        rows = [e for p in prompts for e in EPISODES[2 * "ab".index(p): 2 * "ab".index(p) + 2]]
+        return rollout_of(rows, [0.0] * len(rows), prompts=[p for p in prompts for _ in range(2)])
+
+
+def test_a_validation_keeps_each_samples_record_and_logs_the_held_out_episodes():
+    """`dataflow.validate` (one prompt a call here) keeps the record in prompt order; the held-out metrics are the
+    training phase's under eval/, by hand as above, without the reward by calls (a task's evaluation gives no per-sample reward)."""
+    from rlhf_scratch.engine.dataflow import validate
+    from rlhf_scratch.rollout.episodes import held_out_episode_metrics
+
+    samples = validate(Validating(), ["b", "a"], n=2, key="k", rows_per_call=2)
+    assert samples["prompts"] == ["b", "b", "a", "a"] and samples["lengths"] == [3, 3, 5, 2]
+    assert samples["episodes"] == {"num_turns": [3, 1, 2, 1], "tool_calls": [2, 0, 1, 0], "tool_errors": [1, 0, 0, 0],
+                                   "env_tokens": [3, 0, 2, 0]}
+    assert held_out_episode_metrics(samples["episodes"], samples["lengths"]) == pytest.approx({
+        "eval/num_turns/min": 1.0, "eval/num_turns/max": 3.0, "eval/num_turns/mean": 7 / 4,
+        "eval/tools/call_frequency": 3 / 4, "eval/tools/failure_frequency": 1 / 3,
+        "eval/episodes/model_tokens": 13 / 4, "eval/episodes/env_tokens": 5 / 4})
 
 
 def test_the_record_travels_with_the_rollout_through_groups_and_the_gather():
