@@ -125,7 +125,7 @@ from rlhf_scratch.core.objectives import (calc_approx_kl, calc_clip_fraction, ca
                                      temperature_scaled)
 from rlhf_scratch.reward.functions import normalize_reward, reward_fn_sentiment_imdb
 from rlhf_scratch.course.loop_check import check_learning_phase
-from rlhf_scratch.course.parts_kit import learner_parts, rollout_with_parts
+from rlhf_scratch.course.learner_parts import learner_parts, rollout_with_parts
 
 torch.set_num_threads(1)"""
 

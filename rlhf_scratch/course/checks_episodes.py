@@ -310,13 +310,16 @@ def check_masked_kl_mean(fn: Callable) -> None:
 
 @functools.cache
 def merging_tokenizer():
-    """The calculator sibling's tokenizer (`commands.arithmetic_lm.build_tokenizer(calculator=True)`: `<|endoftext|>`
+    """The shipped calculator sibling's tokenizer (`--model arithmetic_calc`, as `rlhf pretrain-arithmetic --calculator`
+    builds it: `<|endoftext|>`
     0, the characters `0123456789+-*=` 1-14, `<calc>` 15, `</calc>` 16, `?` 17) with one merge added, `2*3` as the
     one token 18, as a BPE vocabulary holds frequent strings whole: a model may still sample 2, *, 3 one at a time,
     and a decode → encode round trip then gives 18 instead."""
-    from rlhf_scratch.commands.arithmetic_lm import build_tokenizer
+    from transformers import AutoTokenizer
 
-    tokenizer = build_tokenizer(calculator=True)
+    from rlhf_scratch.models.loading import ARITHMETIC_CALC_LM_DIR, asset_path
+
+    tokenizer = AutoTokenizer.from_pretrained(asset_path(ARITHMETIC_CALC_LM_DIR))
     tokenizer.add_tokens(["2*3"])
     return tokenizer
 

@@ -196,7 +196,7 @@ def test_a_stub_still_raises_not_implemented():
 def test_notebook_06_takes_the_learners_parts_where_their_checks_pass_and_says_whose_each_is(capsys):
     from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
     from rlhf_scratch.core.memory import ReplayMemory
-    from rlhf_scratch.course.parts_kit import learner_parts
+    from rlhf_scratch.course.learner_parts import learner_parts
 
     shipped = learner_parts("exercises/07_parts_exercises.ipynb")  # the stubs: nothing written yet
     assert shipped.TransformerWithValueHead is TransformerWithValueHead and shipped.ReplayMemory is ReplayMemory
@@ -219,7 +219,7 @@ def test_a_rollout_made_with_the_parts_is_the_packages_rollout(one_thread):
     from rlhf_scratch.algorithms.ppo import TransformerWithValueHead
     from rlhf_scratch.config import make_args
     from rlhf_scratch.core.memory import ReplayMemory
-    from rlhf_scratch.course.parts_kit import Parts, rollout_with_parts
+    from rlhf_scratch.course.learner_parts import Parts, rollout_with_parts
     from rlhf_scratch.models.loading import load_lm
     from rlhf_scratch.reward.functions import reward_fn_sentiment_imdb
     from rlhf_scratch.rollout.phase import make_rollout
