@@ -53,6 +53,7 @@ from rlhf_scratch.core.advantages import (
     group_reward_stats,
     mean_length_by_advantage_sign,
 )
+from rlhf_scratch.core.host import Stats
 from rlhf_scratch.core.memory import minibatch_rows
 from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.batch import Batch
@@ -155,7 +156,7 @@ class GRPOTrainer(Trainer):
         counts: list[Tensor] = []  # per step on this rank: [clip low, clip high, clip n, KL-term sum, kept tokens, φ sum, rows]
         extremes: list[Tensor] = []  # per step on this rank: [clip low_min, clip high_max]
 
-        def objective(rows: Tensor) -> tuple[Tensor, dict[str, float]]:
+        def objective(rows: Tensor) -> tuple[Tensor, Stats]:
             if args.entropy_coef != 0.0:
                 logprobs, entropies = self.token_log_probs_and_entropy(rollout, rows)
             else:
@@ -168,7 +169,7 @@ class GRPOTrainer(Trainer):
             counts.append(torch.cat([terms.clip_counts, torch.stack([terms.kl_sum, mask[rows].sum().float(),
                                                                      terms.phi_sum, logprobs.new_tensor(len(rows))])]))
             extremes.append(terms.clip_extremes)
-            return terms.objective, {"objective/grpo": terms.objective.item()}
+            return terms.objective, {"objective/grpo": terms.objective.detach()}  # read with the phase's statistics
 
         learned = self.ascend(minibatch_rows(len(rollout), args.num_minibatches, args.num_iterations), objective,
                               total=args.num_minibatches * args.num_iterations)

@@ -36,6 +36,7 @@ from rlhf_scratch.core.advantages import (
     group_reward_stats,
     mean_length_by_advantage_sign,
 )
+from rlhf_scratch.core.host import Stats
 from rlhf_scratch.core.memory import minibatch_rows
 from rlhf_scratch.core.objectives import sequence_log_probs
 from rlhf_scratch.engine.batch import Batch
@@ -89,11 +90,11 @@ class RLOOTrainer(Trainer):
         advantages = batch.local_advantages
         old_seq_logprobs = sequence_log_probs(rollout.logprobs, rollout.completion_mask)
 
-        def objective(rows: Tensor) -> tuple[Tensor, dict[str, float]]:
+        def objective(rows: Tensor) -> tuple[Tensor, Stats]:
             seq_logprobs = self.sequence_log_probs(rollout, rows)
             clip = (seq_logprobs, old_seq_logprobs[rows], advantages[rows], args.epsilon_low, args.epsilon_high)
             J = calc_rloo_objective(*clip)
-            return J, {"objective/rloo": J.item(), **calc_clip_ratios(*clip)}
+            return J, {"objective/rloo": J.detach(), **calc_clip_ratios(*clip)}  # J read with the phase's statistics
 
         learned = self.ascend(minibatch_rows(len(rollout), args.num_minibatches, args.num_iterations), objective,
                               total=args.num_minibatches * args.num_iterations)
