@@ -23,6 +23,8 @@ NOT_COMMANDS = {  # modules run with `python -m` that are not a user's command, 
     "rlhf_scratch/controller/fate.py": "the reaper of the controller's local Ray, started by the driver itself",
     "rlhf_scratch/studies/overoptimization/run.py": "one unit of the study, its argv a JSON plan written by the study",
     "rlhf_scratch/studies/hacking/watch.py": "one watched unit of the hacking study (--detectors), its argv a JSON plan",
+    "rlhf_scratch/course/open_problem.py": "writes the open problem's board, benchmarks/open_problem_*.json, for the "
+                                           "maintainers; a learner grades through grade_gradient_estimator (notebook 07)",
 }
 
 
