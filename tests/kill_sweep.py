@@ -13,7 +13,8 @@ whole sweep at fewer instants in the slow tier. For each case:
    (`--resume RUN`, or the same command again) until it exits 0 (at most 3 tries); where the error
    line says the run stopped before its first checkpoint (or its config), the folder is removed
    and the command that began it run again, as that line says; a kill before the folder existed
-   is followed by the same command again;
+   is followed by the same command again; a kill after the run wrote its finished status (in the
+   controller's Ray shutdown) is followed by nothing: the folder is checked as it was left;
 3. the folder is checked: status.json parses and says finished; every metrics.jsonl line is JSON,
    its step numbers strictly increasing with none missing; no temporary folder or file is left
    (`*.tmp`); the run's lock is free; no process of the killed command is left after 5 s; and where
@@ -338,6 +339,16 @@ def check_folder(case: Case, run: Path, reference: Path) -> list[str]:
     return problems
 
 
+def finished(case: Case, run: Path) -> bool:
+    """Whether the killed run had already said it finished (the kill landed in what follows the status:
+    the controller's Ray shutdown, the interpreter's exit). Then nothing is continued — `--resume` rightly
+    refuses a finished run — and the folder is checked as it is."""
+    try:
+        return case.status and json.loads((case.folder(run) / "status.json").read_text())["status"] == "finished"
+    except (OSError, ValueError, KeyError):
+        return False
+
+
 def sweep(names: list[str], instants: int, seed: int, root: Path, say=print) -> list[dict]:
     shared = root / "shared"
     prepare_shared(shared, names)
@@ -356,7 +367,8 @@ def sweep(names: list[str], instants: int, seed: int, root: Path, say=print) -> 
             code, left = run_and_kill(case.start(run, shared), at)
             done_before = len(read_lines(run / case.metrics)[0]) if case.metrics and (run / case.metrics).exists() else 0
             tries, said = 0, []  # said: each failed command's last line, in order
-            while tries < 3:
+            cont_code = 0 if finished(case, run) else None  # killed in its tail (Ray's shutdown): nothing to continue
+            while cont_code is None and tries < 3:
                 tries += 1
                 if not run.exists():  # killed before it made its folder: nothing happened, so the same command again
                     cont_code, _, last = run_to_end(case.start(run, shared))
