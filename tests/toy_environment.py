@@ -6,7 +6,7 @@ the run's metrics through the contract alone (`rollout.environment.CountsToolCal
     a call that is the token "1" alone           an "error" too
     every turn                                   Step.reward = −(the model's turns so far)
 
-so an episode's score is −(its model turns): the run's rewards/mean must be −num_turns/mean, whatever the
+so an episode's score is −(its model turns): the run's rewards/mean must be −episodes/model_turns/mean, whatever the
 task's reward function would have said. Any tokenizer with the characters "1" and "+" can play (the
 shipped arithmetic model's, its calculator sibling's).
 

@@ -216,8 +216,8 @@ def episode_metrics(rollout) -> dict[str, float]:
     """What a phase's episodes did (a `Rollout`, or the gathered `engine.batch.Gathered`: every process's
     rows); {} without an environment. verl's and TRL's names where they have one:
 
-        num_turns/min|max|mean        the model's turns per episode (verl's name; verl counts every message,
-                                      the prompt's and the tool's too: here only the model's turns)
+        episodes/model_turns/min|max|mean   the model's turns per episode (our name: verl's num_turns counts every
+                                      message, the prompt's and the tool's too, so its name is not borrowed)
         tools/call_frequency          tool calls per episode (TRL's): Σ calls / episodes
         tools/failure_frequency       the calls answered with an error (TRL's): Σ errors / Σ calls, 0 without a call
         tools/reward_by_calls/0|1|2+  the mean reward of the episodes with 0, 1, 2 or more calls; NaN where none
@@ -233,9 +233,9 @@ def episode_metrics(rollout) -> dict[str, float]:
         return {}
     turns = rollout.num_turns.float()
     metrics = {
-        "num_turns/min": turns.min().item(),
-        "num_turns/max": turns.max().item(),
-        "num_turns/mean": turns.mean().item(),
+        "episodes/model_turns/min": turns.min().item(),
+        "episodes/model_turns/max": turns.max().item(),
+        "episodes/model_turns/mean": turns.mean().item(),
     }
     if rollout.tool_calls is not None:
         calls, errors = rollout.tool_calls, rollout.tool_errors
@@ -256,7 +256,7 @@ RECORD = ("num_turns", "tool_calls", "tool_errors", "env_tokens")
 
 def held_out_episode_metrics(record: dict[str, list[int]], lengths: list[int]) -> dict[str, float]:
     """`episode_metrics` of a validation's samples (their `RECORD` columns and lengths, every held-out sample),
-    each under eval/: eval/num_turns/mean, eval/tools/call_frequency (the held-out call rate) … — all but the
+    each under eval/: eval/episodes/model_turns/mean, eval/tools/call_frequency (the held-out call rate) … — all but the
     reward by calls, which a task's evaluation does not give per sample."""
     columns = {k: torch.tensor(record[k]) if k in record else None for k in RECORD}
     rows = SimpleNamespace(**columns, lengths=torch.tensor(lengths), rewards=None)

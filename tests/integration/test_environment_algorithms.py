@@ -4,7 +4,7 @@ reward (tests/toy_environment.py) scores its episodes on both backends.
 
 The model is the shipped calculator sibling, `--env calculator`'s default (`arithmetic_calc`, on the calculator's
 problems, gen_len 20): it calls on a share of the problems, so its episodes have the tool's replies in them — each
-test checks they do (`tools/call_frequency`, `episodes/env_tokens`, `num_turns/max`, holes in the mask), so none
+test checks they do (`tools/call_frequency`, `episodes/env_tokens`, `episodes/model_turns/max`, holes in the mask), so none
 can pass on one-turn episodes — and is right on a share, so every algorithm has rewards to learn from (Online
 DPO's pairs by the task's rule).
 
@@ -73,7 +73,7 @@ def in_process(algo, folder):
 def assert_called(metrics):
     """The run's episodes called the calculator (in some phase: a batch of 8 may have no call) and it answered."""
     assert all("tools/call_frequency" in m for m in metrics)
-    assert any(m["tools/call_frequency"] > 0 and m["episodes/env_tokens"] > 0 and m["num_turns/max"] > 1 for m in metrics)
+    assert any(m["tools/call_frequency"] > 0 and m["episodes/env_tokens"] > 0 and m["episodes/model_turns/max"] > 1 for m in metrics)
 
 
 def assert_same_run(got, expected, weights, expected_weights):
@@ -130,7 +130,7 @@ def test_every_algorithm_on_episodes_with_calls_through_ray_equals_the_in_proces
 
 
 def test_an_environment_that_owns_its_reward_scores_its_episodes_on_both_backends(local_ray, tmp_path):
-    """The toy's reward is −(the model's turns): every phase's rewards/mean is −num_turns/mean, and episodes with no
+    """The toy's reward is −(the model's turns): every phase's rewards/mean is −episodes/model_turns/mean, and episodes with no
     call (one turn) score −1, on the shipped arithmetic model whose task reward is 0 or 1 — in process and on Ray alike."""
     from rlhf_scratch.controller.ray_trainer import RayPPOTrainer
 
@@ -145,7 +145,7 @@ def test_an_environment_that_owns_its_reward_scores_its_episodes_on_both_backend
         controller.shutdown()
     assert [without_timings(m) for m in got] == [without_timings(m) for m in expected]
     for m in got:
-        assert m["num_turns/max"] > 1 and m["tools/call_frequency"] > 0, "the toy was never called"
-        assert m["rewards/mean"] == pytest.approx(-m["num_turns/mean"], abs=1e-6)
+        assert m["episodes/model_turns/max"] > 1 and m["tools/call_frequency"] > 0, "the toy was never called"
+        assert m["rewards/mean"] == pytest.approx(-m["episodes/model_turns/mean"], abs=1e-6)
         assert m["tools/reward_by_calls/0"] == -1.0
 

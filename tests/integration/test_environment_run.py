@@ -25,11 +25,11 @@ def test_the_calculator_on_the_shipped_model_trains_as_the_single_turn_run(tmp_p
     assert (config["env"], config["max_turns"]) == ("calculator", 3)
     plain, episodes = ([without_timings(m) for m in read_metrics(runs[name])] for name in ("plain", "calculator"))
     assert len(plain) == 2 and "eval/pass@1" in plain[-1]
-    record = [{k: m.pop(k) for k in list(m) if k.removeprefix("eval/").startswith(("num_turns/", "tools/", "episodes/"))}
+    record = [{k: m.pop(k) for k in list(m) if k.removeprefix("eval/").startswith(("episodes/model_turns/", "tools/", "episodes/"))}
               for m in episodes]
     assert episodes == plain  # and the episodes' record says each was one turn, with no call (the validation's too)
-    assert all(r["num_turns/max"] == 1 and r["tools/call_frequency"] == 0 and r["episodes/env_tokens"] == 0 for r in record)
-    assert record[-1]["eval/num_turns/max"] == 1 and record[-1]["eval/tools/call_frequency"] == 0
+    assert all(r["episodes/model_turns/max"] == 1 and r["tools/call_frequency"] == 0 and r["episodes/env_tokens"] == 0 for r in record)
+    assert record[-1]["eval/episodes/model_turns/max"] == 1 and record[-1]["eval/tools/call_frequency"] == 0
 
 
 def test_a_sibling_with_call_demonstrations_builds_and_trains_with_the_calculator(tmp_path, one_thread):

@@ -65,7 +65,7 @@ def test_episode_metrics_by_hand():
     model tokens [5, 2, 3, 3], environment tokens [2, 0, 3, 0]."""
     metrics = episode_metrics(rollout_of(EPISODES, [1.0, 0.0, -0.5, 0.5]))
     assert metrics == pytest.approx({
-        "num_turns/min": 1.0, "num_turns/max": 3.0, "num_turns/mean": 7 / 4,
+        "episodes/model_turns/min": 1.0, "episodes/model_turns/max": 3.0, "episodes/model_turns/mean": 7 / 4,
         "tools/call_frequency": 3 / 4,              # calls per episode (not episodes with a call: 2/4)
         "tools/failure_frequency": 1 / 3,           # errors per call (not per episode: 1/4)
         "tools/reward_by_calls/0": (0.0 + 0.5) / 2, "tools/reward_by_calls/1": 1.0, "tools/reward_by_calls/2+": -0.5,
@@ -107,7 +107,7 @@ def test_a_validation_keeps_each_samples_record_and_logs_the_held_out_episodes()
     assert samples["episodes"] == {"num_turns": [3, 1, 2, 1], "tool_calls": [2, 0, 1, 0], "tool_errors": [1, 0, 0, 0],
                                    "env_tokens": [3, 0, 2, 0]}
     assert held_out_episode_metrics(samples["episodes"], samples["lengths"]) == pytest.approx({
-        "eval/num_turns/min": 1.0, "eval/num_turns/max": 3.0, "eval/num_turns/mean": 7 / 4,
+        "eval/episodes/model_turns/min": 1.0, "eval/episodes/model_turns/max": 3.0, "eval/episodes/model_turns/mean": 7 / 4,
         "eval/tools/call_frequency": 3 / 4, "eval/tools/failure_frequency": 1 / 3,
         "eval/episodes/model_tokens": 13 / 4, "eval/episodes/env_tokens": 5 / 4})
 
