@@ -41,8 +41,8 @@ One forward, for q new tokens written at columns `columns` (the prompt: q = prom
 
 It uses the HookedTransformer's own modules for the token embedding, the norms (LayerNorm or
 RMSNorm) and the MLPs (plain or gated), and its own W_pos, W_Q/W_K/W_V/W_O/b_*, rotary tables and
-W_U/b_U, the attention and unembedding weights laid out once per `generate` call for plain matrix
-products (`DecodeWeights`). Hooks do not run: a model with hooks attached decodes through
+W_U/b_U: W_O and W_U as views for plain matrix products, the Q/K/V weights stacked into one matrix
+once per decoder and rewritten in place when the weights move (`DecodeWeights`). Hooks do not run: a model with hooks attached decodes through
 TransformerLens (see `generation.generate`). It equals TransformerLens' full forward to < 1e-5
 (4e-6 measured) on the tiny LM (tests/integration/test_generation.py), and each family's
 (GPT-2, Pythia, Llama, Qwen2, Gemma; tests/unit/test_fast_families.py).
@@ -146,8 +146,19 @@ def has_hooks(model: HookedTransformer) -> bool:
 
 @dataclass
 class DecodeWeights:
-    """The model's attention and unembedding weights, laid out for `F.linear` once per call
-    (TransformerLens rearranges W_O and transposes W_U on every forward)."""
+    """The model's attention and unembedding weights in the layout `F.linear` takes, with as little
+    copied as the layout allows (TransformerLens rearranges W_O and transposes W_U on every forward):
+
+        W_O [(h d), d_model] and W_U [d_model, d_vocab]   views of the parameters: F.linear(x, W.T) is
+                                                          one matrix product over W as it lies, so
+                                                          nothing is copied and the view always holds
+                                                          the parameter's current value
+        [W_Q; W_K; W_V] as (h + 2 kv) d rows × d_model     the one copy (three tensors become one
+                                                          matrix product): made once per decoder,
+                                                          rewritten in place at each `refresh`
+
+    A weight that is computed on each read (a LoRA parametrization's W + ΔW) is a new tensor each
+    time: `refresh` copies it into the kept one."""
 
     W_QKV: list[Float[Tensor, "qkv_heads_d_head d_model"]]  # per layer: [W_Q; W_K; W_V] as (h d) × d_model rows
     b_QKV: list[Float[Tensor, " qkv_heads_d_head"]]  # (n_heads + 2 n_kv) · d_head
@@ -158,30 +169,51 @@ class DecodeWeights:
 
     @classmethod
     def of(cls, model: HookedTransformer) -> DecodeWeights:
-        def rows(W: Float[Tensor, "n_heads d_model d_head"]) -> Float[Tensor, "heads_d_head d_model"]:
-            return W.permute(0, 2, 1).reshape(-1, W.shape[1])  # "h m d -> (h d) m"
-
         attns = [block.attn for block in model.blocks]
-        kvs = [kv_weights(a) for a in attns]  # (W_K, b_K, W_V, b_V), one per K/V head
         return cls(
-            W_QKV=[torch.cat([rows(a.W_Q), rows(W_K), rows(W_V)]) for a, (W_K, _, W_V, _) in zip(attns, kvs)],
-            b_QKV=[torch.cat([a.b_Q.flatten(), b_K.flatten(), b_V.flatten()]) for a, (_, b_K, _, b_V) in zip(attns, kvs)],
-            W_O=[a.W_O.reshape(-1, a.W_O.shape[-1]).T.contiguous() for a in attns],  # "h d m -> m (h d)"
+            W_QKV=[stack_qkv(a) for a in attns],
+            b_QKV=[stack_qkv_bias(a) for a in attns],
+            W_O=[a.W_O.reshape(-1, a.W_O.shape[-1]).T for a in attns],  # "h d m -> m (h d)", a view
             b_O=[a.b_O for a in attns],
-            W_U_T=model.unembed.W_U.T.contiguous(),
+            W_U_T=model.unembed.W_U.T,  # a view
             b_U=model.unembed.b_U,
         )
 
-
     def refresh(self, model: HookedTransformer) -> None:
-        """Lay the model's current weights out again into these same tensors (a captured CUDA graph
-        reads their memory, so a reused decoder must see the policy's latest step here)."""
-        new = DecodeWeights.of(model)
+        """Bring these same tensors to the model's current weights (a captured CUDA graph reads their
+        memory, so a reused decoder must see the policy's latest step here): the stacked QKV
+        rewritten in place, each view left as it is unless its weight is computed on read."""
+        attns = [block.attn for block in model.blocks]
         with torch.no_grad():
-            for mine, theirs in ((self.W_QKV, new.W_QKV), (self.b_QKV, new.b_QKV), (self.W_O, new.W_O)):
-                for a, b in zip(mine, theirs):
-                    a.copy_(b)
-            self.W_U_T.copy_(new.W_U_T)  # b_O and b_U are the parameters themselves, updated in place
+            for attn, W, b in zip(attns, self.W_QKV, self.b_QKV):
+                stack_qkv(attn, out=W)
+                stack_qkv_bias(attn, out=b)
+            current = [(self.W_O, [a.W_O.reshape(-1, a.W_O.shape[-1]).T for a in attns]), (self.b_O, [a.b_O for a in attns]),
+                       ([self.W_U_T, self.b_U], [model.unembed.W_U.T, model.unembed.b_U])]
+            for mine, now in current:
+                for kept, fresh in zip(mine, now):
+                    if kept.data_ptr() != fresh.data_ptr():  # computed on read (LoRA): copy its value over
+                        kept.copy_(fresh)
+
+
+def stack_qkv(attn: nn.Module, out: Tensor | None = None) -> Float[Tensor, "qkv_heads_d_head d_model"]:
+    """[W_Q; W_K; W_V] with one row per (head, d_head) pair: "h m d -> (h d) m" for each, stacked,
+    written in one pass into `out` when given (its rows viewed as [h + 2 kv, d_head, d_model])."""
+    W_K, _, W_V, _ = kv_weights(attn)
+    parts = [W.permute(0, 2, 1) for W in (attn.W_Q, W_K, W_V)]  # [h, d_head, d_model] views
+    n_heads, d_head, d_model = sum(p.shape[0] for p in parts), parts[0].shape[1], parts[0].shape[2]
+    if out is None:
+        out = torch.empty(n_heads * d_head, d_model, dtype=attn.W_Q.dtype, device=attn.W_Q.device)
+    with torch.no_grad():  # a layout for decoding: no gradient flows through it
+        torch.cat(parts, dim=0, out=out.view(n_heads, d_head, d_model))
+    return out
+
+
+def stack_qkv_bias(attn: nn.Module, out: Tensor | None = None) -> Float[Tensor, " qkv_heads_d_head"]:
+    """[b_Q; b_K; b_V] flattened in `stack_qkv`'s row order, into `out` when given."""
+    _, b_K, _, b_V = kv_weights(attn)
+    with torch.no_grad():
+        return torch.cat([attn.b_Q.flatten(), b_K.flatten(), b_V.flatten()], out=out)
 
 
 @dataclass
@@ -294,21 +326,31 @@ class CUDAGraphStep:
     tensors that outlive the graph (the static buffers) and must not synchronise with the host.
 
     The recipe of PyTorch's CUDA-graph notes: warm up on a side stream (so lazy initialisations
-    and allocator caches are not recorded), then capture. Running the step during warm-up is
-    harmless here: it rewrites the same cache column with the same values.
+    and allocator caches are not recorded), then capture. Running the decode step during warm-up is
+    harmless: it rewrites the same cache column with the same values. A step that moves its own
+    state (the sampling loop's step counter, its completion, the random numbers it draws) names the
+    buffers it writes in `restore`: they and the CUDA generator's state are put back after the
+    warm-up, so the first replay is the step that was due and draws the random numbers it would
+    have drawn uncaptured. (Capturing records kernels and runs none.)
 
     UNEXECUTED: written without a GPU to run it on; the CPU tests cover the same step uncaptured.
     """
 
     WARMUP_STEPS = 2
 
-    def __init__(self, step: Callable[[], Tensor]):
+    def __init__(self, step: Callable[[], Tensor], restore: tuple[Tensor, ...] = ()):
+        saved = [t.clone() for t in restore]
+        rng = torch.cuda.get_rng_state() if restore else None
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(self.WARMUP_STEPS):
                 step()
         torch.cuda.current_stream().wait_stream(side)
+        for buffer, value in zip(restore, saved):
+            buffer.copy_(value)
+        if rng is not None:
+            torch.cuda.set_rng_state(rng)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.output = step()
@@ -345,6 +387,7 @@ class StaticCacheDecoder:
         self.position = prompt_mask.sum(dim=1)
         self.use_graph = cuda_graph and device.type == "cuda"
         self.graph: CUDAGraphStep | None = None
+        self.sampling = None  # the rollout's sampling loop over this decoder (`rollout.sampling.SampledDecode`), kept with it
 
     def reset(self, prompt_ids: Int[Tensor, "batch prompt_len"], prompt_mask: Bool[Tensor, "batch prompt_len"]) -> None:
         """Ready for a new batch of the same shape, every buffer rewritten in place (the captured
@@ -367,14 +410,22 @@ class StaticCacheDecoder:
             self.model, self.weights, self.cache, self.token[:, None], self.position[:, None], self.column
         )
 
-    def step(self, token: Int[Tensor, " batch"]) -> Float[Tensor, "batch d_vocab"]:
+    def advance(self, token: Int[Tensor, " batch"]) -> Float[Tensor, "batch d_vocab"]:
+        """Feed `token` at the current column and move the column and positions on, uncaptured
+        (or inside a graph the caller captures: every write is in place)."""
         self.token.copy_(token)
-        if self.use_graph:
-            if self.graph is None:
-                self.graph = CUDAGraphStep(self._decode_one)
-            logits = self.graph()
-        else:
-            logits = self._decode_one()
+        logits = self._decode_one()
+        self.column += 1
+        self.position += 1
+        return logits
+
+    def step(self, token: Int[Tensor, " batch"]) -> Float[Tensor, "batch d_vocab"]:
+        if not self.use_graph:
+            return self.advance(token)
+        self.token.copy_(token)
+        if self.graph is None:
+            self.graph = CUDAGraphStep(self._decode_one)
+        logits = self.graph()
         self.column += 1
         self.position += 1
         return logits
@@ -382,8 +433,9 @@ class StaticCacheDecoder:
 
 class DecoderCache:
     """One `StaticCacheDecoder` kept between `generate` calls of the same shape (a trainer holds one):
-    its buffers and, on CUDA, its captured graph are reused, so a rollout pays for laying out the
-    weights (a copy) but not for allocating the cache or capturing the graph again. A different
+    its buffers and, on CUDA, its captured graph are reused, so a rollout pays for rewriting the
+    stacked Q/K/V weights in place (W_O and W_U are views: nothing to copy) but not for allocating
+    the cache or capturing the graph again. A different
     model, shape, dtype or device, or parameters that moved (`.to(...)`), builds a new one."""
 
     def __init__(self):

@@ -34,6 +34,10 @@ No host sync per token: nothing in the loop reads a device tensor back, except t
 sample ended?" check under `stop_at_eos` — every step on the CPU (there is no device to wait for,
 and the loop stops drawing random numbers where it always has), every `EOS_CHECK_EVERY` steps on
 an accelerator. A sample that has ended keeps being fed the pad token, its positions masked out.
+The sampling itself (temperature, top-k, top-p, the draw) is `rollout/sampling.py`, which also
+holds the same loop over static buffers (`SampledDecode`, `generate(sample_in_graph=...)`): the
+draw, the writes and the EOS bookkeeping on the device, nothing read back until the completion,
+so that on CUDA the whole step is one graph. It samples the same tokens (tested on the CPU).
 
 Instruct models, as their users prompt them (`--chat-template`, `--prompts`):
 
@@ -67,9 +71,10 @@ from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from rlhf_scratch.core.host import read_per_version
-from rlhf_scratch.core.objectives import temperature_scaled
 from rlhf_scratch.models.static_cache import DecoderCache, StaticCacheDecoder, has_hooks, unsupported_reason
+from rlhf_scratch.rollout import sampling
 from rlhf_scratch.rollout.rl_dataset import TokenizedPrompt
+from rlhf_scratch.rollout.sampling import draw_categorical, nucleus, sample_next_token  # noqa: F401 (their home was here)
 
 ChatTemplate = Literal["auto", "none"]
 
@@ -186,48 +191,6 @@ def attention_mask_or_none(mask: Bool[Tensor, "batch seq"], of: Bool[Tensor, "wh
     return None if of is not None and bool(mask.all()) else mask.long()
 
 
-def nucleus(logits: Float[Tensor, "batch vocab"], top_p: float) -> Float[Tensor, "batch vocab"]:
-    """Top-p (nucleus) filtering, as `transformers`' `TopPLogitsWarper` (what TRL's generation runs):
-    the logits with every token outside the nucleus set to −inf.
-
-        p = softmax(logits);  sort ascending;  c_j = p_(1) + … + p_(j)  (the mass of token j and all below it)
-        drop token j  ⇔  c_j ≤ 1 − top_p          (always keeping the most likely token)
-
-    i.e. keep a token iff the tokens MORE likely than it hold less than top_p of the mass: the
-    smallest set of most likely tokens whose mass reaches top_p (the token that crosses top_p is in).
-    `logits` are the already temperature-scaled (and top-k-restricted) ones, the order transformers
-    applies them in: temperature, then top-k, then top-p. At top_p = 1 nothing is dropped.
-    """
-    if top_p >= 1.0:
-        return logits
-    sorted_logits, order = logits.sort(dim=-1)  # ascending
-    drop_sorted = sorted_logits.softmax(dim=-1).cumsum(dim=-1) <= 1 - top_p
-    drop_sorted[..., -1] = False  # the most likely token is always kept
-    drop = drop_sorted.scatter(-1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
-
-
-def sample_next_token(
-    logits: Float[Tensor, "batch d_vocab"], temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
-) -> Int[Tensor, " batch"]:
-    """Draw one token per row from softmax(logits / temperature), restricted to the top-k logits and
-    then to the top-p nucleus (`nucleus`), the order `transformers` applies them in.
-
-        top_k > 0:  v_1..v_k = the k largest logits;  p_i = softmax(nucleus(v / T))_i;  token = index of v_i
-        top_k = 0:  p = softmax(nucleus(logits / T)) over the whole vocabulary
-
-    Restricting first and drawing among k is the same distribution as masking the other V - k
-    logits to -inf and drawing among V, but the draw costs O(k) instead of O(V). At top_p = 1 (the
-    default) the nucleus is everything and the draw is the one before top-p existed, random numbers included.
-    """
-    if top_k and top_k < logits.shape[-1]:
-        top = logits.topk(top_k, dim=-1)
-        probs = nucleus(temperature_scaled(top.values, temperature), top_p).softmax(dim=-1)
-        return top.indices.gather(-1, torch.multinomial(probs, num_samples=1)).squeeze(-1)
-    probs = nucleus(temperature_scaled(logits, temperature), top_p).softmax(dim=-1)
-    return torch.multinomial(probs, num_samples=1).squeeze(-1)
-
-
 @runtime_checkable
 class Decoder(Protocol):
     """What the sampling loop calls: the prompt's next-token logits, then one step per sampled token."""
@@ -301,6 +264,7 @@ def generate(
     top_p: float = 1.0,
     decoders: DecoderCache | None = None,
     stop_ids: tuple[int, ...] | None = None,
+    sample_in_graph: bool | None = None,
 ) -> tuple[Int[Tensor, "batch gen_len"], Bool[Tensor, "batch gen_len"]]:
     """Sample `gen_len` tokens after each (left-padded) prompt, with a KV cache.
 
@@ -320,15 +284,24 @@ def generate(
     computed afterwards over the whole softmax, as TRL computes them (docs/fidelity.md, "Top-k").
     `stop_ids` replaces the tokens a row stops at (default: `eos_token_ids`): a multi-turn episode stops
     at EOS or at its environment's stop token (`episodes.generate_episodes`).
+    `sample_in_graph`: run the loop over static buffers with the draw inside the step
+    (`sampling.SampledDecode`: the same tokens, nothing read back per step, captured whole on CUDA;
+    it always runs gen_len steps). None (the default): on CUDA with the graph once that path has been
+    checked on a GPU (`sampling.GRAPHED_SAMPLING_CHECKED`); True: with the static decoder anywhere
+    (uncaptured off CUDA); False: never.
     """
     batch, device = prompt_ids.shape[0], prompt_ids.device
     eos, pad = eos_token_ids(model) if stop_ids is None else stop_ids, pad_token_id(model)
+    decoder = make_decoder(model, prompt_ids, prompt_mask, gen_len, kv_cache, cuda_graph, decoders)
+    if isinstance(decoder, StaticCacheDecoder) and samples_in_graph(decoder, sample_in_graph):
+        completion_ids, completion_mask = sampled_decode(
+            decoder, gen_len, temperature, top_k, top_p, stop_at_eos, tuple(eos), pad).run()
+        return completion_ids.clone(), completion_mask.clone()
     completion_ids = torch.full((batch, gen_len), pad, dtype=torch.long, device=device)
     completion_mask = torch.zeros((batch, gen_len), dtype=torch.bool, device=device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     check_every = 1 if device.type == "cpu" else EOS_CHECK_EVERY
 
-    decoder = make_decoder(model, prompt_ids, prompt_mask, gen_len, kv_cache, cuda_graph, decoders)
     logits = decoder.prefill()
     for t in range(gen_len):
         token = sample_next_token(logits, temperature, top_k, top_p)
@@ -342,6 +315,25 @@ def generate(
         if t + 1 < gen_len:
             logits = decoder.step(token)
     return completion_ids.clone(), completion_mask.clone()
+
+
+def samples_in_graph(decoder: StaticCacheDecoder, asked: bool | None) -> bool:
+    """Whether `generate` runs `sampling.SampledDecode` (see its `sample_in_graph`)."""
+    if asked is None:
+        return decoder.use_graph and sampling.GRAPHED_SAMPLING_CHECKED
+    return asked
+
+
+def sampled_decode(decoder: StaticCacheDecoder, gen_len: int, temperature: float, top_k: int, top_p: float,
+                   stop_at_eos: bool, stop_ids: tuple[int, ...], pad: int) -> sampling.SampledDecode:
+    """The decoder's `SampledDecode` for this setting: the one kept with it (its buffers and captured
+    graph) when the setting is the same, else a new one, kept."""
+    kept = decoder.sampling
+    key = (gen_len, temperature, top_k, top_p, stop_at_eos, stop_ids, pad, decoder.use_graph)
+    if kept is None or kept.key != key:
+        kept = decoder.sampling = sampling.SampledDecode(
+            decoder, gen_len, temperature, top_k, top_p, stop_at_eos, stop_ids, pad, capture=decoder.use_graph)
+    return kept
 
 
 def decode_completions(

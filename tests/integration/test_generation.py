@@ -17,6 +17,7 @@ from rlhf_scratch.rollout.generation import (
     get_samples,
     make_decoder,
     nucleus,
+    pad_token_id,
     sample_next_token,
     tokenize_prompts,
 )
@@ -368,12 +369,15 @@ CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torc
                                                                          reason="needs CUDA: the reused CUDA graph")])
 
 
+@pytest.mark.parametrize("sample_in_graph", [False, True])
 @pytest.mark.parametrize("device", ["cpu", CUDA])
-def test_a_reused_static_decoder_samples_as_a_fresh_one_after_the_weights_change(device):
+def test_a_reused_static_decoder_samples_as_a_fresh_one_after_the_weights_change(device, sample_in_graph):
     """`DecoderCache` keeps one decoder between calls of a shape (a trainer's rollouts): after the
     weights move and with a new batch of prompts, its tokens are a fresh decoder's, draw for draw —
     a stale weight layout, a stale prompt mask or a column not reset would change them. On CUDA the
-    reused decoder replays the graph captured on the first call; the fresh one runs uncaptured."""
+    reused decoder replays the graph captured on the first call; the fresh one runs uncaptured and
+    samples outside it. With `sample_in_graph` the reused decoder's sampling loop is kept too (its
+    step counter, completion and finished rows reset each call; on CUDA the draw inside the graph)."""
     from rlhf_scratch.models.static_cache import DecoderCache
 
     model = load_lm("tiny").to(device).eval()
@@ -389,12 +393,119 @@ def test_a_reused_static_decoder_samples_as_a_fresh_one_after_the_weights_change
         out = []
         for cache in (decoders, None):
             torch.manual_seed(10 + step)
-            out.append(generate(model, prompt_ids, prompt_mask, 9, top_k=10, decoders=cache, cuda_graph=cache is not None))
+            out.append(generate(model, prompt_ids, prompt_mask, 9, top_k=10, decoders=cache, cuda_graph=cache is not None,
+                                sample_in_graph=sample_in_graph and cache is not None))
         assert torch.equal(out[0][0], out[1][0]), f"call {step}: the reused decoder sampled other tokens"
         first = decoders.decoder if first is None else first
         assert decoders.decoder is first, "the same shape must reuse the decoder"
+    if sample_in_graph:
+        assert first.sampling is not None and first.sampling.t.item() == 9, "the kept sampling loop did not run"
     if device == "cuda":
-        assert first.graph is not None, "the reused decoder's step was not captured"
+        assert (first.sampling.graph if sample_in_graph else first.graph) is not None, "the reused decoder's step was not captured"
     longer = [t.to(device) for t in tokenize_prompts(model, ["a much longer prompt than any of the others in this test"] * 3, prepend_bos=True)]
     generate(model, *longer, 9, decoders=decoders)
     assert decoders.decoder is not first, "a new shape needs a new decoder"
+
+
+def host_read_counter():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("host_reads", Path(__file__).resolve().parents[2] / "benchmarks" / "host_reads.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.HostReadCounter()
+
+
+@pytest.mark.parametrize("top_k, top_p", [(10, 1.0), (0, 0.9)])
+def test_the_loop_over_static_buffers_samples_the_eager_loops_tokens_and_reads_nothing_back(lm, top_k, top_p):
+    """`sample_in_graph=True` (the loop a CUDA graph captures, run uncaptured here): the eager loop's
+    tokens and masks under one seed, rows stopping at different steps, with no read of a tensor's
+    value into Python; the eager loop reads "has every row ended?" each step on a CPU. The stop token
+    is one row 0 draws at step 2, so rows end at different steps (a mask written at t + 1, a stop
+    checked before the write, or `finished` never set would differ)."""
+    prompt_ids, prompt_mask = tokenize_prompts(lm, PROMPTS, prepend_bos=True)
+    torch.manual_seed(5)
+    free, _ = generate(lm, prompt_ids, prompt_mask, 10, temperature=0.9, top_k=top_k, top_p=top_p)
+    stop = (int(free[0, 2]),)
+    out, reads = [], []
+    for in_graph in (False, True):
+        torch.manual_seed(5)
+        with host_read_counter() as counter:
+            out.append(generate(lm, prompt_ids, prompt_mask, 10, temperature=0.9, top_k=top_k, top_p=top_p,
+                                stop_at_eos=True, stop_ids=stop, sample_in_graph=in_graph))
+        reads.append(counter.total)
+    (eager_ids, eager_mask), (ids, mask) = out
+    assert torch.equal(ids, eager_ids) and torch.equal(mask, eager_mask), f"{ids.tolist()}\n{eager_ids.tolist()}"
+    first = int((ids[0] == stop[0]).nonzero()[0])
+    assert first <= 2 and mask[0].tolist() == [True] * (first + 1) + [False] * (9 - first), "row 0 ends at its stop token"
+    assert len(set(mask.sum(dim=1).tolist())) > 1, f"rows should end at different steps: {mask.sum(dim=1).tolist()}"
+    assert (ids[~mask] == pad_token_id(lm)).all(), "a row that ended is fed and shows the pad token"
+    assert reads[1] == 0, f"the loop over static buffers read the device {reads[1]} times"
+    assert reads[0] >= 3, "the eager loop checks every step on a CPU (the counter must see it)"
+
+
+def test_decode_weights_are_views_of_the_parameters_and_the_stacked_qkv_is_rewritten_in_place(tiny_random_lm):
+    """W_O and W_U are read where they lie (no copy, always current); [W_Q; W_K; W_V] is one kept
+    matrix rewritten in place by `refresh`; a LoRA'd W_O (computed on read) is copied over. Each is
+    checked against a fresh layout after the weights move."""
+    from rlhf_scratch.models.lora import add_lora
+    from rlhf_scratch.models.static_cache import DecodeWeights
+
+    model = tiny_random_lm
+    weights = DecodeWeights.of(model)
+    assert weights.W_U_T.data_ptr() == model.unembed.W_U.data_ptr()
+    assert weights.W_O[1].data_ptr() == model.blocks[1].attn.W_O.data_ptr()
+    kept = [w.data_ptr() for w in weights.W_QKV]
+    with torch.no_grad():
+        model.blocks[1].attn.W_K.mul_(-2.0)
+        model.blocks[0].attn.b_V.add_(0.5)
+        model.unembed.W_U.add_(0.25)
+    weights.refresh(model)
+    fresh = DecodeWeights.of(model)
+    assert [w.data_ptr() for w in weights.W_QKV] == kept, "refresh must write into the same tensors"
+    for name in ("W_QKV", "b_QKV", "W_O"):
+        for layer, (a, b) in enumerate(zip(getattr(weights, name), getattr(fresh, name))):
+            assert torch.equal(a, b), f"{name}[{layer}] is stale after refresh"
+    assert torch.equal(weights.W_U_T, fresh.W_U_T)
+    q, k = model.blocks[1].attn.W_Q, model.blocks[1].attn.W_K  # [h, m, d]: row (h d) of the stack is W[h, :, d]
+    assert torch.equal(weights.W_QKV[1][5], q[1, :, 1]) and torch.equal(weights.W_QKV[1][16 + 6], k[1, :, 2])
+
+    add_lora(model, rank=2, alpha=4.0, targets=("W_O",))
+    weights = DecodeWeights.of(model)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora" in name.lower() or name.endswith((".A", ".B")):
+                p.add_(0.1)
+    weights.refresh(model)
+    assert torch.equal(weights.W_O[0], DecodeWeights.of(model).W_O[0]), "a LoRA'd W_O must be copied over"
+    assert not torch.equal(weights.W_O[0], model.blocks[0].attn.parametrizations.W_O.original.reshape(-1, 16).T)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the draw inside the CUDA graph")
+def test_on_cuda_sampling_inside_the_graph_draws_the_eager_tokens(monkeypatch):
+    """The check `sampling.GRAPHED_SAMPLING_CHECKED` waits for: with it set, a CUDA rollout samples
+    inside the decode step's graph (the default path it switches on) and draws the eager loop's tokens
+    and masks under one seed, call after call with the graph kept, rows stopping early, and leaves the
+    CUDA generator where the eager loop leaves it (without early stopping: the eager loop stops
+    drawing once every row has ended, the graphed one draws gen_len steps)."""
+    from rlhf_scratch.models.static_cache import DecoderCache
+    from rlhf_scratch.rollout import sampling
+
+    monkeypatch.setattr(sampling, "GRAPHED_SAMPLING_CHECKED", True)
+    lm = load_lm("tiny").to("cuda").eval()
+    prompt_ids, prompt_mask = (t.to("cuda") for t in tokenize_prompts(lm, PROMPTS, prepend_bos=True))
+    decoders = DecoderCache()
+    for call, (stop_at_eos, top_p) in enumerate([(False, 1.0), (True, 1.0), (True, 0.9), (False, 0.9)]):
+        out, states = [], []
+        for graphed in (True, False):
+            torch.manual_seed(20 + call)
+            out.append(generate(lm, prompt_ids, prompt_mask, 16, temperature=1.2, top_k=0 if top_p < 1 else 10, top_p=top_p,
+                                stop_at_eos=stop_at_eos, decoders=decoders if graphed else None,
+                                cuda_graph=graphed, sample_in_graph=None if graphed else False))
+            states.append(torch.cuda.get_rng_state())
+        assert decoders.decoder.sampling is not None and decoders.decoder.sampling.graph is not None, "not sampled in the graph"
+        assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1]), f"call {call}: other tokens"
+        if not stop_at_eos:
+            assert torch.equal(states[0], states[1]), f"call {call}: the graph drew other random numbers"
