@@ -16,8 +16,10 @@ One process on purpose: on the GPU machines each Python process costs ~25 s of i
   forward at the largest batch (`learn-compile`, run last: compiling takes a while). Chunks: 2**21
   (the CPU default), 2**27 (the GPU default), 0 (every logit at once).
 - **decode**: `generation.generate` at batch 64 (8-token prompts, 30 new tokens, top-k 10), the
-  static cache's step CUDA-graphed and not, and graphed with the decoder kept between calls (a
-  trainer's `DecoderCache`: captured once): generated tokens per second.
+  static cache's step CUDA-graphed and not, graphed with the decoder kept between calls (a
+  trainer's `DecoderCache`: captured once), and that with the draw inside the graph too
+  (`sample_in_graph=True`, `rollout/sampling.py`: the whole step one graph, nothing read back per
+  token): generated tokens per second.
 - **round**: PPO's whole round (rollout + learning phase, the trainer's own timing) at batch 64,
   fp32 and bf16, median of the timed phases after warm-up.
 Each section is guarded: one that fails records its error and the rest still run.
@@ -128,13 +130,15 @@ def section_decode(out: dict, model, device: str, quick: bool) -> None:
     prompt_mask = torch.ones_like(prompt_ids, dtype=torch.bool)
     from rlhf_scratch.models.static_cache import DecoderCache
 
-    for graph, reuse in ((True, True), (True, False), (False, False)):
-        key = f"decode/batch{batch}/cuda_graph_{'on' if graph else 'off'}{'/reused' if reuse else ''}"
+    for graph, reuse, in_graph in ((True, True, True), (True, True, False), (True, False, False), (False, False, False)):
+        key = (f"decode/batch{batch}/cuda_graph_{'on' if graph else 'off'}{'/reused' if reuse else ''}"
+               f"{'/sampled_in_graph' if in_graph else ''}")
         decoders = DecoderCache() if reuse else None  # reused: a trainer's rollouts, the graph captured once
         try:
             seconds = median_seconds(
-                lambda graph=graph, decoders=decoders: generate(model, prompt_ids, prompt_mask, GEN, 1.0, 10, False,
-                                                                kv_cache="static", cuda_graph=graph, decoders=decoders),
+                lambda graph=graph, decoders=decoders, in_graph=in_graph: generate(
+                    model, prompt_ids, prompt_mask, GEN, 1.0, 10, False, kv_cache="static", cuda_graph=graph,
+                    decoders=decoders, sample_in_graph=in_graph),
                 device, 1 if quick else 2, 2 if quick else 5)
             out[key] = {"seconds": seconds, "tokens_per_s": batch * GEN / seconds}
         except Exception as e:  # noqa: BLE001

@@ -39,13 +39,43 @@ def generated_span(prefix_len: int) -> slice:
     return slice(prefix_len - 1, -1)
 
 
+SYNC_FREE: bool | None = None
+"""Which form the masked statistics take. The boolean index, x[mask] (how the blog writes it), makes a
+tensor whose length is the number of kept positions: on a GPU torch reads that count back to the
+host (a sync), and a CUDA graph cannot hold it. The mask-weighted sums, Σ_kept x / Σ mask (TRL's and
+verl's `masked_mean`), have fixed shapes and read nothing. The same number up to float rounding (the
+sums add the same values in another order). None (the default): the index on a CPU, where a read
+costs nothing and every number stays as it was bit for bit; the sums on an accelerator. True or False
+forces one form (tests; `benchmarks/device_syncs.py` counts what a GPU would run)."""
+
+
+def sync_free(x: Tensor) -> bool:
+    """Whether the masked statistics of `x` take the mask-weighted sums (`SYNC_FREE`)."""
+    return SYNC_FREE if SYNC_FREE is not None else x.device.type != "cpu"
+
+
 def masked_mean(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"] | None = None) -> Float[Tensor, ""]:
     """Mean of x over the kept positions: sum(x[mask]) / count(mask); plain `x.mean()` without a mask.
 
-    Masked positions get exactly zero gradient. Needs at least one kept position (the mean of
-    nothing is NaN); a completion mask always keeps each sample's first token.
+        sync-free form (`SYNC_FREE`):  Σ where(mask, x, 0) / Σ mask
+
+    Masked positions get exactly zero gradient (and a NaN or inf there reaches nothing: `where`, not
+    x · mask). Needs at least one kept position (the mean of nothing is NaN); a completion mask always
+    keeps each sample's first token.
     """
-    return x.mean() if mask is None else x[mask].mean()
+    if mask is None:
+        return x.mean()
+    if sync_free(x):
+        return torch.where(mask, x, 0).sum() / mask.sum()
+    return x[mask].mean()
+
+
+def masked_var(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"], unbiased: bool) -> Float[Tensor, ""]:
+    """The variance of x over the kept positions, sync-free: Σ_kept (x − x̄)² / (n − 1 if unbiased else n),
+    x̄ = `masked_mean`, n = Σ mask. With one kept position the unbiased variance is 0 (not NaN)."""
+    n = mask.sum()
+    squares = torch.where(mask, x - masked_mean(x, mask), 0).square().sum()
+    return squares / ((n - 1).clamp(min=1) if unbiased else n)
 
 
 def masked_whiten(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"] | None, eps: float) -> Float[Tensor, "*shape"]:
@@ -53,9 +83,13 @@ def masked_whiten(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"] | Non
 
     Masked positions come out as 0, so nothing there (not even an inf) can reach a gradient. A
     single kept position has no spread: it comes out as 0 rather than NaN (std of one number).
+    Sync-free form (`SYNC_FREE`): the mean and variance as mask-weighted sums (`masked_var`).
     """
     if mask is None:
         return (x - x.mean()) / (x.std() + eps)
+    if sync_free(x):
+        std = masked_var(x, mask, unbiased=True).sqrt()
+        return torch.where(mask, (x - masked_mean(x, mask)) / (std + eps), 0)
     kept = x[mask]
     std = kept.std() if kept.numel() > 1 else kept.new_zeros(())
     return torch.where(mask, (x - kept.mean()) / (std + eps), torch.zeros_like(x))
@@ -311,6 +345,10 @@ def explained_variance(
     A 0-dim float64 tensor left on the device (read once a phase: `core.host.read_once`); the ratio is
     taken in float64 from the float32 variances, the number a division of their `.item()`s gives.
     """
+    if mask is not None and sync_free(values):
+        var_returns = masked_var(returns.float(), mask, unbiased=False).double()
+        ev = 1.0 - masked_var((returns - values).float(), mask, unbiased=False).double() / var_returns
+        return torch.where(var_returns == 0, math.nan, ev)
     if mask is not None:
         values, returns = values[mask], returns[mask]
     var_returns = returns.float().var(unbiased=False).double()

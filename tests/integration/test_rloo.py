@@ -82,7 +82,7 @@ def test_objective_gradient_is_zero_where_the_ratio_is_clipped_on_the_side_the_a
     ratio = torch.tensor([0.5, -0.5, 0.5, -0.5]).exp()
     expected = torch.tensor([0.0, 0.0, -ratio[2] / 4, ratio[3] / 4])  # d/dlogp (ρ A)/4 = ρ A / 4
     torch.testing.assert_close(logp.grad, expected)
-    ratios = calc_clip_ratios(logp.detach(), old, adv, 0.2, 0.2)
+    ratios = {key: value.item() for key, value in calc_clip_ratios(logp.detach(), old, adv, 0.2, 0.2).items()}
     assert ratios == {"clip_ratio/low_mean": 0.25, "clip_ratio/high_mean": 0.25, "clip_ratio/region_mean": 0.5}
 
 

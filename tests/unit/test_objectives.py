@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rlhf_scratch.core import objectives
 from rlhf_scratch.core.objectives import (
     calc_approx_kl,
     calc_clip_fraction,
@@ -24,6 +25,7 @@ from rlhf_scratch.core.objectives import (
     get_log_probs,
     kl_per_token,
     masked_mean,
+    masked_var,
     masked_whiten,
     sequence_log_probs,
     temperature_scaled,
@@ -343,13 +345,21 @@ def test_everything_finite_for_huge_logits(gen):
 MASK = torch.tensor([[True, True, False], [True, False, False]])  # kept: (0,0), (0,1), (1,0)
 
 
-def test_masked_mean_by_hand():
+@pytest.fixture(params=[False, True], ids=["index", "sync_free"])
+def form(request, monkeypatch):
+    """Each masked test in both forms of the masked statistics (`objectives.SYNC_FREE`): the boolean
+    index (a CPU's) and the mask-weighted sums (an accelerator's)."""
+    monkeypatch.setattr(objectives, "SYNC_FREE", request.param)
+    return request.param
+
+
+def test_masked_mean_by_hand(form):
     x = torch.tensor([[1.0, 2.0, 100.0], [6.0, -50.0, 7.0]])
     assert masked_mean(x, MASK).item() == pytest.approx(3.0)  # (1 + 2 + 6) / 3; unmasked mean would be 11
     assert masked_mean(x, None).item() == pytest.approx(11.0)
 
 
-def test_masked_value_loss_and_entropy_and_kl_by_hand():
+def test_masked_value_loss_and_entropy_and_kl_by_hand(form):
     values = torch.tensor([[1.0, 2.0, 9.0], [0.0, 9.0, 9.0]])
     returns = torch.tensor([[2.0, 0.0, -9.0], [3.0, -9.0, -9.0]])
     # kept errors 1, 2, 3 → squares 1, 4, 9 → mean 14/3 → ½·0.3·14/3 = 0.7
@@ -361,7 +371,7 @@ def test_masked_value_loss_and_entropy_and_kl_by_hand():
     assert calc_kl_penalty(logits, torch.zeros_like(logits), 2.0).item() > 0.5, "unmasked, the peaked positions count"
 
 
-def test_masked_surrogate_normalises_over_kept_tokens_only_and_gives_masked_tokens_no_gradient():
+def test_masked_surrogate_normalises_over_kept_tokens_only_and_gives_masked_tokens_no_gradient(form):
     logprobs = torch.zeros(2, 3, requires_grad=True)
     old = torch.zeros(2, 3)  # ratio 1 everywhere: the objective is the mean normalised advantage
     # kept advantages [1, 3, 5]: mean 3, std 2 → Â = [-1, 0, 1]; the 1000s would dominate if they leaked
@@ -373,7 +383,7 @@ def test_masked_surrogate_normalises_over_kept_tokens_only_and_gives_masked_toke
     torch.testing.assert_close(logprobs.grad, expected, atol=1e-6, rtol=0)
 
 
-def test_masked_gradients_are_zero_at_masked_positions():
+def test_masked_gradients_are_zero_at_masked_positions(form):
     logits = torch.randn(2, 3, 5, requires_grad=True)
     (calc_entropy_bonus(logits, 1.0, mask=MASK) + calc_kl_penalty(logits, torch.randn(2, 3, 5), 1.0, mask=MASK)).backward()
     assert (logits.grad[~MASK] == 0).all() and (logits.grad[MASK] != 0).any()
@@ -382,7 +392,7 @@ def test_masked_gradients_are_zero_at_masked_positions():
     assert (values.grad[~MASK] == 0).all() and (values.grad[MASK] != 0).all()
 
 
-def test_all_true_mask_equals_no_mask():
+def test_all_true_mask_equals_no_mask(form):
     torch.manual_seed(1)
     logits, ref = torch.randn(3, 4, 7), torch.randn(3, 4, 7)
     lp, old, adv, ret, val = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4)
@@ -400,7 +410,7 @@ def test_all_true_mask_equals_no_mask():
     assert explained_variance(val, ret) == pytest.approx(explained_variance(val, ret, mask=ones))
 
 
-def test_masked_diagnostics_by_hand():
+def test_masked_diagnostics_by_hand(form):
     lp = torch.tensor([[0.5, 0.0, 9.0], [0.0, 9.0, 9.0]])  # ratios e^0.5, 1, (masked), 1
     old = torch.zeros(2, 3)
     assert calc_clip_fraction(lp, old, 0.2, mask=MASK) == pytest.approx(1 / 3)
@@ -423,7 +433,7 @@ def test_per_token_kl_and_entropy_and_the_span():
     assert list(range(6))[generated_span(2)] == [1, 2, 3, 4], "logits at 1..4 predict tokens 2..5 of 6"
 
 
-def test_masked_terms_stay_finite_for_confident_logits():
+def test_masked_terms_stay_finite_for_confident_logits(form):
     logits = torch.randn(2, 3, 11) * 100
     assert torch.isfinite(calc_kl_penalty(logits, torch.randn(2, 3, 11) * 100, 1.0, mask=MASK))
     assert torch.isfinite(calc_entropy_bonus(logits, 1.0, mask=MASK))
@@ -444,7 +454,7 @@ def assert_mask_matters(term, expected, tol=1e-5):
         assert not close(term(wrong), expected, tol), f"the test data cannot tell the right answer from: {name}"
 
 
-def test_masked_entropy_and_kl_by_hand():
+def test_masked_entropy_and_kl_by_hand(form):
     # kept: (0,0) uniform over 3, (0,1) and (1,0) [1/6, 2/6, 3/6]; every masked position PEAKED
     logits = torch.tensor([[[0.0, 0.0, 0.0], [0.0, LN2, LN3], PEAKED], [[0.0, LN2, LN3], PEAKED, PEAKED]])
     h_uniform = math.log(3)
@@ -457,7 +467,7 @@ def test_masked_entropy_and_kl_by_hand():
     assert_mask_matters(lambda m: calc_kl_penalty(logits, ref, 2.0, mask=m), 2.0 * (0 + 2 * kl_136) / 3)
 
 
-def test_masked_value_loss_and_diagnostics_distinguish_off_by_one():
+def test_masked_value_loss_and_diagnostics_distinguish_off_by_one(form):
     values = torch.tensor([[1.0, 2.0, 9.0], [0.0, 9.0, 9.0]])
     returns = torch.tensor([[2.0, 0.0, -9.0], [3.0, -9.0, -9.0]])
     # kept errors 1, 2, 3 → ½·0.3·(1 + 4 + 9)/3 = 0.7
@@ -467,7 +477,7 @@ def test_masked_value_loss_and_diagnostics_distinguish_off_by_one():
     assert_mask_matters(lambda m: calc_approx_kl(lp, old, mask=m), ((math.exp(0.5) - 1) - 0.5) / 3)
 
 
-def test_masked_explained_variance_by_hand():
+def test_masked_explained_variance_by_hand(form):
     # kept R = [0, 3, 6]: mean 3, population variance (9 + 0 + 9)/3 = 6
     # kept V = [1, 3, 4]: R - V = [-1, 0, 2], mean 1/3, variance ((4/3)² + (1/3)² + (5/3)²)/3 = 14/9
     # EV = 1 - (14/9)/6 = 20/27. After EOS the returns are filler with R = V (advantage 0), which
@@ -574,3 +584,34 @@ def test_masked_terms_finite_with_zero_gradient_on_padding_for_logits_x100(gen):
         (grad,) = torch.autograd.grad(value, logits, retain_graph=True)
         assert torch.isfinite(grad).all(), f"{name} has a non-finite gradient for logits x 100 under a mask"
         assert (grad[:, span][~MASK] == 0).all(), f"{name}: the logits at padded positions must get no gradient"
+
+
+def test_the_sync_free_masked_statistics_equal_the_boolean_index(monkeypatch):
+    """Σ where(mask, x, 0) / Σ mask and its variance are x[mask]'s mean, std and population variance
+    to float rounding, on asymmetric data with huge values at the masked positions; a NaN or inf there
+    reaches neither the value nor the gradient (x · mask would give NaN); one kept position whitens
+    to 0, not NaN."""
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(5, 7, generator=g) * 3 + 1, torch.randn(5, 7, generator=g)
+    mask = torch.rand(5, 7, generator=g) < 0.6
+    x[~mask], y[~mask] = 1e4, -1e4
+    out = {}
+    for form in (False, True):
+        monkeypatch.setattr(objectives, "SYNC_FREE", form)
+        out[form] = (masked_mean(x, mask), masked_whiten(x, mask, 1e-8), explained_variance(y, x, mask))
+    for a, b in zip(out[False], out[True]):
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-6)
+    assert not torch.equal(out[True][1], masked_whiten(x, None, 1e-8)), "the mask must matter"
+
+    monkeypatch.setattr(objectives, "SYNC_FREE", True)
+    poisoned = x.clone().requires_grad_(True)
+    with torch.no_grad():
+        poisoned[~mask] = float("nan")
+        poisoned[0, ~mask[0]] = float("inf")
+    mean = masked_mean(poisoned, mask)
+    mean.backward()
+    assert torch.isfinite(mean) and mean.item() == pytest.approx(x[mask].mean().item(), rel=1e-6)
+    assert (poisoned.grad[~mask] == 0).all() and torch.allclose(poisoned.grad[mask], 1.0 / mask.sum().float())
+    one = torch.tensor([[False, True, False]])
+    assert masked_whiten(torch.tensor([[5.0, 2.0, -7.0]]), one, 1e-8).tolist() == [[0.0, 0.0, 0.0]]
+    assert masked_var(torch.tensor([[5.0, 2.0, -7.0]]), ~one, unbiased=True).item() == pytest.approx(72.0)  # (6² + 6²) / 1

@@ -93,13 +93,15 @@ def calc_clip_ratios(
     advantages: Float[Tensor, " batch"],
     epsilon_low: float,
     epsilon_high: float,
-) -> dict[str, float]:
+) -> dict[str, Tensor]:
     """TRL's clip_ratio/{low,high,region}_mean: the fractions of sequences whose term is clipped.
 
         low  = mean_i [ρ_i < 1 − ε_low  and A_i < 0]      high = mean_i [ρ_i > 1 + ε_high and A_i > 0]
         region = low + high   (the two never overlap)
-    """
+
+    0-dim tensors left on the device, read with the phase's statistics (`core.host.read_once`: a read
+    per minibatch would stall a GPU each step); region is summed in float64, as two `.item()`s add."""
     ratio = (seq_logprobs - old_seq_logprobs).exp()
-    low = ((ratio < 1 - epsilon_low) & (advantages < 0)).float().mean().item()
-    high = ((ratio > 1 + epsilon_high) & (advantages > 0)).float().mean().item()
-    return {"clip_ratio/low_mean": low, "clip_ratio/high_mean": high, "clip_ratio/region_mean": low + high}
+    low = ((ratio < 1 - epsilon_low) & (advantages < 0)).float().mean()
+    high = ((ratio > 1 + epsilon_high) & (advantages > 0)).float().mean()
+    return {"clip_ratio/low_mean": low, "clip_ratio/high_mean": high, "clip_ratio/region_mean": low.double() + high.double()}
