@@ -19,7 +19,7 @@
 #   3. the tiny preset beside TRL 1.16 (benchmarks/bench_trl.py, one process per system: each
 #      costs ~25 s of imports there, so one repeat)
 #   4. the default PPO run (100 phases, CUDA graph on by default): its last-10 mean reward
-#   5. with what time is left: torch.compile of the learning forward at GPT-2 small's shape, batch 512
+#   5. with what time is left: torch.compile of the learning forward at GPT-2 small's shape, batch 512, its default mode and reduce-overhead
 #   6. the single controller on one GPU, colocated (issue 44): benchmarks/controller_overhead.py, 1 rank,
 #      `--controller ray` against the in-process loop, A B A B, each pair's metrics compared (equivalence)
 #
@@ -97,7 +97,7 @@ last = rows[-10:]
 print(f"default run: {len(rows)} phases, mean reward of the last {len(last)}: {sum(r['rewards/mean'] for r in last) / len(last):.3f}, "
       f"phase time median {sorted(r['charts/phase_time'] for r in rows)[len(rows) // 2]:.3f} s")
 EOF
-[ "$DEVICE" != cpu ] && run "5. torch.compile, learning step" 120 python3 benchmarks/gpu_speed.py --device "$DEVICE" \
+[ "$DEVICE" != cpu ] && run "5. torch.compile, learning step (default and reduce-overhead)" 170 python3 benchmarks/gpu_speed.py --device "$DEVICE" \
   --shape "$SHAPE" --sections learn-compile --json "$OUT/gpu_speed_compile.json"
 run "6. single controller, one device" 300 python3 benchmarks/controller_overhead.py --device "$DEVICE" --ranks 1 \
   --repeats 3 --phases $(( PHASES < 10 ? 3 : 10 )) --serialisation-reps 0 --out "$OUT/controller_overhead.json"

@@ -13,7 +13,9 @@ One process on purpose: on the GPU machines each Python process costs ~25 s of i
   tokens. Its FLOPs are the model FLOPs of the step counted by torch's FlopCounterMode with every
   logit kept (no recomputation), so a chunked step that recomputes is not credited for the extra
   work. Variants: fp32 and bf16 autocast, chunked and not (`learn`); bf16 + torch.compile of the
-  forward at the largest batch (`learn-compile`, run last: compiling takes a while). Chunks: 2**21
+  forward at the largest batch, its default mode and `reduce-overhead` (the forward and backward
+  replayed as CUDA graphs: `--compile-mode reduce-overhead`) (`learn-compile`, run last: compiling
+  takes a while). Chunks: 2**21
   (the CPU default), 2**27 (the GPU default), 0 (every logit at once).
 - **decode**: `generation.generate` at batch 64 (8-token prompts, 30 new tokens, top-k 10), the
   static cache's step CUDA-graphed and not, graphed with the decoder kept between calls (a
@@ -72,8 +74,9 @@ def make_model(shape: str, device: str):
     return load_lm("tiny", device=device).train()
 
 
-def learning_step(model, learner, rows: int, chunk_logits: int, bf16: bool, device: str):
-    """A closure running one minibatch's forward + backward, as the learning phase does."""
+def learning_step(model, learner, rows: int, chunk_logits: int, bf16: bool, device: str, mark_steps: bool = False):
+    """A closure running one minibatch's forward + backward, as the learning phase does (`mark_steps`:
+    tell torch's cudagraph trees each step begins, as the trainer does under --compile-mode reduce-overhead)."""
     from rlhf_scratch.core.objectives import generated_span
     from rlhf_scratch.core.vocab_terms import token_terms, unembedding
 
@@ -84,6 +87,8 @@ def learning_step(model, learner, rows: int, chunk_logits: int, bf16: bool, devi
     span = generated_span(PROMPT)
 
     def step():
+        if mark_steps:
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
             hidden = learner(ids, mask)[:, span]
             terms = token_terms(hidden.flatten(0, 1), unembedding(model), ids[:, PROMPT:].flatten(), 1.0,
@@ -101,18 +106,19 @@ def section_learn(out: dict, model, device: str, batches: list[int], quick: bool
     from rlhf_scratch.models.fast_forward import HiddenForward
 
     eager = HiddenForward(model)
-    variants = [("bf16+compile", True, True)] if compiled else [("fp32", False, False), ("bf16", True, False)]
+    variants = ([("bf16+compile", True, "default"), ("bf16+compile-reduce-overhead", True, "reduce-overhead")] if compiled
+                else [("fp32", False, None), ("bf16", True, None)])
     for batch in batches:
         rows = batch // 4
         with FlopCounterMode(display=False) as counter:
             learning_step(model, eager, rows, 0, False, device)()
         flops = float(counter.get_total_flops())
         for name, bf16, compile_ in variants:
-            learner = torch.compile(eager) if compile_ else eager
+            learner = torch.compile(eager, mode=compile_) if compile_ else eager
             for chunk in (2**27,) if compiled else (2**21, 2**27, 0):
                 key = f"learn/batch{batch}/{name}/chunk{chunk}"
                 try:
-                    step = learning_step(model, learner, rows, chunk, bf16, device)
+                    step = learning_step(model, learner, rows, chunk, bf16, device, mark_steps=compile_ == "reduce-overhead")
                     seconds = median_seconds(step, device, 1 if quick else 3, 2 if quick else 10)
                     out[key] = {"rows": rows, "tokens": rows * (PROMPT + GEN), "seconds": seconds, "model_flops": flops,
                                 "flops_per_s": flops / seconds}

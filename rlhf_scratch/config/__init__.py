@@ -38,6 +38,7 @@ DIRECTIONS = ("pos", "neg")
 KV_CACHES = ("auto", "static", "transformer_lens")
 CHAT_TEMPLATES = ("auto", "none")
 FILTER_GROUPS_METRICS = ("seq_reward", "score")  # verl's filter_groups.metric, as this package's rollout has them
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile's modes (--compile-mode)
 TRUNCATIONS = ("error", "left", "right")  # verl's data.truncation for a prompt over max_prompt_length
 LORA_TARGETS = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")  # the block weights LoRA can adapt (lora.LAYOUTS)
 """What scores each task that reads no reward model (a refused --reward-model names it)."""
@@ -124,6 +125,11 @@ class CommonArgs:
     compile: bool = False
     """torch.compile the policy's forward in the learning phase (generation and scoring stay
     eager). The first phase pays for compiling (about 40 s on a 2-core CPU); see docs/speed.md."""
+    compile_mode: str = "default"
+    """torch.compile's mode, used only when compiling (the compile flag): `default`; `reduce-overhead`, the compiled forward and its
+    backward replayed as CUDA graphs (torch's cudagraph trees: one launch for the trunk's few hundred
+    kernels a minibatch; on a CPU the same as `default`); `max-autotune`, which also searches for
+    matmul kernels (a longer compile). Opt-in: not yet measured on a GPU (docs/speed.md)."""
     bf16: bool = False
     """bfloat16 autocast on the learning phase's forward (weights, optimizer and log-softmaxes stay
     float32). Meant for GPUs; on a CPU it is slower."""
@@ -312,6 +318,10 @@ class CommonArgs:
         _check(self.preset in PRESETS, "preset", f"must be one of {', '.join(PRESETS)}; got {self.preset!r}")
         _check(self.direction in DIRECTIONS, "direction", f"must be 'pos' or 'neg'; got {self.direction!r}")
         _check(self.chunk_logits >= -1, "chunk_logits", f"must be >= 0 (0 = no chunking) or -1 (auto); got {self.chunk_logits}")
+        _check(self.compile_mode in COMPILE_MODES, "compile_mode",
+               f"must be one of {', '.join(COMPILE_MODES)}; got {self.compile_mode!r}")
+        _check(self.compile or self.compile_mode == "default", "compile_mode",
+               f"needs --compile (it is torch.compile's mode); got compile_mode {self.compile_mode!r} without it")
         _check(self.kv_cache in KV_CACHES, "kv_cache", f"must be one of {', '.join(KV_CACHES)}; got {self.kv_cache!r}")
         _check(self.chat_template in CHAT_TEMPLATES, "chat_template",
                f"must be one of {', '.join(CHAT_TEMPLATES)}; got {self.chat_template!r}")

@@ -20,8 +20,17 @@ from rlhf_scratch.config import CommonArgs
 
 
 def compiled(module: torch.nn.Module, args: CommonArgs) -> torch.nn.Module:
-    """`torch.compile(module)` when `args.compile`, else `module` unchanged."""
-    return torch.compile(module) if args.compile else module
+    """`torch.compile(module, mode=args.compile_mode)` when `args.compile`, else `module` unchanged."""
+    return torch.compile(module, mode=args.compile_mode) if args.compile else module
+
+
+def begin_step(args: CommonArgs) -> None:
+    """Before each minibatch's learning forward: under `--compile-mode reduce-overhead` tell torch's
+    cudagraph trees that a new step begins (`torch.compiler.cudagraph_mark_step_begin`), so the
+    replay may reuse the last step's output memory — the last step's ĥ is dead by then, its
+    statistics already copied out by eager operations. Nothing otherwise."""
+    if args.compile and args.compile_mode == "reduce-overhead":
+        torch.compiler.cudagraph_mark_step_begin()
 
 
 def learning_autocast(args: CommonArgs, device: str) -> contextlib.AbstractContextManager:

@@ -55,7 +55,7 @@ from rlhf_scratch.config import CommonArgs, ConfigError
 from rlhf_scratch.core.host import Stats, read_once
 from rlhf_scratch.core.timing import timed
 from rlhf_scratch.engine import distributed as dist
-from rlhf_scratch.engine.accel import compiled, learning_autocast
+from rlhf_scratch.engine.accel import begin_step, compiled, learning_autocast
 from rlhf_scratch.engine.batch import Batch, gather_batch
 from rlhf_scratch.engine.checkpoint import rng_state, set_rng_state
 from rlhf_scratch.engine.dataflow import learn, merge_stats, roll_out_phase
@@ -363,6 +363,7 @@ class Trainer:
         # a nested bar only on a terminal: written to a file it is a few lines of noise a phase
         bar = tqdm(minibatches, total=total, desc="minibatches", leave=False, disable=self.quiet or not sys.stderr.isatty())
         for minibatch in bar:
+            begin_step(self.args)  # --compile-mode reduce-overhead: a new step of the graphed forward
             with timed("learning_forward"), self.learning_precision():
                 out = objective(minibatch)
             if out is None:

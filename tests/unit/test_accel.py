@@ -5,7 +5,8 @@ import torch
 from rlhf_scratch.algorithms.rloo import RLOOTrainer
 from rlhf_scratch.config import make_args
 from rlhf_scratch.core.objectives import get_log_probs
-from rlhf_scratch.engine.accel import compiled, learning_autocast
+from rlhf_scratch.engine import accel
+from rlhf_scratch.engine.accel import begin_step, compiled, learning_autocast
 
 
 def test_off_by_default_is_the_module_itself_and_no_autocast():
@@ -23,6 +24,23 @@ def test_compile_wraps_the_same_parameters():
     assert [p is q for p, q in zip(wrapped.parameters(), module.parameters())] == [True, True], (
         "the optimizer steps the policy's parameters: the compiled module must share them"
     )
+
+
+def test_compile_mode_is_torch_compiles_mode_and_reduce_overhead_marks_each_step(monkeypatch):
+    """--compile-mode reaches torch.compile as its `mode`; only reduce-overhead tells the cudagraph
+    trees a step begins (another mode calling it, or reduce-overhead not, turns this red)."""
+    seen, marks = [], []
+    monkeypatch.setattr(accel.torch, "compile", lambda module, mode: seen.append(mode) or module)
+    monkeypatch.setattr(accel.torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    for mode, expected_marks in (("default", 0), ("reduce-overhead", 1), ("max-autotune", 0)):
+        args = make_args("tiny", compile=True, compile_mode=mode)
+        compiled(torch.nn.Linear(2, 2), args)
+        marks.clear()
+        begin_step(args)
+        assert len(marks) == expected_marks, mode
+    assert seen == ["default", "reduce-overhead", "max-autotune"]
+    begin_step(make_args("tiny"))
+    assert marks == [], "without --compile nothing is marked"
 
 
 def test_bf16_runs_matmuls_in_bf16_and_log_probs_stay_float32():
