@@ -88,7 +88,7 @@ def count_learning_phase(algo: str, sync_free: bool = True, preset: str = "tiny"
     from rlhf_scratch.engine.trainer import Trainer
 
     step, phase = DeviceSyncCounter(), DeviceSyncCounter()
-    saved = loop.learn, Trainer.ascend, Trainer.optimizer_step, objectives.SYNC_FREE
+    saved = loop.learn, Trainer.ascend, Trainer.optimizer_step, getattr(objectives, "SYNC_FREE", None)  # (a checkout before it: one form)
     learn, ascend, optimizer_step = saved[:3]
 
     def phase_learn(trainer, batch, steps):

@@ -132,7 +132,11 @@ class CommonArgs:
     matmul kernels (a longer compile). Opt-in: not yet measured on a GPU (docs/speed.md)."""
     bf16: bool = False
     """bfloat16 autocast on the learning phase's forward (weights, optimizer and log-softmaxes stay
-    float32). Meant for GPUs; on a CPU it is slower."""
+    float32). The rule, from the one GPU measurement there is (one H200, GPT-2 small's shape, docs/speed.md):
+    it pays where a minibatch's matmuls are large, 2.8x faster at minibatches of 128 rows x 38 tokens
+    (batch 512), and not at 16 rows (batch 64: 23 vs 18 ms a step, a PPO round the same). So on a GPU
+    turn it on at minibatches of about 128 rows or more, leave it off below; on a CPU leave it off
+    (slower). Off by default: one measurement per shape, on one GPU, is too little to set a default by."""
     kv_cache: str = "auto"
     """KV cache for sampling: `static` (preallocated, one fixed-shape step per token; CUDA-graphed on
     a GPU), `transformer_lens` (TransformerLens' own, growing by concatenation), or `auto`: the
