@@ -40,7 +40,7 @@ WAITS = {aten._local_scalar_dense.default: "item", aten.nonzero.default: "nonzer
          aten.is_nonzero.default: "is_nonzero", aten.equal.default: "equal", aten.allclose.default: "allclose",
          aten.repeat_interleave.Tensor: "repeat_interleave"}
 BOOLEAN_INDEXED = (aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default)
-ALGOS = ("ppo", "rloo", "grpo")
+ALGOS = ("ppo", "rloo", "grpo", "online_dpo")
 
 
 def kind_of(func, args) -> str | None:

@@ -1,7 +1,7 @@
 """A learning step a CUDA graph can hold: no operation inside torch that waits for the device (a
 boolean index and its gradient, `nonzero`, `.item()` …: benchmarks/device_syncs.py) in the
-minibatch's objective or its optimizer step, for PPO, RLOO and GRPO, with the masked statistics in
-the form a GPU runs (`objectives.SYNC_FREE`). A `.item()` of a clip ratio per minibatch, or a
+minibatch's objective or its optimizer step, for PPO, RLOO, GRPO and Online DPO (pairs decided by reward:
+a judge's undecided pairs are read), with the masked statistics in the form a GPU runs (`objectives.SYNC_FREE`). A `.item()` of a clip ratio per minibatch, or a
 boolean index in a loss, turns it red."""
 
 import importlib.util
@@ -33,7 +33,7 @@ def test_the_counter_sees_a_boolean_index_and_its_gradient_and_not_the_sync_free
         assert counter.total == expected, dict(counter.sites)
 
 
-@pytest.mark.parametrize("algo", ["ppo", "rloo", "grpo"])
+@pytest.mark.parametrize("algo", ["ppo", "rloo", "grpo", "online_dpo"])
 def test_a_learning_step_waits_on_nothing_in_the_gpus_form(device_syncs, algo, one_thread):
     step, phase = device_syncs.count_learning_phase(algo, sync_free=True, batch_size=16, gen_len=8)
     assert step.total == 0, f"{algo}: {step.total} waits inside the learning step:\n" + "\n".join(

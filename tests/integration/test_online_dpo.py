@@ -37,7 +37,7 @@ def test_dpo_loss_and_gradient_by_hand():
     assert pi_c.grad.item() == pytest.approx(-0.1 * sigma, abs=1e-6)  # −0.045017
     assert out.chosen_rewards.item() == pytest.approx(0.1) and out.rejected_rewards.item() == pytest.approx(-0.1)
     assert out.loss.item() != pytest.approx(math.log(1 + math.exp(-2.0))), "β is missing: that is −log σ(h)"
-    stats = implicit_reward_stats(out.chosen_rewards, out.rejected_rewards)
+    stats = {key: value.item() for key, value in implicit_reward_stats(out.chosen_rewards, out.rejected_rewards).items()}
     assert stats == pytest.approx({"rewards/chosen": 0.1, "rewards/rejected": -0.1, "rewards/margins": 0.2,
                                    "rewards/accuracies": 1.0})
 
@@ -52,8 +52,11 @@ def test_ipo_loss_and_gradient_by_hand():
 
 def test_implicit_reward_accuracy_counts_ties_as_wrong():
     stats = implicit_reward_stats(t(0.3, 0.0, -0.2), t(0.1, 0.0, 0.4))
-    assert stats["rewards/accuracies"] == pytest.approx(1 / 3)  # only 0.3 > 0.1
-    assert stats["rewards/margins"] == pytest.approx((0.2 + 0.0 - 0.6) / 3)
+    assert stats["rewards/accuracies"].item() == pytest.approx(1 / 3)  # only 0.3 > 0.1
+    assert stats["rewards/margins"].item() == pytest.approx((0.2 + 0.0 - 0.6) / 3)
+    undecided_out = implicit_reward_stats(t(0.3, 0.0, -0.2), t(0.1, 0.0, 0.4), mask=torch.tensor([True, False, True]))
+    assert undecided_out["rewards/accuracies"].item() == pytest.approx(1 / 2)  # the tie's pair is not counted
+    assert undecided_out["rewards/chosen"].item() == pytest.approx(0.05)
 
 
 def test_weighted_loss_is_the_mean_over_the_pairs_of_weight_one():

@@ -8,10 +8,10 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from rlhf_scratch.core.objectives import sequence_log_probs
+from rlhf_scratch.core.objectives import masked_mean, sequence_log_probs
 from rlhf_scratch.engine.batch import Gathered
 from rlhf_scratch.reward.judges import Judge
 from rlhf_scratch.rollout.phase import Rollout
@@ -60,18 +60,21 @@ def calc_dpo_loss(
 
 
 @torch.no_grad()
-def implicit_reward_stats(chosen_rewards: Float[Tensor, " pairs"], rejected_rewards: Float[Tensor, " pairs"]) -> dict[str, float]:
-    """TRL's diagnostics of the implicit rewards r = β (log π − log π_ref):
+def implicit_reward_stats(chosen_rewards: Float[Tensor, " pairs"], rejected_rewards: Float[Tensor, " pairs"],
+                          mask: Bool[Tensor, " pairs"] | None = None) -> dict[str, Tensor]:
+    """TRL's diagnostics of the implicit rewards r = β (log π − log π_ref), over the pairs `mask` keeps
+    (the decided ones; all without a mask):
 
         rewards/chosen, rewards/rejected   mean r_c, mean r_r
         rewards/margins                    mean (r_c − r_r)    = β h on average
         rewards/accuracies                 mean [r_c > r_r]    (a tie counts as wrong, as TRL)
-    """
+
+    0-dim tensors left on the device, read with the phase's statistics (`core.host.read_once`)."""
     return {
-        "rewards/chosen": chosen_rewards.mean().item(),
-        "rewards/rejected": rejected_rewards.mean().item(),
-        "rewards/margins": (chosen_rewards - rejected_rewards).mean().item(),
-        "rewards/accuracies": (chosen_rewards > rejected_rewards).float().mean().item(),
+        "rewards/chosen": masked_mean(chosen_rewards, mask),
+        "rewards/rejected": masked_mean(rejected_rewards, mask),
+        "rewards/margins": masked_mean(chosen_rewards - rejected_rewards, mask),
+        "rewards/accuracies": masked_mean((chosen_rewards > rejected_rewards).float(), mask),
     }
 
 

@@ -41,7 +41,7 @@ from rlhf_scratch.algorithms.online_dpo.loss import (
     select_chosen_by_judge,
 )
 from rlhf_scratch.core.memory import minibatch_rows
-from rlhf_scratch.core.objectives import sequence_log_probs
+from rlhf_scratch.core.objectives import masked_mean, sequence_log_probs
 from rlhf_scratch.core.timing import timed
 from rlhf_scratch.engine import distributed as dist
 from rlhf_scratch.engine.batch import Batch
@@ -127,12 +127,13 @@ class OnlineDPOTrainer(Trainer):
         args, rollout = self.args, batch.rollout
         chosen, rejected, weights = pairs_of(batch.local_advantages)
         ref_logps = sequence_log_probs(rollout.ref_logprobs, rollout.completion_mask)
+        judged = batch.everyone.verdicts is not None  # else every pair is decided (by reward): nothing to read per step
 
-        def objective(idx: Tensor) -> tuple[Tensor, dict[str, float]] | None:
+        def objective(idx: Tensor) -> tuple[Tensor, dict[str, float | Tensor]] | None:
             c, r, w = chosen[idx], rejected[idx], weights[idx]
             decided = w.sum()
             decided_everywhere = dist.all_gather(decided.view(1)).sum()  # this step's decided pairs, all ranks
-            if decided_everywhere == 0:
+            if judged and decided_everywhere == 0:  # a read of the device: only a judge leaves pairs undecided
                 return None  # the same on every rank: nobody steps
             logps = self.sequence_log_probs(rollout, torch.cat([c, r]))
             out = calc_dpo_loss(logps[: len(c)], logps[len(c):], ref_logps[c], ref_logps[r], args.beta, args.loss_type,
@@ -140,14 +141,14 @@ class OnlineDPOTrainer(Trainer):
             # DDP averages the ranks' gradients: scale each rank's weighted mean by its share of the
             # decided pairs (× 1.0 exactly in one process)
             share = decided * batch.world_size / decided_everywhere
-            if decided == 0:  # this rank steps with the others; its diagnostics are over decided pairs only
+            if judged and decided == 0:  # this rank steps with the others; its diagnostics are over decided pairs only
                 return -out.loss * share, {}
             keep = w > 0
-            return -out.loss * share, {  # the optimizer ascends (maximize=True)
-                "loss/dpo": out.loss.item(),
-                **implicit_reward_stats(out.chosen_rewards[keep], out.rejected_rewards[keep]),
-                "logps/chosen": logps[: len(c)][keep].mean().item(),
-                "logps/rejected": logps[len(c):][keep].mean().item(),
+            return -out.loss * share, {  # the optimizer ascends (maximize=True); read once a phase
+                "loss/dpo": out.loss.detach(),
+                **implicit_reward_stats(out.chosen_rewards, out.rejected_rewards, keep),
+                "logps/chosen": masked_mean(logps[: len(c)].detach(), keep),
+                "logps/rejected": masked_mean(logps[len(c):].detach(), keep),
             }
 
         pairs_per_minibatch = max(1, args.minibatch_size() // 2 // batch.world_size)  # this rank's share
