@@ -129,7 +129,7 @@ class CommonArgs:
     """torch.compile's mode, used only when compiling (the compile flag): `default`; `reduce-overhead`, the compiled forward and its
     backward replayed as CUDA graphs (torch's cudagraph trees: one launch for the trunk's few hundred
     kernels a minibatch; on a CPU the same as `default`); `max-autotune`, which also searches for
-    matmul kernels (a longer compile). Opt-in: not yet measured on a GPU (docs/speed.md)."""
+    matmul kernels (a longer compile) and replays CUDA graphs as well. Opt-in: not yet measured on a GPU (docs/speed.md)."""
     bf16: bool = False
     """bfloat16 autocast on the learning phase's forward (weights, optimizer and log-softmaxes stay
     float32). The rule, from the one GPU measurement there is (one H200, GPT-2 small's shape, docs/speed.md):

@@ -70,6 +70,11 @@ def masked_mean(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"] | None 
     return x[mask].mean()
 
 
+def masked_sum(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"]) -> Float[Tensor, ""]:
+    """Σ x over the kept positions: x[mask].sum(); sync-free form (`SYNC_FREE`) Σ where(mask, x, 0)."""
+    return torch.where(mask, x, 0).sum() if sync_free(x) else x[mask].sum()
+
+
 def masked_var(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"], unbiased: bool) -> Float[Tensor, ""]:
     """The variance of x over the kept positions, sync-free: Σ_kept (x − x̄)² / (n − 1 if unbiased else n),
     x̄ = `masked_mean`, n = Σ mask. With one kept position the unbiased variance is 0 (not NaN)."""
@@ -81,8 +86,10 @@ def masked_var(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"], unbiase
 def masked_whiten(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"] | None, eps: float) -> Float[Tensor, "*shape"]:
     """(x - mean) / (std + eps), mean and std (Bessel's n-1) over the kept positions only.
 
-    Masked positions come out as 0, so nothing there (not even an inf) can reach a gradient. A
-    single kept position has no spread: it comes out as 0 rather than NaN (std of one number).
+    Masked positions come out as 0, whatever they held. (Their gradient is 0 for finite values; an inf
+    there gives NaN through the std's gradient, 0 · inf, in either form: the advantages whitened here
+    carry no gradient.) A single kept position has no spread: it comes out as 0 rather than NaN (std of
+    one number).
     Sync-free form (`SYNC_FREE`): the mean and variance as mask-weighted sums (`masked_var`).
     """
     if mask is None:

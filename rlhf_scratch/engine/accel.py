@@ -24,12 +24,17 @@ def compiled(module: torch.nn.Module, args: CommonArgs) -> torch.nn.Module:
     return torch.compile(module, mode=args.compile_mode) if args.compile else module
 
 
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+"""The torch.compile modes that replay the compiled code as CUDA graphs (max-autotune turns on
+inductor's cudagraphs as reduce-overhead does)."""
+
+
 def begin_step(args: CommonArgs) -> None:
-    """Before each minibatch's learning forward: under `--compile-mode reduce-overhead` tell torch's
+    """Before each minibatch's learning forward: under `--compile-mode reduce-overhead` (or max-autotune) tell torch's
     cudagraph trees that a new step begins (`torch.compiler.cudagraph_mark_step_begin`), so the
     replay may reuse the last step's output memory — the last step's ĥ is dead by then, its
     statistics already copied out by eager operations. Nothing otherwise."""
-    if args.compile and args.compile_mode == "reduce-overhead":
+    if args.compile and args.compile_mode in CUDA_GRAPH_MODES:
         torch.compiler.cudagraph_mark_step_begin()
 
 

@@ -69,6 +69,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 from transformer_lens import HookedTransformer
 from transformer_lens.components import GroupedQueryAttention
 from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
@@ -158,7 +159,7 @@ class DecodeWeights:
                                                           rewritten in place at each `refresh`
 
     A weight that is computed on each read (a LoRA parametrization's W + ΔW) is a new tensor each
-    time: `refresh` copies it into the kept one."""
+    time: the decoder keeps its own copy (`as_read`) and `refresh` copies the current value into it."""
 
     W_QKV: list[Float[Tensor, "qkv_heads_d_head d_model"]]  # per layer: [W_Q; W_K; W_V] as (h d) × d_model rows
     b_QKV: list[Float[Tensor, " qkv_heads_d_head"]]  # (n_heads + 2 n_kv) · d_head
@@ -173,10 +174,10 @@ class DecodeWeights:
         return cls(
             W_QKV=[stack_qkv(a) for a in attns],
             b_QKV=[stack_qkv_bias(a) for a in attns],
-            W_O=[a.W_O.reshape(-1, a.W_O.shape[-1]).T for a in attns],  # "h d m -> m (h d)", a view
-            b_O=[a.b_O for a in attns],
-            W_U_T=model.unembed.W_U.T,  # a view
-            b_U=model.unembed.b_U,
+            W_O=[as_read(a, "W_O").reshape(-1, a.W_O.shape[-1]).T for a in attns],  # "h d m -> m (h d)", a view
+            b_O=[as_read(a, "b_O") for a in attns],
+            W_U_T=as_read(model.unembed, "W_U").T,  # a view
+            b_U=as_read(model.unembed, "b_U"),
         )
 
     def refresh(self, model: HookedTransformer) -> None:
@@ -194,6 +195,14 @@ class DecodeWeights:
                 for kept, fresh in zip(mine, now):
                     if kept.data_ptr() != fresh.data_ptr():  # computed on read (LoRA): copy its value over
                         kept.copy_(fresh)
+
+
+def as_read(module: nn.Module, name: str) -> Tensor:
+    """`module.name` itself when it is a parameter (the layout can be a view of it); a copy of it when
+    it is computed on each read (a LoRA parametrization: W + ΔW, or under `adapters_off` the frozen
+    base weight itself), so that `refresh` writes into the decoder's own copy, never into a parameter."""
+    weight = getattr(module, name)
+    return weight.detach().clone() if parametrize.is_parametrized(module, name) else weight
 
 
 def stack_qkv(attn: nn.Module, out: Tensor | None = None) -> Float[Tensor, "qkv_heads_d_head d_model"]:

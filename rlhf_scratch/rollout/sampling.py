@@ -138,7 +138,7 @@ class SampledDecode:
         self.completion_ids.index_copy_(1, self.t, token[:, None])
         self.completion_mask.index_copy_(1, self.t, ~self.finished[:, None])
         if self.stop is not None:
-            self.finished |= torch.isin(token, self.stop)
+            self.finished |= (token[:, None] == self.stop).any(dim=-1)  # not isin: past ~10 ids it sorts and syncs
         self.t += 1
         return token
 

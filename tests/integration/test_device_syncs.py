@@ -33,9 +33,10 @@ def test_the_counter_sees_a_boolean_index_and_its_gradient_and_not_the_sync_free
         assert counter.total == expected, dict(counter.sites)
 
 
-@pytest.mark.parametrize("algo", ["ppo", "rloo", "grpo", "online_dpo"])
-def test_a_learning_step_waits_on_nothing_in_the_gpus_form(device_syncs, algo, one_thread):
-    step, phase = device_syncs.count_learning_phase(algo, sync_free=True, batch_size=16, gen_len=8)
+@pytest.mark.parametrize("algo, overrides", [("ppo", {}), ("rloo", {}), ("grpo", {}), ("grpo", {"beta": 0.04}),
+                                             ("online_dpo", {})], ids=["ppo", "rloo", "grpo", "grpo-kl", "online_dpo"])
+def test_a_learning_step_waits_on_nothing_in_the_gpus_form(device_syncs, algo, overrides, one_thread):
+    step, phase = device_syncs.count_learning_phase(algo, sync_free=True, batch_size=16, gen_len=8, **overrides)
     assert step.total == 0, f"{algo}: {step.total} waits inside the learning step:\n" + "\n".join(
         f"{n:>4}  {site}" for site, n in step.sites.most_common())
     if algo == "ppo":

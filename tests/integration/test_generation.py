@@ -480,6 +480,17 @@ def test_decode_weights_are_views_of_the_parameters_and_the_stacked_qkv_is_rewri
     weights.refresh(model)
     assert torch.equal(weights.W_O[0], DecodeWeights.of(model).W_O[0]), "a LoRA'd W_O must be copied over"
     assert not torch.equal(weights.W_O[0], model.blocks[0].attn.parametrizations.W_O.original.reshape(-1, 16).T)
+    # made while the adapters were off, the layout holds the frozen base weight's value, not a view of it:
+    # refreshed with them on, it takes W + ΔW and the base weight stays as it was (a view would be written)
+    from rlhf_scratch.models.lora import adapters_off
+
+    base = model.blocks[0].attn.parametrizations.W_O.original.detach().clone()
+    with adapters_off(model):
+        off = DecodeWeights.of(model)
+    assert torch.equal(off.W_O[0], base.reshape(-1, 16).T)
+    off.refresh(model)
+    assert torch.equal(model.blocks[0].attn.parametrizations.W_O.original, base), "refresh wrote into the frozen base weight"
+    assert torch.equal(off.W_O[0], DecodeWeights.of(model).W_O[0])
 
 
 @pytest.mark.cuda

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from rlhf_scratch.algorithms.grpo.args import GRPO_LOSS_TYPES, GRPOArgs
 from rlhf_scratch.core.advantages import check_groups
+from rlhf_scratch.core.objectives import masked_sum
 
 CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 """The loss types built on the clipped surrogate min(ρA, clip(ρ)A) (`delta` applies to these), which log TRL's clip_ratio/*."""
@@ -325,7 +326,7 @@ def calc_grpo_terms(
         kl = calc_k3_kl(logprobs, ref_logprobs)
         kl = ratio * kl if use_bias_correction_kl else kl  # [batch, gen_len]
         per_token = per_token - beta * kl
-        kl_sum = kl.expand_as(mask)[mask].sum().detach()  # TRL logs the KL term it optimises
+        kl_sum = masked_sum(kl.expand_as(mask), mask).detach()  # TRL logs the KL term it optimises
     J = aggregate_grpo_terms(per_token, mask, loss_type, max_completion_length, num_items_in_batch, num_splits)
     if entropy_coef != 0.0:
         if entropies is None:
