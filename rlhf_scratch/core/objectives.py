@@ -75,11 +75,13 @@ def masked_sum(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"]) -> Floa
     return torch.where(mask, x, 0).sum() if sync_free(x) else x[mask].sum()
 
 
-def masked_var(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"], unbiased: bool) -> Float[Tensor, ""]:
+def masked_var(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"], unbiased: bool,
+               mean: Float[Tensor, ""] | None = None) -> Float[Tensor, ""]:
     """The variance of x over the kept positions, sync-free: Σ_kept (x − x̄)² / (n − 1 if unbiased else n),
-    x̄ = `masked_mean`, n = Σ mask. With one kept position the unbiased variance is 0 (not NaN)."""
+    x̄ = `masked_mean` (or `mean`, when the caller has it), n = Σ mask. With one kept position the unbiased
+    variance is 0 (not NaN)."""
     n = mask.sum()
-    squares = torch.where(mask, x - masked_mean(x, mask), 0).square().sum()
+    squares = torch.where(mask, x - (masked_mean(x, mask) if mean is None else mean), 0).square().sum()
     return squares / ((n - 1).clamp(min=1) if unbiased else n)
 
 
@@ -95,8 +97,9 @@ def masked_whiten(x: Float[Tensor, "*shape"], mask: Bool[Tensor, "*shape"] | Non
     if mask is None:
         return (x - x.mean()) / (x.std() + eps)
     if sync_free(x):
-        std = masked_var(x, mask, unbiased=True).sqrt()
-        return torch.where(mask, (x - masked_mean(x, mask)) / (std + eps), 0)
+        mean = masked_mean(x, mask)
+        std = masked_var(x, mask, unbiased=True, mean=mean).sqrt()
+        return torch.where(mask, (x - mean) / (std + eps), 0)
     kept = x[mask]
     std = kept.std() if kept.numel() > 1 else kept.new_zeros(())
     return torch.where(mask, (x - kept.mean()) / (std + eps), torch.zeros_like(x))

@@ -419,25 +419,20 @@ class StaticCacheDecoder:
             self.model, self.weights, self.cache, self.token[:, None], self.position[:, None], self.column
         )
 
-    def advance(self, token: Int[Tensor, " batch"]) -> Float[Tensor, "batch d_vocab"]:
-        """Feed `token` at the current column and move the column and positions on, uncaptured
-        (or inside a graph the caller captures: every write is in place)."""
+    def advance(self, token: Int[Tensor, " batch"], graphed: bool = False) -> Float[Tensor, "batch d_vocab"]:
+        """Feed `token` at the current column and move the column and positions on. `graphed`: the
+        forward replays this decoder's CUDA graph (captured on first use); else it runs uncaptured, as
+        inside a graph the caller captures (`sampling.SampledDecode`: every write is in place)."""
         self.token.copy_(token)
-        logits = self._decode_one()
+        if graphed and self.graph is None:
+            self.graph = CUDAGraphStep(self._decode_one)
+        logits = self.graph() if graphed else self._decode_one()
         self.column += 1
         self.position += 1
         return logits
 
     def step(self, token: Int[Tensor, " batch"]) -> Float[Tensor, "batch d_vocab"]:
-        if not self.use_graph:
-            return self.advance(token)
-        self.token.copy_(token)
-        if self.graph is None:
-            self.graph = CUDAGraphStep(self._decode_one)
-        logits = self.graph()
-        self.column += 1
-        self.position += 1
-        return logits
+        return self.advance(token, graphed=self.use_graph)
 
 
 class DecoderCache:

@@ -329,7 +329,7 @@ def sampled_decode(decoder: StaticCacheDecoder, gen_len: int, temperature: float
     """The decoder's `SampledDecode` for this setting: the one kept with it (its buffers and captured
     graph) when the setting is the same, else a new one, kept."""
     kept = decoder.sampling
-    key = (gen_len, temperature, top_k, top_p, stop_at_eos, stop_ids, pad, decoder.use_graph)
+    key = sampling.SampledDecode.setting(gen_len, temperature, top_k, top_p, stop_at_eos, stop_ids, pad, decoder.use_graph)
     if kept is None or kept.key != key:
         kept = decoder.sampling = sampling.SampledDecode(
             decoder, gen_len, temperature, top_k, top_p, stop_at_eos, stop_ids, pad, capture=decoder.use_graph)

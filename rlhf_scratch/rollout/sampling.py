@@ -122,7 +122,7 @@ class SampledDecode:
                  stop_at_eos: bool, stop_ids: tuple[int, ...], pad: int, capture: bool):
         batch, device = decoder.prompt_ids.shape[0], decoder.prompt_ids.device
         self.decoder, self.gen_len, self.pad, self.capture = decoder, gen_len, pad, capture
-        self.key = (gen_len, temperature, top_k, top_p, stop_at_eos, stop_ids, pad, capture)
+        self.key = SampledDecode.setting(gen_len, temperature, top_k, top_p, stop_at_eos, stop_ids, pad, capture)
         self.sample = lambda logits: sample_next_token(logits, temperature, top_k, top_p, draw=draw_categorical)
         self.stop = torch.tensor(stop_ids, dtype=torch.long, device=device) if stop_at_eos else None
         self.completion_ids: Int[Tensor, "batch gen_len"] = torch.full((batch, gen_len), pad, dtype=torch.long, device=device)
@@ -131,6 +131,12 @@ class SampledDecode:
         self.t: Int[Tensor, " 1"] = torch.zeros(1, dtype=torch.long, device=device)
         self.logits: Float[Tensor, "batch d_vocab"] | None = None
         self.graph: CUDAGraphStep | None = None
+
+    @staticmethod
+    def setting(gen_len: int, temperature: float, top_k: int, top_p: float, stop_at_eos: bool,
+                stop_ids: tuple[int, ...], pad: int, capture: bool) -> tuple:
+        """What a kept loop must share with a call to be reused for it (`generation.sampled_decode`)."""
+        return gen_len, temperature, top_k, top_p, stop_at_eos, stop_ids, pad, capture
 
     def draw_and_write(self) -> Int[Tensor, " batch"]:
         """Draw step t's token, write it and its mask at column t, mark the rows it ends; t += 1."""
